@@ -1,0 +1,92 @@
+"""relevance-memory: build relevant, budgeted LLM context from an agent's full history.
+
+Keep every message; before each LLM call, build the context from the last steps
+verbatim, older messages scored 1–5 for relevance to the task goal, whole tool-call
+chains, a token budget filled by score, and a decision record saying why.
+
+    from relevance_memory import RelevanceMemoryManager
+
+    memory = RelevanceMemoryManager(max_input_tokens=8000)
+    memory.extend(history)          # OpenAI chat dicts
+    built = memory.build_context()  # built.messages, built.record
+"""
+
+from ._assemble import GOAL_BLOCK_MARKER, check_context
+from ._config import MemoryConfig, context_window_for, encoding_for
+from ._exceptions import (
+    ConfigError,
+    ContextOverflowError,
+    InvalidMessageError,
+    RelevanceMemoryError,
+    ScorerError,
+    ScorerRequestError,
+    ScorerTransportError,
+    ScorerValidationError,
+    TokenizerError,
+    TranscriptFormatError,
+)
+from ._io import Transcript, load_transcript, parse_transcript
+from ._manager import BuiltContext, RelevanceMemoryManager
+from ._models import Message, MessageType, RelevanceScore, ScoreSource, TaskGoal, ToolCall
+from ._record import DecisionRecord, MessageDecision, SummaryRecord
+from ._scoring import (
+    InMemoryScoreCache,
+    OfflineScorer,
+    ScoreCache,
+    ScoreItem,
+    Scorer,
+    ScorerUsage,
+    ScoringContext,
+    ScoringResult,
+    score_cache_key,
+)
+from ._store import MessageStore
+from ._tokenizer import TiktokenCounter, TokenCounter, image_tokens
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "GOAL_BLOCK_MARKER",
+    "BuiltContext",
+    "ConfigError",
+    "ContextOverflowError",
+    "DecisionRecord",
+    "InMemoryScoreCache",
+    "InvalidMessageError",
+    "MemoryConfig",
+    "Message",
+    "MessageDecision",
+    "MessageStore",
+    "MessageType",
+    "OfflineScorer",
+    "RelevanceMemoryError",
+    "RelevanceMemoryManager",
+    "RelevanceScore",
+    "ScoreCache",
+    "ScoreItem",
+    "ScoreSource",
+    "Scorer",
+    "ScorerError",
+    "ScorerRequestError",
+    "ScorerTransportError",
+    "ScorerUsage",
+    "ScorerValidationError",
+    "ScoringContext",
+    "ScoringResult",
+    "SummaryRecord",
+    "TaskGoal",
+    "TiktokenCounter",
+    "TokenCounter",
+    "TokenizerError",
+    "ToolCall",
+    "Transcript",
+    "TranscriptFormatError",
+    "__version__",
+    "check_context",
+    "context_window_for",
+    "encoding_for",
+    "image_tokens",
+    "load_transcript",
+    "parse_transcript",
+    "score_cache_key",
+]

@@ -1,0 +1,119 @@
+"""The one exception hierarchy of relevance-memory.
+
+Every error the library raises on purpose derives from :class:`RelevanceMemoryError`,
+so ``except RelevanceMemoryError`` catches them all. The tree::
+
+    RelevanceMemoryError
+    ├── ConfigError                 (also ValueError)  a setting is out of range or inconsistent
+    ├── InvalidMessageError         (also ValueError)  a message cannot be ingested as given
+    │   └── TranscriptFormatError                      a file is not a transcript we can read
+    ├── ContextOverflowError                           pinned prompt + newest step exceed the budget
+    ├── TokenizerError                                 the offline encoding could not be loaded
+    └── ScorerError                                    the relevance scorer failed (see below)
+        ├── ScorerTransportError                       timeouts, resets, 429/5xx after retries
+        ├── ScorerRequestError                         a 4xx (not 429) from the endpoint: fail fast
+        └── ScorerValidationError                      replies never validated within the retry budget
+
+Split as pydantic-ai does: ``ConfigError``/``InvalidMessageError``/``ContextOverflowError``
+mean "you used the API wrong or asked for the impossible"; ``ScorerError`` means "the
+model run failed". The build pipeline catches ``ScorerError`` itself and degrades to the
+offline scorer (SPEC §4: nothing is ever lost because a scorer failed), so callers only
+see it when they call a scorer directly.
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "ConfigError",
+    "ContextOverflowError",
+    "InvalidMessageError",
+    "RelevanceMemoryError",
+    "ScorerError",
+    "ScorerRequestError",
+    "ScorerTransportError",
+    "ScorerValidationError",
+    "TokenizerError",
+    "TranscriptFormatError",
+]
+
+
+class RelevanceMemoryError(Exception):
+    """Base class of every error raised by relevance-memory."""
+
+
+class ConfigError(RelevanceMemoryError, ValueError):
+    """A configuration value is out of range or inconsistent with another one."""
+
+
+class InvalidMessageError(RelevanceMemoryError, ValueError):
+    """A message cannot be ingested as given.
+
+    Attributes:
+        index: position of the offending message in the input (0-based), or ``None``.
+        reason: one sentence naming the problem.
+    """
+
+    def __init__(self, reason: str, *, index: int | None = None) -> None:
+        self.index = index
+        self.reason = reason
+        where = f"message {index}: " if index is not None else ""
+        super().__init__(f"{where}{reason}")
+
+
+class TranscriptFormatError(InvalidMessageError):
+    """A transcript file is not JSON/JSONL in a format we can read."""
+
+
+class ContextOverflowError(RelevanceMemoryError):
+    """The pinned system prompt plus the newest step cannot fit the token budget.
+
+    SPEC §3: never emit an over-budget context silently. The numbers are attached so a
+    caller can react (raise the budget, shorten the system prompt, truncate a tool
+    output before adding it).
+
+    Attributes:
+        budget: the token budget of the build (tokens).
+        pinned_tokens: tokens of the pinned system prompt(s) (tokens).
+        newest_step_tokens: tokens of the newest step, including reply priming (tokens).
+    """
+
+    def __init__(self, *, budget: int, pinned_tokens: int, newest_step_tokens: int) -> None:
+        self.budget = budget
+        self.pinned_tokens = pinned_tokens
+        self.newest_step_tokens = newest_step_tokens
+        need = pinned_tokens + newest_step_tokens
+        super().__init__(
+            f"context cannot fit: the pinned system prompt ({pinned_tokens} tokens) plus the "
+            f"newest step ({newest_step_tokens} tokens) need {need} tokens but the budget is "
+            f"{budget} tokens; raise the budget or shorten the newest step"
+        )
+
+
+class TokenizerError(RelevanceMemoryError):
+    """The offline token encoding could not be loaded or failed its checksum."""
+
+
+class ScorerError(RelevanceMemoryError):
+    """A relevance scorer failed. The build pipeline falls back to the offline scorer.
+
+    Attributes:
+        attempts: how many calls were made before giving up.
+        last_reply: the last raw completion text, when there was one.
+    """
+
+    def __init__(self, message: str, *, attempts: int = 0, last_reply: str | None = None) -> None:
+        self.attempts = attempts
+        self.last_reply = last_reply
+        super().__init__(message)
+
+
+class ScorerTransportError(ScorerError):
+    """Timeouts, connection resets, 429 or 5xx that outlived the retry policy."""
+
+
+class ScorerRequestError(ScorerError):
+    """The endpoint rejected the request with a 4xx other than 429 (bad key, bad model)."""
+
+
+class ScorerValidationError(ScorerError):
+    """Replies never validated (ids, score range, JSON) within the retry budget."""

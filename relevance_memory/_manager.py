@@ -1,0 +1,572 @@
+"""The memory manager: wires ingest → partition → score → select → assemble → record.
+
+The manager holds state (the append-only store, the goal, the score cache) and does
+no I/O itself; scoring goes through the :class:`Scorer` seam, token counting through
+the :class:`TokenCounter` seam, time through the injected clock.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import warnings
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from typing import Any
+
+from ._assemble import check_context, goal_block_text
+from ._config import MemoryConfig
+from ._exceptions import ConfigError, ContextOverflowError, InvalidMessageError, RelevanceMemoryError
+from ._models import Message, RelevanceScore, ScoreSource, TaskGoal, content_text
+from ._record import DecisionRecord, MessageDecision
+from ._scoring import (
+    InMemoryScoreCache,
+    OfflineScorer,
+    ScoreCache,
+    ScoreItem,
+    Scorer,
+    ScorerUsage,
+    ScoringContext,
+    ScoringResult,
+    score_cache_key,
+)
+from ._select import Chain, Partition, partition, select_chains
+from ._store import MessageStore
+from ._tokenizer import REPLY_PRIMING_TOKENS, TiktokenCounter, TokenCounter
+
+__all__ = ["BuiltContext", "RelevanceMemoryManager"]
+
+GOAL_EXCERPT_SHARE = 0.5
+"""Share of the remaining budget a goal-block excerpt of an oversized task statement may take."""
+
+
+@dataclass(frozen=True)
+class BuiltContext:
+    """The result of one build.
+
+    Attributes:
+        messages: OpenAI chat dicts to send, valid for the API and within the budget.
+        record: the :class:`DecisionRecord` of the build.
+    """
+
+    messages: list[dict[str, Any]]
+    record: DecisionRecord
+
+    @property
+    def token_count(self) -> int:
+        """Tokens of ``messages`` including reply priming (tokens); ≤ ``record.budget``."""
+        return self.record.tokens_after
+
+
+@dataclass
+class _Plan:
+    """State of one build between the pure stages and the scoring seam."""
+
+    budget: int
+    goal: TaskGoal
+    excluded: dict[int, str]
+    part: Partition
+    used: int
+    goal_text: str | None
+    goal_tokens: int
+    recent: set[int] = field(default_factory=set)  # chain roots kept as working memory
+    needs_scores: list[int] = field(default_factory=list)
+    candidates: dict[int, Chain] = field(default_factory=dict)
+    warnings: list[str] = field(default_factory=list)
+    task_root: int | None = None
+
+
+class RelevanceMemoryManager:
+    """Keeps every message and builds a relevant, budgeted context before each LLM call.
+
+    Args:
+        config: a :class:`MemoryConfig`; keyword overrides are applied on top of it.
+        scorer: relevance scorer; default :class:`OfflineScorer` (no network).
+        score_cache: score cache; default an in-process LRU (:class:`InMemoryScoreCache`).
+        tokenizer: token counter; default exact tiktoken counts for ``config.model``.
+        clock: returns "now" (timezone-aware); injected for tests.
+        **overrides: any :class:`MemoryConfig` field, e.g. ``max_input_tokens=8000``.
+
+    Raises:
+        ConfigError: a setting is invalid.
+
+    Example::
+
+        memory = RelevanceMemoryManager(max_input_tokens=8000, keep_recent=4)
+        memory.extend(history)                     # OpenAI chat dicts
+        memory.set_goal(subtask="run the failing test")
+        built = memory.build_context()
+        client.chat.completions.create(model="gpt-4o", messages=built.messages)
+    """
+
+    def __init__(
+        self,
+        config: MemoryConfig | None = None,
+        *,
+        scorer: Scorer | None = None,
+        score_cache: ScoreCache | None = None,
+        tokenizer: TokenCounter | None = None,
+        clock: Callable[[], datetime] | None = None,
+        **overrides: Any,
+    ) -> None:
+        if overrides:
+            base = config.model_dump() if config else {}
+            config = MemoryConfig.create(**{**base, **overrides})
+        self.config = config or MemoryConfig()
+        self.scorer: Scorer = scorer or OfflineScorer()
+        self._offline = OfflineScorer()
+        self.score_cache: ScoreCache = score_cache if score_cache is not None else InMemoryScoreCache()
+        self.tokenizer: TokenCounter = tokenizer or TiktokenCounter(
+            self.config.resolved_encoding, image_tokens=self.config.image_tokens
+        )
+        self._clock = clock or (lambda: datetime.now(timezone.utc))
+        self.store = MessageStore(
+            self.tokenizer,
+            on_invalid=self.config.on_invalid,
+            reference_max_df=self.config.reference_max_df,
+            clock=self._clock,
+        )
+        self._final: str | None = None
+        self._subtask: str = ""
+        self._builds = 0
+
+    # ------------------------------------------------------------------ messages
+    def add(self, message: Mapping[str, Any], **metadata: Any) -> Message:
+        """Ingest one OpenAI chat dict (SPEC §3 step 1); returns the stored message.
+
+        Keyword metadata: ``id``, ``msg_type``, ``trace_id``, ``parent_id``,
+        ``producer``, ``scope``, ``timestamp``.
+
+        Raises:
+            InvalidMessageError: the message is invalid (see :class:`MessageStore`).
+        """
+        return self.store.add(message, **metadata)
+
+    def extend(self, messages: Iterable[Mapping[str, Any]]) -> list[Message]:
+        """Ingest many OpenAI chat dicts in order. Raises :class:`InvalidMessageError`."""
+        return self.store.extend(messages)
+
+    @property
+    def messages(self) -> list[Message]:
+        """Every stored message, oldest first (the append-only store)."""
+        return self.store.messages
+
+    # ------------------------------------------------------------------ goal
+    def set_goal(self, final: str | None = None, subtask: str | None = None) -> TaskGoal:
+        """Set the final goal and/or the current subtask; ``None`` leaves a layer as it is.
+
+        Returns the goal in force. Until a final goal is set, the first user message is
+        the final goal.
+        """
+        if final is not None:
+            self._final = final.strip() or None
+        if subtask is not None:
+            self._subtask = subtask.strip()
+        return self.goal
+
+    @property
+    def goal(self) -> TaskGoal:
+        """The task goal in force (SPEC §2)."""
+        if self._final:
+            return TaskGoal(final=self._final, subtask=self._subtask, source="explicit")
+        first = self.store.first_user_index
+        if first is not None:
+            text = content_text(self.store[first].content).strip()
+            return TaskGoal(final=text, subtask=self._subtask, source="first_user_message")
+        return TaskGoal(final="", subtask=self._subtask, source="none")
+
+    # ------------------------------------------------------------------ build
+    def build_context(self, *, budget: int | None = None) -> BuiltContext:
+        """Build the context for the next LLM call (SPEC §3).
+
+        Args:
+            budget: token budget for this build (tokens); default from the config.
+
+        Returns:
+            A :class:`BuiltContext` with valid OpenAI messages within the budget.
+
+        Raises:
+            ContextOverflowError: the pinned prompt plus the newest step cannot fit.
+            InvalidMessageError: tool calls have no results (with ``on_invalid="raise"``).
+        """
+        plan, early = self._begin(budget)
+        if early is not None:
+            return early
+        scores, result, hits = self._lookup(plan)
+        if plan.needs_scores:
+            result = self._run_scorer(plan, scores)
+        return self._finish(plan, scores, result, hits)
+
+    async def abuild_context(self, *, budget: int | None = None) -> BuiltContext:
+        """Async :meth:`build_context`: awaits the scorer's ``ascore`` when it has one,
+        otherwise runs its blocking ``score`` in a worker thread."""
+        plan, early = self._begin(budget)
+        if early is not None:
+            return early
+        scores, result, hits = self._lookup(plan)
+        if plan.needs_scores:
+            ascore = getattr(self.scorer, "ascore", None)
+            if ascore is not None:
+                result = await self._arun_scorer(plan, scores, ascore)
+            else:
+                result = await asyncio.to_thread(self._run_scorer, plan, scores)
+        return self._finish(plan, scores, result, hits)
+
+    # ------------------------------------------------------------------ stages
+    def _excluded(self) -> dict[int, str]:
+        store = self.store
+        excluded = {store.get(mid).index: why for mid, why in store.excluded.items()}
+        for message in store.messages:
+            if not message.tool_calls:
+                continue
+            missing = store.unanswered_calls(message.index)
+            if not missing:
+                continue
+            if self.config.on_invalid == "raise":
+                raise InvalidMessageError(
+                    f"tool call(s) {', '.join(missing)} have no result; add the tool results before "
+                    "building, or set on_invalid='repair' to leave the unanswered call out of the context",
+                    index=message.index,
+                )
+            root = store.chain_root(message.index)
+            for other in store.messages[root:]:
+                if store.chain_root(other.index) == root:
+                    excluded[other.index] = f"tool call(s) {', '.join(missing)} have no result"
+        return excluded
+
+    def _begin(self, budget: int | None) -> tuple[_Plan, BuiltContext | None]:
+        budget = budget if budget is not None else self.config.token_budget()
+        if budget <= 0:
+            raise ConfigError(f"budget must be a positive number of tokens, got {budget}")
+        store = self.store
+        goal = self.goal
+        excluded = self._excluded()
+        roots = [store.chain_root(i) for i in range(len(store))]
+        newest_user = next(
+            (m.index for m in reversed(store.messages) if m.role == "user" and m.index not in excluded), None
+        )
+        part = partition(
+            store.messages,
+            roots,
+            keep_recent=self.config.keep_recent,
+            step_count=store.step_count,
+            excluded=set(excluded),
+            newest_user=newest_user,
+        )
+        pinned_tokens = sum(store[i].token_count for i in part.pinned)
+        plan = _Plan(budget, goal, excluded, part, pinned_tokens + REPLY_PRIMING_TOKENS, None, 0)
+        total = plan.used + sum(c.tokens for c in part.chains.values())
+        if total <= budget:  # SPEC §9: under budget with nothing to drop, output == input
+            plan.recent = set(part.chains)
+            return plan, self._complete(plan, {}, None, 0, identity=True)
+
+        forced_tokens = sum(part.chains[r].tokens for r in part.forced)
+        if plan.used + forced_tokens > budget:
+            raise ContextOverflowError(
+                budget=budget, pinned_tokens=pinned_tokens, newest_step_tokens=forced_tokens + REPLY_PRIMING_TOKENS
+            )
+        plan.used += forced_tokens
+        plan.recent.update(part.forced)
+        first_user = store.first_user_index
+        if goal.source == "first_user_message" and first_user is not None and first_user not in excluded:
+            plan.task_root = roots[first_user]
+        self._plan_goal_block(plan, final_excerpt=None)
+        # the rest of working memory, newest first, while it fits
+        for n, root in enumerate(part.working):
+            tokens = part.chains[root].tokens
+            if plan.used + tokens > budget:
+                shed = part.working[n:]
+                plan.warnings.append(
+                    f"working memory reduced: {len(shed)} older recent chain(s) did not fit the budget "
+                    "and were scored like older messages"
+                )
+                part.candidates.extend(shed)
+                break
+            plan.used += tokens
+            plan.recent.add(root)
+        plan.candidates = {r: part.chains[r] for r in part.candidates}
+        plan.needs_scores = sorted(i for chain in plan.candidates.values() for i in chain.members)
+        # an oversized task statement is shown as an excerpt inside the goal block
+        if plan.task_root is not None and plan.task_root in plan.candidates and self.config.goal_block:
+            task_tokens = plan.candidates[plan.task_root].tokens
+            if plan.used + task_tokens > budget:
+                room = budget - plan.used + plan.goal_tokens
+                excerpt_tokens = max(0, int(room * GOAL_EXCERPT_SHARE))
+                excerpt = _clip_to_tokens(self.tokenizer, goal.final, excerpt_tokens)
+                plan.used -= plan.goal_tokens
+                self._plan_goal_block(plan, final_excerpt=excerpt)
+                plan.warnings.append(
+                    f"task statement ({task_tokens} tokens) does not fit; the goal block carries an excerpt"
+                )
+        return plan, None
+
+    def _plan_goal_block(self, plan: _Plan, *, final_excerpt: str | None) -> None:
+        plan.goal_text, plan.goal_tokens = None, 0
+        if not self.config.goal_block or (not plan.goal.final and not plan.goal.subtask):
+            return
+        first_user = self.store.first_user_index
+        pointer = final_excerpt is None and plan.goal.source == "first_user_message"
+        text = goal_block_text(
+            plan.goal,
+            final_excerpt=None if pointer else (final_excerpt if final_excerpt is not None else plan.goal.final),
+            task_statement_id=self.store[first_user].id if first_user is not None else None,
+        )
+        tokens = self.tokenizer.count_message({"role": self.config.context_role, "content": text})
+        if plan.used + tokens > plan.budget:
+            plan.warnings.append(f"goal block ({tokens} tokens) left out: it does not fit the budget")
+            return
+        plan.goal_text, plan.goal_tokens = text, tokens
+        plan.used += tokens
+
+    def _items(self, plan: _Plan, indices: Sequence[int]) -> list[ScoreItem]:
+        store = self.store
+        task_index = self.store.first_user_index if plan.task_root is not None else None
+        items = []
+        for i in indices:
+            m = store[i]
+            items.append(
+                ScoreItem(
+                    id=m.id,
+                    role=m.role,
+                    msg_type=m.msg_type.value,
+                    source=m.source,
+                    text=m.text,
+                    token_count=m.token_count,
+                    step=m.step,
+                    referenced_by=len(store.referenced_by.get(m.id, ())),
+                    is_task_statement=i == task_index,
+                    content_hash=m.content_hash,
+                    terms=frozenset(store.terms[i]),
+                )
+            )
+        return items
+
+    def _cache_key(self, goal: TaskGoal, message: Message) -> str:
+        return score_cache_key(
+            rubric_version=self.scorer.rubric_version,
+            model=self.scorer.model,
+            goal=goal,
+            content_hash=message.content_hash,
+            role=message.role,
+            msg_type=message.msg_type.value,
+        )
+
+    def _lookup(self, plan: _Plan) -> tuple[dict[int, RelevanceScore], ScoringResult | None, int]:
+        """Cache look-up (SPEC §6); leaves only the misses in ``plan.needs_scores``."""
+        scores: dict[int, RelevanceScore] = {}
+        misses: list[int] = []
+        for i in plan.needs_scores:
+            cached = self.score_cache.get(self._cache_key(plan.goal, self.store[i]))
+            if cached is None:
+                misses.append(i)
+            else:
+                scores[i] = cached.model_copy(update={"id": self.store[i].id, "source": ScoreSource.CACHE})
+        hits = len(plan.needs_scores) - len(misses)
+        plan.needs_scores = misses
+        return scores, None, hits
+
+    def _context(self) -> ScoringContext:
+        return ScoringContext(doc_freq=self.store.doc_freq, doc_count=len(self.store))
+
+    def _run_scorer(self, plan: _Plan, scores: dict[int, RelevanceScore]) -> ScoringResult:
+        items = self._items(plan, plan.needs_scores)
+        try:
+            result = self.scorer.score(plan.goal, items, self._context())
+        except Exception as exc:  # noqa: BLE001 - any scorer failure degrades to offline (SPEC §4)
+            result = self._fallback_all(plan, items, exc)
+        self._accept(plan, scores, items, result)
+        return result
+
+    async def _arun_scorer(
+        self, plan: _Plan, scores: dict[int, RelevanceScore], ascore: Callable[..., Any]
+    ) -> ScoringResult:
+        items = self._items(plan, plan.needs_scores)
+        try:
+            result = await ascore(plan.goal, items, self._context())
+        except Exception as exc:  # noqa: BLE001 - any scorer failure degrades to offline (SPEC §4)
+            result = self._fallback_all(plan, items, exc)
+        self._accept(plan, scores, items, result)
+        return result
+
+    def _fallback_all(self, plan: _Plan, items: list[ScoreItem], exc: BaseException) -> ScoringResult:
+        message = f"scorer {self.scorer.name} failed ({type(exc).__name__}: {exc}); offline scores used"
+        warnings.warn(message, RuntimeWarning, stacklevel=4)
+        offline = self._offline.score(plan.goal, items, self._context())
+        return ScoringResult(
+            scores=[s.model_copy(update={"source": ScoreSource.FALLBACK}) for s in offline.scores],
+            usage=ScorerUsage(fallbacks=len(items)),
+            warnings=[message],
+        )
+
+    def _accept(
+        self, plan: _Plan, scores: dict[int, RelevanceScore], items: list[ScoreItem], result: ScoringResult
+    ) -> None:
+        """Take exactly one score per requested id; fill gaps with fallback scores."""
+        by_id = {item.id: item for item in items}
+        got: dict[str, RelevanceScore] = {}
+        for score in result.scores:
+            if score.id in by_id and score.id not in got:
+                got[score.id] = score
+        missing = [item for item in items if item.id not in got]
+        if missing:
+            result.warnings.append(
+                f"scorer returned no score for {len(missing)} message(s); offline fallback used"
+            )
+            result.usage.fallbacks += len(missing)
+            for score in self._offline.score(plan.goal, missing, self._context()).scores:
+                got[score.id] = score.model_copy(update={"source": ScoreSource.FALLBACK})
+        for i in plan.needs_scores:
+            message = self.store[i]
+            score = got[message.id]
+            scores[i] = score
+            if score.source != ScoreSource.FALLBACK:
+                self.score_cache.set(self._cache_key(plan.goal, message), score)
+
+    def _finish(
+        self, plan: _Plan, scores: dict[int, RelevanceScore], result: ScoringResult | None, hits: int
+    ) -> BuiltContext:
+        return self._complete(plan, scores, result, hits, identity=False)
+
+    def _complete(
+        self,
+        plan: _Plan,
+        scores: dict[int, RelevanceScore],
+        result: ScoringResult | None,
+        hits: int,
+        *,
+        identity: bool,
+    ) -> BuiltContext:
+        store = self.store
+        config = self.config
+        part = plan.part
+        roots = {i: root for root, chain in part.chains.items() for i in chain.members}
+        selection = None
+        if not identity:
+            referenced = {
+                i: len(store.referenced_by.get(store[i].id, ())) for c in plan.candidates.values() for i in c.members
+            }
+            selection = select_chains(
+                plan.candidates,
+                [],
+                scores,
+                available=plan.budget - plan.used,
+                core_score=config.core_score,
+                archive_score=config.archive_score,
+                referenced_by=referenced,
+                promote_after_references=config.promote_after_references,
+                first=[plan.task_root] if plan.task_root is not None else (),
+            )
+        kept_roots = set(plan.recent) | (selection.kept if selection else set())
+        out: list[dict[str, Any]] = [store[i].to_openai() for i in part.pinned]
+        if plan.goal_text is not None and not identity:
+            out.append({"role": config.context_role, "content": plan.goal_text})
+        kept_indices = sorted(i for r in kept_roots for i in part.chains[r].members)
+        out.extend(store[i].to_openai() for i in kept_indices)
+
+        tokens_after = (
+            REPLY_PRIMING_TOKENS
+            + sum(store[i].token_count for i in part.pinned)
+            + sum(store[i].token_count for i in kept_indices)
+            + (plan.goal_tokens if not identity else 0)
+        )
+        problems = check_context(out)
+        if problems or tokens_after > plan.budget:
+            raise RelevanceMemoryError(
+                f"internal error: built context is invalid ({problems}) or over budget "
+                f"({tokens_after} > {plan.budget}); please report this with the decision record"
+            )
+
+        decisions: list[MessageDecision] = []
+        for message in store.messages:
+            i = message.index
+            common = dict(
+                id=message.id, index=i, step=message.step, role=message.role,
+                msg_type=message.msg_type.value, tokens=message.token_count,
+            )
+            if i in plan.excluded:
+                decisions.append(MessageDecision(
+                    **common, tier="archive", decision="dropped", chain_id=store[store.chain_root(i)].id,
+                    reason="excluded on ingest", note=plan.excluded[i],
+                ))
+                continue
+            if i in part.pinned:
+                decisions.append(MessageDecision(
+                    **common, tier="pinned", decision="kept", score_source=ScoreSource.PINNED,
+                    reason="system prompt (pinned)", chain_id=message.id,
+                ))
+                continue
+            root = roots[i]
+            chain_id = store[root].id
+            if root in plan.recent:
+                reason = "the whole history fits the budget" if identity else "working memory (last steps)"
+                decisions.append(MessageDecision(
+                    **common, tier="recent", decision="recent", score_source=ScoreSource.RECENT,
+                    reason=reason, chain_id=chain_id,
+                ))
+                continue
+            assert selection is not None
+            score = scores[i]
+            tier = selection.tier[root]
+            kept = root in selection.kept
+            decisions.append(MessageDecision(
+                **common, score=score.score, score_source=score.source, reason=score.reason,
+                tier=tier,  # type: ignore[arg-type]
+                decision="kept" if kept else "dropped", chain_id=chain_id,
+                note=selection.notes.get(root, "" if kept else "archived; restorable from the store"),
+            ))
+
+        usage = result.usage if result is not None else ScorerUsage()
+        record_warnings = list(plan.warnings) + (list(result.warnings) if result is not None else [])
+        self._builds += 1
+        build_id = hashlib.sha256(
+            f"{self._builds}|{len(store)}|{plan.goal.final}|{plan.goal.subtask}|{plan.budget}".encode()
+        ).hexdigest()[:12]
+        tokens_before = REPLY_PRIMING_TOKENS + sum(
+            m.token_count for m in store.messages if m.index not in plan.excluded
+        )
+        record = DecisionRecord(
+            build_id=build_id,
+            created_at=self._clock(),
+            goal=plan.goal,
+            budget=plan.budget,
+            encoding=self.tokenizer.name,
+            tokens_before=tokens_before,
+            tokens_after=tokens_after,
+            messages_before=len(store),
+            messages_after=len(out),
+            keep_recent=config.keep_recent,
+            working_steps=len({store[i].step for r in plan.recent for i in part.chains[r].members}),
+            identity=identity and not plan.excluded,
+            goal_block=plan.goal_text is not None and not identity,
+            scorer=self.scorer.name,
+            scorer_model=self.scorer.model,
+            rubric_version=self.scorer.rubric_version,
+            usage=usage,
+            cache_hits=hits,
+            cache_misses=len(plan.needs_scores),
+            chains_kept=len(kept_roots),
+            chains_total=len(part.chains),
+            warnings=record_warnings,
+            messages=decisions,
+        )
+        return BuiltContext(messages=out, record=record)
+
+
+def _clip_to_tokens(counter: TokenCounter, text: str, max_tokens: int) -> str:
+    """Head and tail of ``text`` within about ``max_tokens`` tokens, with a cut marker."""
+    if counter.count_text(text) <= max_tokens:
+        return text
+    marker = " […cut…] "
+    low, high = 0, len(text)
+    best = ""
+    while low <= high:  # binary search on characters; counts are monotone enough for this
+        mid = (low + high) // 2
+        head = mid * 2 // 3
+        candidate = text[:head] + marker + text[len(text) - (mid - head):] if mid else marker.strip()
+        if counter.count_text(candidate) <= max_tokens:
+            best, low = candidate, mid + 1
+        else:
+            high = mid - 1
+    return best
+

@@ -1,0 +1,121 @@
+"""The decision record (SPEC §8): the per-build account of what was kept and why."""
+
+from __future__ import annotations
+
+from collections import Counter
+from datetime import datetime
+from typing import Literal
+
+from pydantic import BaseModel, Field
+
+from ._models import ScoreSource, TaskGoal
+from ._scoring import ScorerUsage
+
+__all__ = ["DecisionRecord", "MessageDecision", "SummaryRecord"]
+
+Tier = Literal["pinned", "recent", "core", "working", "archive"]
+Decision = Literal["kept", "recent", "summarised", "dropped"]
+
+
+class MessageDecision(BaseModel):
+    """What one build decided about one message.
+
+    Attributes:
+        id, index, step, role, msg_type: the message's identity and place.
+        tokens: the message's token count (tokens).
+        score: relevance score 1–5, or ``None`` when it was not scored (pinned,
+            working memory, or the whole history fitted).
+        score_source: ``llm|cache|offline|fallback|pinned|recent`` (SPEC §8).
+        reason: the scorer's reason, or why the message was not scored.
+        strength: pheromone strength when the pheromone field is on, else ``None``.
+        tier: ``pinned`` (system prompt), ``recent`` (working memory), or the score tier
+            ``core`` / ``working`` / ``archive`` (SPEC §2).
+        decision: ``kept`` (verbatim), ``recent`` (verbatim, working memory),
+            ``summarised`` (folded into the summary pyramid), ``dropped`` (not in the context).
+        chain_id: id of the trace chain's first message.
+        note: extra detail (``"over budget"``, ``"orphan tool result"`` …).
+    """
+
+    id: str
+    index: int
+    step: int
+    role: str
+    msg_type: str
+    tokens: int
+    score: int | None = None
+    score_source: ScoreSource | None = None
+    reason: str = ""
+    strength: float | None = None
+    tier: Tier
+    decision: Decision
+    chain_id: str
+    note: str = ""
+
+
+class SummaryRecord(BaseModel):
+    """One summary emitted into the context (filled by the summary pyramid, SPEC §7)."""
+
+    level: int
+    covered_ids: list[str]
+    tokens: int
+    exact_values: list[str] = Field(default_factory=list)
+
+
+class DecisionRecord(BaseModel):
+    """The account of one build (SPEC §8); serialises to JSON and back.
+
+    Token fields are in tokens of the configured encoding, including the 3 tokens that
+    prime the reply; ``budget`` is the limit ``tokens_after`` never exceeds.
+    """
+
+    build_id: str
+    created_at: datetime | None = None
+    goal: TaskGoal
+    budget: int
+    encoding: str
+    tokens_before: int
+    tokens_after: int
+    messages_before: int
+    messages_after: int
+    keep_recent: int
+    working_steps: int
+    identity: bool = Field(description="the whole history fitted; output equals input")
+    goal_block: bool = False
+    scorer: str = "offline"
+    scorer_model: str = "offline-v1"
+    rubric_version: str = "offline-v1"
+    usage: ScorerUsage = Field(default_factory=ScorerUsage)
+    cache_hits: int = 0
+    cache_misses: int = 0
+    chains_kept: int = 0
+    chains_total: int = 0
+    summaries: list[SummaryRecord] = Field(default_factory=list)
+    warnings: list[str] = Field(default_factory=list)
+    messages: list[MessageDecision] = Field(default_factory=list)
+
+    @property
+    def cache_hit_rate(self) -> float:
+        """Share of score look-ups answered by the cache (0..1; 0 when none)."""
+        total = self.cache_hits + self.cache_misses
+        return self.cache_hits / total if total else 0.0
+
+    def decision_counts(self) -> dict[str, int]:
+        """How many messages got each decision (``kept``, ``recent``, ``summarised``, ``dropped``)."""
+        counts = Counter(d.decision for d in self.messages)
+        return {k: counts.get(k, 0) for k in ("kept", "recent", "summarised", "dropped")}
+
+    def decision_for(self, message_id: str) -> MessageDecision:
+        """The decision about ``message_id``. Raises ``KeyError`` naming the id."""
+        for decision in self.messages:
+            if decision.id == message_id:
+                return decision
+        raise KeyError(f"no decision for message {message_id!r}")
+
+    def to_json(self, *, indent: int | None = 2) -> str:
+        """The record as JSON text."""
+        return self.model_dump_json(indent=indent)
+
+    @classmethod
+    def from_json(cls, text: str | bytes) -> DecisionRecord:
+        """Parse a record written by :meth:`to_json`. Raises ``pydantic.ValidationError``."""
+        return cls.model_validate_json(text)

@@ -1,0 +1,290 @@
+"""Scoring seam (SPEC §3 step 4, §4): the Scorer protocol, the score cache key, and the
+deterministic offline scorer that is the embedded default and the fallback.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+from collections import Counter, OrderedDict
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Protocol, runtime_checkable
+
+from pydantic import BaseModel, Field
+
+from ._models import MessageType, RelevanceScore, ScoreSource, TaskGoal
+from ._text import has_constraint, identifiers, is_error_output, lexical_terms
+
+__all__ = [
+    "InMemoryScoreCache",
+    "OfflineScorer",
+    "ScoreCache",
+    "ScoreItem",
+    "Scorer",
+    "ScorerUsage",
+    "ScoringContext",
+    "ScoringResult",
+    "score_cache_key",
+]
+
+
+@dataclass(frozen=True, slots=True)
+class ScoreItem:
+    """One message as a scorer sees it.
+
+    Attributes:
+        id: the message id; replies must use exactly these ids.
+        role: OpenAI role.
+        msg_type: :class:`MessageType` value.
+        source: tool name or role, shown to the model.
+        text: content plus tool-call names and arguments.
+        token_count: the message's tokens (tokens).
+        step: the step the message belongs to.
+        referenced_by: how many later messages reference it.
+        is_task_statement: it is the first user message (the task of an agent run).
+        content_hash: the message's content hash (part of the cache key).
+        terms: the message's lexical terms as computed on ingest (empty: derive from text).
+    """
+
+    id: str
+    role: str
+    msg_type: str
+    source: str
+    text: str
+    token_count: int = 0
+    step: int = 0
+    referenced_by: int = 0
+    is_task_statement: bool = False
+    content_hash: str = ""
+    terms: frozenset[str] = frozenset()
+
+
+@dataclass(frozen=True)
+class ScoringContext:
+    """Corpus statistics the offline scorer uses for IDF (pure data).
+
+    Attributes:
+        doc_freq: term → number of messages containing it.
+        doc_count: number of messages the statistics cover.
+    """
+
+    doc_freq: Mapping[str, int] = field(default_factory=dict)
+    doc_count: int = 0
+
+
+class ScorerUsage(BaseModel):
+    """Usage accounting of one build's scoring (SPEC §8): calls, tokens, latency, failures."""
+
+    llm_calls: int = 0
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    latency_s: float = Field(default=0.0, description="wall time inside scorer calls (seconds)")
+    retries: int = 0
+    fallbacks: int = 0
+
+    def add(self, other: ScorerUsage) -> None:
+        """Accumulate ``other`` into this object."""
+        self.llm_calls += other.llm_calls
+        self.prompt_tokens += other.prompt_tokens
+        self.completion_tokens += other.completion_tokens
+        self.latency_s += other.latency_s
+        self.retries += other.retries
+        self.fallbacks += other.fallbacks
+
+
+class ScoringResult(BaseModel):
+    """What a scorer returns: one score per requested id, usage, warnings."""
+
+    scores: list[RelevanceScore]
+    usage: ScorerUsage = Field(default_factory=ScorerUsage)
+    warnings: list[str] = Field(default_factory=list)
+
+
+@runtime_checkable
+class Scorer(Protocol):
+    """Seam for relevance scoring. Implementations return exactly one score per item.
+
+    Attributes:
+        name: short label for records and the CLI (``"offline"``, ``"llm"``).
+        model: model id (part of the cache key; ``"offline-v1"`` for the offline scorer).
+        rubric_version: prompt template id (part of the cache key and decision record).
+    """
+
+    name: str
+    model: str
+    rubric_version: str
+
+    def score(
+        self, goal: TaskGoal, items: Sequence[ScoreItem], context: ScoringContext | None = None
+    ) -> ScoringResult:
+        """Score ``items`` for ``goal``; must not raise for model failures (fall back instead)."""
+        ...
+
+
+def score_cache_key(
+    *, rubric_version: str, model: str, goal: TaskGoal, content_hash: str, role: str, msg_type: str
+) -> str:
+    """Cache key of one score (SPEC §6): sha256 over rubric version, model, final goal,
+    subtask, message content hash, role and type (hex)."""
+    payload = "\x1f".join(
+        [rubric_version, model, goal.final, goal.effective_subtask, content_hash, role, msg_type]
+    )
+    return hashlib.sha256(payload.encode("utf-8")).hexdigest()
+
+
+@runtime_checkable
+class ScoreCache(Protocol):
+    """Seam for the score cache: a mapping from :func:`score_cache_key` to scores."""
+
+    def get(self, key: str) -> RelevanceScore | None:
+        """The cached score, or ``None``."""
+        ...
+
+    def set(self, key: str, score: RelevanceScore) -> None:
+        """Store a score."""
+        ...
+
+
+class InMemoryScoreCache:
+    """A bounded in-process LRU score cache.
+
+    Args:
+        maxsize: most entries kept (oldest used are evicted first).
+    """
+
+    def __init__(self, maxsize: int = 100_000) -> None:
+        self._data: OrderedDict[str, RelevanceScore] = OrderedDict()
+        self._maxsize = maxsize
+
+    def get(self, key: str) -> RelevanceScore | None:
+        """The cached score, or ``None``; marks the entry as recently used."""
+        score = self._data.get(key)
+        if score is not None:
+            self._data.move_to_end(key)
+        return score
+
+    def set(self, key: str, score: RelevanceScore) -> None:
+        """Store a score, evicting the least recently used beyond ``maxsize``."""
+        self._data[key] = score
+        self._data.move_to_end(key)
+        while len(self._data) > self._maxsize:
+            self._data.popitem(last=False)
+
+    def __len__(self) -> int:
+        return len(self._data)
+
+
+# --------------------------------------------------------------------------- offline
+_BASE_PRIOR = {
+    MessageType.USER_INSTRUCTION.value: 4,
+    MessageType.SYSTEM.value: 4,
+    MessageType.SUMMARY.value: 3,
+}
+LEXICAL_STRONG = 0.35
+"""Share of the goal's IDF mass a message must cover for +2 (tuned on LoCoMo, issue 5)."""
+LEXICAL_WEAK = 0.12
+"""Share of the goal's IDF mass a message must cover for +1."""
+
+
+class OfflineScorer:
+    """Deterministic relevance scorer with no network (SPEC §4, the embedded default).
+
+    Rules, in order (reason strings name the rules that fired):
+
+    - the task statement (first user message) → 5; a user message stating a hard
+      constraint ("must / never / only / 必须 / 不要 / 禁止" …) → 5;
+    - otherwise a prior by type (other user instructions and later system messages 4,
+      summaries 3, everything else 2), then
+      ``+2`` / ``+1`` when the message covers ≥ 35 % / ≥ 12 % of the IDF-weighted terms
+      of the subtask (or final goal, whichever is higher), ``+1`` when it quotes an exact
+      identifier of the goal (path, id, number), ``+1`` when later messages reference it,
+      ``+1`` for an error output of a tool; ``−1`` when nothing fired at all;
+    - clipped to 1..5.
+
+    IDF comes from :class:`ScoringContext` (the store's incremental statistics), so a
+    message's score does not depend on which batch it is scored in.
+    """
+
+    name = "offline"
+    model = "offline-v1"
+    rubric_version = "offline-v1"
+
+    def score(
+        self, goal: TaskGoal, items: Sequence[ScoreItem], context: ScoringContext | None = None
+    ) -> ScoringResult:
+        """Score every item; never raises for ordinary input. Returns ``source=offline``."""
+        features = _GoalFeatures.of(goal, context)
+        return ScoringResult(scores=[self._score(features, item) for item in items])
+
+    def score_one(self, goal: TaskGoal, item: ScoreItem, context: ScoringContext | None = None) -> RelevanceScore:
+        """Score one item (see class docstring)."""
+        return self._score(_GoalFeatures.of(goal, context), item)
+
+    @staticmethod
+    def _score(features: _GoalFeatures, item: ScoreItem) -> RelevanceScore:
+        if item.is_task_statement:
+            return RelevanceScore(id=item.id, score=5, reason="task statement", source=ScoreSource.OFFLINE)
+        if item.role == "user" and has_constraint(item.text):
+            return RelevanceScore(id=item.id, score=5, reason="user states a hard constraint", source=ScoreSource.OFFLINE)
+        score = _BASE_PRIOR.get(item.msg_type, 2)
+        reasons: list[str] = [f"{item.msg_type} prior {score}"]
+        fired = False
+        coverage = features.coverage(item.terms or frozenset(lexical_terms(item.text)))
+        if coverage >= LEXICAL_STRONG:
+            score += 2
+            reasons.append(f"covers {coverage:.0%} of the goal's terms")
+            fired = True
+        elif coverage >= LEXICAL_WEAK:
+            score += 1
+            reasons.append(f"covers {coverage:.0%} of the goal's terms")
+            fired = True
+        if features.identifiers and features.identifiers & identifiers(item.text):
+            score += 1
+            reasons.append("quotes an identifier of the goal")
+            fired = True
+        if item.referenced_by:
+            score += 1
+            reasons.append(f"referenced by {item.referenced_by} later message(s)")
+            fired = True
+        if item.msg_type == MessageType.TOOL_RESULT.value and is_error_output(item.text):
+            score += 1
+            reasons.append("error output")
+            fired = True
+        if not fired and item.msg_type not in _BASE_PRIOR:
+            score -= 1
+            reasons.append("unrelated to the goal")
+        score = max(1, min(5, score))
+        return RelevanceScore(id=item.id, score=score, reason="; ".join(reasons), source=ScoreSource.OFFLINE)
+
+
+@dataclass(frozen=True)
+class _GoalFeatures:
+    """The goal's lexical terms with IDF weights and its identifiers, computed once per call."""
+
+    queries: tuple[dict[str, float], ...]
+    identifiers: frozenset[str]
+
+    @classmethod
+    def of(cls, goal: TaskGoal, context: ScoringContext | None) -> _GoalFeatures:
+        n = max(context.doc_count if context else 0, 1)
+        df = context.doc_freq if context else {}
+        queries: list[dict[str, float]] = []
+        for query in dict.fromkeys([goal.effective_subtask, goal.final]):
+            weights = {
+                term: math.log(1 + (n - df.get(term, 0) + 0.5) / (df.get(term, 0) + 0.5))
+                for term in Counter(lexical_terms(query))
+            }
+            if sum(weights.values()) > 0:
+                queries.append(weights)
+        return cls(tuple(queries), frozenset(identifiers(goal.final + "\n" + goal.subtask)))
+
+    def coverage(self, doc_terms: frozenset[str]) -> float:
+        """Largest share of a query's IDF mass that ``doc_terms`` covers (0..1)."""
+        if not doc_terms:
+            return 0.0
+        best = 0.0
+        for weights in self.queries:
+            total = sum(weights.values())
+            best = max(best, sum(w for t, w in weights.items() if t in doc_terms) / total)
+        return best

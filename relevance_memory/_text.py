@@ -1,0 +1,122 @@
+"""Pure text helpers: lexical terms (with CJK bigrams), constraint cues, identifiers.
+
+Used by ingest (reference detection, message typing) and by the offline scorer.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable
+
+__all__ = [
+    "CONSTRAINT_RE",
+    "ERROR_RE",
+    "has_constraint",
+    "identifiers",
+    "is_error_output",
+    "lexical_terms",
+    "preview",
+]
+
+# Hard-constraint cues (SPEC §4 offline scorer: "must / never / only / 必须 / 不要 / 禁止").
+CONSTRAINT_RE = re.compile(
+    r"\b(?:must(?:n't| not)?|never|only|always|do not|don't|doesn't|cannot|can't|shall not|"
+    r"required?|requirements?|forbidden|prohibited|mandatory|at most|at least|no more than|"
+    r"no later than|deadline|avoid|make sure|ensure|allergic|under no circumstances|"
+    r"hard rules?|constraints?)\b"
+    r"|必须|不要|禁止|千万|(?<![特区分个类告识辨级性派差离道])别(?=[给忘再用让碰吃喝做放])|不能|不准|不得|务必|一定要|只能|"
+    r"避开|不吃|不喝|过敏|切记|严禁|不可以|不许|记住",
+    re.IGNORECASE,
+)
+
+ERROR_RE = re.compile(
+    r"Traceback \(most recent call last\)|\b\w*(?:Error|Exception)\b:|\bFAILED\b|\bfatal:|"
+    r"\berror:|command not found|No such file or directory|\bpanic:|Segmentation fault",
+)
+
+_CJK = r"\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uac00-\ud7af\uf900-\ufaff"
+_TERM_RE = re.compile(rf"[{_CJK}]+|[^\W_]+(?:['’][a-z]+)?", re.UNICODE)
+_CJK_RUN = re.compile(rf"^[{_CJK}]+$")
+
+STOPWORDS = frozenset(
+    """a an and are as at be been but by can could did do does for from had has have he her
+    him his how i if in into is it its let me my no not of on or our she so than that the
+    their them then there these they this those to too up us was we were what when where
+    which who why will with would you your yes ok okay just also about all any more some
+    very can't don't i'm it's that's please thanks thank""".split()
+)
+
+_IDENT_RES = (
+    # paths and file names: src/pkg/mod.py, docs/design.md, ./run.sh
+    re.compile(r"(?:[\w.-]+/)+[\w.-]+|\b[\w-]+\.(?:py|pyi|js|ts|tsx|json|md|rst|txt|ya?ml|toml|cfg|ini|rs|go|java|c|h|cpp|hpp|html|css|sh|sql|csv|log)\b"),
+    # ids mixing letters and digits: ORD-1001, call_a1, D3:12, sha-like hex
+    re.compile(r"\b[A-Za-z][A-Za-z_]*[-_:]?\d[\w:-]*\b"),
+    # numbers with at least 3 significant characters: 41872, 50,000, 2026-11-20, 3.14
+    re.compile(r"(?<![\w.])\d[\d,.:/-]*\d(?![\w])"),
+    # code identifiers: snake_case, CamelCase, dotted.names
+    re.compile(r"\b[a-z][a-z0-9]*_[a-z0-9_]+\b|\b[A-Z][a-z0-9]+[A-Z]\w+\b|\b[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)+\b"),
+)
+_MAX_IDENTS = 200
+
+
+def lexical_terms(text: str) -> list[str]:
+    """Lower-cased terms for lexical ranking: words (stopwords removed) and CJK bigrams.
+
+    CJK runs have no spaces, so each run becomes its overlapping character bigrams
+    (a single character stays a unigram), the usual choice for BM25 over Chinese.
+    """
+    out: list[str] = []
+    for match in _TERM_RE.finditer(text.lower()):
+        term = match.group(0)
+        if _CJK_RUN.match(term):
+            if len(term) == 1:
+                out.append(term)
+            else:
+                out.extend(term[i : i + 2] for i in range(len(term) - 1))
+        elif term not in STOPWORDS and (len(term) > 1 or term.isdigit()):
+            out.append(term)
+    return out
+
+
+def has_constraint(text: str) -> bool:
+    """Whether ``text`` states a hard constraint (must, never, only, 必须, 不要, 禁止 …)."""
+    return CONSTRAINT_RE.search(text) is not None
+
+
+def is_error_output(text: str) -> bool:
+    """Whether a tool output looks like an error (traceback, ``Error:``, ``FAILED`` …)."""
+    return ERROR_RE.search(text) is not None
+
+
+def identifiers(text: str) -> set[str]:
+    """Distinctive tokens a later message may quote: paths, ids, numbers, code names.
+
+    At most 200 per message (the first ones), so huge tool outputs stay cheap.
+    """
+    found: set[str] = set()
+    for pattern in _IDENT_RES:
+        for match in pattern.finditer(text):
+            token = match.group(0).strip(".,:-/")
+            if len(token) >= 3:
+                found.add(token)
+                if len(found) >= _MAX_IDENTS:
+                    return found
+    return found
+
+
+def preview(text: str, max_chars: int) -> str:
+    """Head and tail of ``text`` with a marker saying how much was cut (chars)."""
+    if len(text) <= max_chars:
+        return text
+    head = max_chars * 2 // 3
+    tail = max_chars - head
+    cut = len(text) - head - tail
+    return f"{text[:head]} […{cut} chars cut…] {text[-tail:]}"
+
+
+def join_terms(texts: Iterable[str]) -> list[str]:
+    """Lexical terms of several texts, concatenated."""
+    out: list[str] = []
+    for text in texts:
+        out.extend(lexical_terms(text))
+    return out

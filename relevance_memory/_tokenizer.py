@@ -1,0 +1,270 @@
+"""Token counting seam: exact BPE counts with offline encodings, plus OpenAI framing.
+
+The encodings ship inside the package (``_encodings/*.tiktoken.gz``): they are the
+official ``o200k_base`` and ``cl100k_base`` rank files, byte for byte — each is checked
+against the sha256 that tiktoken itself pins in ``tiktoken_ext/openai_public.py`` — so
+counting needs no network on a fresh machine (case C09).
+
+Message framing follows OpenAI's cookbook "How to count tokens with tiktoken":
+3 tokens per message, +1 when ``name`` is set, and 3 tokens priming the reply once per
+request. Tool calls cost their function name and argument string plus
+``TOOL_CALL_OVERHEAD`` tokens each (case C08). Images cost a bounded amount that does
+not depend on the base64 length (case C10): OpenAI's tile rule when the image size can
+be read from the data URL, otherwise a documented default.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import functools
+import gzip
+import hashlib
+import math
+import struct
+from collections.abc import Mapping, Sequence
+from importlib import resources
+from typing import Any, Literal, Protocol, runtime_checkable
+
+import tiktoken
+
+from ._exceptions import TokenizerError
+
+__all__ = [
+    "IMAGE_TOKENS_LOW",
+    "IMAGE_TOKENS_MAX",
+    "REPLY_PRIMING_TOKENS",
+    "TOKENS_PER_MESSAGE",
+    "TOOL_CALL_OVERHEAD",
+    "TiktokenCounter",
+    "TokenCounter",
+    "image_tokens",
+]
+
+TOKENS_PER_MESSAGE = 3
+"""Framing tokens per chat message (OpenAI cookbook, gpt-3.5-turbo-0613 and later)."""
+TOKENS_PER_NAME = 1
+"""Extra token when a message carries ``name`` (OpenAI cookbook)."""
+REPLY_PRIMING_TOKENS = 3
+"""Tokens priming the assistant reply, once per request (OpenAI cookbook)."""
+TOOL_CALL_OVERHEAD = 8
+"""Framing tokens per tool call on top of its name and argument string (measured
+against OpenAI usage reports; an upper estimate so budgets err on the safe side)."""
+IMAGE_TOKENS_LOW = 85
+"""OpenAI's cost of a ``detail: low`` image, and the base cost of a high-detail one."""
+IMAGE_TOKENS_PER_TILE = 170
+"""OpenAI's cost per 512×512 tile of a high-detail image."""
+IMAGE_TOKENS_MAX = IMAGE_TOKENS_LOW + IMAGE_TOKENS_PER_TILE * 8
+"""Upper bound of one image: 768×2048 after scaling is 2×4 tiles → 1,445 tokens."""
+
+# sha256 of the official rank files, as pinned by tiktoken_ext/openai_public.py
+_EXPECTED_SHA256 = {
+    "o200k_base": "446a9538cb6c348e3516120d7c08b09f57c36495e2acfffe59a5bf8b0cfb1a2d",
+    "cl100k_base": "223921b76ee99bde995b7ff738513eef100fb51d18c93597a113bcffe865b2a7",
+}
+_PAT_STR = {
+    "cl100k_base": r"""'(?i:[sdmt]|ll|ve|re)|[^\r\n\p{L}\p{N}]?+\p{L}++|\p{N}{1,3}+| ?[^\s\p{L}\p{N}]++[\r\n]*+|\s++$|\s*[\r\n]|\s+(?!\S)|\s""",
+    "o200k_base": "|".join(
+        [
+            r"""[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]*[\p{Ll}\p{Lm}\p{Lo}\p{M}]+(?i:'s|'t|'re|'ve|'m|'ll|'d)?""",
+            r"""[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]+[\p{Ll}\p{Lm}\p{Lo}\p{M}]*(?i:'s|'t|'re|'ve|'m|'ll|'d)?""",
+            r"""\p{N}{1,3}""",
+            r""" ?[^\s\p{L}\p{N}]+[\r\n/]*""",
+            r"""\s*[\r\n]+""",
+            r"""\s+(?!\S)""",
+            r"""\s+""",
+        ]
+    ),
+}
+_SPECIAL = {
+    "cl100k_base": {
+        "<|endoftext|>": 100257,
+        "<|fim_prefix|>": 100258,
+        "<|fim_middle|>": 100259,
+        "<|fim_suffix|>": 100260,
+        "<|endofprompt|>": 100276,
+    },
+    "o200k_base": {"<|endoftext|>": 199999, "<|endofprompt|>": 200018},
+}
+
+
+@functools.lru_cache(maxsize=2)
+def load_encoding(name: Literal["o200k_base", "cl100k_base"]) -> tiktoken.Encoding:
+    """Load a shipped encoding, verify its checksum, and build a ``tiktoken.Encoding``.
+
+    Raises:
+        TokenizerError: the name is unknown, the file is missing or its sha256 differs.
+    """
+    if name not in _EXPECTED_SHA256:
+        raise TokenizerError(f"unknown encoding {name!r}; use 'o200k_base' or 'cl100k_base'")
+    try:
+        packed = resources.files("relevance_memory").joinpath(f"_encodings/{name}.tiktoken.gz")
+        data = gzip.decompress(packed.read_bytes())
+    except (OSError, EOFError) as exc:
+        raise TokenizerError(f"cannot read the shipped {name} encoding: {exc}") from exc
+    digest = hashlib.sha256(data).hexdigest()
+    if digest != _EXPECTED_SHA256[name]:
+        raise TokenizerError(f"{name} encoding file is corrupt (sha256 {digest})")
+    ranks = {
+        base64.b64decode(token): int(rank)
+        for token, rank in (line.split() for line in data.splitlines() if line)
+    }
+    return tiktoken.Encoding(
+        name=name, pat_str=_PAT_STR[name], mergeable_ranks=ranks, special_tokens=_SPECIAL[name]
+    )
+
+
+@runtime_checkable
+class TokenCounter(Protocol):
+    """Seam for token counting. Implementations must be deterministic and offline."""
+
+    name: str
+
+    def count_text(self, text: str) -> int:
+        """Tokens of a plain string (no framing)."""
+        ...
+
+    def count_texts(self, texts: Sequence[str]) -> list[int]:
+        """Tokens of many strings, in order (may run in parallel)."""
+        ...
+
+    def count_message(self, message: Mapping[str, Any]) -> int:
+        """Tokens one OpenAI chat message costs in a request, framing included."""
+        ...
+
+
+def _png_size(head: bytes) -> tuple[int, int] | None:
+    if head[:8] == b"\x89PNG\r\n\x1a\n" and head[12:16] == b"IHDR" and len(head) >= 24:
+        width, height = struct.unpack(">II", head[16:24])
+        return int(width), int(height)
+    return None
+
+
+def _gif_size(head: bytes) -> tuple[int, int] | None:
+    if head[:6] in (b"GIF87a", b"GIF89a") and len(head) >= 10:
+        width, height = struct.unpack("<HH", head[6:10])
+        return int(width), int(height)
+    return None
+
+
+def _jpeg_size(head: bytes) -> tuple[int, int] | None:
+    if head[:2] != b"\xff\xd8":
+        return None
+    i = 2
+    while i + 9 < len(head):
+        if head[i] != 0xFF:
+            return None
+        marker = head[i + 1]
+        length = struct.unpack(">H", head[i + 2 : i + 4])[0]
+        if marker in (0xC0, 0xC1, 0xC2):
+            height, width = struct.unpack(">HH", head[i + 5 : i + 9])
+            return int(width), int(height)
+        i += 2 + length
+    return None
+
+
+def _image_size(url: str) -> tuple[int, int] | None:
+    """Width and height from the first bytes of a base64 data URL, when readable."""
+    if not url.startswith("data:") or "," not in url:
+        return None
+    b64 = url.split(",", 1)[1][:8192]
+    b64 = b64[: len(b64) - len(b64) % 4]
+    try:
+        head = base64.b64decode(b64, validate=False)
+    except (binascii.Error, ValueError):
+        return None
+    for sniff in (_png_size, _gif_size, _jpeg_size):
+        size = sniff(head)
+        if size and size[0] > 0 and size[1] > 0:
+            return size
+    return None
+
+
+def image_tokens(part: Mapping[str, Any], default: int = 765) -> int:
+    """Tokens of one image content part, bounded by :data:`IMAGE_TOKENS_MAX`.
+
+    Rule (OpenAI vision pricing): ``detail: low`` costs 85. Otherwise the image is
+    scaled to fit 2048×2048, then its short side to 768, and costs
+    ``85 + 170 × tiles`` with 512-pixel tiles. When the size cannot be read from the
+    data URL (remote URL, unknown format, damaged header) the cost is ``default``
+    (765 = a 1024×1024 image). The base64 length never matters (case C10).
+    """
+    spec = part.get("image_url", part.get("image", {}))
+    url = spec.get("url", "") if isinstance(spec, Mapping) else str(spec or "")
+    detail = spec.get("detail", "auto") if isinstance(spec, Mapping) else "auto"
+    if detail == "low":
+        return IMAGE_TOKENS_LOW
+    size = _image_size(url)
+    if size is None:
+        return min(max(default, IMAGE_TOKENS_LOW), IMAGE_TOKENS_MAX)
+    width, height = size
+    scale = min(1.0, 2048 / max(width, height))
+    width, height = width * scale, height * scale
+    scale = min(1.0, 768 / min(width, height))
+    width, height = width * scale, height * scale
+    tiles = math.ceil(width / 512) * math.ceil(height / 512)
+    return IMAGE_TOKENS_LOW + IMAGE_TOKENS_PER_TILE * tiles
+
+
+class TiktokenCounter:
+    """Exact token counts with a shipped tiktoken encoding (no network).
+
+    Args:
+        encoding: ``"o200k_base"`` (GPT-4o and later) or ``"cl100k_base"`` (GPT-4, 3.5).
+        image_tokens: cost of an image whose size cannot be read (tokens).
+
+    Raises:
+        TokenizerError: the encoding cannot be loaded.
+    """
+
+    def __init__(
+        self, encoding: Literal["o200k_base", "cl100k_base"] = "o200k_base", *, image_tokens: int = 765
+    ) -> None:
+        self.name = encoding
+        self._enc = load_encoding(encoding)
+        self._image_default = image_tokens
+
+    def count_text(self, text: str) -> int:
+        """Tokens of ``text``; special-token strings count as ordinary text."""
+        return len(self._enc.encode_ordinary(text)) if text else 0
+
+    def count_texts(self, texts: Sequence[str]) -> list[int]:
+        """Tokens of each string in ``texts`` (batched in tiktoken's thread pool)."""
+        if not texts:
+            return []
+        return [len(ids) for ids in self._enc.encode_ordinary_batch(list(texts), num_threads=2)]
+
+    def _content_tokens(self, content: Any) -> int:
+        if content is None:
+            return 0
+        if isinstance(content, str):
+            return self.count_text(content)
+        total = 0
+        for part in content:
+            if isinstance(part, str):
+                total += self.count_text(part)
+            elif isinstance(part, Mapping):
+                kind = part.get("type")
+                if kind in ("image_url", "image", "input_image"):
+                    total += image_tokens(part, self._image_default)
+                elif kind in ("text", "input_text", "output_text"):
+                    total += self.count_text(str(part.get("text", "")))
+                elif kind == "refusal":
+                    total += self.count_text(str(part.get("refusal", "")))
+                else:  # audio, files: a bounded placeholder cost, never their base64 payload
+                    total += self._image_default
+        return total
+
+    def count_message(self, message: Mapping[str, Any]) -> int:
+        """Tokens of one OpenAI chat message, framing included (OpenAI cookbook rule)."""
+        total = TOKENS_PER_MESSAGE + self.count_text(str(message.get("role", "")))
+        total += self._content_tokens(message.get("content"))
+        name = message.get("name")
+        if name:
+            total += TOKENS_PER_NAME + self.count_text(str(name))
+        for call in message.get("tool_calls") or ():
+            function = call.get("function") or {}
+            total += TOOL_CALL_OVERHEAD
+            total += self.count_text(str(function.get("name", "")))
+            total += self.count_text(str(function.get("arguments", "")))
+        return total
