@@ -1,0 +1,168 @@
+"""``relmem`` — the command line: build a context from a transcript, explain a record."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from ._exceptions import RelevanceMemoryError
+from ._io import load_transcript
+from ._manager import RelevanceMemoryManager
+from ._record import DecisionRecord
+
+__all__ = ["app", "main"]
+
+app = typer.Typer(
+    name="relmem",
+    help="Build relevant, budgeted LLM context from an agent's full history.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+console = Console()
+err = Console(stderr=True)
+
+
+def _fail(message: str) -> typer.Exit:
+    err.print(f"[bold red]error:[/] {message}")
+    return typer.Exit(code=2)
+
+
+@app.command()
+def build(
+    transcript: Annotated[Path, typer.Argument(help="Transcript: OpenAI chat JSON/JSONL, a SWE-bench run, or τ-bench results.")],
+    goal: Annotated[Optional[str], typer.Option(help="Final goal. Default: the first user message.")] = None,
+    subtask: Annotated[Optional[str], typer.Option(help="Current subtask.")] = None,
+    budget: Annotated[Optional[int], typer.Option(help="Token budget of the built context (tokens). Default: 60% of the model's window.")] = None,
+    keep_recent: Annotated[int, typer.Option("--keep-recent", help="Working memory: last K steps kept verbatim.")] = 4,
+    model: Annotated[str, typer.Option(help="Model name; picks the tokenizer (o200k/cl100k) and the default window.")] = "gpt-4o",
+    index: Annotated[int, typer.Option(help="Which run to take from a file holding many (τ-bench).")] = 0,
+    repair: Annotated[bool, typer.Option(help="Keep orphan tool messages / unanswered calls in the store but out of the context, instead of failing.")] = False,
+    out: Annotated[Optional[Path], typer.Option(help="Where to write the context (JSON list of OpenAI messages). Default: <name>.context.json")] = None,
+    record: Annotated[Optional[Path], typer.Option(help="Where to write the decision record. Default: <name>.record.json")] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print the decision record as JSON instead of the table.")] = False,
+) -> None:
+    """Build the context for the next LLM call from TRANSCRIPT and write it with its decision record."""
+    try:
+        loaded = load_transcript(transcript, index=index)
+        memory = RelevanceMemoryManager(
+            model=model,
+            keep_recent=keep_recent,
+            max_input_tokens=budget,
+            on_invalid="repair" if repair else "raise",
+        )
+        memory.extend(loaded.messages)
+        memory.set_goal(final=goal, subtask=subtask)
+        built = memory.build_context()
+    except RelevanceMemoryError as exc:
+        raise _fail(str(exc)) from None
+    stem = transcript.name.removesuffix(".jsonl").removesuffix(".json")
+    if loaded.count > 1:
+        stem = f"{stem}.{index}"
+    out = out or Path(f"{stem}.context.json")
+    record_path = record or Path(f"{stem}.record.json")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    record_path.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(built.messages, ensure_ascii=False, indent=2) + "\n", encoding="utf-8")
+    record_path.write_text(built.record.to_json() + "\n", encoding="utf-8")
+    if as_json:
+        typer.echo(built.record.to_json())
+        return
+    _print_summary(transcript, loaded.format, loaded.count, index, built.record)
+    console.print(f"context → [bold]{out}[/]   decision record → [bold]{record_path}[/]")
+    console.print(f"see why: [cyan]relmem explain {record_path}[/]")
+
+
+def _print_summary(path: Path, fmt: str, count: int, index: int, rec: DecisionRecord) -> None:
+    which = f", run {index} of {count}" if count > 1 else ""
+    console.print(f"[bold]relmem build[/] {path} ({fmt}{which}, {rec.messages_before} messages)")
+    goal = rec.goal
+    if goal.source == "first_user_message":
+        console.print("final goal: [italic]the first user message[/] (pass --goal to set it)")
+    elif goal.final:
+        console.print(f"final goal: {_short(goal.final, 100)}")
+    if goal.subtask:
+        console.print(f"subtask: {_short(goal.subtask, 100)}")
+    scorer = "offline (deterministic, no API key)" if rec.scorer == "offline" else f"{rec.scorer} ({rec.scorer_model})"
+    console.print(f"scorer: {scorer}")
+    counts = rec.decision_counts()
+    table = Table(show_header=True, header_style="bold")
+    table.add_column("")
+    table.add_column("before", justify="right")
+    table.add_column("after", justify="right")
+    table.add_row("messages", f"{rec.messages_before:,}", f"{rec.messages_after:,}")
+    table.add_row("tokens", f"{rec.tokens_before:,}", f"{rec.tokens_after:,} (budget {rec.budget:,})")
+    table.add_row("recent (working memory)", "", f"{counts['recent']:,} msgs, last {rec.working_steps} steps")
+    table.add_row("kept older (by score)", "", f"{counts['kept']:,} msgs")
+    archived = counts["dropped"] + counts["summarised"]
+    table.add_row("archived", "", f"{archived:,} msgs ({counts['summarised']:,} summarised)")
+    table.add_row("trace chains kept", "", f"{rec.chains_kept:,} of {rec.chains_total:,}")
+    if rec.goal_block:
+        table.add_row("goal block", "", "added")
+    if rec.usage.llm_calls or rec.cache_hits:
+        table.add_row("LLM calls / tokens", "", f"{rec.usage.llm_calls} / {rec.usage.prompt_tokens + rec.usage.completion_tokens:,}")
+        table.add_row("cache hit rate", "", f"{rec.cache_hit_rate:.0%}")
+    if rec.identity:
+        table.caption = "the whole history fits the budget: the context equals the input"
+    console.print(table)
+    for warning in rec.warnings:
+        console.print(f"[yellow]warning:[/] {warning}")
+
+
+def _short(text: str, n: int) -> str:
+    text = " ".join(text.split())
+    return text if len(text) <= n else text[: n - 1] + "…"
+
+
+@app.command()
+def explain(
+    record: Annotated[Path, typer.Argument(help="A decision record written by `relmem build`.")],
+    decision: Annotated[Optional[str], typer.Option(help="Only messages with this decision: kept, recent, summarised, dropped.")] = None,
+    limit: Annotated[int, typer.Option(help="Show at most this many rows (0 = all).")] = 0,
+) -> None:
+    """Show the per-message decisions of a build: score, source, tier, decision, reason."""
+    try:
+        rec = DecisionRecord.from_json(record.read_bytes())
+    except OSError as exc:
+        raise _fail(f"cannot read {record}: {exc.strerror or exc}") from None
+    except ValueError as exc:
+        raise _fail(f"{record} is not a decision record: {str(exc).splitlines()[0]}") from None
+    if decision is not None and decision not in ("kept", "recent", "summarised", "dropped"):
+        raise _fail(f"--decision must be kept, recent, summarised or dropped, not {decision!r}")
+    rows = [d for d in rec.messages if decision is None or d.decision == decision]
+    shown = rows[:limit] if limit else rows
+    table = Table(title=f"build {rec.build_id}: {rec.tokens_before:,} → {rec.tokens_after:,} tokens (budget {rec.budget:,})")
+    for col, justify, width in [("id", "left", None), ("step", "right", None), ("type", "left", 11),
+                                ("tokens", "right", None), ("score", "right", None), ("source", "left", 8),
+                                ("tier", "left", 7), ("decision", "left", 10), ("reason", "left", None)]:
+        table.add_column(col, justify=justify, no_wrap=True, overflow="ellipsis", max_width=width)  # type: ignore[arg-type]
+    style = {"kept": "green", "recent": "cyan", "summarised": "yellow", "dropped": "red"}
+    for d in shown:
+        reason = d.reason + (f" — {d.note}" if d.note else "")
+        table.add_row(
+            d.id, str(d.step), d.msg_type, f"{d.tokens:,}",
+            "" if d.score is None else str(d.score),
+            d.score_source.value if d.score_source else "",
+            d.tier, f"[{style[d.decision]}]{d.decision}[/]", reason,
+        )
+    console.print(table)
+    if limit and len(rows) > limit:
+        console.print(f"… {len(rows) - limit} more rows (use --limit 0 for all)")
+    counts = rec.decision_counts()
+    console.print(", ".join(f"{k}: {v}" for k, v in counts.items()))
+    for warning in rec.warnings:
+        console.print(f"[yellow]warning:[/] {warning}")
+
+
+def main() -> None:
+    """Entry point of the ``relmem`` console script."""
+    app()
+
+
+if __name__ == "__main__":
+    main()
