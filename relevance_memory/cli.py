@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Annotated, Optional
 
 import typer
+from rich import box
 from rich.console import Console
 from rich.table import Table
 
@@ -114,6 +115,15 @@ def _print_summary(path: Path, fmt: str, count: int, index: int, rec: DecisionRe
         console.print(f"[yellow]warning:[/] {warning}")
 
 
+_TYPE_ABBREV = {
+    "user_instruction": "instruction",
+    "user_chat": "chat",
+    "assistant_reasoning": "reasoning",
+    "tool_call": "call",
+    "tool_result": "result",
+}
+
+
 def _short(text: str, n: int) -> str:
     text = " ".join(text.split())
     return text if len(text) <= n else text[: n - 1] + "…"
@@ -136,19 +146,24 @@ def explain(
         raise _fail(f"--decision must be kept, recent, summarised or dropped, not {decision!r}")
     rows = [d for d in rec.messages if decision is None or d.decision == decision]
     shown = rows[:limit] if limit else rows
-    table = Table(title=f"build {rec.build_id}: {rec.tokens_before:,} → {rec.tokens_after:,} tokens (budget {rec.budget:,})")
-    for col, justify, width in [("id", "left", None), ("step", "right", None), ("type", "left", 11),
-                                ("tokens", "right", None), ("score", "right", None), ("source", "left", 8),
-                                ("tier", "left", 7), ("decision", "left", 10), ("reason", "left", None)]:
-        table.add_column(col, justify=justify, no_wrap=True, overflow="ellipsis", max_width=width)  # type: ignore[arg-type]
+    table = Table(
+        title=f"build {rec.build_id}: {rec.tokens_before:,} → {rec.tokens_after:,} tokens (budget {rec.budget:,})",
+        box=box.SIMPLE_HEAD,
+        expand=True,
+        pad_edge=False,
+    )
+    for col, justify in [("id", "left"), ("step", "right"), ("type", "left"), ("tokens", "right"),
+                         ("score", "left"), ("decision", "left")]:
+        table.add_column(col, justify=justify, no_wrap=True)  # type: ignore[arg-type]
+    table.add_column("reason", ratio=1, min_width=24)
     style = {"kept": "green", "recent": "cyan", "summarised": "yellow", "dropped": "red"}
     for d in shown:
         reason = d.reason + (f" — {d.note}" if d.note else "")
+        score = "" if d.score is None else f"{d.score} {d.score_source.value if d.score_source else ''}"
         table.add_row(
-            d.id, str(d.step), d.msg_type, f"{d.tokens:,}",
-            "" if d.score is None else str(d.score),
-            d.score_source.value if d.score_source else "",
-            d.tier, f"[{style[d.decision]}]{d.decision}[/]", reason,
+            d.id, str(d.step), _TYPE_ABBREV.get(d.msg_type, d.msg_type), f"{d.tokens:,}", score,
+            f"[{style[d.decision]}]{d.decision}[/]" + (f" ({d.tier})" if d.tier in ("core", "working", "archive") else ""),
+            reason,
         )
     console.print(table)
     if limit and len(rows) > limit:
