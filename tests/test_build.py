@@ -1,0 +1,242 @@
+"""Selection, assembly and the decision record on small hand-made histories."""
+
+from __future__ import annotations
+
+import json
+from datetime import datetime, timezone
+from typing import Any
+
+import pytest
+
+from relevance_memory import (
+    GOAL_BLOCK_MARKER,
+    ConfigError,
+    DecisionRecord,
+    MemoryConfig,
+    OfflineScorer,
+    RelevanceMemoryManager,
+    RelevanceScore,
+    ScoreItem,
+    ScoreSource,
+    ScoringResult,
+    TaskGoal,
+    TiktokenCounter,
+)
+
+from .invariants import assert_invariants
+
+CLOCK = datetime(2026, 11, 30, 12, 0, tzinfo=timezone.utc)
+
+
+def call(call_id: str, arguments: str) -> dict[str, Any]:
+    return {"id": call_id, "type": "function", "function": {"name": "bash", "arguments": arguments}}
+
+
+def agent_history(steps: int = 12) -> list[dict[str, Any]]:
+    history: list[dict[str, Any]] = [
+        {"role": "system", "content": "You are a coding agent."},
+        {"role": "user", "content": "Fix the failing date parser in utils/dates.py. You must not change the public API."},
+    ]
+    for n in range(steps):
+        if n == steps // 2:
+            history.append({"role": "user", "content": "Status?"})
+        history.append({"role": "assistant", "content": f"Step {n}: inspect", "tool_calls": [call(f"c{n}", json.dumps({"command": f"cat file_{n}.txt"}))]})
+        history.append({"role": "tool", "tool_call_id": f"c{n}", "content": f"contents of file {n} " + "lorem ipsum " * 40})
+    return history
+
+
+class FixedScorer:
+    """A fake scorer: the score of each message is given by a function of its id."""
+
+    name = "fixed"
+    model = "fixed-v1"
+    rubric_version = "fixed-v1"
+
+    def __init__(self, table: dict[str, int], default: int = 1) -> None:
+        self.table = table
+        self.default = default
+        self.calls: list[list[str]] = []
+
+    def score(self, goal: TaskGoal, items: Any, context: Any = None) -> ScoringResult:
+        self.calls.append([i.id for i in items])
+        return ScoringResult(
+            scores=[RelevanceScore(id=i.id, score=self.table.get(i.id, self.default), reason="table", source=ScoreSource.LLM) for i in items]
+        )
+
+
+def build(history: list[dict[str, Any]], budget: int, **kwargs: Any):  # type: ignore[no-untyped-def]
+    memory = RelevanceMemoryManager(max_input_tokens=budget, clock=lambda: CLOCK, **kwargs)
+    memory.extend(history)
+    built = memory.build_context()
+    assert_invariants(history, built, budget, memory.tokenizer)
+    return memory, built
+
+
+def test_tiers_and_budget_fill_follow_scores() -> None:
+    history = agent_history()
+    scorer = FixedScorer({"m1": 5, "m5": 4, "m9": 3, "m13": 3, "m3": 2})
+    memory, built = build(history, 1000, keep_recent=2, scorer=scorer)
+    record = built.record
+    by_id = {d.id: d for d in record.messages}
+    assert by_id["m0"].decision == "kept" and by_id["m0"].tier == "pinned"
+    assert by_id["m1"].decision == "kept" and by_id["m1"].tier == "core" and by_id["m1"].score == 5
+    # the result m5 scored 4 drags its call m4 along: a chain's score is the max of its members
+    assert (by_id["m4"].tier, by_id["m5"].tier) == ("core", "core")
+    assert by_id["m4"].decision == by_id["m5"].decision == "kept"
+    assert by_id["m4"].chain_id == by_id["m5"].chain_id == "m4"
+    assert by_id["m8"].tier == by_id["m9"].tier == "working"
+    assert by_id["m2"].tier == by_id["m3"].tier == "archive"
+    assert by_id["m3"].decision == "dropped" and by_id["m3"].note == "archived; restorable from the store"
+    # working memory: the last 2 steps verbatim, plus the newest user message
+    assert [d.id for d in record.messages if d.decision == "recent"] == ["m14", "m23", "m24", "m25", "m26"]
+    assert record.working_steps == 3
+    assert record.goal_block is True
+    assert built.messages[1]["content"].startswith(GOAL_BLOCK_MARKER)
+    assert scorer.calls and "m23" not in scorer.calls[0]  # working memory is never scored
+
+
+def test_working_tier_fills_by_recency_and_skips_what_does_not_fit() -> None:
+    history = agent_history()
+    scorer = FixedScorer({}, default=3)
+    _, built = build(history, 1300, keep_recent=1, scorer=scorer)
+    kept = [d.id for d in built.record.messages if d.decision == "kept" and d.tier == "working"]
+    # newest working chains first: the kept ones are the most recent older chains
+    assert kept and kept == sorted(kept, key=lambda x: int(x[1:]))
+    newest_older = max(int(d.id[1:]) for d in built.record.messages if d.tier == "working")
+    assert f"m{newest_older}" in kept
+
+
+def test_task_statement_is_scored_five_and_kept_first() -> None:
+    history = agent_history()
+    _, built = build(history, 900, keep_recent=1)
+    decision = built.record.decision_for("m1")
+    assert (decision.score, decision.reason, decision.decision) == (5, "task statement", "kept")
+
+
+def test_oversized_task_statement_goes_into_the_goal_block_as_excerpt() -> None:
+    history = agent_history(4)
+    history[1] = {"role": "user", "content": "Fix the parser. " + "Details: " + "x y z " * 600 + " END-MARKER"}
+    _, built = build(history, 900, keep_recent=1)
+    goal_block = built.messages[1]["content"]
+    assert goal_block.startswith(GOAL_BLOCK_MARKER)
+    assert "Fix the parser." in goal_block and "END-MARKER" in goal_block and "[…cut…]" in goal_block
+    assert any("does not fit; the goal block carries an excerpt" in w for w in built.record.warnings)
+
+
+def test_explicit_goal_is_in_the_goal_block() -> None:
+    memory = RelevanceMemoryManager(max_input_tokens=700, keep_recent=1)
+    memory.extend(agent_history())
+    memory.set_goal(final="Make tests pass without API changes", subtask="read file 3")
+    built = memory.build_context()
+    block = built.messages[1]["content"]
+    assert "Final goal: Make tests pass without API changes" in block
+    assert "Current subtask: read file 3" in block
+
+
+def test_failing_scorer_degrades_to_offline_with_a_warning() -> None:
+    class Broken(FixedScorer):
+        def score(self, goal: TaskGoal, items: Any, context: Any = None) -> ScoringResult:
+            raise RuntimeError("endpoint down")
+
+    with pytest.warns(RuntimeWarning, match="endpoint down"):
+        _, built = build(agent_history(), 1200, keep_recent=1, scorer=Broken({}))
+    scored = [d for d in built.record.messages if d.score is not None]
+    assert scored and all(d.score_source == ScoreSource.FALLBACK for d in scored)
+    assert any("endpoint down" in w for w in built.record.warnings)
+    assert built.record.usage.fallbacks == len(scored)
+
+
+def test_scorer_missing_ids_get_fallback_scores() -> None:
+    class Partial(FixedScorer):
+        def score(self, goal: TaskGoal, items: Any, context: Any = None) -> ScoringResult:
+            result = super().score(goal, items, context)
+            return ScoringResult(scores=result.scores[1:])  # drops the first id
+
+    _, built = build(agent_history(), 1200, keep_recent=1, scorer=Partial({}, default=2))
+    sources = {d.score_source for d in built.record.messages if d.score is not None}
+    assert sources == {ScoreSource.LLM, ScoreSource.FALLBACK}
+    assert any("no score for 1 message" in w for w in built.record.warnings)
+
+
+def test_rebuild_uses_the_score_cache() -> None:
+    scorer = FixedScorer({}, default=2)
+    memory = RelevanceMemoryManager(max_input_tokens=1200, keep_recent=1, scorer=scorer)
+    memory.extend(agent_history())
+    first = memory.build_context()
+    second = memory.build_context()
+    assert len(scorer.calls) == 1
+    assert second.messages == first.messages
+    assert second.record.cache_hits == first.record.cache_misses > 0
+    assert second.record.cache_hit_rate == 1.0
+    assert {d.score_source for d in second.record.messages if d.score is not None} == {ScoreSource.CACHE}
+    memory.set_goal(subtask="something else")
+    memory.build_context()
+    assert len(scorer.calls) == 2  # a new subtask is a new cache key
+
+
+def test_record_json_round_trip() -> None:
+    _, built = build(agent_history(), 1200, keep_recent=1)
+    text = built.record.to_json()
+    again = DecisionRecord.from_json(text)
+    assert again == built.record
+    data = json.loads(text)
+    assert data["created_at"].startswith("2026-11-30T12:00:00")
+    assert {"build_id", "goal", "budget", "tokens_before", "tokens_after", "messages", "usage", "rubric_version"} <= set(data)
+    first = data["messages"][3]
+    assert {"id", "step", "score", "score_source", "reason", "strength", "tier", "decision", "chain_id"} <= set(first)
+
+
+def test_keep_recent_zero_still_keeps_newest_user_message() -> None:
+    history = agent_history(6) + [{"role": "user", "content": "What did you find?"}]
+    _, built = build(history, 400, keep_recent=0)
+    assert built.messages[-1] == history[-1]
+
+
+def test_budget_from_model_window() -> None:
+    config = MemoryConfig(model="gpt-4o")
+    assert config.token_budget() == int(128_000 * 0.6)
+    assert MemoryConfig(model="gpt-4", input_fraction=0.5).token_budget() == 4096
+    assert MemoryConfig(model="gpt-4-turbo").resolved_encoding == "cl100k_base"
+    assert MemoryConfig(model="gpt-4o-mini").resolved_encoding == "o200k_base"
+    assert MemoryConfig(max_input_tokens=5000).token_budget() == 5000
+
+
+@pytest.mark.parametrize(
+    ("overrides", "fragment"),
+    [
+        ({"input_fraction": 0.95, "output_reserve": 0.1}, "must not exceed 1"),
+        ({"keep_recent": -1}, "keep_recent"),
+        ({"core_score": 2, "archive_score": 3}, "must be below core_score"),
+        ({"budget_tokens": 5}, "Extra inputs are not permitted"),
+    ],
+)
+def test_bad_config_is_a_clear_error(overrides: dict[str, Any], fragment: str) -> None:
+    with pytest.raises(ConfigError, match=fragment):
+        RelevanceMemoryManager(**overrides)
+
+
+def test_offline_scorer_is_deterministic_and_explains_itself() -> None:
+    scorer = OfflineScorer()
+    goal = TaskGoal(final="Fix the date parser in utils/dates.py", subtask="run the date tests")
+    items = [
+        ScoreItem(id="a", role="tool", msg_type="tool_result", source="bash", text="Traceback (most recent call last):\nValueError: bad date in utils/dates.py"),
+        ScoreItem(id="b", role="assistant", msg_type="assistant_reasoning", source="assistant", text="Nice weather today."),
+        ScoreItem(id="c", role="user", msg_type="user_chat", source="user", text="Never push to main."),
+    ]
+    first = scorer.score(goal, items)
+    assert first == scorer.score(goal, items)
+    scores = {s.id: s for s in first.scores}
+    assert scores["a"].score >= 4 and "error output" in scores["a"].reason
+    assert scores["b"].score == 1 and "unrelated" in scores["b"].reason
+    assert scores["c"].score == 5 and "hard constraint" in scores["c"].reason
+
+
+def test_cjk_history_is_counted_and_kept_valid() -> None:
+    history = [{"role": "system", "content": "你是助理。"}]
+    for n in range(30):
+        history.append({"role": "user", "content": f"第 {n} 轮：今天天气怎么样？我家猫叫豆豆。"})
+        history.append({"role": "assistant", "content": "今天多云，适合出门散步。" * 3})
+    counter = TiktokenCounter()
+    total = sum(counter.count_message(m) for m in history)
+    _, built = build(history, total // 3, keep_recent=2)
+    assert built.record.tokens_after <= total // 3
