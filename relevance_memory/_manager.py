@@ -272,10 +272,15 @@ class RelevanceMemoryManager:
         if goal.source == "first_user_message" and first_user is not None and first_user not in excluded:
             plan.task_root = roots[first_user]
         self._plan_goal_block(plan, final_excerpt=None)
+        # the task statement outranks older working memory: keep room for it when it can fit
+        reserve = 0
+        if plan.task_root is not None and plan.task_root in part.candidates:
+            task_tokens = part.chains[plan.task_root].tokens
+            reserve = task_tokens if plan.used + task_tokens <= budget else 0
         # the rest of working memory, newest first, while it fits
         for n, root in enumerate(part.working):
             tokens = part.chains[root].tokens
-            if plan.used + tokens > budget:
+            if plan.used + tokens + reserve > budget:
                 shed = part.working[n:]
                 plan.warnings.append(
                     f"working memory reduced: {len(shed)} older recent chain(s) did not fit the budget "

@@ -101,8 +101,8 @@ class MessageStore:
         self._by_id: dict[str, int] = {}
         self.excluded: dict[str, str] = {}
         self.referenced_by: dict[str, list[str]] = {}
-        self._call_owner: dict[str, int] = {}  # tool_call_id → index of the assistant message
-        self._answered: dict[str, int] = {}  # tool_call_id → index of its tool message
+        self._call_owner: dict[str, int] = {}  # tool_call_id → index of the latest assistant calling it
+        self._answered: set[tuple[int, str]] = set()  # (assistant index, tool_call_id) with a result
         self._parent: list[int] = []  # union-find over indices (trace chains)
         self._trace_root: dict[str, int] = {}
         self._ident_holders: dict[str, list[int]] = {}
@@ -158,7 +158,7 @@ class MessageStore:
 
     def unanswered_calls(self, index: int) -> list[str]:
         """Tool call ids of the assistant message at ``index`` that have no result yet."""
-        return [c.id for c in self.messages[index].tool_calls if c.id not in self._answered]
+        return [c.id for c in self.messages[index].tool_calls if (index, c.id) not in self._answered]
 
     # ----------------------------------------------------------------- ingest
     def add(
@@ -201,8 +201,15 @@ class MessageStore:
             raise InvalidMessageError("assistant message has neither content nor tool_calls", index=index)
         seen: set[str] = set()
         for call in calls:
-            if call["id"] in self._call_owner or call["id"] in seen:
-                raise InvalidMessageError(f"duplicate tool call id {call['id']!r}", index=index)
+            owner = self._call_owner.get(call["id"])
+            # ids may be reused once the earlier call was answered (τ-bench runs do this)
+            if call["id"] in seen or (owner is not None and (owner, call["id"]) not in self._answered):
+                raise InvalidMessageError(
+                    f"duplicate tool call id {call['id']!r} (the earlier call with this id has no result yet)"
+                    if call["id"] not in seen
+                    else f"duplicate tool call id {call['id']!r} in one message",
+                    index=index,
+                )
             seen.add(call["id"])
         message_id = id or f"m{index}"
         if message_id in self._by_id:
@@ -216,7 +223,7 @@ class MessageStore:
                 excluded_reason = "tool message without tool_call_id"
             elif tool_call_id not in self._call_owner:
                 excluded_reason = f"tool message answers {tool_call_id!r}, which no earlier assistant message called"
-            elif tool_call_id in self._answered:
+            elif (self._call_owner[tool_call_id], tool_call_id) in self._answered:
                 excluded_reason = f"second result for tool call {tool_call_id!r}"
             elif self._tool_block_owner != self._call_owner[tool_call_id]:
                 excluded_reason = (
@@ -232,19 +239,20 @@ class MessageStore:
 
         kind = self._classify(role, content, calls, index, msg_type)
         # steps: a user message, or an assistant message with the tool messages answering it
+        next_step = self._step
         if role in ("system", "developer") and self._leading_system:
             step = -1
         elif role == "tool" and parent_index is not None:
             step = self.messages[parent_index].step
         else:
-            self._step += 1
-            step = self._step
-        if role not in ("system", "developer"):
-            self._leading_system = False
+            next_step += 1
+            step = next_step
         if role == "assistant":
-            self._tool_block_owner = index if calls else None
-        elif role != "tool":
-            self._tool_block_owner = None
+            block_owner: int | None = index if calls else None
+        elif role == "tool":
+            block_owner = self._tool_block_owner
+        else:
+            block_owner = None
 
         raw = dict(message)
         text_for_refs = content_text(content) + "".join(f"\n{c['name']}({c['arguments']})" for c in calls)
@@ -272,12 +280,16 @@ class MessageStore:
         )
         # commit: nothing above mutated the store, so a raised error leaves it unchanged
         self.messages.append(stored)
+        self._step = next_step
+        self._tool_block_owner = block_owner
+        if role not in ("system", "developer"):
+            self._leading_system = False
         self._by_id[message_id] = index
         self._parent.append(index)
         for call in calls:
             self._call_owner[call["id"]] = index
         if parent_index is not None and isinstance(tool_call_id, str):
-            self._answered[tool_call_id] = index
+            self._answered.add((parent_index, tool_call_id))
             self._union(index, parent_index)
         if trace_id is not None:
             if trace_id in self._trace_root:

@@ -121,7 +121,7 @@ def test_metadata_is_kept() -> None:
         ({"role": "user", "content": "x", "tool_calls": [call("c9")]}, "only assistant messages may carry tool_calls"),
         ({"role": "tool", "tool_call_id": "nope", "content": "x"}, "which no earlier assistant message called"),
         ({"role": "tool", "content": "x"}, "without tool_call_id"),
-        ({"role": "assistant", "content": None, "tool_calls": [call("c1")]}, "duplicate tool call id 'c1'"),
+        ({"role": "assistant", "content": None, "tool_calls": [call("c7"), call("c7")]}, "duplicate tool call id 'c7' in one message"),
         ("not a dict", "expected an OpenAI chat dict"),
     ],
 )
@@ -133,6 +133,17 @@ def test_invalid_messages_get_clear_errors(message: Any, fragment: str) -> None:
     assert fragment in str(info.value)
     assert info.value.index == before
     assert len(memory.messages) == before  # nothing half-added
+
+
+def test_tool_call_ids_may_be_reused_once_answered() -> None:
+    """τ-bench runs reuse call ids; that is valid once the earlier call has its result."""
+    memory = memory_with(HISTORY)
+    memory.add({"role": "assistant", "content": None, "tool_calls": [call("c1")]})
+    with pytest.raises(InvalidMessageError, match="earlier call with this id has no result"):
+        memory.add({"role": "assistant", "content": None, "tool_calls": [call("c1")]})
+    memory.add({"role": "tool", "tool_call_id": "c1", "content": "again"})
+    assert memory.store.chain_root(len(memory.messages) - 1) == len(memory.messages) - 2
+    assert memory.store.unanswered_calls(len(memory.messages) - 2) == []
 
 
 def test_tool_result_must_directly_follow_its_call() -> None:
