@@ -13,7 +13,7 @@ import warnings
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
-from typing import Any
+from typing import Any, cast
 
 from ._assemble import check_context, goal_block_text
 from ._config import MemoryConfig
@@ -378,7 +378,7 @@ class RelevanceMemoryManager:
         items = self._items(plan, plan.needs_scores)
         try:
             result = self.scorer.score(plan.goal, items, self._context())
-        except Exception as exc:  # noqa: BLE001 - any scorer failure degrades to offline (SPEC §4)
+        except Exception as exc:
             result = self._fallback_all(plan, items, exc)
         self._accept(plan, scores, items, result)
         return result
@@ -388,8 +388,8 @@ class RelevanceMemoryManager:
     ) -> ScoringResult:
         items = self._items(plan, plan.needs_scores)
         try:
-            result = await ascore(plan.goal, items, self._context())
-        except Exception as exc:  # noqa: BLE001 - any scorer failure degrades to offline (SPEC §4)
+            result = cast(ScoringResult, await ascore(plan.goal, items, self._context()))
+        except Exception as exc:
             result = self._fallback_all(plan, items, exc)
         self._accept(plan, scores, items, result)
         return result
@@ -485,10 +485,10 @@ class RelevanceMemoryManager:
         decisions: list[MessageDecision] = []
         for message in store.messages:
             i = message.index
-            common = dict(
-                id=message.id, index=i, step=message.step, role=message.role,
-                msg_type=message.msg_type.value, tokens=message.token_count,
-            )
+            common: dict[str, Any] = {
+                "id": message.id, "index": i, "step": message.step, "role": message.role,
+                "msg_type": message.msg_type.value, "tokens": message.token_count,
+            }
             if i in plan.excluded:
                 decisions.append(MessageDecision(
                     **common, tier="archive", decision="dropped", chain_id=store[store.chain_root(i)].id,

@@ -39,11 +39,7 @@ _TERM_RE = re.compile(rf"[{_CJK}]+|[^\W_]+(?:['’][a-z]+)?", re.UNICODE)
 _CJK_RUN = re.compile(rf"^[{_CJK}]+$")
 
 STOPWORDS = frozenset(
-    """a an and are as at be been but by can could did do does for from had has have he her
-    him his how i if in into is it its let me my no not of on or our she so than that the
-    their them then there these they this those to too up us was we were what when where
-    which who why will with would you your yes ok okay just also about all any more some
-    very can't don't i'm it's that's please thanks thank""".split()
+    ["a", "an", "and", "are", "as", "at", "be", "been", "but", "by", "can", "could", "did", "do", "does", "for", "from", "had", "has", "have", "he", "her", "him", "his", "how", "i", "if", "in", "into", "is", "it", "its", "let", "me", "my", "no", "not", "of", "on", "or", "our", "she", "so", "than", "that", "the", "their", "them", "then", "there", "these", "they", "this", "those", "to", "too", "up", "us", "was", "we", "were", "what", "when", "where", "which", "who", "why", "will", "with", "would", "you", "your", "yes", "ok", "okay", "just", "also", "about", "all", "any", "more", "some", "very", "can't", "don't", "i'm", "it's", "that's", "please", "thanks", "thank"]
 )
 
 _IDENT_RES = (

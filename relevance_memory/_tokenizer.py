@@ -197,12 +197,11 @@ def image_tokens(part: Mapping[str, Any], default: int = 765) -> int:
     size = _image_size(url)
     if size is None:
         return min(max(default, IMAGE_TOKENS_LOW), IMAGE_TOKENS_MAX)
-    width, height = size
-    scale = min(1.0, 2048 / max(width, height))
-    width, height = width * scale, height * scale
-    scale = min(1.0, 768 / min(width, height))
-    width, height = width * scale, height * scale
-    tiles = math.ceil(width / 512) * math.ceil(height / 512)
+    fit = min(1.0, 2048 / max(size))
+    w, h = size[0] * fit, size[1] * fit
+    short = min(1.0, 768 / min(w, h))
+    w, h = w * short, h * short
+    tiles = math.ceil(w / 512) * math.ceil(h / 512)
     return IMAGE_TOKENS_LOW + IMAGE_TOKENS_PER_TILE * tiles
 
 
@@ -220,7 +219,7 @@ class TiktokenCounter:
     def __init__(
         self, encoding: Literal["o200k_base", "cl100k_base"] = "o200k_base", *, image_tokens: int = 765
     ) -> None:
-        self.name = encoding
+        self.name: str = encoding
         self._enc = load_encoding(encoding)
         self._image_default = image_tokens
 

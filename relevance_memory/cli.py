@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import Annotated
 
 import typer
 from rich import box
@@ -30,22 +30,22 @@ err = Console(stderr=True)
 
 
 def _fail(message: str) -> typer.Exit:
-    err.print(f"[bold red]error:[/] {message}")
+    err.print(f"[bold red]error:[/] {message}", soft_wrap=True)
     return typer.Exit(code=2)
 
 
 @app.command()
 def build(
     transcript: Annotated[Path, typer.Argument(help="Transcript: OpenAI chat JSON/JSONL, a SWE-bench run, or τ-bench results.")],
-    goal: Annotated[Optional[str], typer.Option(help="Final goal. Default: the first user message.")] = None,
-    subtask: Annotated[Optional[str], typer.Option(help="Current subtask.")] = None,
-    budget: Annotated[Optional[int], typer.Option(help="Token budget of the built context (tokens). Default: 60% of the model's window.")] = None,
+    goal: Annotated[str | None, typer.Option(help="Final goal. Default: the first user message.")] = None,
+    subtask: Annotated[str | None, typer.Option(help="Current subtask.")] = None,
+    budget: Annotated[int | None, typer.Option(help="Token budget of the built context (tokens). Default: 60% of the model's window.")] = None,
     keep_recent: Annotated[int, typer.Option("--keep-recent", help="Working memory: last K steps kept verbatim.")] = 4,
     model: Annotated[str, typer.Option(help="Model name; picks the tokenizer (o200k/cl100k) and the default window.")] = "gpt-4o",
     index: Annotated[int, typer.Option(help="Which run to take from a file holding many (τ-bench).")] = 0,
     repair: Annotated[bool, typer.Option(help="Keep orphan tool messages / unanswered calls in the store but out of the context, instead of failing.")] = False,
-    out: Annotated[Optional[Path], typer.Option(help="Where to write the context (JSON list of OpenAI messages). Default: <name>.context.json")] = None,
-    record: Annotated[Optional[Path], typer.Option(help="Where to write the decision record. Default: <name>.record.json")] = None,
+    out: Annotated[Path | None, typer.Option(help="Where to write the context (JSON list of OpenAI messages). Default: <name>.context.json")] = None,
+    record: Annotated[Path | None, typer.Option(help="Where to write the decision record. Default: <name>.record.json")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print the decision record as JSON instead of the table.")] = False,
 ) -> None:
     """Build the context for the next LLM call from TRANSCRIPT and write it with its decision record."""
@@ -132,7 +132,7 @@ def _short(text: str, n: int) -> str:
 @app.command()
 def explain(
     record: Annotated[Path, typer.Argument(help="A decision record written by `relmem build`.")],
-    decision: Annotated[Optional[str], typer.Option(help="Only messages with this decision: kept, recent, summarised, dropped.")] = None,
+    decision: Annotated[str | None, typer.Option(help="Only messages with this decision: kept, recent, summarised, dropped.")] = None,
     limit: Annotated[int, typer.Option(help="Show at most this many rows (0 = all).")] = 0,
 ) -> None:
     """Show the per-message decisions of a build: score, source, tier, decision, reason."""

@@ -41,7 +41,7 @@ def assert_invariants(
     kept_ids = [d.index for d in record.messages if d.decision in ("kept", "recent")]
     assert len(verbatim) == len(kept_ids)
     assert kept_ids == sorted(set(kept_ids))
-    for message, index in zip(verbatim, kept_ids):
+    for message, index in zip(verbatim, kept_ids, strict=False):
         assert message == history[index]
     # the newest user message is always kept verbatim
     users = [i for i, m in enumerate(history) if m.get("role") == "user"]

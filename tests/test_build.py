@@ -75,7 +75,7 @@ def build(history: list[dict[str, Any]], budget: int, **kwargs: Any):  # type: i
 def test_tiers_and_budget_fill_follow_scores() -> None:
     history = agent_history()
     scorer = FixedScorer({"m1": 5, "m5": 4, "m9": 3, "m13": 3, "m3": 2})
-    memory, built = build(history, 1000, keep_recent=2, scorer=scorer)
+    _memory, built = build(history, 1000, keep_recent=2, scorer=scorer)
     record = built.record
     by_id = {d.id: d for d in record.messages}
     assert by_id["m0"].decision == "kept" and by_id["m0"].tier == "pinned"
@@ -187,7 +187,7 @@ def test_record_json_round_trip() -> None:
 
 
 def test_keep_recent_zero_still_keeps_newest_user_message() -> None:
-    history = agent_history(6) + [{"role": "user", "content": "What did you find?"}]
+    history = [*agent_history(6), {"role": "user", "content": "What did you find?"}]
     _, built = build(history, 400, keep_recent=0)
     assert built.messages[-1] == history[-1]
 

@@ -123,7 +123,7 @@ def test_c04_system_prompt_survives_compaction() -> None:
 def test_c05_early_constraint_survives_short_turns() -> None:
     """C05: the step-2 hard rule survives 13 short turns at a 400-token budget."""
     case = load_case("C05-early-constraint-survives-short-turns")
-    memory, built = build(case["messages"], case["settings"]["budget_tokens"], case["settings"]["keep_recent_steps"])
+    _memory, built = build(case["messages"], case["settings"]["budget_tokens"], case["settings"]["keep_recent_steps"])
     text = json.dumps(built.messages, ensure_ascii=False)
     assert "50,000" in text and "VENDOR-K" in text
     rule = built.record.decision_for("m1")
@@ -144,7 +144,7 @@ def test_c05_kind_constraint_in_a_later_turn_and_in_chinese() -> None:
         messages.append({"role": "user", "content": f"选项 {n} 的交期是多少？"})
         messages.append({"role": "assistant", "content": f"选项 {n} 需要 {n + 2} 天。"})
     messages.append({"role": "user", "content": "我们该选哪个？"})
-    memory, built = build(messages, 300, 2)
+    _memory, built = build(messages, 300, 2)
     assert messages[3] in built.messages
     assert built.record.decision_for("m3").score == 5
 
@@ -219,7 +219,7 @@ def test_c10_image_parts_bounded_cost() -> None:
     part = message["content"][1]
     short = {"type": "image_url", "image_url": {"url": part["image_url"]["url"][:2000], "detail": "high"}}
     assert image_tokens(part) == image_tokens(short) <= IMAGE_TOKENS_MAX
-    memory, built = build(case["messages"], 2000, 1)
+    _memory, built = build(case["messages"], 2000, 1)
     assert built.messages == case["messages"]
 
 
