@@ -46,11 +46,11 @@ from ._tokenizer import TiktokenCounter, TokenCounter, image_tokens
 __version__ = "0.1.0"
 
 __all__ = [
+    "GOAL_BLOCK_MARKER",
     "BuiltContext",
     "ConfigError",
     "ContextOverflowError",
     "DecisionRecord",
-    "GOAL_BLOCK_MARKER",
     "InMemoryScoreCache",
     "InvalidMessageError",
     "MemoryConfig",

@@ -29,7 +29,7 @@ from ._scoring import (
     ScorerUsage,
     ScoringContext,
     ScoringResult,
-    score_cache_key,
+    score_cache_prefix,
 )
 from ._select import Chain, Partition, partition, select_chains
 from ._store import MessageStore
@@ -75,6 +75,7 @@ class _Plan:
     candidates: dict[int, Chain] = field(default_factory=dict)
     warnings: list[str] = field(default_factory=list)
     task_root: int | None = None
+    from_cache: set[int] = field(default_factory=set)
 
 
 class RelevanceMemoryManager:
@@ -342,31 +343,30 @@ class RelevanceMemoryManager:
                     referenced_by=len(store.referenced_by.get(m.id, ())),
                     is_task_statement=i == task_index,
                     content_hash=m.content_hash,
-                    terms=frozenset(store.terms[i]),
+                    terms=store.terms[i],
+                    identifiers=store.idents[i],
                 )
             )
         return items
 
-    def _cache_key(self, goal: TaskGoal, message: Message) -> str:
-        return score_cache_key(
-            rubric_version=self.scorer.rubric_version,
-            model=self.scorer.model,
-            goal=goal,
-            content_hash=message.content_hash,
-            role=message.role,
-            msg_type=message.msg_type.value,
-        )
+    def _cache_key(self, prefix: str, message: Message) -> str:
+        return f"{prefix}:{message.content_hash}:{message.role}:{message.msg_type.value}"
+
+    def _cache_prefix(self, goal: TaskGoal) -> str:
+        return score_cache_prefix(rubric_version=self.scorer.rubric_version, model=self.scorer.model, goal=goal)
 
     def _lookup(self, plan: _Plan) -> tuple[dict[int, RelevanceScore], ScoringResult | None, int]:
         """Cache look-up (SPEC §6); leaves only the misses in ``plan.needs_scores``."""
         scores: dict[int, RelevanceScore] = {}
         misses: list[int] = []
+        prefix = self._cache_prefix(plan.goal)
         for i in plan.needs_scores:
-            cached = self.score_cache.get(self._cache_key(plan.goal, self.store[i]))
+            cached = self.score_cache.get(self._cache_key(prefix, self.store[i]))
             if cached is None:
                 misses.append(i)
             else:
-                scores[i] = cached.model_copy(update={"id": self.store[i].id, "source": ScoreSource.CACHE})
+                scores[i] = cached
+                plan.from_cache.add(i)
         hits = len(plan.needs_scores) - len(misses)
         plan.needs_scores = misses
         return scores, None, hits
@@ -421,12 +421,13 @@ class RelevanceMemoryManager:
             result.usage.fallbacks += len(missing)
             for score in self._offline.score(plan.goal, missing, self._context()).scores:
                 got[score.id] = score.model_copy(update={"source": ScoreSource.FALLBACK})
+        prefix = self._cache_prefix(plan.goal)
         for i in plan.needs_scores:
             message = self.store[i]
             score = got[message.id]
             scores[i] = score
             if score.source != ScoreSource.FALLBACK:
-                self.score_cache.set(self._cache_key(plan.goal, message), score)
+                self.score_cache.set(self._cache_key(prefix, message), score)
 
     def _finish(
         self, plan: _Plan, scores: dict[int, RelevanceScore], result: ScoringResult | None, hits: int
@@ -490,13 +491,13 @@ class RelevanceMemoryManager:
                 "msg_type": message.msg_type.value, "tokens": message.token_count,
             }
             if i in plan.excluded:
-                decisions.append(MessageDecision(
+                decisions.append(MessageDecision.model_construct(
                     **common, tier="archive", decision="dropped", chain_id=store[store.chain_root(i)].id,
                     reason="excluded on ingest", note=plan.excluded[i],
                 ))
                 continue
             if i in part.pinned:
-                decisions.append(MessageDecision(
+                decisions.append(MessageDecision.model_construct(
                     **common, tier="pinned", decision="kept", score_source=ScoreSource.PINNED,
                     reason="system prompt (pinned)", chain_id=message.id,
                 ))
@@ -505,7 +506,7 @@ class RelevanceMemoryManager:
             chain_id = store[root].id
             if root in plan.recent:
                 reason = "the whole history fits the budget" if identity else "working memory (last steps)"
-                decisions.append(MessageDecision(
+                decisions.append(MessageDecision.model_construct(
                     **common, tier="recent", decision="recent", score_source=ScoreSource.RECENT,
                     reason=reason, chain_id=chain_id,
                 ))
@@ -514,8 +515,10 @@ class RelevanceMemoryManager:
             score = scores[i]
             tier = selection.tier[root]
             kept = root in selection.kept
-            decisions.append(MessageDecision(
-                **common, score=score.score, score_source=score.source, reason=score.reason,
+            decisions.append(MessageDecision.model_construct(
+                **common, score=score.score,
+                score_source=ScoreSource.CACHE if i in plan.from_cache else score.source, reason=score.reason,
+                strength=None,
                 tier=tier,  # type: ignore[arg-type]
                 decision="kept" if kept else "dropped", chain_id=chain_id,
                 note=selection.notes.get(root, "" if kept else "archived; restorable from the store"),

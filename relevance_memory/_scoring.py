@@ -26,6 +26,7 @@ __all__ = [
     "ScoringContext",
     "ScoringResult",
     "score_cache_key",
+    "score_cache_prefix",
 ]
 
 
@@ -45,6 +46,7 @@ class ScoreItem:
         is_task_statement: it is the first user message (the task of an agent run).
         content_hash: the message's content hash (part of the cache key).
         terms: the message's lexical terms as computed on ingest (empty: derive from text).
+        identifiers: the message's identifiers as computed on ingest (``None``: derive from text).
     """
 
     id: str
@@ -58,6 +60,7 @@ class ScoreItem:
     is_task_statement: bool = False
     content_hash: str = ""
     terms: frozenset[str] = frozenset()
+    identifiers: frozenset[str] | None = None
 
 
 @dataclass(frozen=True)
@@ -122,15 +125,22 @@ class Scorer(Protocol):
         ...
 
 
-def score_cache_key(
-    *, rubric_version: str, model: str, goal: TaskGoal, content_hash: str, role: str, msg_type: str
-) -> str:
-    """Cache key of one score (SPEC §6): sha256 over rubric version, model, final goal,
-    subtask, message content hash, role and type (hex)."""
-    payload = "\x1f".join(
-        [rubric_version, model, goal.final, goal.effective_subtask, content_hash, role, msg_type]
-    )
+def score_cache_prefix(*, rubric_version: str, model: str, goal: TaskGoal) -> str:
+    """The per-build part of the cache key: sha256 over rubric version, model, final goal
+    and subtask (hex). Computed once per build, not once per message."""
+    payload = "\x1f".join([rubric_version, model, goal.final, goal.effective_subtask])
     return hashlib.sha256(payload.encode("utf-8")).hexdigest()
+
+
+def score_cache_key(
+    *, rubric_version: str, model: str, goal: TaskGoal, content_hash: str, role: str, msg_type: str, prefix: str | None = None
+) -> str:
+    """Cache key of one score (SPEC §6): covers rubric version, model, final goal, subtask,
+    message content hash, role and type. ``prefix`` (from :func:`score_cache_prefix`)
+    skips re-hashing the goal for every message."""
+    if prefix is None:
+        prefix = score_cache_prefix(rubric_version=rubric_version, model=model, goal=goal)
+    return f"{prefix}:{content_hash}:{role}:{msg_type}"
 
 
 @runtime_checkable
@@ -239,7 +249,8 @@ class OfflineScorer:
             score += 1
             reasons.append(f"covers {coverage:.0%} of the goal's terms")
             fired = True
-        if features.identifiers and features.identifiers & identifiers(item.text):
+        item_ids = item.identifiers if item.identifiers is not None else identifiers(item.text)
+        if features.identifiers and features.identifiers & item_ids:
             score += 1
             reasons.append("quotes an identifier of the goal")
             fired = True

@@ -81,7 +81,8 @@ class MessageStore:
         messages: every message in arrival order (read-only by convention).
         excluded: message id → reason, for messages kept in the store but never emitted.
         referenced_by: message id → ids of later messages that reference it.
-        terms: per message (by index), its lexical term counts (for the offline scorer).
+        terms: per message (by index), its distinct lexical terms (for the offline scorer).
+        idents: per message (by index), its identifiers (paths, ids, numbers, code names).
         doc_freq: term → number of messages containing it (incremental IDF statistics).
     """
 
@@ -106,7 +107,8 @@ class MessageStore:
         self._parent: list[int] = []  # union-find over indices (trace chains)
         self._trace_root: dict[str, int] = {}
         self._ident_holders: dict[str, list[int]] = {}
-        self.terms: list[Counter[str]] = []
+        self.terms: list[frozenset[str]] = []
+        self.idents: list[frozenset[str]] = []
         self.doc_freq: Counter[str] = Counter()
         self._step = -1
         self._leading_system = True
@@ -303,9 +305,10 @@ class MessageStore:
         for ref in references:
             self.referenced_by.setdefault(ref, []).append(message_id)
         self._index_identifiers(index, idents)
-        terms = Counter(lexical_terms(text_for_refs))
+        terms = frozenset(lexical_terms(text_for_refs))
         self.terms.append(terms)
-        self.doc_freq.update(terms.keys())
+        self.idents.append(frozenset(idents))
+        self.doc_freq.update(terms)
         return stored
 
     def extend(self, messages: Iterable[Mapping[str, Any]]) -> list[Message]:

@@ -37,21 +37,21 @@ ERROR_RE = re.compile(
 _CJK = r"\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uac00-\ud7af\uf900-\ufaff"
 _TERM_RE = re.compile(rf"[{_CJK}]+|[^\W_]+(?:['’][a-z]+)?", re.UNICODE)
 _CJK_RUN = re.compile(rf"^[{_CJK}]+$")
+_ANY_CJK = re.compile(rf"[{_CJK}]")
 
 STOPWORDS = frozenset(
     ["a", "an", "and", "are", "as", "at", "be", "been", "but", "by", "can", "could", "did", "do", "does", "for", "from", "had", "has", "have", "he", "her", "him", "his", "how", "i", "if", "in", "into", "is", "it", "its", "let", "me", "my", "no", "not", "of", "on", "or", "our", "she", "so", "than", "that", "the", "their", "them", "then", "there", "these", "they", "this", "those", "to", "too", "up", "us", "was", "we", "were", "what", "when", "where", "which", "who", "why", "will", "with", "would", "you", "your", "yes", "ok", "okay", "just", "also", "about", "all", "any", "more", "some", "very", "can't", "don't", "i'm", "it's", "that's", "please", "thanks", "thank"]
 )
 
-_IDENT_RES = (
-    # paths and file names: src/pkg/mod.py, docs/design.md, ./run.sh
-    re.compile(r"(?:[\w.-]+/)+[\w.-]+|\b[\w-]+\.(?:py|pyi|js|ts|tsx|json|md|rst|txt|ya?ml|toml|cfg|ini|rs|go|java|c|h|cpp|hpp|html|css|sh|sql|csv|log)\b"),
-    # ids mixing letters and digits: ORD-1001, call_a1, D3:12, sha-like hex
-    re.compile(r"\b[A-Za-z][A-Za-z_]*[-_:]?\d[\w:-]*\b"),
-    # numbers with at least 3 significant characters: 41872, 50,000, 2026-11-20, 3.14
-    re.compile(r"(?<![\w.])\d[\d,.:/-]*\d(?![\w])"),
-    # code identifiers: snake_case, CamelCase, dotted.names
-    re.compile(r"\b[a-z][a-z0-9]*_[a-z0-9_]+\b|\b[A-Z][a-z0-9]+[A-Z]\w+\b|\b[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)+\b"),
+# candidate tokens: runs of word characters and the separators ids and paths use
+_TOKEN_RE = re.compile(r"\d{1,3}(?:,\d{3})+(?:\.\d+)?(?![\w,])|[\w./:\\-]+")
+_FILE_EXT = re.compile(
+    r"\.(?:py|pyi|js|ts|tsx|json|md|rst|txt|ya?ml|toml|cfg|ini|rs|go|java|c|h|cpp|hpp|html|css|sh|sql|csv|log)$"
 )
+_HAS_DIGIT = re.compile(r"\d")
+_HAS_ALPHA = re.compile(r"[^\W\d_]")
+_NUMBER = re.compile(r"\d[\d,.:/-]*\d$")
+_CODE_NAME = re.compile(r"[a-z][a-z0-9]*_[a-z0-9_]+$|[A-Z][a-z0-9]+[A-Z]\w+$|[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)+$")
 _MAX_IDENTS = 200
 
 
@@ -61,9 +61,11 @@ def lexical_terms(text: str) -> list[str]:
     CJK runs have no spaces, so each run becomes its overlapping character bigrams
     (a single character stays a unigram), the usual choice for BM25 over Chinese.
     """
+    lowered = text.lower()
+    if _ANY_CJK.search(lowered) is None:
+        return [t for t in _TERM_RE.findall(lowered) if t not in STOPWORDS and (len(t) > 1 or t.isdigit())]
     out: list[str] = []
-    for match in _TERM_RE.finditer(text.lower()):
-        term = match.group(0)
+    for term in _TERM_RE.findall(lowered):
         if _CJK_RUN.match(term):
             if len(term) == 1:
                 out.append(term)
@@ -87,16 +89,34 @@ def is_error_output(text: str) -> bool:
 def identifiers(text: str) -> set[str]:
     """Distinctive tokens a later message may quote: paths, ids, numbers, code names.
 
-    At most 200 per message (the first ones), so huge tool outputs stay cheap.
+    A token (a run of word characters, ``. / : - \\``) counts when it is a path or file
+    name (``src/app/models.py``, ``design.md``), mixes letters and digits (``ORD-1001``,
+    ``call_a1``), is a number of at least 3 characters (``41872``, ``50,000``,
+    ``2026-11-20``), or is a code name (``snake_case``, ``CamelCase``, ``dotted.name``).
+    At most 200 per message (the first ones), so huge tool outputs stay cheap. Linear
+    in the text length: one tokenising pass, then a check per distinct token.
     """
     found: set[str] = set()
-    for pattern in _IDENT_RES:
-        for match in pattern.finditer(text):
-            token = match.group(0).strip(".,:-/")
-            if len(token) >= 3:
-                found.add(token)
-                if len(found) >= _MAX_IDENTS:
-                    return found
+    seen: set[str] = set()
+    for raw in _TOKEN_RE.findall(text):
+        if raw in seen:
+            continue
+        seen.add(raw)
+        token = raw.strip(".,:-/\\")
+        if len(token) < 3:
+            continue
+        has_digit = _HAS_DIGIT.search(token) is not None
+        has_alpha = _HAS_ALPHA.search(token) is not None
+        if (
+            ("/" in token and has_alpha)
+            or _FILE_EXT.search(token)
+            or (has_digit and has_alpha)
+            or (has_digit and _NUMBER.match(token))
+            or (not has_digit and _CODE_NAME.match(token))
+        ):
+            found.add(token)
+            if len(found) >= _MAX_IDENTS:
+                break
     return found
 
 

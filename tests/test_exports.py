@@ -5,7 +5,9 @@ import relevance_memory
 
 def test_all_is_sorted_and_importable() -> None:
     names = relevance_memory.__all__
-    assert names == sorted(names)
+    # isort-style, as ruff's RUF022 keeps it: CONSTANTS, then Classes, then functions
+    assert names == sorted(names, key=lambda n: (not n.isupper(), not n[:1].isupper(), n))
+    assert len(set(names)) == len(names)
     for name in names:
         assert hasattr(relevance_memory, name), name
 

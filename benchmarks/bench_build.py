@@ -1,0 +1,140 @@
+"""Ingest + build time and peak memory of the core pipeline (issue 2).
+
+Scenarios (each in a fresh subprocess so peak RSS is its own):
+  swe        the largest SWE-bench run in ../shared/data (by tokens), built to 8k
+  longmemeval a LongMemEval s_subset haystack (~500 turns, ~120k tokens), built to 8k
+  synthetic  a synthetic agent history of 100,000 messages, built to 32k
+
+For each: ingest seconds, first build seconds, rebuild seconds (nothing new: every
+score comes from the cache), and peak memory (tracemalloc peak of Python allocations
+and the process's max RSS). Offline scorer, o200k_base.
+
+    python benchmarks/bench_build.py            # all scenarios, prints a Markdown table
+    python benchmarks/bench_build.py --json out.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import resource
+import subprocess
+import sys
+import time
+import tracemalloc
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parents[1]
+DATA = REPO.parent / "shared" / "data"
+sys.path.insert(0, str(REPO))
+
+
+def synthetic_history(n: int) -> list[dict[str, Any]]:
+    """An agent run of ``n`` messages: a task, then tool steps with varied outputs."""
+    words = ("parser config retry timeout index cache value error path module request user "
+             "order vendor budget schema field table count update delete report").split()
+    history: list[dict[str, Any]] = [
+        {"role": "system", "content": "You are a coding agent with a bash tool."},
+        {"role": "user", "content": "Fix the flaky retry logic in net/retry.py; never change the public API."},
+    ]
+    i = 0
+    while len(history) < n - 1:
+        i += 1
+        if i % 25 == 0:
+            history.append({"role": "user", "content": f"Status update {i}? Remember the budget limit {i * 7}."})
+            continue
+        text = " ".join(words[(i * k) % len(words)] for k in range(1, 30))
+        history.append({"role": "assistant", "content": f"Step {i}: {text[:60]}",
+                        "tool_calls": [{"id": f"call_{i}", "type": "function",
+                                        "function": {"name": "bash", "arguments": json.dumps({"command": f"grep -n {words[i % len(words)]} src/m{i % 97}.py"})}}]})
+        history.append({"role": "tool", "tool_call_id": f"call_{i}", "content": f"src/m{i % 97}.py:{i}: {text} {i * 13}"})
+    return history[:n] if history[n - 1]["role"] != "assistant" or not history[n - 1].get("tool_calls") else history[: n - 1]
+
+
+def load(scenario: str) -> tuple[list[dict[str, Any]], int, str]:
+    from relevance_memory import TiktokenCounter, load_transcript
+
+    if scenario == "swe":
+        counter = TiktokenCounter()
+        runs = sorted((DATA / "swebench_trajectories").glob("*.json"))
+        best = max(runs, key=lambda p: sum(counter.count_message(m) for m in load_transcript(p).messages))
+        return load_transcript(best).messages, 8000, best.stem
+    if scenario == "longmemeval":
+        files = sorted((DATA / "longmemeval" / "s_subset").glob("*.json"))
+        item = json.loads(files[0].read_text(encoding="utf-8"))
+        history = [{"role": t["role"], "content": t["content"]} for session in item["haystack_sessions"] for t in session]
+        history.append({"role": "user", "content": item["question"]})
+        return history, 8000, f"{files[0].stem} ({len(item['haystack_sessions'])} sessions)"
+    return synthetic_history(100_000), 32_000, "synthetic agent run"
+
+
+def run_one(scenario: str) -> dict[str, Any]:
+    from relevance_memory import RelevanceMemoryManager
+
+    history, budget, label = load(scenario)
+    # timing pass (no tracing overhead)
+    memory = RelevanceMemoryManager(max_input_tokens=budget, keep_recent=4)
+    t0 = time.perf_counter()
+    memory.extend(history)
+    t1 = time.perf_counter()
+    first = memory.build_context()
+    t2 = time.perf_counter()
+    again = memory.build_context()
+    t3 = time.perf_counter()
+    # memory pass: Python allocations of a fresh ingest + build
+    tracemalloc.start()
+    traced = RelevanceMemoryManager(max_input_tokens=budget, keep_recent=4)
+    traced.extend(history)
+    traced.build_context()
+    _, peak = tracemalloc.get_traced_memory()
+    tracemalloc.stop()
+    assert again.messages == first.messages
+    rss_kib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    return {
+        "scenario": scenario,
+        "input": label,
+        "messages": len(history),
+        "tokens_before": first.record.tokens_before,
+        "budget": budget,
+        "tokens_after": first.record.tokens_after,
+        "messages_after": first.record.messages_after,
+        "ingest_s": round(t1 - t0, 3),
+        "build_s": round(t2 - t1, 3),
+        "rebuild_s": round(t3 - t2, 3),
+        "rebuild_cache_hit_rate": again.record.cache_hit_rate,
+        "tracemalloc_peak_mib": round(peak / 2**20, 1),
+        "max_rss_mib": round(rss_kib / 1024, 1),
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--scenario", choices=["swe", "longmemeval", "synthetic"], help="run one scenario in-process")
+    parser.add_argument("--json", type=Path, help="also write the results as JSON")
+    args = parser.parse_args()
+    if args.scenario:
+        print(json.dumps(run_one(args.scenario)))
+        return
+    if not DATA.is_dir():
+        print(f"note: {DATA} not found; only the synthetic scenario runs", file=sys.stderr)
+    scenarios = ["swe", "longmemeval", "synthetic"] if DATA.is_dir() else ["synthetic"]
+    rows = []
+    for scenario in scenarios:
+        out = subprocess.run([sys.executable, __file__, "--scenario", scenario], capture_output=True, text=True, check=True)
+        rows.append(json.loads(out.stdout.strip().splitlines()[-1]))
+    print(f"machine: {platform.machine()}, {platform.python_implementation()} {platform.python_version()}, "
+          f"{__import__('os').cpu_count()} cores")
+    print("| scenario | messages | tokens before → after (budget) | ingest s | first build s | rebuild s | rebuild / first | peak MiB (tracemalloc / RSS) |")
+    print("|---|---:|---|---:|---:|---:|---:|---|")
+    for r in rows:
+        ratio = r["rebuild_s"] / r["build_s"] if r["build_s"] else 0.0
+        print(f"| {r['scenario']}: {r['input']} | {r['messages']:,} | {r['tokens_before']:,} → {r['tokens_after']:,} ({r['budget']:,}) "
+              f"| {r['ingest_s']:.2f} | {r['build_s']:.2f} | {r['rebuild_s']:.2f} | {ratio:.2f} | {r['tracemalloc_peak_mib']} / {r['max_rss_mib']} |")
+    if args.json:
+        args.json.write_text(json.dumps(rows, indent=2) + "\n", encoding="utf-8")
+
+
+if __name__ == "__main__":
+    main()
