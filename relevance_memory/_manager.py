@@ -491,13 +491,13 @@ class RelevanceMemoryManager:
                 "msg_type": message.msg_type.value, "tokens": message.token_count,
             }
             if i in plan.excluded:
-                decisions.append(MessageDecision.model_construct(
+                decisions.append(MessageDecision(
                     **common, tier="archive", decision="dropped", chain_id=store[store.chain_root(i)].id,
                     reason="excluded on ingest", note=plan.excluded[i],
                 ))
                 continue
             if i in part.pinned:
-                decisions.append(MessageDecision.model_construct(
+                decisions.append(MessageDecision(
                     **common, tier="pinned", decision="kept", score_source=ScoreSource.PINNED,
                     reason="system prompt (pinned)", chain_id=message.id,
                 ))
@@ -506,7 +506,7 @@ class RelevanceMemoryManager:
             chain_id = store[root].id
             if root in plan.recent:
                 reason = "the whole history fits the budget" if identity else "working memory (last steps)"
-                decisions.append(MessageDecision.model_construct(
+                decisions.append(MessageDecision(
                     **common, tier="recent", decision="recent", score_source=ScoreSource.RECENT,
                     reason=reason, chain_id=chain_id,
                 ))
@@ -515,7 +515,7 @@ class RelevanceMemoryManager:
             score = scores[i]
             tier = selection.tier[root]
             kept = root in selection.kept
-            decisions.append(MessageDecision.model_construct(
+            decisions.append(MessageDecision(
                 **common, score=score.score,
                 score_source=ScoreSource.CACHE if i in plan.from_cache else score.source, reason=score.reason,
                 strength=None,
