@@ -218,5 +218,8 @@ def content_text(content: str | list[Any] | None) -> str:
 
 def content_hash(role: str, content: Any, tool_calls: Any = None) -> str:
     """Stable 16-hex-digit sha256 over role, content and tool calls (SPEC §2, §6)."""
-    payload = json.dumps([role, content, tool_calls], sort_keys=True, ensure_ascii=False, default=str)
+    if isinstance(content, str) and not tool_calls:
+        payload = f"{role}\x1f{content}"
+    else:
+        payload = json.dumps([role, content, tool_calls], sort_keys=True, ensure_ascii=False, default=str)
     return hashlib.sha256(payload.encode("utf-8")).hexdigest()[:16]

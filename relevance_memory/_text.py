@@ -93,30 +93,32 @@ def identifiers(text: str) -> set[str]:
     name (``src/app/models.py``, ``design.md``), mixes letters and digits (``ORD-1001``,
     ``call_a1``), is a number of at least 3 characters (``41872``, ``50,000``,
     ``2026-11-20``), or is a code name (``snake_case``, ``CamelCase``, ``dotted.name``).
-    At most 200 per message (the first ones), so huge tool outputs stay cheap. Linear
-    in the text length: one tokenising pass, then a check per distinct token.
+    At most 200 per message, so huge tool outputs stay cheap. Linear in the text
+    length: one tokenising pass, then a check per distinct token.
     """
     found: set[str] = set()
-    seen: set[str] = set()
-    for raw in _TOKEN_RE.findall(text):
-        if raw in seen:
-            continue
-        seen.add(raw)
+    for raw in dict.fromkeys(_TOKEN_RE.findall(text)):  # first occurrences, in order (deterministic)
         token = raw.strip(".,:-/\\")
         if len(token) < 3:
             continue
-        has_digit = _HAS_DIGIT.search(token) is not None
-        has_alpha = _HAS_ALPHA.search(token) is not None
-        if (
-            ("/" in token and has_alpha)
-            or _FILE_EXT.search(token)
-            or (has_digit and has_alpha)
-            or (has_digit and _NUMBER.match(token))
-            or (not has_digit and _CODE_NAME.match(token))
-        ):
+        if token.isalpha():  # plain words: only CamelCase names count
+            if token[1:] != token[1:].lower() and token[1:] != token[1:].upper() and _CODE_NAME.match(token):
+                found.add(token)
+        elif token.isdigit():
             found.add(token)
-            if len(found) >= _MAX_IDENTS:
-                break
+        else:
+            has_digit = _HAS_DIGIT.search(token) is not None
+            has_alpha = _HAS_ALPHA.search(token) is not None
+            if (
+                ("/" in token and has_alpha)
+                or (has_digit and has_alpha)
+                or (has_digit and _NUMBER.match(token))
+                or _FILE_EXT.search(token)
+                or (not has_digit and _CODE_NAME.match(token))
+            ):
+                found.add(token)
+        if len(found) >= _MAX_IDENTS:
+            break
     return found
 
 
