@@ -33,8 +33,7 @@ sys.path.insert(0, str(REPO))
 
 def synthetic_history(n: int) -> list[dict[str, Any]]:
     """An agent run of ``n`` messages: a task, then tool steps with varied outputs."""
-    words = ("parser config retry timeout index cache value error path module request user "
-             "order vendor budget schema field table count update delete report").split()
+    words = ["parser", "config", "retry", "timeout", "index", "cache", "value", "error", "path", "module", "request", "user", "order", "vendor", "budget", "schema", "field", "table", "count", "update", "delete", "report"]
     history: list[dict[str, Any]] = [
         {"role": "system", "content": "You are a coding agent with a bash tool."},
         {"role": "user", "content": "Fix the flaky retry logic in net/retry.py; never change the public API."},
