@@ -7,6 +7,7 @@ from datetime import datetime, timezone
 from typing import Any
 
 import pytest
+from invariants import assert_invariants
 
 from relevance_memory import (
     GOAL_BLOCK_MARKER,
@@ -22,8 +23,6 @@ from relevance_memory import (
     TaskGoal,
     TiktokenCounter,
 )
-
-from .invariants import assert_invariants
 
 CLOCK = datetime(2026, 11, 30, 12, 0, tzinfo=timezone.utc)
 

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from invariants import assert_invariants, is_generated
 
 from relevance_memory import (
     ContextOverflowError,
@@ -22,8 +23,6 @@ from relevance_memory import (
     image_tokens,
 )
 from relevance_memory._tokenizer import IMAGE_TOKENS_MAX, REPLY_PRIMING_TOKENS, load_encoding
-
-from .invariants import assert_invariants, is_generated
 
 HERE = Path(__file__).parent / "cases"
 SHARED = Path(__file__).resolve().parents[1].parent / "shared" / "cases"

@@ -7,10 +7,9 @@ from typing import Any
 
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from invariants import assert_invariants
 
 from relevance_memory import ContextOverflowError, RelevanceMemoryManager, TiktokenCounter
-
-from .invariants import assert_invariants
 
 COUNTER = TiktokenCounter("o200k_base")
 

@@ -10,10 +10,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from invariants import assert_invariants
 
 from relevance_memory import GOAL_BLOCK_MARKER, ContextOverflowError, RelevanceMemoryManager, load_transcript
-
-from .invariants import assert_invariants
 
 REPO = Path(__file__).resolve().parents[1]
 DATA = REPO.parent / "shared" / "data"
