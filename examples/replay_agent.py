@@ -203,7 +203,7 @@ def run(
           f"keep_recent {keep_recent}, {'real endpoint ' + model_name if real else 'scripted model'}", file=out)
     print(f"{'step':>4} {'history msgs':>12} {'tokens':>8} {'sent msgs':>9} {'tokens':>7} {'saved so far':>12}", file=out)
     started = time.perf_counter()
-    for k, (recorded_reply, recorded_after) in enumerate(recorded):
+    for k, (_, recorded_after) in enumerate(recorded):
         kwargs: dict[str, Any] = {"model": model_name, "messages": history, "temperature": 0}
         if tools:
             kwargs["tools"] = tools

@@ -560,10 +560,13 @@ def manage(
 ) -> ManagedOpenAI | AsyncManagedOpenAI:
     """Wrap an OpenAI client so its chat completions send a managed context (one line).
 
-    Returns :class:`AsyncManagedOpenAI` for an async client (one whose
-    ``chat.completions.create`` is a coroutine function, e.g. ``openai.AsyncOpenAI``),
-    else :class:`ManagedOpenAI`. Arguments as for :class:`ManagedOpenAI`.
+    Returns :class:`AsyncManagedOpenAI` for an async client (``openai.AsyncOpenAI``,
+    ``AsyncAzureOpenAI``, or any client whose ``chat.completions.create`` is a coroutine
+    function), else :class:`ManagedOpenAI`. Arguments as for :class:`ManagedOpenAI`.
     """
-    create = client.chat.completions.create
-    cls = AsyncManagedOpenAI if inspect.iscoroutinefunction(create) else ManagedOpenAI
+    create = inspect.unwrap(client.chat.completions.create)
+    is_async = inspect.iscoroutinefunction(create) or any(
+        kind.__name__.startswith("Async") for kind in type(client).__mro__
+    )
+    cls = AsyncManagedOpenAI if is_async else ManagedOpenAI
     return cls(client, memory, on_build=on_build, on_divergence=on_divergence, **config)
