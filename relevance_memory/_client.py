@@ -39,9 +39,9 @@ import inspect
 import json
 import warnings
 from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Mapping
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar
 
-from ._exceptions import HistoryDivergedError
+from ._exceptions import HistoryDivergedError, RelevanceMemoryError
 from ._manager import BuiltContext, RelevanceMemoryManager
 from ._models import TaskGoal
 from ._record import DecisionRecord
@@ -49,6 +49,7 @@ from ._record import DecisionRecord
 __all__ = ["AsyncManagedOpenAI", "ManagedOpenAI", "manage", "message_to_dict"]
 
 OnDivergence = Literal["resync", "raise"]
+T = TypeVar("T")
 
 
 # --------------------------------------------------------------------------- messages
@@ -570,3 +571,34 @@ def manage(
     )
     cls = AsyncManagedOpenAI if is_async else ManagedOpenAI
     return cls(client, memory, on_build=on_build, on_divergence=on_divergence, **config)
+
+
+# --------------------------------------------------------------------------- adapters' seam
+def project_built(
+    built: BuiltContext, memory: RelevanceMemoryManager, sources: list[T], synthetic: Callable[[dict[str, Any]], T]
+) -> list[T]:
+    """Map a built context back onto the caller's own message objects.
+
+    ``sources[i]`` is the caller's object for the memory's message ``i`` (after a prefix
+    sync the history *is* aligned with the store). Emitted store messages come back as
+    their source objects (identity, ids and metadata preserved); messages the build made
+    (the goal block, summaries) go through ``synthetic`` (an OpenAI dict in, an object out).
+
+    Raises:
+        RelevanceMemoryError: the built messages do not match the decision record.
+    """
+    emitted = sorted(d.index for d in built.record.messages if d.decision in ("kept", "recent"))
+    stored = memory.messages
+    out: list[T] = []
+    n = 0
+    for message in built.messages:
+        if n < len(emitted) and message == stored[emitted[n]].raw:
+            out.append(sources[emitted[n]])
+            n += 1
+        else:
+            out.append(synthetic(message))
+    if n != len(emitted):
+        raise RelevanceMemoryError(
+            f"internal error: {len(emitted) - n} kept message(s) not found in the built context; please report this"
+        )
+    return out
