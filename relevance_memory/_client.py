@@ -185,6 +185,7 @@ class _Session:
         on_build: Callable[[BuiltContext], None] | None,
         on_divergence: OnDivergence,
         overrides: dict[str, Any],
+        quiet: bool = False,
     ) -> None:
         if on_divergence not in ("resync", "raise"):
             raise ValueError(f"on_divergence must be 'resync' or 'raise', got {on_divergence!r}")
@@ -195,6 +196,7 @@ class _Session:
         self.on_divergence: OnDivergence = on_divergence
         self._fingerprints: list[str] = []
         self.last_build: BuiltContext | None = None
+        self.quiet = quiet  # resync without a warning (the history was edited through an API of ours)
 
     def memory_for(self, model: str | None) -> RelevanceMemoryManager:
         if self._memory is None:
@@ -253,12 +255,13 @@ class _Session:
                 expected=expected,
                 got=got,
             )
-        warnings.warn(
-            f"history diverged from the memory: {what}; the memory starts over from this history "
-            "(scores are reused from the cache)",
-            RuntimeWarning,
-            stacklevel=4,
-        )
+        if not self.quiet:
+            warnings.warn(
+                f"history diverged from the memory: {what}; the memory starts over from this history "
+                "(scores are reused from the cache)",
+                RuntimeWarning,
+                stacklevel=4,
+            )
         self._memory = memory.fresh(messages)
         self._fingerprints = list(prints)
         return self._memory

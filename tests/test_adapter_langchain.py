@@ -60,7 +60,7 @@ def test_under_budget_the_hook_returns_the_input_objects() -> None:
     messages = conversation(2)
     hook = ManagedContextHook(max_input_tokens=100_000)
     out = hook(messages)
-    assert len(out) == len(messages) and all(a is b for a, b in zip(out, messages))
+    assert len(out) == len(messages) and all(a is b for a, b in zip(out, messages, strict=True))
     assert hook.last_record is not None and hook.last_record.identity
 
 
