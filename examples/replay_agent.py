@@ -7,18 +7,20 @@ calls, append the results, repeat — wrapped in one line::
 
 Without an API key the model is **scripted**: an ``httpx`` mock transport answers each
 ``chat.completions`` request with the run's next assistant message (tool calls
-included), so the history grows exactly as it did in the recorded run. With
-``OPENAI_API_KEY`` set (and optionally ``OPENAI_BASE_URL``, ``--model``) and ``--real``,
-the same loop talks to that endpoint; the tool results are still replayed from the
-transcript (step k's recorded output answers the model's step-k tool calls), and the
-loop stops when the model answers without a tool call.
+included), so the history grows exactly as it did in the recorded run. When an endpoint
+is configured — ``OPENAI_API_KEY`` set, and ``OPENAI_BASE_URL`` for a non-OpenAI server —
+the same loop talks to it (``--scripted`` forces the scripted model; ``--model`` picks
+the model, default ``$OPENAI_MODEL`` or ``gpt-4o-mini``; ``--steps`` defaults to 10 there
+to bound the cost). The tool results are still replayed from the transcript (step k's
+recorded output answers the model's step-k tool calls, under the model's own call ids),
+and the loop stops when the model answers without a tool call.
 
 Per step it prints the history size vs the built-context size (messages, tokens) and
 the running token savings; at the end a ``TOTAL`` line::
 
-    python examples/replay_agent.py                                  # django run, 8k budget
-    python examples/replay_agent.py fixtures/sympy__sympy-20590.json --budget 6000 --stream
-    OPENAI_API_KEY=... python examples/replay_agent.py --real --model gpt-4o-mini --steps 10
+    python examples/replay_agent.py --scripted                       # django run, 8k budget
+    python examples/replay_agent.py fixtures/sympy__sympy-20590.json --budget 6000 --stream --scripted
+    OPENAI_API_KEY=... python examples/replay_agent.py --model gpt-4o-mini --steps 10
 """
 
 from __future__ import annotations
@@ -245,13 +247,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--keep-recent", type=int, default=4, help="working memory in steps")
     parser.add_argument("--steps", type=int, default=None, help="replay at most this many model calls")
     parser.add_argument("--stream", action="store_true", help="stream the replies (recorded once consumed)")
-    parser.add_argument("--real", action="store_true", help="call the endpoint in OPENAI_API_KEY/OPENAI_BASE_URL")
-    parser.add_argument("--model", default=None, help="model name (real endpoint; default gpt-4o-mini)")
+    parser.add_argument("--scripted", action="store_true", help="use the scripted model even when OPENAI_API_KEY is set")
+    parser.add_argument("--model", default=None, help="model name (real endpoint; default $OPENAI_MODEL or gpt-4o-mini)")
     args = parser.parse_args(argv)
-    if args.real and not os.environ.get("OPENAI_API_KEY"):
-        parser.error("--real needs OPENAI_API_KEY (and OPENAI_BASE_URL for a non-OpenAI endpoint)")
-    run(args.transcript, budget=args.budget, keep_recent=args.keep_recent, steps=args.steps,
-        stream=args.stream, real=args.real, model=args.model)
+    real = bool(os.environ.get("OPENAI_API_KEY")) and not args.scripted
+    steps = args.steps if args.steps is not None or not real else 10
+    run(args.transcript, budget=args.budget, keep_recent=args.keep_recent, steps=steps,
+        stream=args.stream, real=real, model=args.model)
     return 0
 
 

@@ -9,7 +9,8 @@ the memory, send the **built context** in their place, record the model's reply
 (choice 0, tool calls included; a streamed reply once the stream is consumed) and keep
 the decision record on the wrapper (``last_build`` / ``last_record``, and the
 ``on_build`` callback). Everything else — other resources, other keyword arguments,
-``with_raw_response``, ``chat.completions.stream`` — passes through unchanged.
+``with_raw_response``, ``chat.completions.stream`` — passes through unchanged and
+unmanaged (so does a client made by ``with_options``: wrap that one too).
 
 This module is a thin seam: it imports nothing from ``openai`` (the client is duck-typed)
 and all context logic stays in :class:`RelevanceMemoryManager`.
@@ -301,6 +302,8 @@ class _Passthrough:
     _wrapped: Any
 
     def __getattr__(self, name: str) -> Any:
+        if name == "_wrapped":  # not set yet (e.g. during copy): no recursion
+            raise AttributeError(name)
         return getattr(self._wrapped, name)
 
 

@@ -102,3 +102,13 @@ def test_missing_extra_names_it(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setitem(sys.modules, "langchain_core", None)
     with pytest.raises(ImportError, match=r"relevance-memory\[langchain\]"):
         ManagedContextHook()
+
+
+def test_a_state_object_with_messages_gets_llm_input_messages() -> None:
+    class State:
+        def __init__(self, messages: list[BaseMessage]) -> None:
+            self.messages = messages
+
+    messages = conversation(1)
+    out = ManagedContextHook(max_input_tokens=100_000)(State(messages))
+    assert out == {"llm_input_messages": messages}

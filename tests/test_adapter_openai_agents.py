@@ -157,3 +157,14 @@ def test_missing_extra_names_it(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setitem(sys.modules, "agents", None)
     with pytest.raises(ImportError, match=r"relevance-memory\[agents\]"):
         ManagedSession("x")
+
+
+async def test_a_call_still_waiting_for_its_output_is_left_out_not_fatal() -> None:
+    session = ManagedSession("s4", max_input_tokens=50_000)
+    pending = {"type": "function_call", "id": "fc_wait", "call_id": "call_wait", "name": "deploy", "arguments": "{}"}
+    await session.add_items([*history(1), pending])
+    items = await session.get_items()
+    assert pending not in items and items == history(1)
+    record = session.last_record
+    assert record is not None
+    assert [d.note for d in record.messages if d.decision == "dropped"] == ["tool call(s) call_wait have no result"]

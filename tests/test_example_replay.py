@@ -20,7 +20,7 @@ TOTAL = re.compile(
 def test_replay_of_the_whole_django_run_in_a_subprocess() -> None:
     env_python = sys.executable
     done = subprocess.run(
-        [env_python, str(EXAMPLE), "--budget", "5000", "--keep-recent", "3"],
+        [env_python, str(EXAMPLE), "--budget", "5000", "--keep-recent", "3", "--scripted"],
         capture_output=True, text=True, timeout=120, cwd=ROOT,
         env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"},
     )

@@ -12,7 +12,7 @@ its memory (sync by prefix, exactly as :class:`relevance_memory.ManagedOpenAI` d
 an edited or trimmed history resyncs, or raises with ``on_divergence="raise"``), builds
 the context and returns LangChain messages: the caller's own objects for every kept
 message (ids, tool calls and metadata untouched) plus a ``SystemMessage`` (or
-``HumanMessage``, per ``context_role``) for the goal block. A state dict gets
+``HumanMessage``, per ``context_role``) for the goal block. A graph state gets
 ``{"llm_input_messages": [...]}`` back — LangGraph's ``pre_model_hook`` contract, which
 feeds the model without rewriting the graph state. Tool calls are converted with
 ``langchain_core.messages.convert_to_openai_messages`` / ``convert_to_messages``, so
@@ -116,17 +116,23 @@ class ManagedContextHook:
         self._session.set_goal(final, subtask)
 
     def _prepare(self, value: Any) -> tuple[list[Any], RelevanceMemoryManager, int]:
-        messages = list(value["messages"] if isinstance(value, Mapping) else value)
+        if isinstance(value, Mapping):
+            messages = list(value["messages"])
+        elif hasattr(value, "messages") and not isinstance(value, Sequence):  # a state object
+            messages = list(value.messages)
+        else:
+            messages = list(value)
         memory = self._session.sync(to_openai_messages(messages), None)
         return messages, memory, self.budget if self.budget is not None else memory.config.token_budget()
 
     def _finish(self, value: Any, messages: list[Any], memory: RelevanceMemoryManager, built: BuiltContext) -> Any:
         self._session.built(built)
         out = project_built(built, memory, messages, lambda m: from_openai_messages([m])[0])
-        return {"llm_input_messages": out} if isinstance(value, Mapping) else out
+        return out if isinstance(value, Sequence) else {"llm_input_messages": out}
 
     def __call__(self, value: Sequence[BaseMessage] | Mapping[str, Any]) -> Any:
-        """Managed context for ``value``: a message list → a list; a state dict → ``{"llm_input_messages": list}``."""
+        """Managed context for ``value``: a message list → a list; a state (a dict with
+        ``messages`` or an object with a ``messages`` attribute) → ``{"llm_input_messages": list}``."""
         messages, memory, budget = self._prepare(value)
         return self._finish(value, messages, memory, memory.build_context(budget=budget))
 

@@ -161,7 +161,10 @@ class ManagedSession:
         on_divergence: what to do when the stored items were changed behind the
             session's back (see :class:`relevance_memory.ManagedOpenAI`); removals
             through ``pop_item``/``clear_session`` always resync quietly.
-        **config: :class:`MemoryConfig` fields, e.g. ``max_input_tokens=8000``.
+        **config: :class:`MemoryConfig` fields, e.g. ``max_input_tokens=8000``. Unlike the
+            core default, ``on_invalid`` defaults to ``"repair"`` here: a function call still
+            waiting for its output (an interrupted or approval-gated turn) is left out of
+            the context, and said so in the decision record, instead of failing the run.
 
     Raises:
         ImportError: ``openai-agents`` is not installed (names the extra).
@@ -189,6 +192,8 @@ class ManagedSession:
         self.session_id: str = session_id or inner.session_id
         self.session_settings: SessionSettings | None = getattr(inner, "session_settings", None)
         self.budget = budget
+        if memory is None:
+            config.setdefault("on_invalid", "repair")
         self._session = _Session(memory, on_build=None, on_divergence=on_divergence, overrides=config)
 
     @property
