@@ -200,7 +200,7 @@ def run(
     client = manage(base, max_input_tokens=budget, keep_recent=keep_recent, model=model_name, on_build=builds.append)
 
     history: list[Any] = list(opening)
-    totals = {"calls": 0, "history_tokens": 0, "sent_tokens": 0, "max_sent": 0, "budget": budget}
+    totals: dict[str, Any] = {"calls": 0, "history_tokens": 0, "sent_tokens": 0, "max_sent": 0, "budget": budget}
     print(f"replaying {Path(transcript).name}: {len(recorded)} model calls, budget {budget} tokens, "
           f"keep_recent {keep_recent}, {'real endpoint ' + model_name if real else 'scripted model'}", file=out)
     print(f"{'step':>4} {'history msgs':>12} {'tokens':>8} {'sent msgs':>9} {'tokens':>7} {'saved so far':>12}", file=out)
