@@ -42,7 +42,7 @@ import warnings
 from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Mapping
 from typing import Any, Literal, TypeVar
 
-from ._exceptions import HistoryDivergedError, RelevanceMemoryError
+from ._exceptions import HistoryDivergedError, InvalidMessageError, RelevanceMemoryError
 from ._manager import BuiltContext, RelevanceMemoryManager
 from ._models import TaskGoal
 from ._record import DecisionRecord
@@ -282,10 +282,18 @@ class _Session:
         return built.messages
 
     def record_reply(self, memory: RelevanceMemoryManager, reply: Mapping[str, Any] | None) -> None:
-        """Record the model's reply unless the memory was replaced meanwhile."""
+        """Record the model's reply unless the memory was replaced meanwhile.
+
+        A reply the store rejects is not recorded (a :class:`RuntimeWarning` says why)
+        rather than losing the caller's response; when the caller appends it to the
+        history, the next call's sync raises the :class:`InvalidMessageError` before sending.
+        """
         if reply is None or memory is not self._memory:
             return
-        memory.add(reply)
+        try:
+            memory.add(reply)
+        except InvalidMessageError as exc:
+            warnings.warn(f"the model's reply was not recorded: {exc}", RuntimeWarning, stacklevel=3)
         self._recorded(memory)
 
     def record_response(self, memory: RelevanceMemoryManager, response: Any) -> None:

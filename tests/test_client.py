@@ -319,6 +319,18 @@ def test_async_client_streams_through_a_mock_transport() -> None:
     assert [c.id for c in messages[-1].tool_calls] == ["call_p1", "call_p2"]
 
 
+def test_a_reply_the_store_rejects_is_not_recorded_and_the_response_is_kept() -> None:
+    call = {"id": "call_1", "type": "function", "function": {"name": "bash", "arguments": "{}"}}
+    history = [*CHAT, {"role": "assistant", "content": None, "tool_calls": [call]},
+               {"role": "tool", "tool_call_id": "call_1", "content": "done"}]
+    echo = _Echo({"role": "assistant", "content": None, "tool_calls": [call]})  # a server that reuses call ids
+    client = _mock_client(echo)
+    with pytest.warns(RuntimeWarning, match="duplicate tool call id"):
+        response = client.chat.completions.create(model="gpt-4o", messages=history)
+    assert response.choices[0].message.tool_calls[0].id == "call_1"
+    assert len(client.memory.messages) == len(history)
+
+
 # --------------------------------------------------------------------------- cassette maker
 def _make_cassettes() -> None:  # pragma: no cover - a developer tool, see the module doc
     import vcr
