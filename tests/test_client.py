@@ -331,6 +331,20 @@ def test_a_reply_the_store_rejects_is_not_recorded_and_the_response_is_kept() ->
     assert len(client.memory.messages) == len(history)
 
 
+def test_a_stream_closed_early_is_not_recorded_until_the_caller_appends_the_reply() -> None:
+    model = _example().ScriptedModel([PARALLEL_REPLY, {"role": "assistant", "content": "ok"}])
+    http = httpx.Client(transport=httpx.MockTransport(model))
+    client = manage(openai.OpenAI(api_key="k", base_url=BASE_URL, http_client=http), max_input_tokens=3000)
+    with client.chat.completions.create(model="gpt-4o", messages=CHAT, stream=True) as stream:
+        next(iter(stream))
+    assert len(client.memory.messages) == 2  # not consumed: nothing recorded
+    history = [*CHAT, PARALLEL_REPLY, *PARALLEL_RESULTS]
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        client.chat.completions.create(model="gpt-4o", messages=history)
+    assert [m.role for m in client.memory.messages] == ["system", "user", "assistant", "tool", "tool", "assistant"]
+
+
 # --------------------------------------------------------------------------- cassette maker
 def _make_cassettes() -> None:  # pragma: no cover - a developer tool, see the module doc
     import vcr
