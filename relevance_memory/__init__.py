@@ -12,10 +12,12 @@ chains, a token budget filled by score, and a decision record saying why.
 """
 
 from ._assemble import GOAL_BLOCK_MARKER, check_context
+from ._client import AsyncManagedOpenAI, ManagedOpenAI, manage, message_to_dict
 from ._config import MemoryConfig, context_window_for, encoding_for
 from ._exceptions import (
     ConfigError,
     ContextOverflowError,
+    HistoryDivergedError,
     InvalidMessageError,
     RelevanceMemoryError,
     ScorerError,
@@ -47,12 +49,15 @@ __version__ = "0.1.0"
 
 __all__ = [
     "GOAL_BLOCK_MARKER",
+    "AsyncManagedOpenAI",
     "BuiltContext",
     "ConfigError",
     "ContextOverflowError",
     "DecisionRecord",
+    "HistoryDivergedError",
     "InMemoryScoreCache",
     "InvalidMessageError",
+    "ManagedOpenAI",
     "MemoryConfig",
     "Message",
     "MessageDecision",
@@ -87,6 +92,8 @@ __all__ = [
     "encoding_for",
     "image_tokens",
     "load_transcript",
+    "manage",
+    "message_to_dict",
     "parse_transcript",
     "score_cache_key",
 ]

@@ -6,7 +6,8 @@ so ``except RelevanceMemoryError`` catches them all. The tree::
     RelevanceMemoryError
     ├── ConfigError                 (also ValueError)  a setting is out of range or inconsistent
     ├── InvalidMessageError         (also ValueError)  a message cannot be ingested as given
-    │   └── TranscriptFormatError                      a file is not a transcript we can read
+    │   ├── TranscriptFormatError                      a file is not a transcript we can read
+    │   └── HistoryDivergedError                       a managed client's history no longer extends the memory
     ├── ContextOverflowError                           pinned prompt + newest step exceed the budget
     ├── TokenizerError                                 the offline encoding could not be loaded
     └── ScorerError                                    the relevance scorer failed (see below)
@@ -26,6 +27,7 @@ from __future__ import annotations
 __all__ = [
     "ConfigError",
     "ContextOverflowError",
+    "HistoryDivergedError",
     "InvalidMessageError",
     "RelevanceMemoryError",
     "ScorerError",
@@ -62,6 +64,27 @@ class InvalidMessageError(RelevanceMemoryError, ValueError):
 
 class TranscriptFormatError(InvalidMessageError):
     """A transcript file is not JSON/JSONL in a format we can read."""
+
+
+class HistoryDivergedError(InvalidMessageError):
+    """The history passed to a managed client does not start with the messages the memory holds.
+
+    A managed client (:class:`ManagedOpenAI`) syncs by prefix: each call's ``messages``
+    must begin with every message already recorded (earlier inputs and the model's
+    replies), in order. Raised with ``on_divergence="raise"`` when the caller edited,
+    trimmed or reordered that prefix; ``index`` is the first position that differs.
+
+    Attributes:
+        index: first position (0-based) where the history and the memory differ.
+        expected: the recorded message at ``index`` (OpenAI dict).
+        got: the caller's message at ``index``, or ``None`` when the history is shorter
+            than the memory (it was trimmed, or a recorded reply was not appended).
+    """
+
+    def __init__(self, reason: str, *, index: int, expected: object = None, got: object = None) -> None:
+        self.expected = expected
+        self.got = got
+        super().__init__(reason, index=index)
 
 
 class ContextOverflowError(RelevanceMemoryError):

@@ -153,6 +153,24 @@ class RelevanceMemoryManager:
         """Every stored message, oldest first (the append-only store)."""
         return self.store.messages
 
+    def fresh(self, messages: Iterable[Mapping[str, Any]] = ()) -> RelevanceMemoryManager:
+        """A new manager like this one, holding ``messages`` (OpenAI chat dicts, ingested in order).
+
+        The store is append-only, so a caller whose history was edited starts over with
+        this. The new manager shares the config, scorer, score cache (unchanged messages
+        are not re-scored), tokenizer and clock, and carries over the explicit final goal
+        and the subtask.
+
+        Raises:
+            InvalidMessageError: a message of ``messages`` is invalid.
+        """
+        other = RelevanceMemoryManager(
+            self.config, scorer=self.scorer, score_cache=self.score_cache, tokenizer=self.tokenizer, clock=self._clock
+        )
+        other.set_goal(final=self._final, subtask=self._subtask)
+        other.extend(messages)
+        return other
+
     # ------------------------------------------------------------------ goal
     def set_goal(self, final: str | None = None, subtask: str | None = None) -> TaskGoal:
         """Set the final goal and/or the current subtask; ``None`` leaves a layer as it is.

@@ -1,0 +1,114 @@
+"""The LangChain / LangGraph adapter with LangChain's real message types."""
+
+from __future__ import annotations
+
+import sys
+
+import pytest
+
+pytest.importorskip("langchain_core")
+
+from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, SystemMessage, ToolMessage
+
+from relevance_memory import GOAL_BLOCK_MARKER, check_context
+from relevance_memory.adapters.langchain import ManagedContextHook, from_openai_messages, to_openai_messages
+
+
+def conversation(steps: int = 10) -> list[BaseMessage]:
+    """A tool-using agent run with parallel tool calls in every step."""
+    out: list[BaseMessage] = [
+        SystemMessage("You are a coding agent."),
+        HumanMessage("Fix the date parser in utils/dates.py; never change the public API.", id="task"),
+    ]
+    for n in range(steps):
+        out.append(AIMessage(
+            f"Step {n}: read two files at once.",
+            id=f"ai{n}",
+            tool_calls=[
+                {"name": "bash", "args": {"command": f"cat file_{n}_a.py"}, "id": f"call_{n}_a"},
+                {"name": "bash", "args": {"command": f"cat file_{n}_b.py"}, "id": f"call_{n}_b"},
+            ],
+        ))
+        out.append(ToolMessage(f"contents of file_{n}_a " + "x = 1\n" * 80, tool_call_id=f"call_{n}_a", name="bash"))
+        out.append(ToolMessage(f"contents of file_{n}_b " + "y = 2\n" * 80, tool_call_id=f"call_{n}_b", name="bash"))
+    out.append(AIMessage("The parser is fixed.", id="final"))
+    return out
+
+
+def assert_whole_chains(messages: list[BaseMessage]) -> None:
+    assert check_context(to_openai_messages(messages)) == []
+    for i, message in enumerate(messages):
+        if isinstance(message, AIMessage) and message.tool_calls:
+            answered = [m.tool_call_id for m in messages[i + 1 : i + 1 + len(message.tool_calls)]]
+            assert answered == [c["id"] for c in message.tool_calls]
+
+
+def test_openai_round_trip_keeps_parallel_tool_calls() -> None:
+    messages = conversation(3)
+    dicts = to_openai_messages(messages)
+    assert [c["id"] for c in dicts[2]["tool_calls"]] == ["call_0_a", "call_0_b"]
+    back = from_openai_messages(dicts)
+    assert [type(m) for m in back] == [type(m) for m in messages]
+    assert back[2].tool_calls == messages[2].tool_calls
+    assert [m.tool_call_id for m in back if isinstance(m, ToolMessage)] == [
+        m.tool_call_id for m in messages if isinstance(m, ToolMessage)
+    ]
+    assert to_openai_messages(back) == dicts
+
+
+def test_under_budget_the_hook_returns_the_input_objects() -> None:
+    messages = conversation(2)
+    hook = ManagedContextHook(max_input_tokens=100_000)
+    out = hook(messages)
+    assert len(out) == len(messages) and all(a is b for a, b in zip(out, messages, strict=True))
+    assert hook.last_record is not None and hook.last_record.identity
+
+
+def test_compacted_context_keeps_objects_and_whole_parallel_chains_as_history_grows() -> None:
+    messages = conversation(12)
+    hook = ManagedContextHook(max_input_tokens=2500, keep_recent=2)
+    hook.set_goal(subtask="edit utils/dates.py")
+    for end in (8, 20, len(messages)):  # a LangGraph state grows between model calls
+        state = {"messages": messages[:end]}
+        out = hook(state)["llm_input_messages"]
+        record = hook.last_record
+        assert record is not None and record.tokens_after <= 2500
+        assert len(hook.memory.messages) == end
+    assert len(out) < len(messages)
+    assert out[0] is messages[0]
+    goal = out[1]
+    assert isinstance(goal, SystemMessage) and str(goal.content).startswith(GOAL_BLOCK_MARKER)
+    assert "Current subtask: edit utils/dates.py" in str(goal.content)
+    originals = {id(m) for m in messages}
+    assert all(id(m) in originals for m in out if m is not goal)  # ids and metadata untouched
+    assert out[-1] is messages[-1]
+    assert_whole_chains(out)
+    assert any(isinstance(m, AIMessage) and len(m.tool_calls) == 2 for m in out)
+
+
+async def test_runnable_lambda_sync_and_async() -> None:
+    messages = conversation(12)
+    hook = ManagedContextHook(max_input_tokens=2500, keep_recent=2)
+    runnable = hook.as_runnable()
+    out = runnable.invoke(messages)
+    assert_whole_chains(out)
+    edited = [*messages[:5], HumanMessage("Actually, also add a test.")]
+    with pytest.warns(RuntimeWarning, match="diverged"):
+        again = await runnable.ainvoke(edited)
+    assert again == edited and [m.raw for m in hook.memory.messages] == to_openai_messages(edited)
+
+
+def test_missing_extra_names_it(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(sys.modules, "langchain_core", None)
+    with pytest.raises(ImportError, match=r"relevance-memory\[langchain\]"):
+        ManagedContextHook()
+
+
+def test_a_state_object_with_messages_gets_llm_input_messages() -> None:
+    class State:
+        def __init__(self, messages: list[BaseMessage]) -> None:
+            self.messages = messages
+
+    messages = conversation(1)
+    out = ManagedContextHook(max_input_tokens=100_000)(State(messages))
+    assert out == {"llm_input_messages": messages}
