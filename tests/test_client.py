@@ -320,15 +320,26 @@ def test_async_client_streams_through_a_mock_transport() -> None:
 
 
 def test_a_reply_the_store_rejects_is_not_recorded_and_the_response_is_kept() -> None:
+    call = {"id": "call_9", "type": "function", "function": {"name": "bash", "arguments": "{}"}}
+    echo = _Echo({"role": "assistant", "content": None, "tool_calls": [call, call]})  # a broken server
+    client = _mock_client(echo)
+    with pytest.warns(RuntimeWarning, match="duplicate tool call id 'call_9' in one message"):
+        response = client.chat.completions.create(model="gpt-4o", messages=CHAT)
+    assert response.choices[0].message.tool_calls[0].id == "call_9"
+    assert len(client.memory.messages) == len(CHAT)
+
+
+def test_a_server_reusing_answered_call_ids_is_recorded() -> None:
+    """Local servers (llama.cpp, Ollama) and τ-bench runs reuse ids once answered: valid."""
     call = {"id": "call_1", "type": "function", "function": {"name": "bash", "arguments": "{}"}}
     history = [*CHAT, {"role": "assistant", "content": None, "tool_calls": [call]},
                {"role": "tool", "tool_call_id": "call_1", "content": "done"}]
-    echo = _Echo({"role": "assistant", "content": None, "tool_calls": [call]})  # a server that reuses call ids
-    client = _mock_client(echo)
-    with pytest.warns(RuntimeWarning, match="duplicate tool call id"):
-        response = client.chat.completions.create(model="gpt-4o", messages=history)
-    assert response.choices[0].message.tool_calls[0].id == "call_1"
-    assert len(client.memory.messages) == len(history)
+    client = _mock_client(_Echo({"role": "assistant", "content": None, "tool_calls": [call]}))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        client.chat.completions.create(model="gpt-4o", messages=history)
+    assert len(client.memory.messages) == len(history) + 1
+    assert client.memory.store.unanswered_calls(len(history)) == ["call_1"]
 
 
 def test_a_stream_closed_early_is_not_recorded_until_the_caller_appends_the_reply() -> None:
