@@ -34,12 +34,12 @@ import time
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
-from typing import Any, Literal
+from typing import Any, Literal, cast
 
 import instructor
 import openai
 from instructor.core.exceptions import IncompleteOutputException, InstructorRetryException
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 from tenacity import (
     AsyncRetrying,
     RetryCallState,
@@ -367,6 +367,19 @@ def _short(text: str, n: int = 160) -> str:
     return text if len(text) <= n else text[: n - 1] + "…"
 
 
+def _error_summary(exc: BaseException) -> str:
+    """One line naming what was wrong with a reply (pydantic errors as ``loc: msg``)."""
+    if isinstance(exc, ValidationError):
+        parts = []
+        for err in exc.errors()[:4]:
+            loc = ".".join(str(p) for p in err.get("loc", ()))
+            parts.append(f"{loc}: {err.get('msg', '')}" if loc else str(err.get("msg", "")))
+        more = f" (+{exc.error_count() - 4} more)" if exc.error_count() > 4 else ""
+        return "; ".join(parts) + more
+    text = str(exc).strip()
+    return text.splitlines()[0] if text else type(exc).__name__
+
+
 def llm_endpoint_configured(environ: dict[str, str] | None = None) -> bool:
     """Whether an LLM endpoint is configured in the environment: ``OPENAI_API_KEY`` or
     ``OPENAI_BASE_URL`` is set and non-empty (``environ`` defaults to ``os.environ``)."""
@@ -405,6 +418,8 @@ class LLMScorer:
         transport: :class:`TransportPolicy` for timeouts / 429 / 5xx.
         timeout: seconds per HTTP request (connect + read).
         max_tokens: completion cap per request (tokens); ``None`` sends none.
+        system_role: ``"system"`` sends the rubric as a system message; ``"user"`` puts it
+            at the top of the user message, for models without a system role (Gemma).
         client / async_client: ready ``openai.OpenAI`` / ``openai.AsyncOpenAI`` clients
             (their own retries are switched off; this class retries).
         http_client / async_http_client: HTTP clients for the clients built here
@@ -438,6 +453,7 @@ class LLMScorer:
         transport: TransportPolicy | None = None,
         timeout: float = 60.0,
         max_tokens: int | None = None,
+        system_role: Literal["system", "user"] = "system",
         client: openai.OpenAI | None = None,
         async_client: openai.AsyncOpenAI | None = None,
         http_client: Any | None = None,
@@ -474,6 +490,7 @@ class LLMScorer:
         self.transport = transport or TransportPolicy()
         self.timeout = timeout
         self.max_tokens = max_tokens
+        self.system_role = system_role
         self.on_failure = on_failure
         self._client = client.with_options(max_retries=0) if client is not None else None
         self._async_client = async_client.with_options(max_retries=0) if async_client is not None else None
@@ -535,7 +552,7 @@ class LLMScorer:
     def tokenizer(self) -> TokenCounter:
         """Token counter for batching (tiktoken, the scorer model's family)."""
         if self._tokenizer is None:
-            self._tokenizer = TiktokenCounter(encoding_for(self.model))
+            self._tokenizer = cast(TokenCounter, TiktokenCounter(encoding_for(self.model)))
         return self._tokenizer
 
     # ------------------------------------------------------------------ batching
@@ -563,7 +580,7 @@ class LLMScorer:
         out: list[_Batch] = []
         current = _Batch([], [])
         used = fixed
-        for item, text, size in zip(items, rendered, sizes):
+        for item, text, size in zip(items, rendered, sizes, strict=True):
             size += 2  # the blank line between items
             full = len(current.items) >= self.batch_max_messages or used + size > self.batch_max_tokens
             if current.items and full:
@@ -633,14 +650,12 @@ class LLMScorer:
 
     # ------------------------------------------------------------------ batches
     def _request(self, goal: TaskGoal, items: Sequence[ScoreItem], rendered: Sequence[str]) -> dict[str, Any]:
-        kwargs: dict[str, Any] = {
-            "model": self.model,
-            "temperature": 0,
-            "messages": [
-                {"role": "system", "content": self.prompt.system},
-                {"role": "user", "content": self.prompt.render_user(goal, items, rendered)},
-            ],
-        }
+        user = self.prompt.render_user(goal, items, rendered)
+        if self.system_role == "user":
+            messages = [{"role": "user", "content": f"{self.prompt.system}\n\n{user}"}]
+        else:
+            messages = [{"role": "system", "content": self.prompt.system}, {"role": "user", "content": user}]
+        kwargs: dict[str, Any] = {"model": self.model, "temperature": 0, "messages": messages}
         if self.max_tokens is not None:
             kwargs["max_tokens"] = self.max_tokens
         return kwargs
@@ -648,7 +663,7 @@ class LLMScorer:
     def _run_batch_sync(
         self, goal: TaskGoal, batch: _Batch, tally: _Tally, got: dict[str, RelevanceScore], failed: dict[str, str]
     ) -> None:
-        pending = list(zip(batch.items, batch.rendered))
+        pending = list(zip(batch.items, batch.rendered, strict=True))
         for round_no in range(self.max_reasks + 1):
             if round_no:
                 tally.retries += 1
@@ -668,7 +683,7 @@ class LLMScorer:
     async def _run_batch_async(
         self, goal: TaskGoal, batch: _Batch, tally: _Tally, got: dict[str, RelevanceScore], failed: dict[str, str]
     ) -> None:
-        pending = list(zip(batch.items, batch.rendered))
+        pending = list(zip(batch.items, batch.rendered, strict=True))
         for round_no in range(self.max_reasks + 1):
             if round_no:
                 tally.retries += 1
@@ -734,7 +749,7 @@ class LLMScorer:
         patched = instructor.patch(create=create, mode=self.mode)
         token = _EXPECTED_IDS.set(frozenset(i.id for i in items))
         try:
-            return await patched(response_model=ScoreReply, max_retries=self.max_retries, **kwargs)  # type: ignore[no-any-return]
+            return await patched(response_model=ScoreReply, max_retries=self.max_retries, **kwargs)  # type: ignore[no-any-return,misc]
         except (InstructorRetryException, IncompleteOutputException) as exc:
             raise self._translate(exc, sends) from exc
         finally:
@@ -751,9 +766,8 @@ class LLMScorer:
                 last_reply=_last_reply_text(getattr(exc, "last_completion", None)),
             )
         last = _last_reply_text(getattr(exc, "last_completion", None))
-        first_line = str(cause or exc).strip().splitlines()[0] if str(cause or exc).strip() else type(exc).__name__
         return ScorerValidationError(
-            f"no valid reply after {sends} attempt(s): {first_line}", attempts=sends, last_reply=last
+            f"no valid reply after {sends} attempt(s): {_error_summary(cause or exc)}", attempts=sends, last_reply=last
         )
 
     # ------------------------------------------------------------------ one HTTP request (transport loop)

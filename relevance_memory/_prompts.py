@@ -130,7 +130,7 @@ def available_prompts() -> list[str]:
 def _parse(version: str) -> tuple[str, str, str]:
     text = _prompt_text(version)
     parts = _SECTION_RE.split(text)
-    header, sections = parts[0], dict(zip(parts[1::2], parts[2::2]))
+    header, sections = parts[0], dict(zip(parts[1::2], parts[2::2], strict=True))
     meta = {}
     for line in header.splitlines():
         key, sep, value = line.partition(":")
