@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import logging
 import os
 from pathlib import Path
 from typing import Annotated, Literal, Optional
@@ -49,8 +50,8 @@ def build(
     record: Annotated[Optional[Path], typer.Option(help="Where to write the decision record. Default: <name>.record.json")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print the decision record as JSON instead of the table.")] = False,
     scorer: Annotated[str, typer.Option(help="auto (LLM when OPENAI_API_KEY / OPENAI_BASE_URL / --base-url is set, else offline), llm or offline.")] = "auto",
-    scorer_model: Annotated[Optional[str], typer.Option(help="Model the LLM scorer calls. Default: $RELMEM_MODEL, else --model.")] = None,
-    base_url: Annotated[Optional[str], typer.Option(help="OpenAI-compatible endpoint for the LLM scorer. Default: $OPENAI_BASE_URL.")] = None,
+    scorer_model: Annotated[str | None, typer.Option(help="Model the LLM scorer calls. Default: $RELMEM_MODEL, else --model.")] = None,
+    base_url: Annotated[str | None, typer.Option(help="OpenAI-compatible endpoint for the LLM scorer. Default: $OPENAI_BASE_URL.")] = None,
 ) -> None:
     """Build the context for the next LLM call from TRANSCRIPT and write it with its decision record."""
     if scorer not in ("auto", "llm", "offline"):
@@ -58,6 +59,8 @@ def build(
     try:
         from ._config import MemoryConfig
         from ._llm_scorer import resolve_scorer  # imports openai only when building
+
+        logging.getLogger("instructor").addHandler(logging.NullHandler())  # failures show as warnings below
 
         config = MemoryConfig.create(
             model=model, keep_recent=keep_recent, max_input_tokens=budget, on_invalid="repair" if repair else "raise"

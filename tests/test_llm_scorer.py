@@ -18,8 +18,8 @@ import httpx2
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-
 from llm_fakes import Step, content, requested_ids, scripted_transport, status, tool
+
 from relevance_memory import (
     LLMScorer,
     RelevanceMemoryManager,
@@ -435,3 +435,22 @@ def test_record_rubric_version_and_cache_key_follow_the_prompt() -> None:
     assert first.record.usage.llm_calls == 1 and second.record.usage.llm_calls == 0
     assert second.record.cache_hits == first.record.cache_misses > 0
 
+
+
+def test_retry_after_header_forms() -> None:
+    import openai
+
+    from relevance_memory._llm_scorer import retry_after_seconds
+
+    def error(headers: dict[str, str]) -> openai.RateLimitError:
+        request = httpx2.Request("POST", BASE_URL + "/chat/completions")
+        response = httpx2.Response(429, headers=headers, request=request)
+        return openai.RateLimitError("rate limited", response=response, body=None)
+
+    from datetime import datetime, timezone
+
+    now = datetime(2026, 1, 1, 12, 0, 0, tzinfo=timezone.utc)
+    assert retry_after_seconds(error({"retry-after": "3"})) == 3.0
+    assert retry_after_seconds(error({"retry-after-ms": "1500"})) == 1.5
+    assert retry_after_seconds(error({"retry-after": "Thu, 01 Jan 2026 12:00:09 GMT"}), now=now) == 9.0
+    assert retry_after_seconds(error({})) is None
