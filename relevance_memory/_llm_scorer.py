@@ -208,13 +208,14 @@ def extract_json_reply(text: str) -> Any:
     Tries :meth:`json.JSONDecoder.raw_decode` at each ``[`` and ``{`` (at most 500
     positions) and returns the first decoded value shaped like a score list (an array
     of objects, or an object holding one); otherwise the first value that decoded at
-    all. Code fences and surrounding prose — even prose with braces — are skipped.
+    all. Code fences and surrounding prose — even prose with braces — are skipped;
+    raw control characters (newlines) inside strings are accepted.
 
     Raises:
         json.JSONDecodeError: nothing decodes; the message is the first decode error
             (e.g. single quotes), or says that the reply holds no JSON at all.
     """
-    decoder = json.JSONDecoder()
+    decoder = json.JSONDecoder(strict=False)  # raw newlines/tabs inside strings are common and harmless
     first_value: Any = None
     decoded_any = False
     first_error: json.JSONDecodeError | None = None

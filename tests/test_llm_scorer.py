@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+from collections.abc import Iterator
 from typing import Any
 
 import httpx2
@@ -88,8 +89,12 @@ class Harness:
 
 
 @pytest.fixture
-def harness(record_mode: str) -> Harness:
-    return Harness(record_mode)
+def harness(record_mode: str, request: pytest.FixtureRequest) -> Iterator[Harness]:
+    """A :class:`Harness`; on ``vcr`` tests in replay, also checks every interaction was played."""
+    cassette = request.getfixturevalue("vcr") if request.node.get_closest_marker("vcr") else None
+    yield Harness(record_mode)
+    if cassette is not None and record_mode == "none":
+        assert cassette.all_played, f"{cassette.play_count} of {len(cassette)} recorded interactions played"
 
 
 def assert_http_calls(harness: Harness, vcr: Any, n: int) -> None:
@@ -454,3 +459,16 @@ def test_retry_after_header_forms() -> None:
     assert retry_after_seconds(error({"retry-after-ms": "1500"})) == 1.5
     assert retry_after_seconds(error({"retry-after": "Thu, 01 Jan 2026 12:00:09 GMT"}), now=now) == 9.0
     assert retry_after_seconds(error({})) is None
+
+
+def test_manager_abuild_context_uses_ascore() -> None:
+    harness = Harness("none")
+
+    def answer(body: dict[str, Any]) -> dict[str, Any]:
+        return content(json.dumps({"scores": [{"id": i, "reason": "line one\nline two", "score": 4} for i in requested_ids(body)]}))
+
+    memory = _manager(harness.scorer([answer] * 10, mock=True, batch_max_messages=2))
+    built = asyncio.run(memory.abuild_context())
+    scored = [d for d in built.record.messages if d.score is not None]
+    assert scored and all(d.score_source == ScoreSource.LLM and d.score == 4 for d in scored)
+    assert built.record.usage.llm_calls == len(harness.sent) >= 2

@@ -52,6 +52,12 @@ def live_scorer(**kwargs: Any) -> LLMScorer:
     return LLMScorer(MODEL, **options)
 
 
+def assert_replayed(vcr: Any, record_mode: str, calls: int) -> None:
+    """In replay, every recorded interaction was played and nothing else was sent."""
+    if record_mode == "none":
+        assert vcr.all_played and vcr.play_count == calls
+
+
 def assert_complete(result: Any, ids: list[str]) -> None:
     assert [s.id for s in result.scores] == ids
     assert {s.source for s in result.scores} <= {ScoreSource.LLM, ScoreSource.FALLBACK}
@@ -64,29 +70,32 @@ def assert_complete(result: Any, ids: list[str]) -> None:
 
 
 @pytest.mark.vcr
-def test_live_tools_mode_batch() -> None:
+def test_live_tools_mode_batch(vcr: Any, record_mode: str) -> None:
     """TOOLS mode: llama.cpp turns the forced tool call into a JSON grammar."""
     result = live_scorer().score(GOAL, ITEMS)
     assert_complete(result, ["m1", "m2", "m3"])
+    assert_replayed(vcr, record_mode, result.usage.llm_calls)
 
 
 @pytest.mark.vcr
-def test_live_json_mode_reask_and_fallback() -> None:
+def test_live_json_mode_reask_and_fallback(vcr: Any, record_mode: str) -> None:
     """JSON mode: free-form JSON from the model goes through the tolerant parser and the
     validation re-ask loop; what never validates falls back visibly."""
     result = live_scorer(mode="json").score(GOAL, ITEMS[:2])
     assert_complete(result, ["m1", "m2"])
+    assert_replayed(vcr, record_mode, result.usage.llm_calls)
 
 
 @pytest.mark.vcr
-def test_live_async_batches() -> None:
+def test_live_async_batches(vcr: Any, record_mode: str) -> None:
     result = asyncio.run(live_scorer(batch_max_messages=2, max_concurrency=1).ascore(GOAL, ITEMS))
     assert_complete(result, ["m1", "m2", "m3"])
     assert result.usage.llm_calls >= 2
+    assert_replayed(vcr, record_mode, result.usage.llm_calls)
 
 
 @pytest.mark.vcr
-def test_live_manager_build() -> None:
+def test_live_manager_build(vcr: Any, record_mode: str) -> None:
     memory = RelevanceMemoryManager(scorer=live_scorer(), max_input_tokens=120, keep_recent=1)
     memory.add({"role": "system", "content": "You are a reporting agent."})
     memory.add({"role": "user", "content": "Write the Q3 sales report for ORD-1001. It must be in French, max 2 pages."})
@@ -105,3 +114,4 @@ def test_live_manager_build() -> None:
     assert scored and {d.score_source for d in scored} <= {ScoreSource.LLM, ScoreSource.FALLBACK}
     has_fallback = any(d.score_source == ScoreSource.FALLBACK for d in scored)
     assert has_fallback == any("fallback" in w for w in record.warnings)
+    assert_replayed(vcr, record_mode, record.usage.llm_calls)
