@@ -398,6 +398,13 @@ class LLMScorer:
     with the project tokenizer); async batches run concurrently, at most
     ``max_concurrency`` at a time. Requests use temperature 0.
 
+    Usage in :class:`ScorerUsage` (per ``score``/``ascore`` call, i.e. per build):
+    ``llm_calls`` = HTTP requests sent, every attempt counted (failed ones too);
+    ``retries`` = how many of those were re-sends (transport retry, validation re-ask or
+    missing-id re-ask), so ``llm_calls - retries`` is the number of batches sent;
+    ``prompt_tokens`` / ``completion_tokens`` as the server reported them (tokens);
+    ``latency_s`` = wall time of the call (seconds); ``fallbacks`` = ids given offline scores.
+
     Args:
         model: model id; default ``$RELMEM_MODEL``, else ``"gpt-4o-mini"``. Part of the
             score cache key.
