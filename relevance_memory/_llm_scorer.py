@@ -526,6 +526,22 @@ class LLMScorer:
         return f"LLMScorer(model={self.model!r}, base_url={self.base_url!r}, mode={self.mode.value!r})"
 
     # ------------------------------------------------------------------ clients
+    def close(self) -> None:
+        """Close the HTTP connections of the sync client built here (idempotent)."""
+        if self._client is not None:
+            self._client.close()
+
+    async def aclose(self) -> None:
+        """Close the HTTP connections of the async client built here (idempotent)."""
+        if self._async_client is not None:
+            await self._async_client.close()
+
+    def __enter__(self) -> LLMScorer:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
     @property
     def endpoint(self) -> str:
         """The base URL requests go to (for messages)."""

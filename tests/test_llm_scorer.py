@@ -472,3 +472,43 @@ def test_manager_abuild_context_uses_ascore() -> None:
     scored = [d for d in built.record.messages if d.score is not None]
     assert scored and all(d.score_source == ScoreSource.LLM and d.score == 4 for d in scored)
     assert built.record.usage.llm_calls == len(harness.sent) >= 2
+
+
+@pytest.mark.parametrize("mode", ["tools", "json", "json_schema", "md_json"])
+@pytest.mark.parametrize("shape", list(C06_SHAPES))
+def test_c06_shapes_parse_in_every_mode(mode: str, shape: str) -> None:
+    """C06 in every instructor mode: the tolerant parser sits under all of them."""
+    raw, expect = C06_SHAPES[shape]
+    reply = tool(raw) if mode == "tools" else content(raw)
+    result = Harness("none").scorer([reply], mock=True, mode=mode).score(GOAL, [M1, M2])
+    assert {s.id: (s.score, s.source) for s in result.scores} == {k: (v, ScoreSource.LLM) for k, v in expect.items()}
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    st.lists(st.integers(0, 3000), min_size=1, max_size=25),
+    st.integers(1, 6),
+    st.integers(1200, 4000),
+)
+def test_batches_cover_items_in_order_within_limits(lengths: list[int], max_messages: int, max_tokens: int) -> None:
+    items = [ScoreItem(id=f"m{i}", role="tool", msg_type="tool_result", source="x", text="ab " * n) for i, n in enumerate(lengths)]
+    scorer = _batching_scorer(max_messages, max_tokens)
+    batches = scorer.batches(GOAL, items)
+    assert [i.id for b in batches for i in b] == [i.id for i in items]
+    fixed = scorer._fixed_tokens(GOAL)
+    for batch in batches:
+        assert 1 <= len(batch) <= max_messages
+        size = fixed + sum(scorer.tokenizer.count_text(scorer.prompt.render_item(i)) + 2 for i in batch)
+        assert len(batch) == 1 or size <= max_tokens
+
+
+_SCORERS: dict[tuple[int, int], LLMScorer] = {}
+
+
+def _batching_scorer(max_messages: int, max_tokens: int) -> LLMScorer:
+    key = (max_messages, max_tokens)
+    if key not in _SCORERS:
+        _SCORERS[key] = LLMScorer(
+            "gpt-4o-mini", api_key="sk-test", batch_max_messages=max_messages, batch_max_tokens=max_tokens
+        )
+    return _SCORERS[key]
