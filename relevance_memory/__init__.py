@@ -11,6 +11,8 @@ chains, a token budget filled by score, and a decision record saying why.
     built = memory.build_context()  # built.messages, built.record
 """
 
+from typing import TYPE_CHECKING, Any
+
 from ._assemble import GOAL_BLOCK_MARKER, check_context
 from ._client import AsyncManagedOpenAI, ManagedOpenAI, manage, message_to_dict
 from ._config import MemoryConfig, context_window_for, encoding_for
@@ -45,6 +47,22 @@ from ._scoring import (
 from ._store import MessageStore
 from ._tokenizer import TiktokenCounter, TokenCounter, image_tokens
 
+if TYPE_CHECKING:
+    from ._llm_scorer import LLMScorer, TransportPolicy, extract_json_reply
+
+# Imported on first use: they pull in openai + instructor, which offline users never need.
+_LAZY = {"LLMScorer": "._llm_scorer", "TransportPolicy": "._llm_scorer", "extract_json_reply": "._llm_scorer"}
+
+
+def __getattr__(name: str) -> Any:
+    if name in _LAZY:
+        import importlib
+
+        value = getattr(importlib.import_module(_LAZY[name], __name__), name)
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
 __version__ = "0.1.0"
 
 __all__ = [
@@ -57,6 +75,7 @@ __all__ = [
     "HistoryDivergedError",
     "InMemoryScoreCache",
     "InvalidMessageError",
+    "LLMScorer",
     "ManagedOpenAI",
     "MemoryConfig",
     "Message",
@@ -86,10 +105,12 @@ __all__ = [
     "ToolCall",
     "Transcript",
     "TranscriptFormatError",
+    "TransportPolicy",
     "__version__",
     "check_context",
     "context_window_for",
     "encoding_for",
+    "extract_json_reply",
     "image_tokens",
     "load_transcript",
     "manage",

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import json
+import logging
+import os
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Literal
 
 import typer
 from rich import box
@@ -47,16 +49,28 @@ def build(
     out: Annotated[Path | None, typer.Option(help="Where to write the context (JSON list of OpenAI messages). Default: <name>.context.json")] = None,
     record: Annotated[Path | None, typer.Option(help="Where to write the decision record. Default: <name>.record.json")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print the decision record as JSON instead of the table.")] = False,
+    scorer: Annotated[str, typer.Option(help="auto (LLM when OPENAI_API_KEY / OPENAI_BASE_URL / --base-url is set, else offline), llm or offline.")] = "auto",
+    scorer_model: Annotated[str | None, typer.Option(help="Model the LLM scorer calls. Default: $RELMEM_MODEL, else --model.")] = None,
+    base_url: Annotated[str | None, typer.Option(help="OpenAI-compatible endpoint for the LLM scorer. Default: $OPENAI_BASE_URL.")] = None,
 ) -> None:
     """Build the context for the next LLM call from TRANSCRIPT and write it with its decision record."""
+    if scorer not in ("auto", "llm", "offline"):
+        raise _fail(f"--scorer must be auto, llm or offline, not {scorer!r}")
     try:
-        loaded = load_transcript(transcript, index=index)
-        memory = RelevanceMemoryManager(
-            model=model,
-            keep_recent=keep_recent,
-            max_input_tokens=budget,
-            on_invalid="repair" if repair else "raise",
+        from ._config import MemoryConfig
+        from ._llm_scorer import resolve_scorer  # imports openai only when building
+
+        logging.getLogger("instructor").addHandler(logging.NullHandler())  # failures show as warnings below
+
+        config = MemoryConfig.create(
+            model=model, keep_recent=keep_recent, max_input_tokens=budget, on_invalid="repair" if repair else "raise"
         )
+        chosen, scorer_note = resolve_scorer(
+            _scorer_kind(scorer), model=scorer_model or os.environ.get("RELMEM_MODEL") or model, base_url=base_url,
+            config=config,
+        )
+        loaded = load_transcript(transcript, index=index)
+        memory = RelevanceMemoryManager(config, scorer=chosen)
         memory.extend(loaded.messages)
         memory.set_goal(final=goal, subtask=subtask)
         built = memory.build_context()
@@ -74,12 +88,16 @@ def build(
     if as_json:
         typer.echo(built.record.to_json())
         return
-    _print_summary(transcript, loaded.format, loaded.count, index, built.record)
+    _print_summary(transcript, loaded.format, loaded.count, index, built.record, scorer_note)
     console.print(f"context → [bold]{out}[/]   decision record → [bold]{record_path}[/]")
     console.print(f"see why: [cyan]relmem explain {record_path}[/]")
 
 
-def _print_summary(path: Path, fmt: str, count: int, index: int, rec: DecisionRecord) -> None:
+def _scorer_kind(value: str) -> Literal["auto", "llm", "offline"]:
+    return "llm" if value == "llm" else "offline" if value == "offline" else "auto"
+
+
+def _print_summary(path: Path, fmt: str, count: int, index: int, rec: DecisionRecord, scorer_note: str = "") -> None:
     which = f", run {index} of {count}" if count > 1 else ""
     console.print(f"[bold]relmem build[/] {path} ({fmt}{which}, {rec.messages_before} messages)")
     goal = rec.goal
@@ -90,7 +108,7 @@ def _print_summary(path: Path, fmt: str, count: int, index: int, rec: DecisionRe
     if goal.subtask:
         console.print(f"subtask: {_short(goal.subtask, 100)}")
     scorer = "offline (deterministic, no API key)" if rec.scorer == "offline" else f"{rec.scorer} ({rec.scorer_model})"
-    console.print(f"scorer: {scorer}")
+    console.print(f"scorer: {scorer_note or scorer}, rubric {rec.rubric_version}")
     counts = rec.decision_counts()
     table = Table(show_header=True, header_style="bold")
     table.add_column("")
@@ -108,6 +126,10 @@ def _print_summary(path: Path, fmt: str, count: int, index: int, rec: DecisionRe
     if rec.usage.llm_calls or rec.cache_hits:
         table.add_row("LLM calls / tokens", "", f"{rec.usage.llm_calls} / {rec.usage.prompt_tokens + rec.usage.completion_tokens:,}")
         table.add_row("cache hit rate", "", f"{rec.cache_hit_rate:.0%}")
+    if rec.usage.llm_calls:
+        table.add_row("LLM latency", "", f"{rec.usage.latency_s:.1f} s")
+    if rec.usage.retries or rec.usage.fallbacks:
+        table.add_row("LLM retries / fallbacks", "", f"{rec.usage.retries} / {rec.usage.fallbacks} msgs")
     if rec.identity:
         table.caption = "the whole history fits the budget: the context equals the input"
     console.print(table)
