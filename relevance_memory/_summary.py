@@ -134,6 +134,25 @@ def extract_values(text: str) -> list[str]:
     return found
 
 
+_DIGITS_RE = re.compile(r"\d+")
+_BRACKETED_RE = re.compile(r"^[(（\[【][^)）\]】]{0,30}[)）\]】]$")
+
+
+def _sentences(text: str) -> list[str]:
+    """Sentences of ``text`` (CJK and Latin punctuation, newlines); a short bracketed
+    fragment such as "（第 3 轮）" stays with the sentence before it."""
+    out: list[str] = []
+    for raw in _SPLIT_RE.split(text):
+        sentence = " ".join(raw.split())
+        if not sentence:
+            continue
+        if out and _BRACKETED_RE.match(sentence):
+            out[-1] += sentence
+        else:
+            out.append(sentence)
+    return out
+
+
 def _sentence_priority(sentence: str) -> int:
     """Why an extractive summary keeps a sentence: 4 constraint, 3 id/path/date, 2 number, 1 name, 0 none."""
     if has_constraint(sentence):
@@ -188,23 +207,24 @@ class OfflineSummarizer:
                 call = call if len(call) <= 200 else call[:197] + "…)"
                 if call not in tools:
                     tools.append(call)
-            for raw in _SPLIT_RE.split(item.text):
-                sentence = " ".join(raw.split())
-                if not sentence:
-                    continue
-                key = sentence.lower()
+            for sentence in _sentences(item.text):
                 priority = _sentence_priority(sentence)
-                if key in seen or priority == 0:
+                # a sentence that only differs by its numbers from one already kept is noise
+                key = sentence.lower() if priority > 2 else _DIGITS_RE.sub("#", sentence.lower())
+                if priority == 0:
+                    continue
+                for value in extract_values(sentence):  # values survive even when the sentence is a repeat
+                    if value not in values:
+                        values.append(value)
+                if key in seen:
                     continue
                 seen.add(key)
                 if len(sentence) > self.max_sentence_chars:
                     sentence = sentence[: self.max_sentence_chars - 1] + "…"
                 candidates.append((priority, len(candidates), f"{_speaker(item)}: “{sentence}”"))
-                for value in extract_values(sentence):
-                    if value not in values:
-                        values.append(value)
         # fit: keep the highest priorities, then restore chronological order
-        budget = max(0, max_tokens - _estimate_tokens(" ".join(values[: self.max_values]) + " ".join(tools)) - 40)
+        overhead = _estimate_tokens(" ".join(values[: self.max_values]) + " ".join(tools)) + 3 * min(len(items), 40)
+        budget = max(0, max_tokens - overhead - 40)
         chosen: list[tuple[int, int, str]] = []
         used = 0
         for cand in sorted(candidates, key=lambda c: (-c[0], c[1])):
