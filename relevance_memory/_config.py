@@ -238,7 +238,8 @@ class PheromoneConfig(BaseModel):
         protect_ticks: ticks a new message does not evaporate (SPEC §5: 3).
         exempt_score: messages whose latest score ≥ this do not evaporate (SPEC §5: 4).
         carry_threshold: a message scored ≤ 2 with strength ≥ this joins ``working``
-            (SPEC §5 carry-over; default 3.0: above a fresh tool result's start).
+            (SPEC §5 carry-over; default 4.0: reached by a deposit from a score ≥ 4 or by
+            repeated references, not by a fresh tool result at 3.0).
         forget_threshold: score ≤ 2 and strength below this → archive without
             re-scoring (SPEC §5: 0.2).
         history_top_n: strongest messages recorded per tick in the history (SPEC §5).
@@ -278,7 +279,7 @@ class PheromoneConfig(BaseModel):
     )
     protect_ticks: int = Field(default=3, ge=0)
     exempt_score: int = Field(default=4, ge=1, le=5)
-    carry_threshold: float = Field(default=3.0, ge=0)
+    carry_threshold: float = Field(default=4.0, ge=0)
     forget_threshold: float = Field(default=0.2, ge=0)
     history_top_n: int = Field(default=20, ge=1)
 

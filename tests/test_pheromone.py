@@ -73,14 +73,14 @@ def test_evaporation_is_monotone_without_deposits(start: float, kind: str, ticks
 def test_field_exempt_never_decay_and_others_monotone(cells: list[tuple[str, int]], ticks: int) -> None:
     field = PheromoneField(PheromoneConfig(protect_ticks=0))
     msgs = [_msg(i) for i in range(len(cells))]
-    for m, (kind, _) in zip(msgs, cells):
+    for m, (kind, _) in zip(msgs, cells, strict=True):
         field._add(m.id, kind, ())
-    field.deposit({m.id: score for m, (_, score) in zip(msgs, cells)}, "sub")
+    field.deposit({m.id: score for m, (_, score) in zip(msgs, cells, strict=True)}, "sub")
     before = field.strengths()
     for _ in range(ticks):
         field.advance()
         now = field.strengths()
-        for m, (_, score) in zip(msgs, cells):
+        for m, (_, score) in zip(msgs, cells, strict=True):
             if score >= 4:
                 assert now[m.id] == before[m.id]  # importance-gated: exempt
             else:

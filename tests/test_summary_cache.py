@@ -236,3 +236,24 @@ def test_manager_prefilter_limits_scorer_and_records_reason() -> None:
     assert prefiltered and all(d.tier == "archive" for d in prefiltered)
     assert built.record.decision_for("m121").decision in ("kept", "recent")
     assert check_context(built.messages) == []
+
+
+def test_cli_heatmap_writes_png_and_exports(tmp_path: Path) -> None:
+    from typer.testing import CliRunner
+
+    from relevance_memory.cli import app
+
+    run = Path(__file__).resolve().parents[1] / "fixtures" / "sympy__sympy-20590.json"
+    out = tmp_path / "hm.png"
+    result = CliRunner().invoke(app, [
+        "heatmap", str(run), "--out", str(out), "--top", "10", "--budget", "6000",
+        "--field-json", str(tmp_path / "f.json"), "--graphml", str(tmp_path / "f.graphml"),
+        "--history", str(tmp_path / "h.json"),
+    ])
+    assert result.exit_code == 0, result.output
+    assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    field = json.loads((tmp_path / "f.json").read_text())
+    assert field["nodes"] and "edges" in field
+    assert "<graphml" in (tmp_path / "f.graphml").read_text()
+    history = json.loads((tmp_path / "h.json").read_text())
+    assert history and all(len(tick["top"]) <= 20 for tick in history)
