@@ -430,7 +430,7 @@ class RelevanceMemoryManager:
         query_texts += [store[i].text for r in plan.recent for i in plan.part.chains[r].members]
         query: list[str] = []
         for text in query_texts:
-            query.extend(lexical_terms(text[:20_000]))
+            query.extend(lexical_terms(text[:4_000]))
         query = list(dict.fromkeys(query))[:PREFILTER_QUERY_TERMS]
         doc_scores = self._bm25.scores(self._bm25_docs, query)
         # the quota counts messages the scorer would see (cache hits are free)

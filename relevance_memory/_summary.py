@@ -194,10 +194,36 @@ class OfflineSummarizer:
     name: str = "offline-extractive"
     max_sentence_chars: int = 240
     max_values: int = 40
+    _memo: dict[tuple[str, str, str], list[tuple[int, str, str, list[str], int]]] = field(
+        default_factory=dict, repr=False, compare=False
+    )
+
+    def _extract(self, item: SummaryItem) -> list[tuple[int, str, str, list[str], int]]:
+        """Per message, memoised by (id, content hash): (priority, dedupe key, line, values, est. tokens)."""
+        memo_key = (item.id, item.content_hash, item.text if not item.content_hash else "")
+        cached = self._memo.get(memo_key)
+        if cached is not None:
+            return cached
+        out: list[tuple[int, str, str, list[str], int]] = []
+        for sentence in _sentences(item.text):
+            priority = _sentence_priority(sentence)
+            if priority == 0:
+                continue
+            # a sentence that only differs by its numbers from one already kept is noise
+            key = sentence.lower() if priority > 2 else _DIGITS_RE.sub("#", sentence.lower())
+            values = extract_values(sentence)
+            if len(sentence) > self.max_sentence_chars:
+                sentence = sentence[: self.max_sentence_chars - 1] + "…"
+            line = f"{_speaker(item)}: “{sentence}”"
+            out.append((priority, key, line, values, _estimate_tokens(line) + 1))
+        if len(self._memo) >= 50_000:
+            self._memo.clear()
+        self._memo[memo_key] = out
+        return out
 
     def summarize(self, items: Sequence[SummaryItem], *, level: int, max_tokens: int) -> SummaryDraft:
-        """Summarise ``items``; pure and deterministic. See the class docstring."""
-        candidates: list[tuple[int, int, str]] = []  # (priority, order, line)
+        """Summarise ``items``; deterministic (per-message extraction is memoised). See the class docstring."""
+        candidates: list[tuple[int, int, str, int]] = []  # (priority, order, line, est. tokens)
         seen: set[str] = set()
         values: list[str] = []
         tools: list[str] = []
@@ -207,28 +233,21 @@ class OfflineSummarizer:
                 call = call if len(call) <= 200 else call[:197] + "…)"
                 if call not in tools:
                     tools.append(call)
-            for sentence in _sentences(item.text):
-                priority = _sentence_priority(sentence)
-                # a sentence that only differs by its numbers from one already kept is noise
-                key = sentence.lower() if priority > 2 else _DIGITS_RE.sub("#", sentence.lower())
-                if priority == 0:
-                    continue
-                for value in extract_values(sentence):  # values survive even when the sentence is a repeat
+            for priority, key, line, found, cost in self._extract(item):
+                for value in found:  # values survive even when the sentence is a repeat
                     if value not in values:
                         values.append(value)
                 if key in seen:
                     continue
                 seen.add(key)
-                if len(sentence) > self.max_sentence_chars:
-                    sentence = sentence[: self.max_sentence_chars - 1] + "…"
-                candidates.append((priority, len(candidates), f"{_speaker(item)}: “{sentence}”"))
+                candidates.append((priority, len(candidates), line, cost))
         # fit: keep the highest priorities, then restore chronological order
         overhead = _estimate_tokens(" ".join(values[: self.max_values]) + " ".join(tools)) + 3 * min(len(items), 40)
         budget = max(0, max_tokens - overhead - 40)
-        chosen: list[tuple[int, int, str]] = []
+        chosen: list[tuple[int, int, str, int]] = []
         used = 0
         for cand in sorted(candidates, key=lambda c: (-c[0], c[1])):
-            cost = _estimate_tokens(cand[2]) + 1
+            cost = cand[3]
             if used + cost <= budget:
                 chosen.append(cand)
                 used += cost
