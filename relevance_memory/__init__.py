@@ -11,8 +11,16 @@ chains, a token budget filled by score, and a decision record saying why.
     built = memory.build_context()  # built.messages, built.record
 """
 
-from ._assemble import GOAL_BLOCK_MARKER, check_context
-from ._config import MemoryConfig, context_window_for, encoding_for
+from ._assemble import GOAL_BLOCK_MARKER, SUMMARY_MARKER, check_context
+from ._cache import DiskScoreCache
+from ._config import (
+    MemoryConfig,
+    PheromoneConfig,
+    context_window_for,
+    encoding_for,
+    half_life_to_rate,
+    rate_to_half_life,
+)
 from ._exceptions import (
     ConfigError,
     ContextOverflowError,
@@ -28,6 +36,7 @@ from ._exceptions import (
 from ._io import Transcript, load_transcript, parse_transcript
 from ._manager import BuiltContext, RelevanceMemoryManager
 from ._models import Message, MessageType, RelevanceScore, ScoreSource, TaskGoal, ToolCall
+from ._pheromone import PheromoneField
 from ._record import DecisionRecord, MessageDecision, SummaryRecord
 from ._scoring import (
     InMemoryScoreCache,
@@ -41,24 +50,31 @@ from ._scoring import (
     score_cache_key,
 )
 from ._store import MessageStore
+from ._summary import LLMSummarizer, OfflineSummarizer, Summarizer, SummaryDraft, SummaryItem
 from ._tokenizer import TiktokenCounter, TokenCounter, image_tokens
 
 __version__ = "0.1.0"
 
 __all__ = [
     "GOAL_BLOCK_MARKER",
+    "SUMMARY_MARKER",
     "BuiltContext",
     "ConfigError",
     "ContextOverflowError",
     "DecisionRecord",
+    "DiskScoreCache",
     "InMemoryScoreCache",
     "InvalidMessageError",
+    "LLMSummarizer",
     "MemoryConfig",
     "Message",
     "MessageDecision",
     "MessageStore",
     "MessageType",
     "OfflineScorer",
+    "OfflineSummarizer",
+    "PheromoneConfig",
+    "PheromoneField",
     "RelevanceMemoryError",
     "RelevanceMemoryManager",
     "RelevanceScore",
@@ -73,6 +89,9 @@ __all__ = [
     "ScorerValidationError",
     "ScoringContext",
     "ScoringResult",
+    "Summarizer",
+    "SummaryDraft",
+    "SummaryItem",
     "SummaryRecord",
     "TaskGoal",
     "TiktokenCounter",
@@ -85,8 +104,10 @@ __all__ = [
     "check_context",
     "context_window_for",
     "encoding_for",
+    "half_life_to_rate",
     "image_tokens",
     "load_transcript",
     "parse_transcript",
+    "rate_to_half_life",
     "score_cache_key",
 ]
