@@ -56,10 +56,14 @@ def first_sentence(text: str) -> str:
     return (match.group(1) if match else text)[:200]
 
 
-def replay(messages: list[dict[str, Any]], *, subtask_mode: str, budget: int, prefilter: bool = True) -> dict[str, Any]:
+def replay(
+    messages: list[dict[str, Any]], *, subtask_mode: str, budget: int, prefilter: bool = True, top_n: int = 50
+) -> dict[str, Any]:
     """Replay one run; returns counters for ours and the naive baseline."""
     scorer = CountingScorer()
-    memory = RelevanceMemoryManager(scorer=scorer, max_input_tokens=budget, keep_recent=4, prefilter=prefilter)
+    memory = RelevanceMemoryManager(
+        scorer=scorer, max_input_tokens=budget, keep_recent=4, prefilter=prefilter, prefilter_top_n=top_n
+    )
     naive_messages = naive_tokens = builds = overflows = hits = misses = 0
     subtask = FIXED_SUBTASK
     start = time.perf_counter()
@@ -108,6 +112,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--subtask", choices=["fixed", "thought"], default="fixed")
     parser.add_argument("--budget", type=int, default=16000)
     parser.add_argument("--no-prefilter", action="store_true")
+    parser.add_argument("--top-n", type=int, default=50, help="prefilter_top_n (messages)")
     parser.add_argument("--json", action="store_true", help="print per-run JSON rows too")
     args = parser.parse_args(argv)
     files = sorted(p for p in Path(args.directory).glob("*.json") if p.name != "LICENSE.md")
@@ -115,7 +120,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"{'run':40} {'msgs':>5} {'builds':>6} {'calls':>6} {'ours tok':>10} {'naive tok':>11} {'ratio':>6} {'hit':>5}")
     for path in files:
         row = replay(load_transcript(path).messages, subtask_mode=args.subtask, budget=args.budget,
-                     prefilter=not args.no_prefilter)
+                     prefilter=not args.no_prefilter, top_n=args.top_n)
         for key, value in row.items():
             total[key] = total.get(key, 0) + value
         lookups = row["cache_hits"] + row["cache_misses"]

@@ -242,6 +242,11 @@ class PheromoneConfig(BaseModel):
             repeated references, not by a fresh tool result at 3.0).
         forget_threshold: score ≤ 2 and strength below this → archive without
             re-scoring (SPEC §5: 0.2).
+        prefilter_pass: strength from which the prefilter always lets a message through
+            (SPEC §3 step 3 "high-strength messages always pass"; default 8.0, near the
+            cap: with a subtask that changes every step, deposits once per subtask push
+            every useful message above ``carry_threshold``, and passing all of those would
+            re-score nearly everything on every step).
         history_top_n: strongest messages recorded per tick in the history (SPEC §5).
     """
 
@@ -281,6 +286,7 @@ class PheromoneConfig(BaseModel):
     exempt_score: int = Field(default=4, ge=1, le=5)
     carry_threshold: float = Field(default=4.0, ge=0)
     forget_threshold: float = Field(default=0.2, ge=0)
+    prefilter_pass: float = Field(default=8.0, ge=0)
     history_top_n: int = Field(default=20, ge=1)
 
     @model_validator(mode="after")

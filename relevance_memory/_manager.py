@@ -421,7 +421,7 @@ class RelevanceMemoryManager:
             or any(store[i].msg_type.value == "user_instruction" for i in members)
             or (
                 config.pheromone.enabled
-                and any(self.pheromone.carried(store[i].id) for i in members)
+                and any(self.pheromone.strength(store[i].id) >= config.pheromone.prefilter_pass for i in members)
             )
         }
         for i in range(len(self._bm25_docs), len(store)):
