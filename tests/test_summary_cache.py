@@ -257,3 +257,20 @@ def test_cli_heatmap_writes_png_and_exports(tmp_path: Path) -> None:
     assert "<graphml" in (tmp_path / "f.graphml").read_text()
     history = json.loads((tmp_path / "h.json").read_text())
     assert history and all(len(tick["top"]) <= 20 for tick in history)
+
+
+async def test_async_build_matches_sync_with_summaries() -> None:
+    def make() -> RelevanceMemoryManager:
+        memory = RelevanceMemoryManager(max_input_tokens=500, keep_recent=1)
+        memory.add({"role": "system", "content": "You are terse."})
+        memory.add({"role": "user", "content": "Track order ORD-1001; it must ship by 2026-12-01."})
+        for n in range(25):
+            memory.add({"role": "assistant", "content": f"Checked warehouse {n}: nothing new about shelf {n * 7}."})
+            memory.add({"role": "user", "content": f"and then {n}?"})
+        return memory
+
+    sync_built = make().build_context()
+    async_built = await make().abuild_context()
+    assert sync_built.messages == async_built.messages
+    assert [s.covered_ids for s in sync_built.record.summaries] == [s.covered_ids for s in async_built.record.summaries]
+    assert sync_built.record.summaries and check_context(async_built.messages) == []
