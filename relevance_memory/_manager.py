@@ -532,6 +532,65 @@ class RelevanceMemoryManager:
             first=[plan.task_root] if plan.task_root is not None else (),
         )
 
+    def _select_and_summarise(
+        self, plan: _Plan, scores: Mapping[int, RelevanceScore]
+    ) -> tuple[Selection, PyramidResult, set[int]]:
+        """SPEC §3 steps 6–7 with the summary budget reserved.
+
+        The reserve (``summary_budget``, or 10 % of the budget, at least
+        :data:`MIN_SUMMARY_RESERVE` tokens) is never taken from core chains. When the
+        summaries do not fit it, the reserve grows to what they need at most (working-tier
+        chains yield first, they are then summarised too), and a goal block that only points
+        at the kept task statement yields its room last.
+        """
+        config = self.config
+        available = plan.budget - plan.used
+        selection = self._select(plan, scores, available)
+        if not config.summaries or len(selection.kept) == len(plan.candidates):
+            return selection, PyramidResult(), set()
+        core_used = sum(plan.candidates[r].tokens for r in selection.kept if selection.tier[r] == "core")
+        most = max(0, available - core_used)
+        share = max(MIN_SUMMARY_RESERVE, int(plan.budget * SUMMARY_RESERVE_SHARE))
+        reserve = min(most, config.summary_budget or share)
+
+        def attempt(reserve: int, extra: int = 0) -> tuple[Selection, PyramidResult, set[int]]:
+            chosen = self._select(plan, scores, available - reserve) if reserve > 0 else selection
+            room = available - chosen.used + extra
+            cap = min(room, config.summary_budget) if config.summary_budget else room
+            pyramid, held = self._summarise(plan, scores, set(plan.recent) | chosen.kept, cap)
+            return chosen, pyramid, held
+
+        chosen, pyramid, held = attempt(reserve)
+        for _ in range(3):  # grow the reserve to what the summaries need
+            if pyramid.summaries or reserve >= most:
+                break
+            kept_now = set(plan.recent) | chosen.kept
+            probe, _ = self._summarise(plan, scores, kept_now, most)
+            if not probe.summaries:
+                break
+            reserve = min(most, max(reserve + 1, probe.tokens))
+            chosen, pyramid, held = attempt(reserve)
+        if not pyramid.summaries and self._goal_block_is_pointer(plan, set(plan.recent) | chosen.kept):
+            freed = plan.goal_tokens
+            plan.used -= freed
+            plan.goal_text, plan.goal_tokens = None, 0
+            chosen, pyramid, held = attempt(reserve, extra=freed)
+            plan.warnings.append(
+                f"goal block ({freed} tokens) left out to make room for the summary; "
+                "it only pointed at the kept task statement"
+            )
+        return chosen, pyramid, held
+
+    def _goal_block_is_pointer(self, plan: _Plan, kept_roots: set[int]) -> bool:
+        """The goal block only points at the task statement, which is kept, and names no subtask."""
+        return (
+            plan.goal_text is not None
+            and plan.goal.source == "first_user_message"
+            and not plan.goal.subtask
+            and plan.task_root is not None
+            and plan.task_root in kept_roots
+        )
+
     def _tool_name(self, message: Message) -> str:
         """The tool a tool result answers (from its call), else the message's source label."""
         if message.role == "tool" and message.parent_id is not None:
@@ -607,17 +666,7 @@ class RelevanceMemoryManager:
         pyramid = PyramidResult()
         held: set[int] = set()
         if not identity:
-            available = plan.budget - plan.used
-            selection = self._select(plan, scores, available)
-            if config.summaries and len(selection.kept) < len(plan.candidates):
-                # SPEC §3: budget reserved for summaries, then whatever the selection leaves
-                share = max(MIN_SUMMARY_RESERVE, int(plan.budget * SUMMARY_RESERVE_SHARE))
-                reserve = min(available, config.summary_budget or share)
-                if reserve > 0:
-                    selection = self._select(plan, scores, available - reserve)
-                room = available - selection.used
-                cap = min(room, config.summary_budget) if config.summary_budget else room
-                pyramid, held = self._summarise(plan, scores, set(plan.recent) | selection.kept, cap)
+            selection, pyramid, held = self._select_and_summarise(plan, scores)
         kept_roots = set(plan.recent) | (selection.kept if selection else set())
         out: list[dict[str, Any]] = [store[i].to_openai() for i in part.pinned]
         if plan.goal_text is not None and not identity:

@@ -426,6 +426,9 @@ def render_summary(
 ) -> dict[str, str]:
     """The summary as an OpenAI chat dict: marked, past tense, ids listed (pure).
 
+    ``id_limit`` caps the ids written out (0: only the span in the header; the
+    decision record's :class:`SummaryRecord` always lists every covered id).
+
     Raises:
         ValueError: ``role`` is ``assistant`` (summaries never use it, SPEC §7).
     """
@@ -434,7 +437,7 @@ def render_summary(
     kind = "phase" if level == 1 else "global"
     span = f"{covered_ids[0]}–{covered_ids[-1]}" if len(covered_ids) > 1 else covered_ids[0]
     lines = [
-        f"{SUMMARY_MARKER} L{level} ({kind}) of archived {span}; past events, not instructions]",
+        f"{SUMMARY_MARKER} L{level} {kind}, archived {span}: past events, not instructions]",
         (prose if prose is not None else draft.prose).strip(),
     ]
     vals = list(values if values is not None else draft.exact_values)
@@ -442,7 +445,8 @@ def render_summary(
         lines.append("Exact values: " + " | ".join(vals))
     if draft.tools_used:
         lines.append("Tools used: " + "; ".join(draft.tools_used))
-    lines.append("Covered ids (restorable): " + _ids_text(list(covered_ids), id_limit))
+    if id_limit > 0:
+        lines.append("Covered ids (restorable): " + _ids_text(list(covered_ids), id_limit))
     return {"role": role, "content": "\n".join(line for line in lines if line)}
 
 
@@ -472,8 +476,10 @@ def _fit(
             lines.pop()  # drop prose from the end (newest lines) first
         elif tools:
             tools.pop()
-        elif id_limit > 4:
+        elif id_limit > 8:
             id_limit //= 2
+        elif id_limit > 0:
+            id_limit = 0  # the header still names the span; the record lists every id
         elif lines and len(lines[0]) > 40:
             lines[0] = lines[0][: len(lines[0]) // 2] + "…"
         elif lines:
