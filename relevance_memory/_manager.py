@@ -538,7 +538,9 @@ class RelevanceMemoryManager:
         """SPEC §3 steps 6–7 with the summary budget reserved.
 
         The reserve (``summary_budget``, or 10 % of the budget, at least
-        :data:`MIN_SUMMARY_RESERVE` tokens) is never taken from core chains. When the
+        :data:`MIN_SUMMARY_RESERVE` tokens) is never taken from the task statement or from
+        user messages scored ≥ ``core_score`` (SPEC §7: a user constraint is never only in
+        a summary); other chains yield to it, lowest priority first. When the
         summaries do not fit it, the reserve grows to what they need at most (working-tier
         chains yield first, they are then summarised too), and a goal block that only points
         at the kept task statement yields its room last.
@@ -548,8 +550,20 @@ class RelevanceMemoryManager:
         selection = self._select(plan, scores, available)
         if not config.summaries or len(selection.kept) == len(plan.candidates):
             return selection, PyramidResult(), set()
-        core_used = sum(plan.candidates[r].tokens for r in selection.kept if selection.tier[r] == "core")
-        most = max(0, available - core_used)
+        store = self.store
+        protected = sum(  # the task statement and user messages scored ≥ core never yield to summaries
+            plan.candidates[r].tokens
+            for r in selection.kept
+            if selection.tier[r] == "core"
+            and (
+                r == plan.task_root
+                or any(
+                    store[i].role == "user" and scores[i].score >= config.core_score
+                    for i in plan.candidates[r].members
+                )
+            )
+        )
+        most = max(0, available - protected)
         share = max(MIN_SUMMARY_RESERVE, int(plan.budget * SUMMARY_RESERVE_SHARE))
         reserve = min(most, config.summary_budget or share)
 

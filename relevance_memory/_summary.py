@@ -153,9 +153,23 @@ def _sentences(text: str) -> list[str]:
     return out
 
 
-def _sentence_priority(sentence: str) -> int:
-    """Why an extractive summary keeps a sentence: 4 constraint, 3 id/path/date, 2 number, 1 name, 0 none."""
-    if has_constraint(sentence):
+def _take(entries: list[str], max_tokens: int) -> list[str]:
+    """The leading ``entries`` whose estimated tokens fit ``max_tokens``."""
+    out: list[str] = []
+    used = 0
+    for entry in entries:
+        cost = _estimate_tokens(entry) + 1
+        if used + cost > max_tokens:
+            break
+        out.append(entry)
+        used += cost
+    return out
+
+
+def _sentence_priority(sentence: str, role: str = "user") -> int:
+    """Why an extractive summary keeps a sentence: 4 constraint (not in tool output, where
+    "must"/"never" is code or prose of the tool), 3 id/path/date, 2 number, 1 name, 0 none."""
+    if role != "tool" and has_constraint(sentence):
         return 4
     if _DATE_TIME_RE.search(sentence) or any(not s.replace(",", "").replace(".", "").isdigit() for s in identifiers(sentence)):
         return 3
@@ -206,7 +220,7 @@ class OfflineSummarizer:
             return cached
         out: list[tuple[int, str, str, list[str], int]] = []
         for sentence in _sentences(item.text):
-            priority = _sentence_priority(sentence)
+            priority = _sentence_priority(sentence, item.role)
             if priority == 0:
                 continue
             # a sentence that only differs by its numbers from one already kept is noise
@@ -241,8 +255,11 @@ class OfflineSummarizer:
                     continue
                 seen.add(key)
                 candidates.append((priority, len(candidates), line, cost))
-        # fit: keep the highest priorities, then restore chronological order
-        overhead = _estimate_tokens(" ".join(values[: self.max_values]) + " ".join(tools)) + 3 * min(len(items), 40)
+        # fit: values and tools take at most a quarter of max_tokens each, prose the rest;
+        # prose keeps the highest priorities, then chronological order is restored
+        values = _take(values[: self.max_values], max_tokens // 4)
+        tools = _take(tools, max_tokens // 4)
+        overhead = _estimate_tokens(" ".join(values) + " ".join(tools)) + 3 * min(len(items), 40)
         budget = max(0, max_tokens - overhead - 40)
         chosen: list[tuple[int, int, str, int]] = []
         used = 0
@@ -253,16 +270,17 @@ class OfflineSummarizer:
                 used += cost
         chosen.sort(key=lambda c: c[1])
         lines = [c[2] for c in chosen]
-        omitted = len(items) - len({c[2] for c in chosen})
-        if not lines:
+        if not candidates:
             prose = f"{len(items)} earlier message(s) were archived; none held a value worth keeping."
+        elif not lines:
+            prose = f"{len(items)} earlier message(s) were archived; see the exact values below."
         else:
             prose = "\n".join(lines)
-            if omitted > 0:
-                prose += "\n(Other archived messages held no exact values and were left out.)"
+            if len(chosen) < len(candidates):
+                prose += f"\n({len(candidates) - len(chosen)} more sentence(s) with values left out for space.)"
         return SummaryDraft(
             prose=prose,
-            exact_values=values[: self.max_values],
+            exact_values=values,
             tools_used=tools,
             covered_ids=[item.id for item in items],
         )
