@@ -15,7 +15,9 @@ Formulas (SPEC §5, seed articles in ``shared/seeds``):
   ``S ← S + reinforce_delta·max(0, 1 − S/S_max)`` and ``edge(i → j) += edge_delta``.
 
 Deposits and reinforcement go through the same soft cap, so ``S ≤ S_max`` always
-holds when it held before (the cap is reached only asymptotically).
+holds when it held before (the cap is reached only asymptotically). Deposits are added
+when the scores arrive rather than at the next tick; SPEC §5's ``S·(1 − η) + Δ`` is the
+same sum with the deposit applied a few messages earlier.
 """
 
 from __future__ import annotations
@@ -81,7 +83,8 @@ class PheromoneField:
 
     Attributes:
         tick: ticks elapsed (one per ``tick_every`` observed messages).
-        edges: (earlier id, later id) → edge strength.
+        edges: (earlier id, later id) → edge strength (accumulates ``edge_delta`` per
+            reference; edges do not evaporate — they record use, the nodes carry the decay).
         history: per tick ``{"tick", "messages", "top": {id: strength}}``, the
             ``history_top_n`` strongest messages after that tick.
     """
