@@ -13,9 +13,17 @@ chains, a token budget filled by score, and a decision record saying why.
 
 from typing import TYPE_CHECKING, Any
 
-from ._assemble import GOAL_BLOCK_MARKER, check_context
+from ._assemble import GOAL_BLOCK_MARKER, SUMMARY_MARKER, check_context
+from ._cache import DiskScoreCache
 from ._client import AsyncManagedOpenAI, ManagedOpenAI, manage, message_to_dict
-from ._config import MemoryConfig, context_window_for, encoding_for
+from ._config import (
+    MemoryConfig,
+    PheromoneConfig,
+    context_window_for,
+    encoding_for,
+    half_life_to_rate,
+    rate_to_half_life,
+)
 from ._exceptions import (
     ConfigError,
     ContextOverflowError,
@@ -32,6 +40,7 @@ from ._exceptions import (
 from ._io import Transcript, load_transcript, parse_transcript
 from ._manager import BuiltContext, RelevanceMemoryManager
 from ._models import Message, MessageType, RelevanceScore, ScoreSource, TaskGoal, ToolCall
+from ._pheromone import PheromoneField
 from ._record import DecisionRecord, MessageDecision, SummaryRecord
 from ._scoring import (
     InMemoryScoreCache,
@@ -45,6 +54,7 @@ from ._scoring import (
     score_cache_key,
 )
 from ._store import MessageStore
+from ._summary import LLMSummarizer, OfflineSummarizer, Summarizer, SummaryDraft, SummaryItem
 from ._tokenizer import TiktokenCounter, TokenCounter, image_tokens
 
 if TYPE_CHECKING:
@@ -67,15 +77,18 @@ __version__ = "0.1.0"
 
 __all__ = [
     "GOAL_BLOCK_MARKER",
+    "SUMMARY_MARKER",
     "AsyncManagedOpenAI",
     "BuiltContext",
     "ConfigError",
     "ContextOverflowError",
     "DecisionRecord",
+    "DiskScoreCache",
     "HistoryDivergedError",
     "InMemoryScoreCache",
     "InvalidMessageError",
     "LLMScorer",
+    "LLMSummarizer",
     "ManagedOpenAI",
     "MemoryConfig",
     "Message",
@@ -83,6 +96,9 @@ __all__ = [
     "MessageStore",
     "MessageType",
     "OfflineScorer",
+    "OfflineSummarizer",
+    "PheromoneConfig",
+    "PheromoneField",
     "RelevanceMemoryError",
     "RelevanceMemoryManager",
     "RelevanceScore",
@@ -97,6 +113,9 @@ __all__ = [
     "ScorerValidationError",
     "ScoringContext",
     "ScoringResult",
+    "Summarizer",
+    "SummaryDraft",
+    "SummaryItem",
     "SummaryRecord",
     "TaskGoal",
     "TiktokenCounter",
@@ -111,10 +130,12 @@ __all__ = [
     "context_window_for",
     "encoding_for",
     "extract_json_reply",
+    "half_life_to_rate",
     "image_tokens",
     "load_transcript",
     "manage",
     "message_to_dict",
     "parse_transcript",
+    "rate_to_half_life",
     "score_cache_key",
 ]

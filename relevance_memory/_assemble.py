@@ -11,10 +11,13 @@ from typing import Any
 
 from ._models import TaskGoal
 
-__all__ = ["GOAL_BLOCK_MARKER", "check_context", "goal_block_text"]
+__all__ = ["GOAL_BLOCK_MARKER", "SUMMARY_MARKER", "check_context", "goal_block_text"]
 
 GOAL_BLOCK_MARKER = "[relevance-memory: task goal]"
 """First line of the goal block, so a reader (or a test) can tell it from user text."""
+
+SUMMARY_MARKER = "[relevance-memory: summary"
+"""Start of every summary message (SPEC §7: clearly marked), so readers and tests can tell it apart."""
 
 
 def goal_block_text(goal: TaskGoal, *, final_excerpt: str | None, task_statement_id: str | None) -> str:
@@ -46,7 +49,7 @@ def check_context(messages: Sequence[Mapping[str, Any]]) -> list[str]:
     Checks (SPEC §9): every tool message sits in the block of tool messages right
     after the assistant message whose ``tool_calls`` contains its ``tool_call_id``;
     every assistant ``tool_calls`` has all its results in that block, once; roles are
-    known; no summary or goal block uses the assistant role.
+    known; no summary or goal block uses the assistant role (SPEC §7).
     """
     problems: list[str] = []
     open_calls: dict[str, bool] | None = None  # call id → answered, for the current tool block
@@ -77,6 +80,8 @@ def check_context(messages: Sequence[Mapping[str, Any]]) -> list[str]:
             content = message.get("content")
             if isinstance(content, str) and content.startswith(GOAL_BLOCK_MARKER):
                 problems.append(f"message {n}: the goal block must not use the assistant role")
+            if isinstance(content, str) and content.startswith(SUMMARY_MARKER):
+                problems.append(f"message {n}: a summary must not use the assistant role")
             calls = message.get("tool_calls") or []
             if calls:
                 open_calls = {c.get("id"): False for c in calls}

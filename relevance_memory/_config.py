@@ -2,13 +2,21 @@
 
 from __future__ import annotations
 
+import math
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from ._exceptions import ConfigError
 
-__all__ = ["MemoryConfig", "context_window_for", "encoding_for"]
+__all__ = [
+    "MemoryConfig",
+    "PheromoneConfig",
+    "context_window_for",
+    "encoding_for",
+    "half_life_to_rate",
+    "rate_to_half_life",
+]
 
 # Context windows (tokens) of common model families, from the providers' model pages.
 # Longest prefix wins; unknown models fall back to DEFAULT_CONTEXT_WINDOW.
@@ -89,6 +97,12 @@ class MemoryConfig(BaseModel):
         reference_max_df: an identifier shared by more earlier messages than this is
             too common to count as a reference.
         rubric_version: id of the scoring prompt template (part of every cache key).
+        prefilter: rank candidates locally (BM25) when they exceed ``prefilter_top_n``.
+        summaries: fold archived messages into the summary pyramid (SPEC §7); off →
+            archived messages are dropped (still restorable from the store).
+        score_cache_dir: directory of the on-disk score cache (SPEC §6); ``None`` keeps
+            the cache in process only.
+        pheromone: the pheromone field's parameters (:class:`PheromoneConfig`, SPEC §5).
     """
 
     model_config = ConfigDict(frozen=True, extra="forbid")
@@ -113,6 +127,10 @@ class MemoryConfig(BaseModel):
     summary_budget: int = Field(default=0, ge=0)
     reference_max_df: int = Field(default=4, ge=1)
     rubric_version: str = "score_v1"
+    prefilter: bool = True
+    summaries: bool = True
+    score_cache_dir: str | None = None
+    pheromone: PheromoneConfig = Field(default_factory=lambda: PheromoneConfig())
 
     @model_validator(mode="after")
     def _consistent(self) -> MemoryConfig:
@@ -150,3 +168,148 @@ class MemoryConfig(BaseModel):
         if self.max_input_tokens is not None:
             return self.max_input_tokens
         return int(self.resolved_context_window * self.input_fraction)
+
+
+# --------------------------------------------------------------------------- pheromone
+def half_life_to_rate(half_life_steps: float, tick_every: int) -> float:
+    """Evaporation rate per tick from a half-life (SPEC §5): ``η = 1 − 0.5^(tick_every / half_life)``.
+
+    Args:
+        half_life_steps: steps after which an untouched strength halves (> 0; ``inf`` → 0).
+        tick_every: new messages per tick (> 0).
+
+    Returns:
+        η in [0, 1): the share of strength lost per tick.
+
+    Raises:
+        ValueError: a non-positive half-life or tick.
+    """
+    if half_life_steps <= 0 or tick_every <= 0:
+        raise ValueError(f"half-life ({half_life_steps}) and tick_every ({tick_every}) must be positive")
+    if math.isinf(half_life_steps):
+        return 0.0
+    return float(1.0 - 0.5 ** (tick_every / half_life_steps))
+
+
+def rate_to_half_life(rate: float, tick_every: int) -> float:
+    """Inverse of :func:`half_life_to_rate`: the half-life in steps of a per-tick rate η.
+
+    ``half_life = tick_every · ln 0.5 / ln(1 − η)``; η = 0 gives ``inf``.
+
+    Raises:
+        ValueError: η outside [0, 1) or a non-positive tick.
+    """
+    if not 0.0 <= rate < 1.0 or tick_every <= 0:
+        raise ValueError(f"rate must be in [0, 1) and tick_every positive, got {rate}, {tick_every}")
+    if rate == 0.0:
+        return math.inf
+    return tick_every * math.log(0.5) / math.log(1.0 - rate)
+
+
+PHEROMONE_KINDS = (
+    "user_instruction",
+    "preference",
+    "user_chat",
+    "assistant_reasoning",
+    "tool_call",
+    "tool_result",
+    "system",
+    "summary",
+)
+"""Kinds of message the pheromone field distinguishes: the message types plus ``preference``
+(a user message stating a taste or habit, SPEC §5)."""
+
+
+class PheromoneConfig(BaseModel):
+    """Every parameter of the pheromone field (SPEC §5), validated, with its defaults.
+
+    Attributes:
+        enabled: run the field (strengths in the record, carry-over, working-tier order).
+        tick_every: new messages per evaporation tick (SPEC §5: 5).
+        deposits: score (1–5) → deposit Δ (SPEC §5: 5→4, 4→2, 3→1, 2→0.3, 1→0).
+        s_max: soft cap; an effective deposit is ``Δ·max(0, 1 − S/S_max)`` (SPEC §5: 10).
+        reinforce_delta: added to a message each time a later one references it (0.5).
+        edge_delta: added to the edge (earlier → later) per reference (0.2).
+        half_life_steps: kind → half-life in steps (SPEC §5: user instruction 200,
+            preference 50, tool result 15, assistant reasoning 8, chat 5; tool calls
+            share reasoning's, system prompts and summaries are long-lived).
+        initial_strength: kind → strength of a new message (SPEC §5: instruction 8,
+            tool result 3, reasoning 1, chat 0.5).
+        protect_ticks: ticks a new message does not evaporate (SPEC §5: 3).
+        exempt_score: messages whose latest score ≥ this do not evaporate (SPEC §5: 4).
+        carry_threshold: a message scored ≤ 2 with strength ≥ this joins ``working``
+            (SPEC §5 carry-over; default 4.0: reached by a deposit from a score ≥ 4 or by
+            repeated references, not by a fresh tool result at 3.0).
+        forget_threshold: score ≤ 2 and strength below this → archive without
+            re-scoring (SPEC §5: 0.2).
+        prefilter_pass: strength from which the prefilter always lets a message through
+            (SPEC §3 step 3 "high-strength messages always pass"; default 8.0, near the
+            cap: with a subtask that changes every step, deposits once per subtask push
+            every useful message above ``carry_threshold``, and passing all of those would
+            re-score nearly everything on every step).
+        history_top_n: strongest messages recorded per tick in the history (SPEC §5).
+    """
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    enabled: bool = True
+    tick_every: int = Field(default=5, ge=1)
+    deposits: dict[int, float] = Field(default_factory=lambda: {5: 4.0, 4: 2.0, 3: 1.0, 2: 0.3, 1: 0.0})
+    s_max: float = Field(default=10.0, gt=0)
+    reinforce_delta: float = Field(default=0.5, ge=0)
+    edge_delta: float = Field(default=0.2, ge=0)
+    half_life_steps: dict[str, float] = Field(
+        default_factory=lambda: {
+            "user_instruction": 200.0,
+            "preference": 50.0,
+            "tool_result": 15.0,
+            "assistant_reasoning": 8.0,
+            "tool_call": 8.0,
+            "user_chat": 5.0,
+            "system": math.inf,
+            "summary": 50.0,
+        }
+    )
+    initial_strength: dict[str, float] = Field(
+        default_factory=lambda: {
+            "user_instruction": 8.0,
+            "preference": 3.0,
+            "tool_result": 3.0,
+            "assistant_reasoning": 1.0,
+            "tool_call": 1.0,
+            "user_chat": 0.5,
+            "system": 8.0,
+            "summary": 1.0,
+        }
+    )
+    protect_ticks: int = Field(default=3, ge=0)
+    exempt_score: int = Field(default=4, ge=1, le=5)
+    carry_threshold: float = Field(default=4.0, ge=0)
+    forget_threshold: float = Field(default=0.2, ge=0)
+    prefilter_pass: float = Field(default=8.0, ge=0)
+    history_top_n: int = Field(default=20, ge=1)
+
+    @model_validator(mode="after")
+    def _complete(self) -> PheromoneConfig:
+        if set(self.deposits) != {1, 2, 3, 4, 5}:
+            raise ValueError(f"deposits must give Δ for every score 1..5, got {sorted(self.deposits)}")
+        if any(d < 0 for d in self.deposits.values()):
+            raise ValueError("deposits must be ≥ 0")
+        for name, table in (("half_life_steps", self.half_life_steps), ("initial_strength", self.initial_strength)):
+            missing = set(PHEROMONE_KINDS) - set(table)
+            if missing:
+                raise ValueError(f"{name} lacks kinds {sorted(missing)}")
+        if any(h <= 0 for h in self.half_life_steps.values()):
+            raise ValueError("half-lives must be positive (use inf for no evaporation)")
+        if any(not 0 <= s <= self.s_max for s in self.initial_strength.values()):
+            raise ValueError(f"initial strengths must lie in [0, s_max={self.s_max}]")
+        if self.forget_threshold > self.carry_threshold:
+            raise ValueError("forget_threshold must not exceed carry_threshold")
+        return self
+
+    def rate(self, kind: str) -> float:
+        """Evaporation rate η per tick of ``kind`` (from its half-life, SPEC §5)."""
+        return half_life_to_rate(self.half_life_steps[kind], self.tick_every)
+
+
+MemoryConfig.model_rebuild()

@@ -1,4 +1,5 @@
-"""The memory manager: wires ingest → partition → score → select → assemble → record.
+"""The memory manager: wires ingest → partition → prefilter → score → pheromone → select →
+summarise → assemble → record.
 
 The manager holds state (the append-only store, the goal, the score cache) and does
 no I/O itself; scoring goes through the :class:`Scorer` seam, token counting through
@@ -16,10 +17,13 @@ from datetime import datetime, timezone
 from typing import Any, cast
 
 from ._assemble import check_context, goal_block_text
+from ._cache import DiskScoreCache
 from ._config import MemoryConfig
 from ._exceptions import ConfigError, ContextOverflowError, InvalidMessageError, RelevanceMemoryError
 from ._models import Message, RelevanceScore, ScoreSource, TaskGoal, content_text
-from ._record import DecisionRecord, MessageDecision
+from ._pheromone import PheromoneField
+from ._prefilter import ChunkedBM25, prefilter_chains
+from ._record import DecisionRecord, MessageDecision, SummaryRecord
 from ._scoring import (
     InMemoryScoreCache,
     OfflineScorer,
@@ -31,14 +35,22 @@ from ._scoring import (
     ScoringResult,
     score_cache_prefix,
 )
-from ._select import Chain, Partition, partition, select_chains
+from ._select import Chain, Partition, Selection, partition, select_chains
 from ._store import MessageStore
+from ._summary import OfflineSummarizer, PyramidResult, Summarizer, SummaryCache, SummaryItem, build_pyramid
+from ._text import lexical_terms
 from ._tokenizer import REPLY_PRIMING_TOKENS, TiktokenCounter, TokenCounter
 
 __all__ = ["BuiltContext", "RelevanceMemoryManager"]
 
 GOAL_EXCERPT_SHARE = 0.5
 """Share of the remaining budget a goal-block excerpt of an oversized task statement may take."""
+PREFILTER_QUERY_TERMS = 256
+"""Most distinct terms in the prefilter's BM25 query (goal terms first, then recent steps)."""
+SUMMARY_RESERVE_SHARE = 0.1
+"""Share of the budget reserved for summaries when ``summary_budget`` is 0."""
+MIN_SUMMARY_RESERVE = 64
+"""Least tokens reserved for summaries when ``summary_budget`` is 0 (room for one small summary)."""
 
 
 @dataclass(frozen=True)
@@ -76,6 +88,7 @@ class _Plan:
     warnings: list[str] = field(default_factory=list)
     task_root: int | None = None
     from_cache: set[int] = field(default_factory=set)
+    skipped: dict[int, str] = field(default_factory=dict)  # candidate root → why it is not scored
 
 
 class RelevanceMemoryManager:
@@ -84,7 +97,9 @@ class RelevanceMemoryManager:
     Args:
         config: a :class:`MemoryConfig`; keyword overrides are applied on top of it.
         scorer: relevance scorer; default :class:`OfflineScorer` (no network).
-        score_cache: score cache; default an in-process LRU (:class:`InMemoryScoreCache`).
+        score_cache: score cache; default an in-process LRU (:class:`InMemoryScoreCache`), or
+            :class:`DiskScoreCache` in ``config.score_cache_dir`` when that is set.
+        summarizer: summarizer of the archive (SPEC §7); default :class:`OfflineSummarizer`.
         tokenizer: token counter; default exact tiktoken counts for ``config.model``.
         clock: returns "now" (timezone-aware); injected for tests.
         **overrides: any :class:`MemoryConfig` field, e.g. ``max_input_tokens=8000``.
@@ -109,6 +124,7 @@ class RelevanceMemoryManager:
         score_cache: ScoreCache | None = None,
         tokenizer: TokenCounter | None = None,
         clock: Callable[[], datetime] | None = None,
+        summarizer: Summarizer | None = None,
         **overrides: Any,
     ) -> None:
         if overrides:
@@ -117,7 +133,14 @@ class RelevanceMemoryManager:
         self.config = config or MemoryConfig()
         self.scorer: Scorer = scorer or OfflineScorer()
         self._offline = OfflineScorer()
+        if score_cache is None and self.config.score_cache_dir:
+            score_cache = DiskScoreCache(self.config.score_cache_dir)
         self.score_cache: ScoreCache = score_cache if score_cache is not None else InMemoryScoreCache()
+        self.summarizer: Summarizer = summarizer or OfflineSummarizer()
+        self.summary_cache = SummaryCache()
+        self.pheromone = PheromoneField(self.config.pheromone)
+        self._bm25 = ChunkedBM25()
+        self._bm25_docs: list[list[str]] = []
         self.tokenizer: TokenCounter = tokenizer or TiktokenCounter(
             self.config.resolved_encoding, image_tokens=self.config.image_tokens
         )
@@ -261,6 +284,8 @@ class RelevanceMemoryManager:
         store = self.store
         goal = self.goal
         excluded = self._excluded()
+        if self.config.pheromone.enabled:  # SPEC §5: new messages, reinforcement, ticks
+            self.pheromone.observe(store.messages)
         roots = [store.chain_root(i) for i in range(len(store))]
         newest_user = next(
             (m.index for m in reversed(store.messages) if m.role == "user" and m.index not in excluded), None
@@ -310,7 +335,14 @@ class RelevanceMemoryManager:
             plan.used += tokens
             plan.recent.add(root)
         plan.candidates = {r: part.chains[r] for r in part.candidates}
-        plan.needs_scores = sorted(i for chain in plan.candidates.values() for i in chain.members)
+        if self.config.pheromone.enabled:  # SPEC §5 forget threshold: archive without re-scoring
+            threshold = self.config.pheromone.forget_threshold
+            for root, chain in plan.candidates.items():
+                if root != plan.task_root and all(self.pheromone.forgotten(store[i].id) for i in chain.members):
+                    plan.skipped[root] = f"forgotten: strength < {threshold} with score ≤ 2 (not re-scored)"
+        plan.needs_scores = sorted(
+            i for root, chain in plan.candidates.items() if root not in plan.skipped for i in chain.members
+        )
         # an oversized task statement is shown as an excerpt inside the goal block
         if plan.task_root is not None and plan.task_root in plan.candidates and self.config.goal_block:
             task_tokens = plan.candidates[plan.task_root].tokens
@@ -385,9 +417,54 @@ class RelevanceMemoryManager:
             else:
                 scores[i] = cached
                 plan.from_cache.add(i)
-        hits = len(plan.needs_scores) - len(misses)
         plan.needs_scores = misses
+        self._prefilter(plan, scores)
+        hits = sum(1 for i in scores if self._root_of(i) not in plan.skipped)
         return scores, None, hits
+
+    def _root_of(self, index: int) -> int:
+        return self.store.chain_root(index)
+
+    def _prefilter(self, plan: _Plan, scores: dict[int, RelevanceScore]) -> None:
+        """SPEC §3 step 3: when candidates exceed ``prefilter_top_n``, BM25 over goal +
+        subtask + recent steps picks which unscored chains the scorer sees. Chains with a
+        user instruction, the task statement, a high-strength member or only cached
+        scores always pass; the rest go to ``archive`` as "prefiltered out"."""
+        config = self.config
+        store = self.store
+        live = {r: c for r, c in plan.candidates.items() if r not in plan.skipped}
+        if not config.prefilter or sum(len(c.members) for c in live.values()) <= config.prefilter_top_n:
+            return
+        missing = set(plan.needs_scores)
+        ranked = {r: c.members for r, c in live.items() if missing.intersection(c.members)}
+        always = {
+            r
+            for r, members in ranked.items()
+            if r == plan.task_root
+            or any(store[i].msg_type.value == "user_instruction" for i in members)
+            or (
+                config.pheromone.enabled
+                and any(self.pheromone.strength(store[i].id) >= config.pheromone.prefilter_pass for i in members)
+            )
+        }
+        for i in range(len(self._bm25_docs), len(store)):
+            self._bm25_docs.append(list(store.terms[i]))
+        query_texts = [plan.goal.final, plan.goal.subtask]
+        query_texts += [store[i].text for r in plan.recent for i in plan.part.chains[r].members]
+        query: list[str] = []
+        for text in query_texts:
+            query.extend(lexical_terms(text[:4_000]))
+        query = list(dict.fromkeys(query))[:PREFILTER_QUERY_TERMS]
+        doc_scores = self._bm25.scores(self._bm25_docs, query)
+        # the quota counts messages the scorer would see (cache hits are free)
+        quota = {r: [i for i in members if i in missing] for r, members in ranked.items()}
+        result = prefilter_chains(quota, doc_scores, top_n=config.prefilter_top_n, always=always)
+        for root, best in result.rejected.items():
+            plan.skipped[root] = f"prefiltered out (BM25 {best:.2f} below the top {config.prefilter_top_n})"
+        if result.rejected:
+            plan.needs_scores = [i for i in plan.needs_scores if self._root_of(i) not in plan.skipped]
+            for i in [i for i in scores if self._root_of(i) in plan.skipped]:
+                del scores[i]
 
     def _context(self) -> ScoringContext:
         return ScoringContext(doc_freq=self.store.doc_freq, doc_count=len(self.store))
@@ -450,7 +527,165 @@ class RelevanceMemoryManager:
     def _finish(
         self, plan: _Plan, scores: dict[int, RelevanceScore], result: ScoringResult | None, hits: int
     ) -> BuiltContext:
+        if self.config.pheromone.enabled:  # SPEC §3 step 5: deposits, once per (message, subtask)
+            self.pheromone.deposit(
+                {self.store[i].id: s.score for i, s in scores.items()}, plan.goal.effective_subtask
+            )
         return self._complete(plan, scores, result, hits, identity=False)
+
+    def _select(self, plan: _Plan, scores: Mapping[int, RelevanceScore], available: int) -> Selection:
+        """SPEC §3 step 6 over the scored candidates (skipped chains stay archived)."""
+        config = self.config
+        store = self.store
+        chains = {r: c for r, c in plan.candidates.items() if r not in plan.skipped}
+        referenced = {i: len(store.referenced_by.get(store[i].id, ())) for c in chains.values() for i in c.members}
+        strengths = None
+        if config.pheromone.enabled:
+            strengths = {i: self.pheromone.strength(store[i].id) for c in chains.values() for i in c.members}
+        return select_chains(
+            chains,
+            [],
+            scores,
+            available=available,
+            core_score=config.core_score,
+            archive_score=config.archive_score,
+            referenced_by=referenced,
+            promote_after_references=config.promote_after_references,
+            strengths=strengths,
+            carry_threshold=config.pheromone.carry_threshold if strengths is not None else None,
+            first=[plan.task_root] if plan.task_root is not None else (),
+        )
+
+    def _select_and_summarise(
+        self, plan: _Plan, scores: Mapping[int, RelevanceScore]
+    ) -> tuple[Selection, PyramidResult, set[int]]:
+        """SPEC §3 steps 6–7 with the summary budget reserved.
+
+        The reserve (``summary_budget``, or 10 % of the budget, at least
+        :data:`MIN_SUMMARY_RESERVE` tokens) is never taken from the task statement or from
+        user messages scored ≥ ``core_score`` (SPEC §7: a user constraint is never only in
+        a summary); other chains yield to it, lowest priority first. When the
+        summaries do not fit it, the reserve grows to what they need at most (working-tier
+        chains yield first, they are then summarised too), and a goal block that only points
+        at the kept task statement yields its room last.
+        """
+        config = self.config
+        available = plan.budget - plan.used
+        selection = self._select(plan, scores, available)
+        if not config.summaries or len(selection.kept) == len(plan.candidates):
+            return selection, PyramidResult(), set()
+        store = self.store
+        protected = sum(  # the task statement and user messages scored ≥ core never yield to summaries
+            plan.candidates[r].tokens
+            for r in selection.kept
+            if selection.tier[r] == "core"
+            and (
+                r == plan.task_root
+                or any(
+                    store[i].role == "user" and scores[i].score >= config.core_score
+                    for i in plan.candidates[r].members
+                )
+            )
+        )
+        most = max(0, available - protected)
+        share = max(MIN_SUMMARY_RESERVE, int(plan.budget * SUMMARY_RESERVE_SHARE))
+        reserve = min(most, config.summary_budget or share)
+
+        def attempt(reserve: int, extra: int = 0) -> tuple[Selection, PyramidResult, set[int]]:
+            chosen = self._select(plan, scores, available - reserve) if reserve > 0 else selection
+            room = available - chosen.used + extra
+            cap = min(room, config.summary_budget) if config.summary_budget else room
+            pyramid, held = self._summarise(plan, scores, set(plan.recent) | chosen.kept, cap)
+            return chosen, pyramid, held
+
+        chosen, pyramid, held = attempt(reserve)
+        for _ in range(3):  # grow the reserve to what the summaries need
+            if pyramid.summaries or reserve >= most:
+                break
+            kept_now = set(plan.recent) | chosen.kept
+            probe, _ = self._summarise(plan, scores, kept_now, most)
+            if not probe.summaries:
+                break
+            reserve = min(most, max(reserve + 1, probe.tokens))
+            chosen, pyramid, held = attempt(reserve)
+        if not pyramid.summaries and self._goal_block_is_pointer(plan, set(plan.recent) | chosen.kept):
+            freed = plan.goal_tokens
+            plan.used -= freed
+            plan.goal_text, plan.goal_tokens = None, 0
+            chosen, pyramid, held = attempt(reserve, extra=freed)
+            plan.warnings.append(
+                f"goal block ({freed} tokens) left out to make room for the summary; "
+                "it only pointed at the kept task statement"
+            )
+        return chosen, pyramid, held
+
+    def _goal_block_is_pointer(self, plan: _Plan, kept_roots: set[int]) -> bool:
+        """The goal block only points at the task statement, which is kept, and names no subtask."""
+        return (
+            plan.goal_text is not None
+            and plan.goal.source == "first_user_message"
+            and not plan.goal.subtask
+            and plan.task_root is not None
+            and plan.task_root in kept_roots
+        )
+
+    def _tool_name(self, message: Message) -> str:
+        """The tool a tool result answers (from its call), else the message's source label."""
+        if message.role == "tool" and message.parent_id is not None:
+            parent = self.store.get(message.parent_id)
+            for call in parent.tool_calls:
+                if call.id == message.tool_call_id:
+                    return call.name
+        return message.source
+
+    def _summarise(
+        self, plan: _Plan, scores: Mapping[int, RelevanceScore], kept_roots: set[int], cap: int
+    ) -> tuple[PyramidResult, set[int]]:
+        """SPEC §3 step 7: runs of consecutive archived messages → the summary pyramid.
+
+        Returns the pyramid and the indices held back from summaries: user messages
+        scored ≥ ``core_score`` (a user constraint is never only in a summary, SPEC §7).
+        """
+        store = self.store
+        runs: list[list[SummaryItem]] = [[]]
+        held: set[int] = set()
+        for message in store.messages:
+            i = message.index
+            if i in plan.excluded or i in plan.part.pinned:
+                continue
+            if store.chain_root(i) in kept_roots:
+                if runs[-1]:
+                    runs.append([])
+                continue
+            score = scores.get(i)
+            if message.role == "user" and score is not None and score.score >= self.config.core_score:
+                held.add(i)
+                continue
+            runs[-1].append(
+                SummaryItem(
+                    id=message.id,
+                    role=message.role,
+                    msg_type=message.msg_type.value,
+                    text=content_text(message.content),
+                    content_hash=message.content_hash,
+                    tool_calls=tuple((c.name, c.arguments) for c in message.tool_calls),
+                    source=self._tool_name(message),
+                )
+            )
+        pyramid = build_pyramid(
+            runs,
+            summarizer=self.summarizer,
+            cache=self.summary_cache,
+            count=self.tokenizer.count_message,
+            role=self.config.context_role,
+            cap=cap,
+        )
+        if held:
+            pyramid.warnings.append(
+                f"{len(held)} user message(s) scored ≥ {self.config.core_score} did not fit the budget; "
+                "they are not summarised (a user constraint is never only in a summary) — restorable by id"
+            )
+        return pyramid, held
 
     def _complete(
         self,
@@ -466,33 +701,25 @@ class RelevanceMemoryManager:
         part = plan.part
         roots = {i: root for root, chain in part.chains.items() for i in chain.members}
         selection = None
+        pyramid = PyramidResult()
+        held: set[int] = set()
         if not identity:
-            referenced = {
-                i: len(store.referenced_by.get(store[i].id, ())) for c in plan.candidates.values() for i in c.members
-            }
-            selection = select_chains(
-                plan.candidates,
-                [],
-                scores,
-                available=plan.budget - plan.used,
-                core_score=config.core_score,
-                archive_score=config.archive_score,
-                referenced_by=referenced,
-                promote_after_references=config.promote_after_references,
-                first=[plan.task_root] if plan.task_root is not None else (),
-            )
+            selection, pyramid, held = self._select_and_summarise(plan, scores)
         kept_roots = set(plan.recent) | (selection.kept if selection else set())
         out: list[dict[str, Any]] = [store[i].to_openai() for i in part.pinned]
         if plan.goal_text is not None and not identity:
             out.append({"role": config.context_role, "content": plan.goal_text})
+        out.extend(dict(s.message) for s in pyramid.summaries)
         kept_indices = sorted(i for r in kept_roots for i in part.chains[r].members)
         out.extend(store[i].to_openai() for i in kept_indices)
+        covered = pyramid.covered
 
         tokens_after = (
             REPLY_PRIMING_TOKENS
             + sum(store[i].token_count for i in part.pinned)
             + sum(store[i].token_count for i in kept_indices)
             + (plan.goal_tokens if not identity else 0)
+            + pyramid.tokens
         )
         problems = check_context(out)
         if problems or tokens_after > plan.budget:
@@ -502,11 +729,13 @@ class RelevanceMemoryManager:
             )
 
         decisions: list[MessageDecision] = []
+        with_strength = config.pheromone.enabled
         for message in store.messages:
             i = message.index
             common: dict[str, Any] = {
                 "id": message.id, "index": i, "step": message.step, "role": message.role,
                 "msg_type": message.msg_type.value, "tokens": message.token_count,
+                "strength": round(self.pheromone.strength(message.id), 4) if with_strength else None,
             }
             if i in plan.excluded:
                 decisions.append(MessageDecision(
@@ -530,20 +759,40 @@ class RelevanceMemoryManager:
                 ))
                 continue
             assert selection is not None
+            summarised = message.id in covered
+            gone = "summarised" if summarised else "dropped"
+            if root in plan.skipped:
+                latest = self.pheromone.latest_score(message.id) if root not in selection.tier else None
+                decisions.append(MessageDecision(
+                    **common, score=latest, reason=plan.skipped[root], tier="archive",
+                    decision=gone, chain_id=chain_id,  # type: ignore[arg-type]
+                    note="in a summary; original restorable from the store" if summarised
+                    else "archived; restorable from the store",
+                ))
+                continue
             score = scores[i]
             tier = selection.tier[root]
             kept = root in selection.kept
+            if kept:
+                note = selection.notes.get(root, "")
+            elif i in held:
+                note = "over budget; a user constraint is never only in a summary (restorable from the store)"
+            elif summarised:
+                note = selection.notes.get(root, "archived") + "; in a summary, original restorable from the store"
+            else:
+                note = selection.notes.get(root, "archived; restorable from the store")
             decisions.append(MessageDecision(
                 **common, score=score.score,
                 score_source=ScoreSource.CACHE if i in plan.from_cache else score.source, reason=score.reason,
-                strength=None,
                 tier=tier,  # type: ignore[arg-type]
-                decision="kept" if kept else "dropped", chain_id=chain_id,
-                note=selection.notes.get(root, "" if kept else "archived; restorable from the store"),
+                decision="kept" if kept else gone, chain_id=chain_id,  # type: ignore[arg-type]
+                note=note,
             ))
 
         usage = result.usage if result is not None else ScorerUsage()
-        record_warnings = list(plan.warnings) + (list(result.warnings) if result is not None else [])
+        record_warnings = (
+            list(plan.warnings) + (list(result.warnings) if result is not None else []) + pyramid.warnings
+        )
         self._builds += 1
         build_id = hashlib.sha256(
             f"{self._builds}|{len(store)}|{plan.goal.final}|{plan.goal.subtask}|{plan.budget}".encode()
@@ -573,6 +822,12 @@ class RelevanceMemoryManager:
             cache_misses=len(plan.needs_scores),
             chains_kept=len(kept_roots),
             chains_total=len(part.chains),
+            summaries=[
+                SummaryRecord(
+                    level=s.level, covered_ids=list(s.covered_ids), tokens=s.tokens, exact_values=list(s.exact_values)
+                )
+                for s in pyramid.summaries
+            ],
             warnings=record_warnings,
             messages=decisions,
         )

@@ -196,6 +196,11 @@ def explain(
         console.print(f"[yellow]warning:[/] {warning}")
 
 
+from ._cli_pheromone import register as _register_pheromone  # noqa: E402
+
+_register_pheromone(app)
+
+
 def main() -> None:
     """Entry point of the ``relmem`` console script."""
     app()

@@ -54,6 +54,10 @@ def assert_invariants(
             assert any(
                 history[j].get("role") == "tool" and history[j].get("tool_call_id") == call["id"] for j in kept
             )
+    # a goal block that points at the task statement ("kept below") tells the truth
+    for m in out:
+        if is_generated(m) and "kept below" in str(m.get("content")):
+            assert users and history[users[0]] in out
     # under budget with nothing to drop, output == input
     if record.identity:
         assert out == list(history)

@@ -10,7 +10,7 @@ pytest.importorskip("langchain_core")
 
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, SystemMessage, ToolMessage
 
-from relevance_memory import GOAL_BLOCK_MARKER, check_context
+from relevance_memory import GOAL_BLOCK_MARKER, SUMMARY_MARKER, check_context
 from relevance_memory.adapters.langchain import ManagedContextHook, from_openai_messages, to_openai_messages
 
 
@@ -80,7 +80,9 @@ def test_compacted_context_keeps_objects_and_whole_parallel_chains_as_history_gr
     assert isinstance(goal, SystemMessage) and str(goal.content).startswith(GOAL_BLOCK_MARKER)
     assert "Current subtask: edit utils/dates.py" in str(goal.content)
     originals = {id(m) for m in messages}
-    assert all(id(m) in originals for m in out if m is not goal)  # ids and metadata untouched
+    summaries = [m for m in out if str(m.content).startswith(SUMMARY_MARKER)]
+    assert all(isinstance(m, SystemMessage) for m in summaries)  # summaries are new, never AI messages
+    assert all(id(m) in originals for m in out if m is not goal and m not in summaries)  # ids untouched
     assert out[-1] is messages[-1]
     assert_whole_chains(out)
     assert any(isinstance(m, AIMessage) and len(m.tool_calls) == 2 for m in out)

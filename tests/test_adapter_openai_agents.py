@@ -16,7 +16,7 @@ from agents.memory import Session
 from agents.models.interface import Model
 from openai.types.responses import ResponseFunctionToolCall, ResponseOutputMessage, ResponseOutputText
 
-from relevance_memory import GOAL_BLOCK_MARKER
+from relevance_memory import GOAL_BLOCK_MARKER, SUMMARY_MARKER
 from relevance_memory.adapters.openai_agents import ManagedSession, items_to_chat
 
 TASK = "Fix the date parser in utils/dates.py; never change the public API."
@@ -74,7 +74,9 @@ async def test_session_protocol_managed_history_and_raw_limits() -> None:
     assert record is not None and record.tokens_after <= 2500 and not record.identity
     goal = managed[0]
     assert goal["role"] == "system" and goal["content"].startswith(GOAL_BLOCK_MARKER)
-    rest = managed[1:]
+    summaries = [i for i in managed[1:] if str(i.get("content", "")).startswith(SUMMARY_MARKER)]
+    assert all(i["role"] == "system" for i in summaries)  # summaries are new items, never assistant
+    rest = [i for i in managed[1:] if i not in summaries]
     assert len(rest) < len(stored)
     positions = [stored.index(item) for item in rest]  # original items, in their original order
     assert positions == sorted(positions)

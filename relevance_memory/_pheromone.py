@@ -1,0 +1,252 @@
+"""Pheromone field (SPEC §3 step 5, §5): a strength per message that learns and forgets.
+
+The field is pure data plus arithmetic: callers tell it what happened (a message
+arrived at message count ``n``, a message was scored under a subtask) and it updates
+strengths; it never reads a clock or does I/O. Time is the *tick*: one tick per
+``tick_every`` new messages, derived from the message count the caller passes in.
+
+Formulas (SPEC §5, seed articles in ``shared/seeds``):
+
+- per tick: ``S ← S·(1 − η_kind)`` for every message that is neither protected (younger
+  than ``protect_ticks`` ticks) nor exempt (latest score ≥ ``exempt_score``);
+  ``η = 1 − 0.5^(tick_every / half_life)``;
+- deposit, once per (message, subtask): ``S ← S + Δ(score)·max(0, 1 − S/S_max)``;
+- reinforce on use, for each earlier message a new one references:
+  ``S ← S + reinforce_delta·max(0, 1 − S/S_max)`` and ``edge(i → j) += edge_delta``.
+
+Deposits and reinforcement go through the same soft cap, so ``S ≤ S_max`` always
+holds when it held before (the cap is reached only asymptotically). Deposits are added
+when the scores arrive rather than at the next tick; SPEC §5's ``S·(1 − η) + Δ`` is the
+same sum with the deposit applied a few messages earlier.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from ._config import PheromoneConfig
+from ._models import Message, MessageType
+
+__all__ = [
+    "PheromoneField",
+    "capped_deposit",
+    "evaporate",
+    "pheromone_kind",
+]
+
+_PREFERENCE_RE = re.compile(
+    r"\b(?:i (?:prefer|like|love|hate|dislike|usually|always|never)|my favou?rite|i'm (?:allergic|vegetarian|vegan))\b"
+    r"|喜欢|偏好|不喜欢|爱吃|不吃|不喝|讨厌|习惯|过敏",
+    re.IGNORECASE,
+)
+
+
+def pheromone_kind(msg_type: str, role: str, text: str) -> str:
+    """The kind that picks a message's half-life and initial strength (SPEC §5).
+
+    A user message stating a taste or habit ("I prefer …", "不吃香菜") is a
+    ``preference``; otherwise the message type itself.
+    """
+    if role == "user" and msg_type == MessageType.USER_CHAT.value and _PREFERENCE_RE.search(text):
+        return "preference"
+    return msg_type
+
+
+def capped_deposit(strength: float, delta: float, s_max: float) -> float:
+    """Soft-capped deposit (SPEC §5): ``Δ·max(0, 1 − S/S_max)`` (strength units)."""
+    return delta * max(0.0, 1.0 - strength / s_max)
+
+
+def evaporate(strength: float, rate: float, deposit: float = 0.0) -> float:
+    """One evaporation tick (SPEC §5): ``S·(1 − η) + Δ``, η in [0, 1)."""
+    return strength * (1.0 - rate) + deposit
+
+
+@dataclass
+class _Cell:
+    kind: str
+    born_tick: int
+    strength: float
+    latest_score: int | None = None
+
+
+@dataclass
+class PheromoneField:
+    """Strength per message id, with edges and a per-tick history (SPEC §5).
+
+    Args:
+        config: the :class:`PheromoneConfig`.
+
+    Attributes:
+        tick: ticks elapsed (one per ``tick_every`` observed messages).
+        edges: (earlier id, later id) → edge strength (accumulates ``edge_delta`` per
+            reference; edges do not evaporate — they record use, the nodes carry the decay).
+        history: per tick ``{"tick", "messages", "top": {id: strength}}``, the
+            ``history_top_n`` strongest messages after that tick.
+    """
+
+    config: PheromoneConfig = field(default_factory=PheromoneConfig)
+    tick: int = 0
+    edges: dict[tuple[str, str], float] = field(default_factory=dict)
+    history: list[dict[str, Any]] = field(default_factory=list)
+    _cells: dict[str, _Cell] = field(default_factory=dict)
+    _deposited: set[tuple[str, str]] = field(default_factory=set)
+    _observed: int = 0
+
+    # ----------------------------------------------------------------- queries
+    def __contains__(self, message_id: object) -> bool:
+        return message_id in self._cells
+
+    def __len__(self) -> int:
+        return len(self._cells)
+
+    @property
+    def observed(self) -> int:
+        """How many messages the field has seen (the caller's message count)."""
+        return self._observed
+
+    def strength(self, message_id: str) -> float:
+        """Current strength of ``message_id``; 0.0 for an unknown id."""
+        cell = self._cells.get(message_id)
+        return cell.strength if cell else 0.0
+
+    def strengths(self) -> dict[str, float]:
+        """Every message id → strength (a copy)."""
+        return {mid: cell.strength for mid, cell in self._cells.items()}
+
+    def latest_score(self, message_id: str) -> int | None:
+        """The newest score deposited for ``message_id`` under any subtask, or ``None``."""
+        cell = self._cells.get(message_id)
+        return cell.latest_score if cell else None
+
+    def forgotten(self, message_id: str) -> bool:
+        """Score ≤ 2 and strength below ``forget_threshold``: archive without re-scoring (SPEC §5)."""
+        cell = self._cells.get(message_id)
+        return (
+            cell is not None
+            and cell.latest_score is not None
+            and cell.latest_score <= 2
+            and cell.strength < self.config.forget_threshold
+        )
+
+    def carried(self, message_id: str) -> bool:
+        """Strength ≥ ``carry_threshold`` (carry-over into ``working``, SPEC §5)."""
+        return self.strength(message_id) >= self.config.carry_threshold
+
+    # ----------------------------------------------------------------- updates
+    def observe(self, messages: Sequence[Message]) -> None:
+        """Take in messages the field has not seen yet, in order.
+
+        Each new message starts at its kind's initial strength and reinforces every
+        earlier message it references (``Message.references``). After every
+        ``tick_every`` messages one tick of evaporation runs. Already-seen messages
+        (by position) are skipped, so calling this before every build is cheap.
+        """
+        for message in messages[self._observed :]:
+            self._add(message.id, pheromone_kind(message.msg_type.value, message.role, message.text), message.references)
+            self._observed += 1
+            if self._observed % self.config.tick_every == 0:
+                self.advance()
+
+    def _add(self, message_id: str, kind: str, references: Iterable[str]) -> None:
+        cfg = self.config
+        self._cells[message_id] = _Cell(kind=kind, born_tick=self.tick, strength=cfg.initial_strength[kind])
+        for ref in references:
+            cell = self._cells.get(ref)
+            if cell is None:
+                continue
+            cell.strength += capped_deposit(cell.strength, cfg.reinforce_delta, cfg.s_max)
+            edge = (ref, message_id)
+            self.edges[edge] = self.edges.get(edge, 0.0) + cfg.edge_delta
+
+    def deposit(self, scores: Mapping[str, int], subtask: str) -> dict[str, float]:
+        """Deposit from scores, once per (message, subtask) (SPEC §5).
+
+        Args:
+            scores: message id → score 1–5.
+            subtask: the subtask the scores are for.
+
+        Returns:
+            message id → effective deposit actually added (strength units).
+        """
+        cfg = self.config
+        added: dict[str, float] = {}
+        for message_id, score in scores.items():
+            cell = self._cells.get(message_id)
+            if cell is None:
+                continue
+            cell.latest_score = score
+            key = (message_id, subtask)
+            if key in self._deposited:
+                continue
+            self._deposited.add(key)
+            amount = capped_deposit(cell.strength, cfg.deposits[score], cfg.s_max)
+            cell.strength += amount
+            added[message_id] = amount
+        return added
+
+    def advance(self, ticks: int = 1) -> None:
+        """Run ``ticks`` evaporation ticks (importance-gated, cold-start protected)."""
+        cfg = self.config
+        for _ in range(ticks):
+            self.tick += 1
+            for cell in self._cells.values():
+                if self.tick - cell.born_tick <= cfg.protect_ticks:
+                    continue
+                if cell.latest_score is not None and cell.latest_score >= cfg.exempt_score:
+                    continue
+                cell.strength = evaporate(cell.strength, cfg.rate(cell.kind))
+            top = sorted(self._cells.items(), key=lambda kv: -kv[1].strength)[: cfg.history_top_n]
+            self.history.append(
+                {"tick": self.tick, "messages": self._observed, "top": {k: round(c.strength, 4) for k, c in top}}
+            )
+
+    # ----------------------------------------------------------------- export
+    def to_dict(self) -> dict[str, Any]:
+        """The field as JSON-ready data: tick, per-message kind/strength/score, edges."""
+        return {
+            "tick": self.tick,
+            "messages": self._observed,
+            "config": self.config.model_dump(mode="json"),
+            "nodes": [
+                {
+                    "id": mid,
+                    "kind": c.kind,
+                    "strength": round(c.strength, 6),
+                    "latest_score": c.latest_score,
+                    "born_tick": c.born_tick,
+                }
+                for mid, c in self._cells.items()
+            ],
+            "edges": [{"source": a, "target": b, "weight": round(w, 6)} for (a, b), w in self.edges.items()],
+        }
+
+    def to_json(self, *, indent: int | None = 2) -> str:
+        """:meth:`to_dict` as JSON text."""
+        return json.dumps(self.to_dict(), indent=indent, ensure_ascii=False)
+
+    def history_json(self, *, indent: int | None = 2) -> str:
+        """The strength history (top-N per tick) as JSON text."""
+        return json.dumps(self.history, indent=indent, ensure_ascii=False)
+
+    def to_graph(self) -> Any:
+        """The field as a ``networkx.DiGraph``: nodes carry ``kind``/``strength``/``latest_score``,
+        edges (earlier → later reference) carry ``weight``."""
+        import networkx as nx
+
+        graph = nx.DiGraph()
+        for mid, c in self._cells.items():
+            graph.add_node(mid, kind=c.kind, strength=float(c.strength), latest_score=c.latest_score or 0)
+        for (a, b), w in self.edges.items():
+            graph.add_edge(a, b, weight=float(w))
+        return graph
+
+    def graphml(self) -> str:
+        """The field as GraphML text (via ``networkx``)."""
+        import networkx as nx
+
+        return "\n".join(nx.generate_graphml(self.to_graph()))

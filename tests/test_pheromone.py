@@ -1,0 +1,148 @@
+"""Pheromone field (SPEC §5): property tests of the math and unit tests of the field."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from relevance_memory import RelevanceMemoryManager
+from relevance_memory._config import MemoryConfig, PheromoneConfig, half_life_to_rate, rate_to_half_life
+from relevance_memory._models import Message, MessageType
+from relevance_memory._pheromone import PheromoneField, capped_deposit, evaporate, pheromone_kind
+
+KINDS = ["user_instruction", "preference", "tool_result", "assistant_reasoning", "user_chat", "tool_call"]
+
+
+def _msg(i: int, msg_type: str = "tool_result", role: str = "tool", refs: tuple[str, ...] = ()) -> Message:
+    return Message(id=f"m{i}", index=i, role=role, content="x", msg_type=MessageType(msg_type), step=i, token_count=1,
+                   references=refs)  # type: ignore[arg-type]
+
+
+def test_defaults_match_spec() -> None:
+    cfg = PheromoneConfig()
+    assert cfg.deposits == {5: 4.0, 4: 2.0, 3: 1.0, 2: 0.3, 1: 0.0}
+    assert (cfg.s_max, cfg.tick_every, cfg.protect_ticks, cfg.forget_threshold) == (10.0, 5, 3, 0.2)
+    assert cfg.half_life_steps["user_instruction"] == 200 and cfg.half_life_steps["preference"] == 50
+    assert cfg.half_life_steps["tool_result"] == 15 and cfg.half_life_steps["assistant_reasoning"] == 8
+    assert cfg.half_life_steps["user_chat"] == 5
+    assert cfg.initial_strength["user_instruction"] == 8 and cfg.initial_strength["tool_result"] == 3
+    assert cfg.initial_strength["assistant_reasoning"] == 1 and cfg.initial_strength["user_chat"] == 0.5
+    assert cfg.rate("user_chat") == pytest.approx(0.5)  # half-life 5 steps, tick 5
+
+
+def test_config_validation() -> None:
+    with pytest.raises(ValueError):
+        PheromoneConfig(deposits={5: 4.0})
+    with pytest.raises(ValueError):
+        PheromoneConfig(forget_threshold=5.0, carry_threshold=1.0)
+    with pytest.raises(ValueError):
+        half_life_to_rate(0, 5)
+
+
+@given(st.floats(1.0, 10_000), st.integers(1, 20))
+def test_half_life_round_trip(half_life: float, tick: int) -> None:
+    rate = half_life_to_rate(half_life, tick)
+    assert 0 <= rate < 1
+    if rate > 1e-12:
+        assert rate_to_half_life(rate, tick) == pytest.approx(half_life, rel=1e-6)
+
+
+@given(st.floats(0, 10), st.lists(st.sampled_from([0.0, 0.3, 1.0, 2.0, 4.0, 0.5]), max_size=200))
+def test_soft_cap_never_exceeded(start: float, deltas: list[float]) -> None:
+    s = start
+    for d in deltas:
+        s += capped_deposit(s, d, 10.0)
+        assert s <= 10.0 + 1e-9
+
+
+@given(st.floats(0.01, 10), st.sampled_from(KINDS), st.integers(1, 60))
+def test_evaporation_is_monotone_without_deposits(start: float, kind: str, ticks: int) -> None:
+    rate = PheromoneConfig().rate(kind)
+    s = start
+    for _ in range(ticks):
+        nxt = evaporate(s, rate)
+        assert 0 <= nxt <= s
+        s = nxt
+
+
+@settings(max_examples=50)
+@given(st.lists(st.tuples(st.sampled_from(KINDS), st.integers(1, 5)), min_size=1, max_size=30), st.integers(1, 40))
+def test_field_exempt_never_decay_and_others_monotone(cells: list[tuple[str, int]], ticks: int) -> None:
+    field = PheromoneField(PheromoneConfig(protect_ticks=0))
+    msgs = [_msg(i) for i in range(len(cells))]
+    for m, (kind, _) in zip(msgs, cells, strict=True):
+        field._add(m.id, kind, ())
+    field.deposit({m.id: score for m, (_, score) in zip(msgs, cells, strict=True)}, "sub")
+    before = field.strengths()
+    for _ in range(ticks):
+        field.advance()
+        now = field.strengths()
+        for m, (_, score) in zip(msgs, cells, strict=True):
+            if score >= 4:
+                assert now[m.id] == before[m.id]  # importance-gated: exempt
+            else:
+                assert now[m.id] <= before[m.id]
+            assert now[m.id] <= 10.0 + 1e-9
+        before = now
+
+
+def test_deposit_once_per_message_and_subtask() -> None:
+    field = PheromoneField()
+    field.observe([_msg(0)])
+    first = field.deposit({"m0": 5}, "a")["m0"]
+    assert first == pytest.approx(4 * (1 - 3 / 10))
+    assert field.deposit({"m0": 5}, "a") == {}
+    assert "m0" in field.deposit({"m0": 5}, "b")
+
+
+def test_protection_tick_and_reinforcement() -> None:
+    cfg = PheromoneConfig(tick_every=1, protect_ticks=3)
+    field = PheromoneField(cfg)
+    field.observe([_msg(0, "assistant_reasoning", "assistant")])
+    # ticks 1..3 are protected: strength stays at the initial 1.0 while 3 more messages arrive
+    field.observe([_msg(0, "assistant_reasoning", "assistant"), _msg(1), _msg(2), _msg(3, refs=("m0",))])
+    # tick 4 (after m3 reinforced m0) is the first unprotected one
+    assert field.strength("m0") == pytest.approx((1.0 + 0.5 * (1 - 0.1)) * (1 - cfg.rate("assistant_reasoning")))
+    assert field.edges[("m0", "m3")] == pytest.approx(0.2)
+
+
+def test_forget_and_carry() -> None:
+    field = PheromoneField(PheromoneConfig(protect_ticks=0, tick_every=1))
+    field.observe([_msg(0, "user_chat", "user")])
+    field.deposit({"m0": 1}, "s")
+    assert not field.forgotten("m0")
+    field.advance(20)
+    assert field.forgotten("m0")
+    assert not field.carried("m0")
+
+
+def test_preference_kind() -> None:
+    assert pheromone_kind("user_chat", "user", "I prefer window seats") == "preference"
+    assert pheromone_kind("user_chat", "user", "what's the weather") == "user_chat"
+
+
+def test_exports_json_graphml_history() -> None:
+    field = PheromoneField(PheromoneConfig(tick_every=2))
+    field.observe([_msg(0), _msg(1, refs=("m0",)), _msg(2), _msg(3)])
+    assert field.to_dict()["edges"] == [{"source": "m0", "target": "m1", "weight": 0.2}]
+    assert "<graphml" in field.graphml()
+    assert len(field.history) == 2 and "m0" in field.history[0]["top"]
+    assert math.isfinite(field.history[-1]["top"]["m0"])
+
+
+def test_manager_reports_strength_and_orders_working_tier() -> None:
+    memory = RelevanceMemoryManager(max_input_tokens=300, keep_recent=1)
+    memory.add({"role": "user", "content": "Fix the bug in parser.py; the tests must pass."})
+    for n in range(12):
+        memory.add({"role": "assistant", "content": f"Looking at step {n} of the parser."})
+        memory.add({"role": "user", "content": f"ok {n}"})
+    built = memory.build_context()
+    strengths = [d.strength for d in built.record.messages]
+    assert all(s is not None for s in strengths)
+    assert built.record.decision_for("m0").strength == pytest.approx(memory.pheromone.strength("m0"), abs=1e-3)
+    off = RelevanceMemoryManager(MemoryConfig(max_input_tokens=300, keep_recent=1, pheromone=PheromoneConfig(enabled=False)))
+    off.extend(m.to_openai() for m in memory.messages)
+    assert all(d.strength is None for d in off.build_context().record.messages)
