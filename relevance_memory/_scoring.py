@@ -107,7 +107,7 @@ class Scorer(Protocol):
 
     Attributes:
         name: short label for records and the CLI (``"offline"``, ``"llm"``).
-        model: model id (part of the cache key; ``"offline-v1"`` for the offline scorer).
+        model: model id (part of the cache key; ``"offline-v2"`` for the offline scorer).
         rubric_version: prompt template id (part of the cache key and decision record).
     """
 
@@ -220,8 +220,8 @@ class OfflineScorer:
     """
 
     name = "offline"
-    model = "offline-v1"
-    rubric_version = "offline-v1"
+    model = "offline-v2"
+    rubric_version = "offline-v2"
 
     def score(
         self, goal: TaskGoal, items: Sequence[ScoreItem], context: ScoringContext | None = None

@@ -174,6 +174,12 @@ def explain(
         console.print(f"[yellow]warning:[/] {warning}")
 
 
+from ._cli_eval import eval_app, rubric_app  # noqa: E402 - sub-apps register after the core commands
+
+app.add_typer(eval_app, name="eval")
+app.add_typer(rubric_app, name="rubric")
+
+
 def main() -> None:
     """Entry point of the ``relmem`` console script."""
     app()

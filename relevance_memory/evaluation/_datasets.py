@@ -34,6 +34,7 @@ __all__ = [
     "load_locomo",
     "load_longmemeval",
     "repair_locomo_evidence",
+    "select_questions",
 ]
 
 LOCOMO_CATEGORIES = {1: "multi-hop", 2: "temporal", 3: "open-domain", 4: "single-hop", 5: "adversarial"}

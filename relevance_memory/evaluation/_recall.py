@@ -33,6 +33,8 @@ __all__ = [
     "bm25_select",
     "evidence_hit",
     "recency_select",
+    "results_as_dicts",
+    "run_conversation",
     "run_recall",
     "summarise_results",
 ]
