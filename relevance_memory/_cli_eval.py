@@ -6,6 +6,8 @@ The heavy modules (evaluation, bm25s, matplotlib) are imported inside the comman
 
 from __future__ import annotations
 
+import contextlib
+import functools
 import os
 import platform
 import shlex
@@ -13,7 +15,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Annotated, Any, Optional
+from typing import Annotated, Any
 
 import typer
 from rich.console import Console
@@ -51,13 +53,11 @@ def _ints(text: str, what: str) -> tuple[int, ...]:
 
 def _provenance() -> dict[str, Any]:
     commit = ""
-    try:
+    with contextlib.suppress(OSError, subprocess.SubprocessError):
         commit = subprocess.run(
             ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, timeout=5,
             cwd=Path(__file__).resolve().parent,
         ).stdout.strip()
-    except (OSError, subprocess.SubprocessError):
-        pass
     return {
         "command": "relmem " + " ".join(shlex.quote(a) for a in sys.argv[1:]),
         "commit": commit,
@@ -67,8 +67,8 @@ def _provenance() -> dict[str, Any]:
 
 
 def _run_eval(
-    name: str, path: Path, budgets_text: str, limit: Optional[int], questions: Optional[str],
-    categories: Optional[str], scorers: str, keep_recent: int, goal_block: bool, jobs: int,
+    name: str, path: Path, budgets_text: str, limit: int | None, questions: str | None,
+    categories: str | None, scorers: str, keep_recent: int, goal_block: bool, jobs: int,
     out: Path, details: bool,
 ) -> None:
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
@@ -117,7 +117,8 @@ def _run_eval(
             with Progress(TextColumn(f"{name} · {spec}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                           console=err, transient=True) as bar:
                 task = bar.add_task("questions", total=len(dataset.questions))
-                results.extend(run_recall(dataset, run, jobs=jobs, progress=lambda k: bar.advance(task, k)))
+                advance = functools.partial(bar.advance, task)
+                results.extend(run_recall(dataset, run, jobs=jobs, progress=advance))
     except RelevanceMemoryError as exc:
         raise _fail(str(exc)) from None
     elapsed = time.perf_counter() - started
@@ -157,8 +158,8 @@ _DETAILS = typer.Option("--details/--no-details", help="Also write every (questi
 def eval_locomo(
     path: Annotated[Path, typer.Argument(help="locomo10.json")],
     budgets: Annotated[str, _BUDGETS] = "",
-    limit: Annotated[Optional[int], _LIMIT] = None,
-    questions: Annotated[Optional[str], _QUESTIONS] = None,
+    limit: Annotated[int | None, _LIMIT] = None,
+    questions: Annotated[str | None, _QUESTIONS] = None,
     categories: Annotated[str, typer.Option(help="Categories to measure, comma-separated names (adversarial excluded by default).")] = "multi-hop,temporal,open-domain,single-hop",
     scorer: Annotated[str, _SCORERS] = "offline",
     keep_recent: Annotated[int, _KEEP] = 0,
@@ -175,8 +176,8 @@ def eval_locomo(
 def eval_longmemeval(
     path: Annotated[Path, typer.Argument(help="A folder of per-question JSON files (oracle/, s_subset/) or one file.")],
     budgets: Annotated[str, _BUDGETS] = "",
-    limit: Annotated[Optional[int], _LIMIT] = None,
-    questions: Annotated[Optional[str], _QUESTIONS] = None,
+    limit: Annotated[int | None, _LIMIT] = None,
+    questions: Annotated[str | None, _QUESTIONS] = None,
     scorer: Annotated[str, _SCORERS] = "offline",
     keep_recent: Annotated[int, _KEEP] = 0,
     goal_block: Annotated[bool, _GOAL] = False,
@@ -196,7 +197,7 @@ def rubric_build(
     out: Annotated[Path, typer.Option(help="Where to write the labelled set (JSON).")] = Path("labelled.json"),
     negatives: Annotated[int, typer.Option(help="Non-evidence turns per question (half of them adjacent to the evidence).")] = 8,
     seed: Annotated[int, typer.Option(help="Sampling seed.")] = 0,
-    limit: Annotated[Optional[int], typer.Option(help="At most N examples.")] = None,
+    limit: Annotated[int | None, typer.Option(help="At most N examples.")] = None,
 ) -> None:
     """Derive a labelled set from LoCoMo / LongMemEval: evidence turns gold 5, sampled others gold 1."""
     from .evaluation import build_labelled_set, load_dataset
@@ -248,7 +249,7 @@ def _report_rows(reports: list[Any]) -> Table:
     return table
 
 
-def _evaluate(set_path: Path, specs: list[str], repeats: int, json_out: Optional[Path]) -> None:
+def _evaluate(set_path: Path, specs: list[str], repeats: int, json_out: Path | None) -> None:
     from .evaluation import evaluate_rubric, make_scorer, write_json
 
     labelled = _load_set(set_path)
@@ -269,7 +270,7 @@ def rubric_eval(
     labelled: Annotated[Path, typer.Argument(help="A labelled set (JSON; see `relmem rubric build`).")],
     scorer: Annotated[str, typer.Option(help="offline, llm or llm:<prompt version>.")] = "offline",
     repeats: Annotated[int, typer.Option(help="Score the set this many times (agreement across runs).")] = 1,
-    json_out: Annotated[Optional[Path], typer.Option("--json", help="Also write the metrics as JSON here.")] = None,
+    json_out: Annotated[Path | None, typer.Option("--json", help="Also write the metrics as JSON here.")] = None,
 ) -> None:
     """Metrics of one scorer + prompt version on a labelled set: AUROC, precision of ≥ 4, histogram, agreement, usage."""
     _evaluate(labelled, [scorer], repeats, json_out)
@@ -281,7 +282,7 @@ def rubric_compare(
     a: Annotated[str, typer.Argument(help="First scorer: offline, llm or llm:<prompt version>.")],
     b: Annotated[str, typer.Argument(help="Second scorer, e.g. llm:score_v2.")],
     repeats: Annotated[int, typer.Option(help="Runs per scorer (agreement across runs).")] = 1,
-    json_out: Annotated[Optional[Path], typer.Option("--json", help="Also write both reports as JSON here.")] = None,
+    json_out: Annotated[Path | None, typer.Option("--json", help="Also write both reports as JSON here.")] = None,
 ) -> None:
     """Run two scorers / prompt versions on the same labelled set and print them side by side."""
     _evaluate(labelled, [a, b], repeats, json_out)

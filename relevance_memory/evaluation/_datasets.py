@@ -25,11 +25,11 @@ from pathlib import Path
 from typing import Any
 
 __all__ = [
+    "LOCOMO_CATEGORIES",
     "EvalConversation",
     "EvalDataset",
     "EvalQuestion",
     "EvalTurn",
-    "LOCOMO_CATEGORIES",
     "load_dataset",
     "load_locomo",
     "load_longmemeval",

@@ -40,7 +40,7 @@ def recall_table(summary: dict[str, Any], budgets: Sequence[int], *, title: str,
     table.add_column("method")
     for b in budgets:
         table.add_column(f"{b / 1000:g}k", justify="right")
-    sections = [("all", summary["overall"])] + sorted(summary["by_category"].items())
+    sections = [("all", summary["overall"]), *sorted(summary["by_category"].items())]
     for cat, methods in sections:
         for n, method in enumerate(sorted(methods, key=lambda m: (_ORDER.get(m, 5), m))):
             by_budget = methods[method]

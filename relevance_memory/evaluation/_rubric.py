@@ -18,7 +18,7 @@ import math
 import random
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
@@ -26,7 +26,7 @@ from .._exceptions import ConfigError
 from .._models import TaskGoal
 from .._scoring import OfflineScorer, ScoreItem, Scorer, ScorerUsage, ScoringContext
 from .._store import MessageStore
-from .._tokenizer import TiktokenCounter
+from .._tokenizer import TiktokenCounter, TokenCounter
 from ._datasets import EvalDataset
 
 __all__ = [
@@ -184,7 +184,7 @@ class RubricReport(BaseModel):
     fallbacks: int = 0
 
 
-def example_items(example: LabelledExample, counter: TiktokenCounter) -> tuple[list[ScoreItem], ScoringContext]:
+def example_items(example: LabelledExample, counter: TokenCounter) -> tuple[list[ScoreItem], ScoringContext]:
     """Ingest an example's messages into a fresh store; return the scorer's items and the
     IDF statistics of those messages."""
     store = MessageStore(counter, on_invalid="repair")
@@ -203,10 +203,10 @@ def example_items(example: LabelledExample, counter: TiktokenCounter) -> tuple[l
 
 
 def evaluate_rubric(labelled: LabelledSet, scorer: Scorer, *, repeats: int = 1,
-                    encoding: str = "cl100k_base") -> RubricReport:
+                    encoding: Literal["cl100k_base", "o200k_base"] = "cl100k_base") -> RubricReport:
     """Score every example ``repeats`` times with ``scorer`` and compute the metrics of
     :class:`RubricReport`. Scorer exceptions propagate (the set is the thing under test)."""
-    counter = TiktokenCounter(encoding)
+    counter: TokenCounter = TiktokenCounter(encoding)  # type: ignore[assignment]
     usage = ScorerUsage()
     runs: list[dict[tuple[str, str], int]] = []
     gold: dict[tuple[str, str], int] = {}
