@@ -187,8 +187,14 @@ LEXICAL_WEAK = 0.12
 """Share of the goal's IDF mass a message must cover for +1."""
 IDENTIFIER_WEIGHT = 0.25
 """Added to a score's ``weight`` (tie-break within a score) when an identifier of the goal is quoted."""
+WEIGHT_LENGTH_TOKENS = 200
+"""Messages longer than this get a ``weight`` scaled by ``sqrt(200 / tokens)`` (value per token:
+a long message that matches as well as a short one costs more of the budget; issue 5, LongMemEval)."""
 TIME_WEIGHT = 0.1
 """Added to ``weight`` when the goal asks *when* and the message states a time (issue 5, LoCoMo temporal)."""
+
+
+_CHAT_TYPES = frozenset({MessageType.USER_CHAT.value, MessageType.ASSISTANT_REASONING.value})
 
 
 class OfflineScorer:
@@ -213,7 +219,10 @@ class OfflineScorer:
     Terms are compared after a light English suffix stemming (:func:`stem`: plurals,
     ``-ing``, ``-ed``), so "camping" matches "camp". Each score carries a ``weight``: the
     goal coverage (0..1) plus small bonuses, which selection uses to order messages of
-    equal score (the best lexical match first instead of the newest).
+    equal score (the best lexical match per token first instead of the newest): coverage
+    scaled by ``sqrt(200 / tokens)`` for messages over 200 tokens. For chat and assistant
+    prose (not tool results or instructions) the thresholds above use that scaled coverage
+    too, so a long reply does not reach 4–5 by sheer length.
 
     IDF comes from :class:`ScoringContext` (the store's incremental statistics), so a
     message's score does not depend on which batch it is scored in.
@@ -245,9 +254,11 @@ class OfflineScorer:
                 weight=coverage,
             )
         score = _BASE_PRIOR.get(item.msg_type, 2)
-        weight = coverage
+        weight = coverage * min(1.0, math.sqrt(WEIGHT_LENGTH_TOKENS / max(item.token_count, 1)))
         reasons: list[str] = [f"{item.msg_type} prior {score}"]
         fired = False
+        if item.msg_type in _CHAT_TYPES and weight < coverage:
+            coverage = weight  # a long chat message must match densely, not by sheer length
         if coverage >= LEXICAL_STRONG:
             score += 2
             reasons.append(f"covers {coverage:.0%} of the goal's terms")
