@@ -222,7 +222,8 @@ class OfflineScorer:
     equal score (the best lexical match per token first instead of the newest): coverage
     scaled by ``sqrt(200 / tokens)`` for messages over 200 tokens. For chat and assistant
     prose (not tool results or instructions) the thresholds above use that scaled coverage
-    too, so a long reply does not reach 4–5 by sheer length.
+    too, so a long reply does not reach 4–5 by sheer length. Outside chat the weight is
+    rounded to one decimal, so recency still orders messages that match about equally.
 
     IDF comes from :class:`ScoringContext` (the store's incremental statistics), so a
     message's score does not depend on which batch it is scored in.
@@ -288,8 +289,12 @@ class OfflineScorer:
             score -= 1
             reasons.append("unrelated to the goal")
         score = max(1, min(5, score))
+        # chat: the best match wins; tool runs: only clearly better matches jump ahead, and
+        # recency breaks near-ties (the latest file state / output usually matters most)
+        digits = 4 if item.msg_type in _CHAT_TYPES else 1
         return RelevanceScore(
-            id=item.id, score=score, reason="; ".join(reasons), source=ScoreSource.OFFLINE, weight=round(weight, 4)
+            id=item.id, score=score, reason="; ".join(reasons), source=ScoreSource.OFFLINE,
+            weight=round(weight, digits),
         )
 
 

@@ -74,3 +74,20 @@ def test_selection_breaks_score_ties_by_weight() -> None:
     sel = select_chains(chains, [0, 1, 2], scores, available=20, core_score=4, archive_score=2,
                         referenced_by={}, promote_after_references=2)
     assert sel.kept == {0, 2}  # the two best matches, not the two newest
+
+
+def test_long_chat_message_must_match_densely() -> None:
+    scorer = OfflineScorer()
+    goal = TaskGoal(final="What breed is Biscuit?", subtask="What breed is Biscuit?", source="explicit")
+    short = ScoreItem(id="s", role="user", msg_type="user_chat", source="user",
+                      text="Biscuit is a beagle breed", token_count=8)
+    long_reply = ScoreItem(id="l", role="assistant", msg_type="assistant_reasoning", source="assistant",
+                           text="Biscuit is a beagle breed " + "and more filler " * 400, token_count=1800)
+    long_tool = ScoreItem(id="t", role="tool", msg_type="tool_result", source="bash",
+                          text="Biscuit is a beagle breed " + "and more filler " * 400, token_count=1800)
+    s, lr, lt = (scorer.score_one(goal, x) for x in (short, long_reply, long_tool))
+    assert s.score == 4
+    assert s.weight == 1.0
+    assert lr.score == 3  # coverage 1.0 scaled by sqrt(200/1800) = 1/3 → weak match only
+    assert lr.weight == round(1 / 3, 4)
+    assert lt.score == 4  # tool results keep the unscaled thresholds
