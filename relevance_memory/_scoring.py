@@ -212,7 +212,9 @@ class OfflineScorer:
       of the subtask (or final goal, whichever is higher), ``+1`` when it quotes an exact
       identifier of the goal (path, id, number), ``+1`` when the goal asks *when* and a
       message that already matches the goal lexically states a time ("yesterday", "last
-      week", a date, 昨天 …), ``+1`` when later messages reference it, ``+1`` for an error
+      week", a date, 昨天 …), ``+1`` when later messages reference it (for chat and
+      assistant prose only when it also matches the goal: in a chat, names and numbers
+      recur everywhere), ``+1`` for an error
       output of a tool; ``−1`` when nothing fired at all;
     - clipped to 1..5.
 
@@ -277,7 +279,7 @@ class OfflineScorer:
             score += 1
             weight += TIME_WEIGHT
             reasons.append("states a time the goal asks for")
-        if item.referenced_by:
+        if item.referenced_by and (item.msg_type not in _CHAT_TYPES or coverage >= LEXICAL_WEAK):
             score += 1
             reasons.append(f"referenced by {item.referenced_by} later message(s)")
             fired = True

@@ -91,3 +91,16 @@ def test_long_chat_message_must_match_densely() -> None:
     assert lr.score == 3  # coverage 1.0 scaled by sqrt(200/1800) = 1/3 → weak match only
     assert lr.weight == round(1 / 3, 4)
     assert lt.score == 4  # tool results keep the unscaled thresholds
+
+
+def test_referenced_chat_needs_a_goal_match() -> None:
+    scorer = OfflineScorer()
+    unrelated = ScoreItem(id="a", role="user", msg_type="user_chat", source="user",
+                          text="Bob: see you at 10:30", referenced_by=2)
+    related = ScoreItem(id="b", role="user", msg_type="user_chat", source="user",
+                        text="Ann: the camping trip starts at 10:30", referenced_by=2)
+    tool = ScoreItem(id="c", role="tool", msg_type="tool_result", source="bash",
+                     text="ok: wrote config.yaml", referenced_by=2)
+    assert scorer.score_one(GOAL, unrelated).score == 1
+    assert "referenced by 2" in scorer.score_one(GOAL, related).reason
+    assert scorer.score_one(GOAL, tool).score == 3  # tool results keep the reference bonus
