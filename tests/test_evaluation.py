@@ -249,3 +249,31 @@ def test_cli_rubric_unknown_scorer(tmp_path: Path) -> None:
     LabelledSet(name="empty").save(labelled)
     result = runner.invoke(app, ["rubric", "eval", str(labelled), "--scorer", "nope"])
     assert result.exit_code == 2
+
+
+def test_cli_eval_tiny_file(tmp_path: Path) -> None:
+    path = _tiny_locomo(tmp_path)
+    out = tmp_path / "out"
+    result = runner.invoke(app, ["eval", "locomo", str(path), "--budgets", "40,80", "--questions", "q0,q1",
+                                 "--out", str(out), "--details"])
+    assert result.exit_code == 0, result.output
+    payload = json.loads((out / "locomo.json").read_text())
+    assert payload["questions"] == 2
+    assert payload["config"]["budgets"] == [40, 80]
+    assert payload["unresolved_evidence"] == [["conv-x#q2", "D7:7"], ["conv-x#q3", "D"]]
+    rows = payload["results"]
+    assert {r["method"] for r in rows} == {"recency", "bm25", "full", "offline"}
+    assert len(rows) == 2 * (1 + 3 * 2)  # per question: full once, three methods × two budgets
+
+
+def test_make_scorer_llm_unavailable_or_offline() -> None:
+    import relevance_memory
+    from relevance_memory import ConfigError
+    from relevance_memory.evaluation import make_scorer
+
+    assert make_scorer("offline").name == "offline"
+    if not hasattr(relevance_memory, "LLMScorer"):
+        with pytest.raises(ConfigError, match="not available"):
+            make_scorer("llm:score_v1")
+    with pytest.raises(ConfigError, match="unknown scorer"):
+        make_scorer("gpt")
