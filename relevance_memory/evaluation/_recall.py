@@ -14,7 +14,6 @@ Every method counts tokens with the same tokenizer and the same per-message fram
 from __future__ import annotations
 
 import math
-import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import asdict, dataclass, field
@@ -179,14 +178,14 @@ def _measure(
 
     out: list[QuestionResult] = []
 
-    def add(method: str, budget: int, chosen: Sequence[int] | set[str], used: int, covered: set[str] = frozenset(),  # type: ignore[assignment]
-            error: str = "") -> None:
+    def add(method: str, budget: int, chosen: Sequence[int] | set[str], used: int,
+            covered: set[str] | None = None, error: str = "") -> None:
         verbatim = chosen if isinstance(chosen, set) else {ids[i] for i in chosen}
-        hit, hit_any, found = evidence_hit(q.evidence, verbatim, set(covered))
+        hit, hit_any, found = evidence_hit(q.evidence, verbatim, covered or set())
         out.append(QuestionResult(q.id, q.category, method, budget, hit, hit_any, found, used, error))
 
     if "full" in run.methods:
-        add("full", 0, range(len(ids)), full_tokens)  # type: ignore[arg-type]
+        add("full", 0, list(range(len(ids))), full_tokens)
     bm25_scores: list[float] | None = None
     if retriever is not None:
         query = bm25s.tokenize(q.question, stopwords="en", return_ids=False, show_progress=False)[0]
@@ -281,9 +280,3 @@ def results_as_dicts(results: Sequence[QuestionResult]) -> list[dict[str, Any]]:
     """Plain dicts of ``results`` (for JSON)."""
     return [asdict(r) for r in results]
 
-
-def timed(fn: Callable[[], Any]) -> tuple[Any, float]:
-    """``(fn(), seconds)``."""
-    start = time.perf_counter()
-    value = fn()
-    return value, time.perf_counter() - start
