@@ -179,6 +179,11 @@ class RelevanceScore(BaseModel):
     score: int = Field(ge=1, le=5)
     reason: str = ""
     source: ScoreSource = ScoreSource.OFFLINE
+    weight: float = Field(
+        default=0.0,
+        description="finer relevance within the same score (higher first; 0 when the scorer gives none); "
+        "selection breaks ties between equal scores by it before recency",
+    )
 
     @field_validator("score", mode="before")
     @classmethod

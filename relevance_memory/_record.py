@@ -82,8 +82,8 @@ class DecisionRecord(BaseModel):
     identity: bool = Field(description="the whole history fitted; output equals input")
     goal_block: bool = False
     scorer: str = "offline"
-    scorer_model: str = "offline-v1"
-    rubric_version: str = "offline-v1"
+    scorer_model: str = "offline-v2"
+    rubric_version: str = "offline-v2"
     usage: ScorerUsage = Field(default_factory=ScorerUsage)
     cache_hits: int = 0
     cache_misses: int = 0

@@ -14,7 +14,7 @@ from typing import Protocol, runtime_checkable
 from pydantic import BaseModel, Field
 
 from ._models import MessageType, RelevanceScore, ScoreSource, TaskGoal
-from ._text import has_constraint, identifiers, is_error_output, lexical_terms
+from ._text import asks_when, has_constraint, has_time_expression, identifiers, is_error_output, lexical_terms, stem
 
 __all__ = [
     "InMemoryScoreCache",
@@ -110,7 +110,7 @@ class Scorer(Protocol):
 
     Attributes:
         name: short label for records and the CLI (``"offline"``, ``"llm"``).
-        model: model id (part of the cache key; ``"offline-v1"`` for the offline scorer).
+        model: model id (part of the cache key; ``"offline-v2"`` for the offline scorer).
         rubric_version: prompt template id (part of the cache key and decision record).
     """
 
@@ -195,6 +195,16 @@ LEXICAL_STRONG = 0.35
 """Share of the goal's IDF mass a message must cover for +2 (tuned on LoCoMo, issue 5)."""
 LEXICAL_WEAK = 0.12
 """Share of the goal's IDF mass a message must cover for +1."""
+IDENTIFIER_WEIGHT = 0.25
+"""Added to a score's ``weight`` (tie-break within a score) when an identifier of the goal is quoted."""
+WEIGHT_LENGTH_TOKENS = 200
+"""Messages longer than this get a ``weight`` scaled by ``sqrt(200 / tokens)`` (value per token:
+a long message that matches as well as a short one costs more of the budget; issue 5, LongMemEval)."""
+TIME_WEIGHT = 0.1
+"""Added to ``weight`` when the goal asks *when* and the message states a time (issue 5, LoCoMo temporal)."""
+
+
+_CHAT_TYPES = frozenset({MessageType.USER_CHAT.value, MessageType.ASSISTANT_REASONING.value})
 
 
 class OfflineScorer:
@@ -202,23 +212,38 @@ class OfflineScorer:
 
     Rules, in order (reason strings name the rules that fired):
 
-    - the task statement (first user message) → 5; a user message stating a hard
-      constraint ("must / never / only / 必须 / 不要 / 禁止" …) → 5;
+    - the task statement (first user message) → 5; a user instruction stating a hard
+      constraint ("must / never / only / 必须 / 不要 / 禁止" …) → 5 (the store types every
+      user message with such a cue as ``user_instruction``; a caller that types a message
+      ``user_chat`` explicitly — e.g. a chat transcript between people — opts out);
     - otherwise a prior by type (other user instructions and later system messages 4,
       summaries 3, everything else 2), then
       ``+2`` / ``+1`` when the message covers ≥ 35 % / ≥ 12 % of the IDF-weighted terms
       of the subtask (or final goal, whichever is higher), ``+1`` when it quotes an exact
-      identifier of the goal (path, id, number), ``+1`` when later messages reference it,
-      ``+1`` for an error output of a tool; ``−1`` when nothing fired at all;
+      identifier of the goal (path, id, number), ``+1`` when the goal asks *when* and a
+      message that already matches the goal lexically states a time ("yesterday", "last
+      week", a date, 昨天 …), ``+1`` when later messages reference it (for chat and
+      assistant prose only when it also matches the goal: in a chat, names and numbers
+      recur everywhere), ``+1`` for an error
+      output of a tool; ``−1`` when nothing fired at all;
     - clipped to 1..5.
+
+    Terms are compared after a light English suffix stemming (:func:`stem`: plurals,
+    ``-ing``, ``-ed``), so "camping" matches "camp". Each score carries a ``weight``: the
+    goal coverage (0..1) plus small bonuses, which selection uses to order messages of
+    equal score (the best lexical match per token first instead of the newest): coverage
+    scaled by ``sqrt(200 / tokens)`` for messages over 200 tokens. For chat and assistant
+    prose (not tool results or instructions) the thresholds above use that scaled coverage
+    too, so a long reply does not reach 4–5 by sheer length. Outside chat the weight is
+    rounded to one decimal, so recency still orders messages that match about equally.
 
     IDF comes from :class:`ScoringContext` (the store's incremental statistics), so a
     message's score does not depend on which batch it is scored in.
     """
 
     name = "offline"
-    model = "offline-v1"
-    rubric_version = "offline-v1"
+    model = "offline-v2"
+    rubric_version = "offline-v2"
 
     def score(
         self, goal: TaskGoal, items: Sequence[ScoreItem], context: ScoringContext | None = None
@@ -234,13 +259,19 @@ class OfflineScorer:
     @staticmethod
     def _score(features: _GoalFeatures, item: ScoreItem) -> RelevanceScore:
         if item.is_task_statement:
-            return RelevanceScore(id=item.id, score=5, reason="task statement", source=ScoreSource.OFFLINE)
-        if item.role == "user" and has_constraint(item.text):
-            return RelevanceScore(id=item.id, score=5, reason="user states a hard constraint", source=ScoreSource.OFFLINE)
+            return RelevanceScore(id=item.id, score=5, reason="task statement", source=ScoreSource.OFFLINE, weight=1.0)
+        coverage = features.coverage(item.terms or frozenset(lexical_terms(item.text)))
+        if item.msg_type == MessageType.USER_INSTRUCTION.value and item.role == "user" and has_constraint(item.text):
+            return RelevanceScore(
+                id=item.id, score=5, reason="user states a hard constraint", source=ScoreSource.OFFLINE,
+                weight=coverage,
+            )
         score = _BASE_PRIOR.get(item.msg_type, 2)
+        weight = coverage * min(1.0, math.sqrt(WEIGHT_LENGTH_TOKENS / max(item.token_count, 1)))
         reasons: list[str] = [f"{item.msg_type} prior {score}"]
         fired = False
-        coverage = features.coverage(item.terms or frozenset(lexical_terms(item.text)))
+        if item.msg_type in _CHAT_TYPES and weight < coverage:
+            coverage = weight  # a long chat message must match densely, not by sheer length
         if coverage >= LEXICAL_STRONG:
             score += 2
             reasons.append(f"covers {coverage:.0%} of the goal's terms")
@@ -252,9 +283,14 @@ class OfflineScorer:
         item_ids = item.identifiers if item.identifiers is not None else identifiers(item.text)
         if features.identifiers and features.identifiers & item_ids:
             score += 1
+            weight += IDENTIFIER_WEIGHT
             reasons.append("quotes an identifier of the goal")
             fired = True
-        if item.referenced_by:
+        if features.asks_when and coverage >= LEXICAL_WEAK and has_time_expression(item.text):
+            score += 1
+            weight += TIME_WEIGHT
+            reasons.append("states a time the goal asks for")
+        if item.referenced_by and (item.msg_type not in _CHAT_TYPES or coverage >= LEXICAL_WEAK):
             score += 1
             reasons.append(f"referenced by {item.referenced_by} later message(s)")
             fired = True
@@ -266,7 +302,13 @@ class OfflineScorer:
             score -= 1
             reasons.append("unrelated to the goal")
         score = max(1, min(5, score))
-        return RelevanceScore(id=item.id, score=score, reason="; ".join(reasons), source=ScoreSource.OFFLINE)
+        # chat: the best match wins; tool runs: only clearly better matches jump ahead, and
+        # recency breaks near-ties (the latest file state / output usually matters most)
+        digits = 4 if item.msg_type in _CHAT_TYPES else 1
+        return RelevanceScore(
+            id=item.id, score=score, reason="; ".join(reasons), source=ScoreSource.OFFLINE,
+            weight=round(weight, digits),
+        )
 
 
 @dataclass(frozen=True)
@@ -275,6 +317,7 @@ class _GoalFeatures:
 
     queries: tuple[dict[str, float], ...]
     identifiers: frozenset[str]
+    asks_when: bool = False
 
     @classmethod
     def of(cls, goal: TaskGoal, context: ScoringContext | None) -> _GoalFeatures:
@@ -282,20 +325,23 @@ class _GoalFeatures:
         df = context.doc_freq if context else {}
         queries: list[dict[str, float]] = []
         for query in dict.fromkeys([goal.effective_subtask, goal.final]):
-            weights = {
-                term: math.log(1 + (n - df.get(term, 0) + 0.5) / (df.get(term, 0) + 0.5))
-                for term in Counter(lexical_terms(query))
-            }
+            weights: dict[str, float] = {}
+            for term in Counter(lexical_terms(query)):
+                idf = math.log(1 + (n - df.get(term, 0) + 0.5) / (df.get(term, 0) + 0.5))
+                key = stem(term)
+                weights[key] = max(weights.get(key, 0.0), idf)
             if sum(weights.values()) > 0:
                 queries.append(weights)
-        return cls(tuple(queries), frozenset(identifiers(goal.final + "\n" + goal.subtask)))
+        text = goal.final + "\n" + goal.subtask
+        return cls(tuple(queries), frozenset(identifiers(text)), asks_when(text))
 
     def coverage(self, doc_terms: frozenset[str]) -> float:
         """Largest share of a query's IDF mass that ``doc_terms`` covers (0..1)."""
         if not doc_terms:
             return 0.0
+        stems = {stem(t) for t in doc_terms}
         best = 0.0
         for weights in self.queries:
             total = sum(weights.values())
-            best = max(best, sum(w for t, w in weights.items() if t in doc_terms) / total)
+            best = max(best, sum(w for t, w in weights.items() if t in stems) / total)
         return best

@@ -143,8 +143,8 @@ def select_chains(
       A chain holding a message referenced by ≥ ``promote_after_references`` later
       messages is raised one tier. With a pheromone field, an archive chain whose
       strength ≥ ``carry_threshold`` joins working (carry-over, SPEC §5).
-    - Core chains are added first (``first`` roots, then score, then recency); then
-      working chains by strength, then recency. A chain that does not fit is skipped
+    - Core chains are added first (``first`` roots, then score, strength, the score's
+      ``weight``, recency); then working chains by strength, weight, then recency. A chain that does not fit is skipped
       (smaller later ones may still fit) and noted ``over budget``.
 
     Args:
@@ -159,8 +159,10 @@ def select_chains(
     selection = Selection()
     chain_score: dict[int, int] = {}
     chain_strength: dict[int, float] = {}
+    chain_weight: dict[int, float] = {}
     for root, chain in chains.items():
         chain_score[root] = max(scores[i].score for i in chain.members)
+        chain_weight[root] = max(scores[i].weight for i in chain.members if scores[i].score == chain_score[root])
         chain_strength[root] = max((strengths or {}).get(i, 0.0) for i in chain.members)
         tier = "core" if chain_score[root] >= core_score else "archive" if chain_score[root] <= archive_score else "working"
         if any(referenced_by.get(i, 0) >= promote_after_references for i in chain.members):
@@ -176,11 +178,13 @@ def select_chains(
     priority = {root: n for n, root in enumerate(first)}
     core = sorted(
         (r for r, t in selection.tier.items() if t == "core"),
-        key=lambda r: (priority.get(r, len(priority)), -chain_score[r], -chain_strength[r], -chains[r].last),
+        key=lambda r: (
+            priority.get(r, len(priority)), -chain_score[r], -chain_strength[r], -chain_weight[r], -chains[r].last
+        ),
     )
     working = sorted(
         (r for r, t in selection.tier.items() if t == "working"),
-        key=lambda r: (-chain_strength[r], -chains[r].last),
+        key=lambda r: (-chain_strength[r], -chain_weight[r], -chains[r].last),
     )
     for root in [*core, *working]:
         tokens = chains[root].tokens

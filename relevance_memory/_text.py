@@ -11,11 +11,14 @@ from collections.abc import Iterable
 __all__ = [
     "CONSTRAINT_RE",
     "ERROR_RE",
+    "asks_when",
     "has_constraint",
+    "has_time_expression",
     "identifiers",
     "is_error_output",
     "lexical_terms",
     "preview",
+    "stem",
 ]
 
 # Hard-constraint cues (SPEC §4 offline scorer: "must / never / only / 必须 / 不要 / 禁止").
@@ -73,6 +76,65 @@ def lexical_terms(text: str) -> list[str]:
                 out.extend(term[i : i + 2] for i in range(len(term) - 1))
         elif term not in STOPWORDS and (len(term) > 1 or term.isdigit()):
             out.append(term)
+    return out
+
+
+_WHEN_RE = re.compile(
+    r"\bwhen\b|\bwhat (?:year|month|day|date|time)\b|\bhow long (?:ago|since)\b|\bwhich (?:year|month|day|date)\b"
+    r"|什么时候|哪天|哪一天|哪年|几号|几点|何时",
+    re.IGNORECASE,
+)
+_TIME_RE = re.compile(
+    r"\b(?:yesterday|today|tonight|tomorrow|ago|last|next|recently|earlier|weekend|week|month|year|"
+    r"morning|afternoon|evening|night|monday|tuesday|wednesday|thursday|friday|saturday|sunday|"
+    r"january|february|march|april|may|june|july|august|september|october|november|december|"
+    r"(?:19|20)\d\d)\b|\d{1,4}[/-]\d{1,2}[/-]\d{1,4}"
+    r"|昨天|今天|明天|前天|上周|下周|上个月|下个月|去年|明年|周末|星期|礼拜|\d+月|\d+号|\d+日",
+    re.IGNORECASE,
+)
+
+
+def asks_when(text: str) -> bool:
+    """Whether ``text`` asks for a time ("when", "what year", 什么时候 …)."""
+    return _WHEN_RE.search(text) is not None
+
+
+def has_time_expression(text: str) -> bool:
+    """Whether ``text`` states a time ("yesterday", "last week", "May", "2023", 昨天 …)."""
+    return _TIME_RE.search(text) is not None
+
+
+_STEM_CACHE: dict[str, str] = {}
+
+
+def stem(term: str) -> str:
+    """A light English suffix stem for matching: ``-ies → -y``, plural ``-s``/``-es``,
+    ``-ing``, ``-ed`` (``camping → camp``, ``parties → party``, ``classes → class``).
+
+    A trailing ``-e`` is dropped too, so ``make`` and ``making`` meet (``mak``). Terms of
+    CJK, digits, or 3 characters or fewer are returned unchanged. Cached.
+    """
+    cached = _STEM_CACHE.get(term)
+    if cached is not None:
+        return cached
+    out = term
+    if len(term) > 3 and term.isascii() and term.isalpha():
+        if term.endswith("ies"):
+            out = term[:-3] + "y"
+        elif term.endswith(("sses", "shes", "ches", "xes")):
+            out = term[:-2]
+        elif term.endswith("s") and not term.endswith(("ss", "us", "is")):
+            out = term[:-1]
+        elif term.endswith("ing") and len(term) > 5:
+            out = term[:-3]
+        elif term.endswith("ed") and len(term) > 4:
+            out = term[:-2]
+        if len(out) > 3 and out[-1] == out[-2] and out[-1] not in "aeiouls":
+            out = out[:-1]  # running → run, planned → plan
+        if out.endswith("e") and len(out) > 3:
+            out = out[:-1]  # make/making → mak, share/shared → shar
+    if len(_STEM_CACHE) < 500_000:
+        _STEM_CACHE[term] = out
     return out
 
 

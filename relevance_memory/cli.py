@@ -196,6 +196,11 @@ def explain(
         console.print(f"[yellow]warning:[/] {warning}")
 
 
+from ._cli_eval import eval_app, rubric_app  # noqa: E402 - sub-apps register after the core commands
+
+app.add_typer(eval_app, name="eval")
+app.add_typer(rubric_app, name="rubric")
+
 from ._cli_pheromone import register as _register_pheromone  # noqa: E402
 
 _register_pheromone(app)

@@ -1,4 +1,4 @@
-"""Shared test configuration: no test reaches the network by accident.
+"""Shared test configuration: no test reaches the network by accident; where the data is.
 
 - ``--block-network`` (pytest-recording, in ``pyproject.toml`` addopts) makes any socket
   connection fail unless the test is recording a cassette (``--record-mode`` other than
@@ -7,13 +7,17 @@
   recorded match fails with ``CannotOverwriteExistingCassetteException``.
 - Credentials never reach cassettes: ``vcr_config`` drops auth headers.
 - Endpoint environment variables are cleared so nothing picks the LLM scorer by accident.
+- ``data_dir`` finds the real data sets (``../shared/data``) or skips the test.
 """
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import pytest
+
+REPO = Path(__file__).resolve().parents[1]
 
 SCRUBBED_HEADERS = [
     "authorization",
@@ -41,3 +45,20 @@ def _no_endpoint_env(monkeypatch: pytest.MonkeyPatch) -> None:
     """Tests start with no LLM endpoint configured (``auto`` means offline)."""
     for name in ("OPENAI_API_KEY", "OPENAI_BASE_URL", "RELMEM_MODEL", "RELMEM_SCORER_MODE"):
         monkeypatch.delenv(name, raising=False)
+
+
+def shared_data() -> Path | None:
+    """``<repo>/../shared/data`` (CI: ``shared/`` beside the repo), else ``/work/shared/data``; ``None`` when absent."""
+    for candidate in (REPO.parent / "shared" / "data", Path("/work/shared/data")):
+        if candidate.is_dir():
+            return candidate
+    return None
+
+
+@pytest.fixture
+def data_dir() -> Path:
+    """The shared data folder; skips the test when it is absent (a fresh clone has none)."""
+    found = shared_data()
+    if found is None:
+        pytest.skip("../shared/data is absent (LoCoMo / LongMemEval are not shipped with the repo)")
+    return found

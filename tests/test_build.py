@@ -221,7 +221,8 @@ def test_offline_scorer_is_deterministic_and_explains_itself() -> None:
     items = [
         ScoreItem(id="a", role="tool", msg_type="tool_result", source="bash", text="Traceback (most recent call last):\nValueError: bad date in utils/dates.py"),
         ScoreItem(id="b", role="assistant", msg_type="assistant_reasoning", source="assistant", text="Nice weather today."),
-        ScoreItem(id="c", role="user", msg_type="user_chat", source="user", text="Never push to main."),
+        # the store types a user message with a constraint cue as an instruction (see below)
+        ScoreItem(id="c", role="user", msg_type="user_instruction", source="user", text="Never push to main."),
     ]
     first = scorer.score(goal, items)
     assert first == scorer.score(goal, items)
@@ -229,6 +230,9 @@ def test_offline_scorer_is_deterministic_and_explains_itself() -> None:
     assert scores["a"].score >= 4 and "error output" in scores["a"].reason
     assert scores["b"].score == 1 and "unrelated" in scores["b"].reason
     assert scores["c"].score == 5 and "hard constraint" in scores["c"].reason
+    memory = RelevanceMemoryManager()
+    memory.extend([{"role": "user", "content": "Fix it."}, {"role": "user", "content": "Never push to main."}])
+    assert memory.messages[1].msg_type.value == "user_instruction"
 
 
 def test_cjk_history_is_counted_and_kept_valid() -> None:
