@@ -39,7 +39,7 @@ def synthetic_history(n: int) -> list[dict[str, Any]]:
         {"role": "user", "content": "Fix the flaky retry logic in net/retry.py; never change the public API."},
     ]
     i = 0
-    while len(history) < n - 1:
+    while len(history) < n:
         i += 1
         if i % 25 == 0:
             history.append({"role": "user", "content": f"Status update {i}? Remember the budget limit {i * 7}."})
@@ -49,7 +49,10 @@ def synthetic_history(n: int) -> list[dict[str, Any]]:
                         "tool_calls": [{"id": f"call_{i}", "type": "function",
                                         "function": {"name": "bash", "arguments": json.dumps({"command": f"grep -n {words[i % len(words)]} src/m{i % 97}.py"})}}]})
         history.append({"role": "tool", "tool_call_id": f"call_{i}", "content": f"src/m{i % 97}.py:{i}: {text} {i * 13}"})
-    return history[:n] if history[n - 1]["role"] != "assistant" or not history[n - 1].get("tool_calls") else history[: n - 1]
+    history = history[:n]
+    if history[-1].get("tool_calls"):  # never end on a call without its result
+        history[-1] = {"role": "user", "content": "Wrap up and report what changed."}
+    return history
 
 
 def load(scenario: str) -> tuple[list[dict[str, Any]], int, str]:

@@ -22,6 +22,7 @@ same sum with the deposit applied a few messages earlier.
 
 from __future__ import annotations
 
+import heapq
 import json
 import re
 from collections.abc import Iterable, Mapping, Sequence
@@ -70,8 +71,15 @@ def evaporate(strength: float, rate: float, deposit: float = 0.0) -> float:
 class _Cell:
     kind: str
     born_tick: int
-    strength: float
+    strength: float  # as of ``at_tick``; evaporation since then is applied lazily
     latest_score: int | None = None
+    at_tick: int = 0
+
+
+HISTORY_FULL_MAX = 1_000
+"""Up to this many messages the history gets a top-N entry after every tick; beyond it,
+one entry per :meth:`PheromoneField.observe` call (ranking every message on every tick
+would cost O(messages) per tick, O(messages²) over a run)."""
 
 
 @dataclass
@@ -109,14 +117,32 @@ class PheromoneField:
         """How many messages the field has seen (the caller's message count)."""
         return self._observed
 
+    def _settle(self, cell: _Cell) -> float:
+        """Apply the evaporation ticks since ``cell.at_tick`` in closed form and return S.
+
+        Equivalent to running ``S ← S·(1 − η)`` once per tick: the ticks that evaporate a
+        cell are those after its protection (``tick > born_tick + protect_ticks``) while
+        its latest score is below ``exempt_score``; the score only changes in
+        :meth:`deposit`, which settles the cell first. O(1) per call.
+        """
+        now = self.tick
+        if cell.at_tick < now:
+            cfg = self.config
+            if cell.latest_score is None or cell.latest_score < cfg.exempt_score:
+                ticks = now - max(cell.at_tick, cell.born_tick + cfg.protect_ticks)
+                if ticks > 0:
+                    cell.strength *= (1.0 - cfg.rate(cell.kind)) ** ticks
+            cell.at_tick = now
+        return cell.strength
+
     def strength(self, message_id: str) -> float:
         """Current strength of ``message_id``; 0.0 for an unknown id."""
         cell = self._cells.get(message_id)
-        return cell.strength if cell else 0.0
+        return self._settle(cell) if cell else 0.0
 
     def strengths(self) -> dict[str, float]:
         """Every message id → strength (a copy)."""
-        return {mid: cell.strength for mid, cell in self._cells.items()}
+        return {mid: self._settle(cell) for mid, cell in self._cells.items()}
 
     def latest_score(self, message_id: str) -> int | None:
         """The newest score deposited for ``message_id`` under any subtask, or ``None``."""
@@ -130,7 +156,7 @@ class PheromoneField:
             cell is not None
             and cell.latest_score is not None
             and cell.latest_score <= 2
-            and cell.strength < self.config.forget_threshold
+            and self._settle(cell) < self.config.forget_threshold
         )
 
     def carried(self, message_id: str) -> bool:
@@ -146,20 +172,26 @@ class PheromoneField:
         ``tick_every`` messages one tick of evaporation runs. Already-seen messages
         (by position) are skipped, so calling this before every build is cheap.
         """
+        start_tick = self.tick
         for message in messages[self._observed :]:
             self._add(message.id, pheromone_kind(message.msg_type.value, message.role, message.text), message.references)
             self._observed += 1
             if self._observed % self.config.tick_every == 0:
                 self.advance()
+        if self.tick > start_tick and len(self._cells) > HISTORY_FULL_MAX:
+            self._record_history()
 
     def _add(self, message_id: str, kind: str, references: Iterable[str]) -> None:
         cfg = self.config
-        self._cells[message_id] = _Cell(kind=kind, born_tick=self.tick, strength=cfg.initial_strength[kind])
+        self._cells[message_id] = _Cell(
+            kind=kind, born_tick=self.tick, strength=cfg.initial_strength[kind], at_tick=self.tick
+        )
         for ref in references:
             cell = self._cells.get(ref)
             if cell is None:
                 continue
-            cell.strength += capped_deposit(cell.strength, cfg.reinforce_delta, cfg.s_max)
+            current = self._settle(cell)
+            cell.strength = current + capped_deposit(current, cfg.reinforce_delta, cfg.s_max)
             edge = (ref, message_id)
             self.edges[edge] = self.edges.get(edge, 0.0) + cfg.edge_delta
 
@@ -179,6 +211,7 @@ class PheromoneField:
             cell = self._cells.get(message_id)
             if cell is None:
                 continue
+            self._settle(cell)  # evaporation so far follows the previous score's gating
             cell.latest_score = score
             key = (message_id, subtask)
             if key in self._deposited:
@@ -190,20 +223,23 @@ class PheromoneField:
         return added
 
     def advance(self, ticks: int = 1) -> None:
-        """Run ``ticks`` evaporation ticks (importance-gated, cold-start protected)."""
-        cfg = self.config
+        """Run ``ticks`` evaporation ticks (importance-gated, cold-start protected).
+
+        Evaporation itself is applied lazily per cell (:meth:`_settle`), so a tick is
+        O(1) plus the history entry (O(messages) while the field is small).
+        """
         for _ in range(ticks):
             self.tick += 1
-            for cell in self._cells.values():
-                if self.tick - cell.born_tick <= cfg.protect_ticks:
-                    continue
-                if cell.latest_score is not None and cell.latest_score >= cfg.exempt_score:
-                    continue
-                cell.strength = evaporate(cell.strength, cfg.rate(cell.kind))
-            top = sorted(self._cells.items(), key=lambda kv: -kv[1].strength)[: cfg.history_top_n]
-            self.history.append(
-                {"tick": self.tick, "messages": self._observed, "top": {k: round(c.strength, 4) for k, c in top}}
-            )
+            if len(self._cells) <= HISTORY_FULL_MAX:
+                self._record_history()
+
+    def _record_history(self) -> None:
+        top = heapq.nlargest(
+            self.config.history_top_n, self._cells.items(), key=lambda kv: self._settle(kv[1])
+        )
+        self.history.append(
+            {"tick": self.tick, "messages": self._observed, "top": {k: round(c.strength, 4) for k, c in top}}
+        )
 
     # ----------------------------------------------------------------- export
     def to_dict(self) -> dict[str, Any]:
@@ -216,7 +252,7 @@ class PheromoneField:
                 {
                     "id": mid,
                     "kind": c.kind,
-                    "strength": round(c.strength, 6),
+                    "strength": round(self._settle(c), 6),
                     "latest_score": c.latest_score,
                     "born_tick": c.born_tick,
                 }
@@ -240,7 +276,7 @@ class PheromoneField:
 
         graph = nx.DiGraph()
         for mid, c in self._cells.items():
-            graph.add_node(mid, kind=c.kind, strength=float(c.strength), latest_score=c.latest_score or 0)
+            graph.add_node(mid, kind=c.kind, strength=float(self._settle(c)), latest_score=c.latest_score or 0)
         for (a, b), w in self.edges.items():
             graph.add_edge(a, b, weight=float(w))
         return graph

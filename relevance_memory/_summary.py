@@ -15,7 +15,6 @@
 from __future__ import annotations
 
 import re
-import unicodedata
 import warnings
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
@@ -111,9 +110,12 @@ _DATE_TIME_RE = re.compile(
 _NAME_RE = re.compile(r"(?<![.!?]\s)(?<!^)\b[A-Z][a-z]{2,}\b")
 
 
+_WIDE_RE = re.compile("[\u1100-\u115f\u2e80-\u303e\u3041-\u33ff\u3400-\u4dbf\u4e00-\u9fff\ua000-\ua4cf\uac00-\ud7a3\uf900-\ufaff\ufe30-\ufe4f\uff00-\uff60\uffe0-\uffe6]")
+
+
 def _estimate_tokens(text: str) -> int:
-    """Cheap upper-ish token estimate: one per CJK character, one per 3 other characters."""
-    cjk = sum(1 for ch in text if unicodedata.east_asian_width(ch) in ("W", "F"))
+    """Cheap upper-ish token estimate: one per wide (CJK) character, one per 3 others."""
+    cjk = len(_WIDE_RE.findall(text))
     return cjk + (len(text) - cjk + 2) // 3
 
 
@@ -239,26 +241,24 @@ class OfflineSummarizer:
         """Summarise ``items``; deterministic (per-message extraction is memoised). See the class docstring."""
         candidates: list[tuple[int, int, str, int]] = []  # (priority, order, line, est. tokens)
         seen: set[str] = set()
-        values: list[str] = []
-        tools: list[str] = []
+        ordered_values: dict[str, None] = {}  # insertion-ordered set: O(1) membership
+        ordered_tools: dict[str, None] = {}
         for item in items:
             for name, arguments in item.tool_calls:
                 call = f"{name}({arguments})"
                 call = call if len(call) <= 200 else call[:197] + "…)"
-                if call not in tools:
-                    tools.append(call)
+                ordered_tools.setdefault(call, None)
             for priority, key, line, found, cost in self._extract(item):
                 for value in found:  # values survive even when the sentence is a repeat
-                    if value not in values:
-                        values.append(value)
+                    ordered_values.setdefault(value, None)
                 if key in seen:
                     continue
                 seen.add(key)
                 candidates.append((priority, len(candidates), line, cost))
         # fit: values and tools take at most a quarter of max_tokens each, prose the rest;
         # prose keeps the highest priorities, then chronological order is restored
-        values = _take(values[: self.max_values], max_tokens // 4)
-        tools = _take(tools, max_tokens // 4)
+        values = _take(list(ordered_values)[: self.max_values], max_tokens // 4)
+        tools = _take(list(ordered_tools), max_tokens // 4)
         overhead = _estimate_tokens(" ".join(values) + " ".join(tools)) + 3 * min(len(items), 40)
         budget = max(0, max_tokens - overhead - 40)
         chosen: list[tuple[int, int, str, int]] = []

@@ -146,3 +146,51 @@ def test_manager_reports_strength_and_orders_working_tier() -> None:
     off = RelevanceMemoryManager(MemoryConfig(max_input_tokens=300, keep_recent=1, pheromone=PheromoneConfig(enabled=False)))
     off.extend(m.to_openai() for m in memory.messages)
     assert all(d.strength is None for d in off.build_context().record.messages)
+
+
+# --------------------------------------------------------------------------- lazy == eager
+class _EagerField(PheromoneField):
+    """The textbook field: evaporate every message on every tick (O(messages) per tick)."""
+
+    def _settle(self, cell):  # type: ignore[no-untyped-def]
+        return cell.strength
+
+    def advance(self, ticks: int = 1) -> None:
+        cfg = self.config
+        for _ in range(ticks):
+            self.tick += 1
+            for cell in self._cells.values():
+                if self.tick - cell.born_tick <= cfg.protect_ticks:
+                    continue
+                if cell.latest_score is not None and cell.latest_score >= cfg.exempt_score:
+                    continue
+                cell.strength *= 1.0 - cfg.rate(cell.kind)
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    steps=st.lists(
+        st.tuples(st.integers(1, 12), st.lists(st.tuples(st.integers(0, 200), st.integers(1, 5)), max_size=6), st.integers(0, 2)),
+        min_size=1,
+        max_size=12,
+    )
+)
+def test_lazy_evaporation_equals_eager_ticks(steps: list[tuple[int, list[tuple[int, int]], int]]) -> None:
+    """The closed-form lazy evaporation gives the same strengths as ticking every message."""
+    from relevance_memory import RelevanceMemoryManager
+
+    memory = RelevanceMemoryManager()
+    memory.add({"role": "user", "content": "Fix ORD-1001 in src/app.py; never touch tests."})
+    for n in range(300):
+        memory.add({"role": "assistant" if n % 2 else "user", "content": f"note {n} about ORD-{1000 + n % 7} and src/app.py"})
+    messages = memory.messages
+    lazy, eager = PheromoneField(), _EagerField()
+    seen = 0
+    for grow, scores, subtask in steps:
+        seen = min(len(messages), seen + grow)
+        lazy.observe(messages[:seen])
+        eager.observe(messages[:seen])
+        batch = {messages[i % seen].id: s for i, s in scores}
+        assert lazy.deposit(batch, f"s{subtask}") == pytest.approx(eager.deposit(batch, f"s{subtask}"))
+        for message in messages[:seen]:
+            assert lazy.strength(message.id) == pytest.approx(eager.strength(message.id), rel=1e-9, abs=1e-12)
