@@ -337,8 +337,14 @@ class RelevanceMemoryManager:
         plan.candidates = {r: part.chains[r] for r in part.candidates}
         if self.config.pheromone.enabled:  # SPEC §5 forget threshold: archive without re-scoring
             threshold = self.config.pheromone.forget_threshold
+            promote = self.config.promote_after_references
             for root, chain in plan.candidates.items():
-                if root != plan.task_root and all(self.pheromone.forgotten(store[i].id) for i in chain.members):
+                if (
+                    root != plan.task_root
+                    and all(self.pheromone.forgotten(store[i].id) for i in chain.members)
+                    # a chain raised by references (SPEC §3 step 6) is not forgotten
+                    and not any(len(store.referenced_by.get(store[i].id, ())) >= promote for i in chain.members)
+                ):
                     plan.skipped[root] = f"forgotten: strength < {threshold} with score ≤ 2 (not re-scored)"
         plan.needs_scores = sorted(
             i for root, chain in plan.candidates.items() if root not in plan.skipped for i in chain.members
@@ -427,16 +433,23 @@ class RelevanceMemoryManager:
 
     def _prefilter(self, plan: _Plan, scores: dict[int, RelevanceScore]) -> None:
         """SPEC §3 step 3: when candidates exceed ``prefilter_top_n``, BM25 over goal +
-        subtask + recent steps picks which unscored chains the scorer sees. Chains with a
-        user instruction, the task statement, a high-strength member or only cached
-        scores always pass; the rest go to ``archive`` as "prefiltered out"."""
+        subtask + recent steps picks the chains the build considers (and the scorer sees).
+
+        Every live candidate chain is ranked, scored or not, and the quota counts every
+        message, so the same history and goal always admit the same chains: a rebuild
+        with nothing new is stable and sends nothing to the scorer. Chains with the task
+        statement, a user instruction, a high-strength member, or a member whose own
+        latest score was core (≥ ``core_score``; SPEC says core is always kept) always
+        pass; the rest go to ``archive`` as "prefiltered out" (summarised, restorable).
+        The latest score is the message's own (pheromone field, by id), not a cache hit
+        through identical content, so what a build admits never depends on cache state."""
         config = self.config
         store = self.store
-        live = {r: c for r, c in plan.candidates.items() if r not in plan.skipped}
-        if not config.prefilter or sum(len(c.members) for c in live.values()) <= config.prefilter_top_n:
+        # rank every candidate, forgotten ones too (they keep consuming the quota but stay
+        # archived), so chains forgotten after a build do not slide the window on the next
+        if not config.prefilter or sum(len(c.members) for c in plan.candidates.values()) <= config.prefilter_top_n:
             return
-        missing = set(plan.needs_scores)
-        ranked = {r: c.members for r, c in live.items() if missing.intersection(c.members)}
+        ranked = {r: c.members for r, c in plan.candidates.items()}
         always = {
             r
             for r, members in ranked.items()
@@ -444,7 +457,11 @@ class RelevanceMemoryManager:
             or any(store[i].msg_type.value == "user_instruction" for i in members)
             or (
                 config.pheromone.enabled
-                and any(self.pheromone.strength(store[i].id) >= config.pheromone.prefilter_pass for i in members)
+                and any(
+                    (self.pheromone.latest_score(store[i].id) or 0) >= config.core_score
+                    or self.pheromone.strength(store[i].id) >= config.pheromone.prefilter_pass
+                    for i in members
+                )
             )
         }
         for i in range(len(self._bm25_docs), len(store)):
@@ -456,11 +473,9 @@ class RelevanceMemoryManager:
             query.extend(lexical_terms(text[:4_000]))
         query = list(dict.fromkeys(query))[:PREFILTER_QUERY_TERMS]
         doc_scores = self._bm25.scores(self._bm25_docs, query)
-        # the quota counts messages the scorer would see (cache hits are free)
-        quota = {r: [i for i in members if i in missing] for r, members in ranked.items()}
-        result = prefilter_chains(quota, doc_scores, top_n=config.prefilter_top_n, always=always)
+        result = prefilter_chains(ranked, doc_scores, top_n=config.prefilter_top_n, always=always)
         for root, best in result.rejected.items():
-            plan.skipped[root] = f"prefiltered out (BM25 {best:.2f} below the top {config.prefilter_top_n})"
+            plan.skipped.setdefault(root, f"prefiltered out (BM25 {best:.2f} below the top {config.prefilter_top_n})")
         if result.rejected:
             plan.needs_scores = [i for i in plan.needs_scores if self._root_of(i) not in plan.skipped]
             for i in [i for i in scores if self._root_of(i) in plan.skipped]:

@@ -112,21 +112,22 @@ def prefilter_chains(
     Args:
         chains: candidate root → member message indices.
         doc_scores: BM25 score per message index.
-        top_n: messages to admit by rank (beyond ``always``).
+        top_n: messages admitted by rank; every chain counts, ``always`` ones included.
         always: roots that pass regardless of rank.
 
     Returns:
         A :class:`PrefilterResult`; ties in BM25 go to the newer chain.
     """
     best = {root: max(doc_scores[i] for i in members) for root, members in chains.items()}
-    admitted = [r for r in chains if r in always]
+    # every chain consumes the quota in rank order, always-pass ones included, so the
+    # admitted set does not slide when more chains become always-pass between builds
+    admitted: list[int] = []
     room = top_n
-    ranked = sorted((r for r in chains if r not in always), key=lambda r: (-best[r], -max(chains[r])))
     rejected: dict[int, float] = {}
-    for root in ranked:
-        if room > 0:
+    for root in sorted(chains, key=lambda r: (-best[r], -max(chains[r]))):
+        if room > 0 or root in always:
             admitted.append(root)
-            room -= len(chains[root])
         else:
             rejected[root] = best[root]
+        room -= len(chains[root])
     return PrefilterResult(admitted=sorted(admitted), rejected=rejected)

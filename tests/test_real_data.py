@@ -37,6 +37,7 @@ def check_run(messages: list[dict[str, Any]], budget: int) -> str:
         assert err.pinned_tokens + err.newest_step_tokens > budget
         return "overflow"
     assert_invariants(messages, built, budget, memory.tokenizer)
+    assert memory.build_context().messages == built.messages  # a rebuild with nothing new is stable
     task = next(m for m in messages if m["role"] == "user")
     if task in built.messages:
         return "verbatim"
