@@ -92,7 +92,7 @@ def render_heatmap(
 
 def heatmap(
     run: Annotated[Path, typer.Argument(help="Transcript to replay (OpenAI JSON/JSONL, SWE-bench run, τ-bench).")],
-    out: Annotated[Path | None, typer.Option(help="PNG to write. Default: RUN-heatmap.png next to RUN.")] = None,
+    out: Annotated[Path | None, typer.Option(help="PNG to write. Default: <name>-heatmap.png in the current directory.")] = None,
     top: Annotated[int, typer.Option(min=1, help="Messages to draw (highest peak strength).")] = 30,
     budget: Annotated[int, typer.Option(min=1, help="Token budget of each replayed build (tokens).")] = 8000,
     keep_recent: Annotated[int, typer.Option(min=0, help="Working memory in steps.")] = 4,
@@ -115,7 +115,7 @@ def heatmap(
     labels = {
         m.id: f"{m.id} {m.msg_type.value[:12]} {' '.join(m.text.split())[:28]}" for m in memory.store.messages
     }
-    target = out or run.with_name(run.stem + "-heatmap.png")
+    target = out or Path(run.stem + "-heatmap.png")
     chosen = render_heatmap(steps, snapshots, labels, target, top=top, title=f"pheromone strength — {run.name}")
     field = memory.pheromone
     if field_json:
