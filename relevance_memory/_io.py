@@ -93,19 +93,33 @@ def load_transcript(path: str | Path, *, index: int = 0) -> Transcript:
     """
     path = Path(path)
     try:
-        text = path.read_text(encoding="utf-8")
+        text = path.read_text(encoding="utf-8-sig")  # a leading BOM is tolerated
+    except UnicodeDecodeError as exc:
+        raise TranscriptFormatError(
+            f"{path} is not UTF-8 text (byte {exc.object[exc.start]:#04x} at offset {exc.start}); "
+            "save the transcript as UTF-8 JSON or JSONL"
+        ) from None
     except OSError as exc:
         raise TranscriptFormatError(f"cannot read {path}: {exc.strerror or exc}") from exc
+    if not text.strip():
+        raise TranscriptFormatError(f"{path} is empty")
     try:
         data = json.loads(text)
     except json.JSONDecodeError as whole_error:
-        lines = [line for line in text.splitlines() if line.strip()]
-        try:
-            rows = [json.loads(line) for line in lines]
-        except json.JSONDecodeError:
-            raise TranscriptFormatError(
-                f"{path} is neither JSON nor JSONL: {whole_error.msg} at line {whole_error.lineno}"
-            ) from None
+        rows = []
+        for number, line in enumerate(text.splitlines(), start=1):
+            if not line.strip():
+                continue
+            try:
+                rows.append(json.loads(line))
+            except json.JSONDecodeError as line_error:
+                if number == 1 or "\n" not in text.strip():
+                    raise TranscriptFormatError(
+                        f"{path} is neither JSON nor JSONL: {whole_error.msg} at line {whole_error.lineno}"
+                    ) from None
+                raise TranscriptFormatError(
+                    f"{path} looks like JSONL but line {number} is not JSON: {line_error.msg}"
+                ) from None
         if rows and all(isinstance(r, dict) and "role" in r for r in rows):
             return Transcript(rows, "jsonl")
         raise TranscriptFormatError(f"{path} is JSONL but its lines are not chat messages") from None

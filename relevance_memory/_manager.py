@@ -313,7 +313,9 @@ class RelevanceMemoryManager:
         plan.used += forced_tokens
         plan.recent.update(part.forced)
         first_user = store.first_user_index
-        if goal.source == "first_user_message" and first_user is not None and first_user not in excluded:
+        if first_user is not None and first_user not in excluded:
+            # the first user message is the task statement of an agent run, also when the
+            # caller states the goal in other words (--goal must add to it, not replace it)
             plan.task_root = roots[first_user]
         self._plan_goal_block(plan, final_excerpt=None)
         # the task statement outranks older working memory: keep room for it when it can fit
@@ -350,7 +352,12 @@ class RelevanceMemoryManager:
             i for root, chain in plan.candidates.items() if root not in plan.skipped for i in chain.members
         )
         # an oversized task statement is shown as an excerpt inside the goal block
-        if plan.task_root is not None and plan.task_root in plan.candidates and self.config.goal_block:
+        if (
+            goal.source == "first_user_message"
+            and plan.task_root is not None
+            and plan.task_root in plan.candidates
+            and self.config.goal_block
+        ):
             task_tokens = plan.candidates[plan.task_root].tokens
             if plan.used + task_tokens > budget:
                 room = budget - plan.used + plan.goal_tokens
@@ -658,8 +665,9 @@ class RelevanceMemoryManager:
     ) -> tuple[PyramidResult, set[int]]:
         """SPEC §3 step 7: runs of consecutive archived messages → the summary pyramid.
 
-        Returns the pyramid and the indices held back from summaries: user messages
-        scored ≥ ``core_score`` (a user constraint is never only in a summary, SPEC §7).
+        Returns the pyramid and the user messages scored ≥ ``core_score`` that had to be
+        summarised (SPEC §7 wants them verbatim; when they cannot fit, their values in a
+        summary beat dropping them, and the record warns).
         """
         store = self.store
         runs: list[list[SummaryItem]] = [[]]
@@ -674,8 +682,9 @@ class RelevanceMemoryManager:
                 continue
             score = scores.get(i)
             if message.role == "user" and score is not None and score.score >= self.config.core_score:
+                # SPEC §7 wants such a message verbatim; when even that cannot fit, its
+                # values in a summary beat losing it: summarise it and say so loudly
                 held.add(i)
-                continue
             runs[-1].append(
                 SummaryItem(
                     id=message.id,
@@ -696,9 +705,10 @@ class RelevanceMemoryManager:
             cap=cap,
         )
         if held:
+            ids = ", ".join(store[i].id for i in sorted(held))
             pyramid.warnings.append(
-                f"{len(held)} user message(s) scored ≥ {self.config.core_score} did not fit the budget; "
-                "they are not summarised (a user constraint is never only in a summary) — restorable by id"
+                f"{len(held)} user message(s) scored ≥ {self.config.core_score} ({ids}) did not fit the budget "
+                "verbatim; they are only in a summary — raise the budget to keep them whole"
             )
         return pyramid, held
 
@@ -744,6 +754,12 @@ class RelevanceMemoryManager:
             )
 
         decisions: list[MessageDecision] = []
+        first_recent_step = store.step_count - config.keep_recent
+        last_steps = {m.index for m in store.messages if m.step >= first_recent_step}
+        newest_user_root = next(
+            (roots.get(m.index) for m in reversed(store.messages) if m.role == "user" and m.index not in plan.excluded),
+            None,
+        )
         with_strength = config.pheromone.enabled
         for message in store.messages:
             i = message.index
@@ -767,7 +783,12 @@ class RelevanceMemoryManager:
             root = roots[i]
             chain_id = store[root].id
             if root in plan.recent:
-                reason = "the whole history fits the budget" if identity else "working memory (last steps)"
+                if identity:
+                    reason = "the whole history fits the budget"
+                elif newest_user_root == root and store[i].role == "user" and i not in last_steps:
+                    reason = "newest user message (always kept verbatim)"
+                else:
+                    reason = "working memory (last steps)"
                 decisions.append(MessageDecision(
                     **common, tier="recent", decision="recent", score_source=ScoreSource.RECENT,
                     reason=reason, chain_id=chain_id,
@@ -790,8 +811,10 @@ class RelevanceMemoryManager:
             kept = root in selection.kept
             if kept:
                 note = selection.notes.get(root, "")
+            elif i in held and summarised:
+                note = "over budget: a user message scored ≥ 4 is only in a summary (restorable from the store)"
             elif i in held:
-                note = "over budget; a user constraint is never only in a summary (restorable from the store)"
+                note = "over budget; restorable from the store"
             elif summarised:
                 note = selection.notes.get(root, "archived") + "; in a summary, original restorable from the store"
             else:

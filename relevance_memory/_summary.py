@@ -205,11 +205,14 @@ class OfflineSummarizer:
         name: ``"offline-extractive"``.
         max_sentence_chars: a longer sentence is clipped (chars).
         max_values: most exact values listed.
+        memo_size: messages whose extraction is memoised (LRU); sized so a 100k-message
+            archive is extracted once, not on every build.
     """
 
     name: str = "offline-extractive"
     max_sentence_chars: int = 240
     max_values: int = 40
+    memo_size: int = 500_000
     _memo: dict[tuple[str, str, str], list[tuple[int, str, str, list[str], int]]] = field(
         default_factory=dict, repr=False, compare=False
     )
@@ -217,8 +220,9 @@ class OfflineSummarizer:
     def _extract(self, item: SummaryItem) -> list[tuple[int, str, str, list[str], int]]:
         """Per message, memoised by (id, content hash): (priority, dedupe key, line, values, est. tokens)."""
         memo_key = (item.id, item.content_hash, item.text if not item.content_hash else "")
-        cached = self._memo.get(memo_key)
+        cached = self._memo.pop(memo_key, None)
         if cached is not None:
+            self._memo[memo_key] = cached  # most recently used last
             return cached
         out: list[tuple[int, str, str, list[str], int]] = []
         for sentence in _sentences(item.text):
@@ -232,9 +236,9 @@ class OfflineSummarizer:
                 sentence = sentence[: self.max_sentence_chars - 1] + "…"
             line = f"{_speaker(item)}: “{sentence}”"
             out.append((priority, key, line, values, _estimate_tokens(line) + 1))
-        if len(self._memo) >= 50_000:
-            self._memo.clear()
         self._memo[memo_key] = out
+        while len(self._memo) > self.memo_size:  # LRU: drop the least recently used
+            self._memo.pop(next(iter(self._memo)))
         return out
 
     def summarize(self, items: Sequence[SummaryItem], *, level: int, max_tokens: int) -> SummaryDraft:

@@ -22,15 +22,25 @@ __all__ = [
 ]
 
 # Hard-constraint cues (SPEC §4 offline scorer: "must / never / only / 必须 / 不要 / 禁止").
+_NOT_IMPERATIVE = r"(?!\s+(?:have|know|think|remember|see|understand|want|need|like|mind|care|get|feel|find|believe|recall|wait)\b)"
 CONSTRAINT_RE = re.compile(
-    r"\b(?:must(?:n't| not)?|never|only|always|do not|don't|doesn't|cannot|can't|shall not|"
-    r"required?|requirements?|forbidden|prohibited|mandatory|at most|at least|no more than|"
-    r"no later than|deadline|avoid|make sure|ensure|allergic|under no circumstances|"
-    r"hard rules?|constraints?)\b"
+    r"\b(?:must(?:n't| not)?|never|shall not|required?|requirements?|forbidden|prohibited|mandatory|"
+    r"not allowed|at most|at least|no more than|no later than|deadline|avoid|make sure|ensure|allergic|"
+    r"under no circumstances|hard rules?|constraints?)\b"
+    rf"|\b(?:do not|don't|cannot|can't){_NOT_IMPERATIVE}\b"
+    r"|\bonly\s+(?:use|buy|book|pay|ship|eat|drink|choose|pick|accept|allow|work|call|run|edit|touch|"
+    r"modify|change|deploy|push|from|with|via)\b"
+    r"|\balways\s+(?:use|include|provide|reply|answer|respond|ask|check|run|keep|write|format|cc|confirm)\b"
     r"|必须|不要|禁止|千万|(?<![特区分个类告识辨级性派差离道])别(?=[给忘再用让碰吃喝做放])|不能|不准|不得|务必|一定要|只能|"
     r"避开|不吃|不喝|过敏|切记|严禁|不可以|不许|记住",
     re.IGNORECASE,
 )
+"""Hard-constraint cues (SPEC §4: "must / never / only / 必须 / 不要 / 禁止"). "don't",
+"can't", "only" and "always" count only in imperative use ("don't use", "only buy from",
+"always include"), not in "I don't have my id" or "have they always been …"."""
+
+_SENTENCE_END = re.compile(r"(?<=[.!?。！？;；])\s*|\n+")
+
 
 ERROR_RE = re.compile(
     r"Traceback \(most recent call last\)|\b\w*(?:Error|Exception)\b:|\bFAILED\b|\bfatal:|"
@@ -139,8 +149,17 @@ def stem(term: str) -> str:
 
 
 def has_constraint(text: str) -> bool:
-    """Whether ``text`` states a hard constraint (must, never, only, 必须, 不要, 禁止 …)."""
-    return CONSTRAINT_RE.search(text) is not None
+    """Whether ``text`` states a hard constraint (must, never, only, 必须, 不要, 禁止 …).
+
+    Questions are not constraints: a sentence ending in ``?`` or ``？`` does not count.
+    """
+    if CONSTRAINT_RE.search(text) is None:
+        return False
+    for sentence in _SENTENCE_END.split(text):
+        stripped = sentence.strip()
+        if stripped and not stripped.endswith(("?", "？")) and CONSTRAINT_RE.search(stripped):
+            return True
+    return False
 
 
 def is_error_output(text: str) -> bool:

@@ -41,8 +41,8 @@ def build(
     transcript: Annotated[Path, typer.Argument(help="Transcript: OpenAI chat JSON/JSONL, a SWE-bench run, or τ-bench results.")],
     goal: Annotated[str | None, typer.Option(help="Final goal. Default: the first user message.")] = None,
     subtask: Annotated[str | None, typer.Option(help="Current subtask.")] = None,
-    budget: Annotated[int | None, typer.Option(help="Token budget of the built context (tokens). Default: 60% of the model's window.")] = None,
-    keep_recent: Annotated[int, typer.Option("--keep-recent", help="Working memory: last K steps kept verbatim.")] = 4,
+    budget: Annotated[int | None, typer.Option(min=1, help="Token budget of the built context (tokens). Default: 60% of the model's window.")] = None,
+    keep_recent: Annotated[int, typer.Option("--keep-recent", min=0, help="Working memory: last K steps kept verbatim (the newest user message is always kept).")] = 4,
     model: Annotated[str, typer.Option(help="Model name; picks the tokenizer (o200k/cl100k) and the default window.")] = "gpt-4o",
     index: Annotated[int, typer.Option(help="Which run to take from a file holding many (τ-bench).")] = 0,
     repair: Annotated[bool, typer.Option(help="Keep orphan tool messages / unanswered calls in the store but out of the context, instead of failing.")] = False,
@@ -71,11 +71,14 @@ def build(
         )
         loaded = load_transcript(transcript, index=index)
         memory = RelevanceMemoryManager(config, scorer=chosen)
+        if not loaded.messages:
+            raise _fail(f"{transcript} holds no messages: nothing to build")
         memory.extend(loaded.messages)
         memory.set_goal(final=goal, subtask=subtask)
         built = memory.build_context()
     except RelevanceMemoryError as exc:
-        raise _fail(str(exc)) from None
+        message = str(exc).replace("set on_invalid='repair'", "pass --repair")
+        raise _fail(message) from None
     stem = transcript.name.removesuffix(".jsonl").removesuffix(".json")
     if loaded.count > 1:
         stem = f"{stem}.{index}"
@@ -99,7 +102,7 @@ def _scorer_kind(value: str) -> Literal["auto", "llm", "offline"]:
 
 def _print_summary(path: Path, fmt: str, count: int, index: int, rec: DecisionRecord, scorer_note: str = "") -> None:
     which = f", run {index} of {count}" if count > 1 else ""
-    console.print(f"[bold]relmem build[/] {path} ({fmt}{which}, {rec.messages_before} messages)")
+    console.print(f"[bold]relmem build[/] {path} ({fmt}{which}, {_n(rec.messages_before, 'message')})")
     goal = rec.goal
     if goal.source == "first_user_message":
         console.print("final goal: [italic]the first user message[/] (pass --goal to set it)")
@@ -116,7 +119,10 @@ def _print_summary(path: Path, fmt: str, count: int, index: int, rec: DecisionRe
     table.add_column("after", justify="right")
     table.add_row("messages", f"{rec.messages_before:,}", f"{rec.messages_after:,}")
     table.add_row("tokens", f"{rec.tokens_before:,}", f"{rec.tokens_after:,} (budget {rec.budget:,})")
-    table.add_row("recent (working memory)", "", f"{counts['recent']:,} msgs, last {rec.working_steps} steps")
+    table.add_row(
+        "recent (working memory)", "",
+        f"{_n(counts['recent'], 'msg')} in {_n(rec.working_steps, 'step')} (keep-recent {rec.keep_recent} + newest user msg)",
+    )
     table.add_row("kept older (by score)", "", f"{counts['kept']:,} msgs")
     archived = counts["dropped"] + counts["summarised"]
     table.add_row("archived", "", f"{archived:,} msgs ({counts['summarised']:,} summarised)")
@@ -144,6 +150,10 @@ _TYPE_ABBREV = {
     "tool_call": "call",
     "tool_result": "result",
 }
+
+
+def _n(count: int, noun: str) -> str:
+    return f"{count:,} {noun}{'' if count == 1 else 's'}"
 
 
 def _short(text: str, n: int) -> str:
@@ -174,19 +184,22 @@ def explain(
         expand=True,
         pad_edge=False,
     )
-    for col, justify in [("id", "left"), ("step", "right"), ("type", "left"), ("tokens", "right"),
-                         ("score", "left"), ("decision", "left")]:
+    wide = console.width >= 120  # narrow terminals: drop step and tier so the reason has room
+    columns = [("id", "left"), ("step", "right"), ("type", "left"), ("tokens", "right"), ("score", "left"), ("decision", "left")]
+    for col, justify in columns if wide else [c for c in columns if c[0] != "step"]:
         table.add_column(col, justify=justify, no_wrap=True)  # type: ignore[arg-type]
-    table.add_column("reason", ratio=1, min_width=24)
+    # one line per message; the full reasons are in the JSON record
+    table.add_column("reason", ratio=1, min_width=24, no_wrap=True, overflow="ellipsis")
     style = {"kept": "green", "recent": "cyan", "summarised": "yellow", "dropped": "red"}
     for d in shown:
         reason = d.reason + (f" — {d.note}" if d.note else "")
         score = "" if d.score is None else f"{d.score} {d.score_source.value if d.score_source else ''}"
-        table.add_row(
-            d.id, str(d.step), _TYPE_ABBREV.get(d.msg_type, d.msg_type), f"{d.tokens:,}", score,
-            f"[{style[d.decision]}]{d.decision}[/]" + (f" ({d.tier})" if d.tier in ("core", "working", "archive") else ""),
-            reason,
-        )
+        if not wide:
+            score = "" if d.score is None else str(d.score)
+        tier = f" ({d.tier})" if wide and d.tier in ("core", "working", "archive") else ""
+        cells = [d.id, str(d.step), _TYPE_ABBREV.get(d.msg_type, d.msg_type), f"{d.tokens:,}", score,
+                 f"[{style[d.decision]}]{d.decision}[/]{tier}", reason]
+        table.add_row(*(cells if wide else cells[:1] + cells[2:]))
     console.print(table)
     if limit and len(rows) > limit:
         console.print(f"… {len(rows) - limit} more rows (use --limit 0 for all)")
