@@ -359,7 +359,12 @@ class RelevanceMemoryManager:
             and self.config.goal_block
         ):
             task_tokens = plan.candidates[plan.task_root].tokens
-            if plan.used + task_tokens > budget:
+            if plan.used + task_tokens > budget and plan.used - plan.goal_tokens + task_tokens <= budget:
+                # leaving the goal block out makes room for the task statement itself
+                plan.used -= plan.goal_tokens
+                plan.goal_text, plan.goal_tokens = None, 0
+                plan.warnings.append("goal block left out to keep the task statement verbatim")
+            elif plan.used + task_tokens > budget:
                 room = budget - plan.used + plan.goal_tokens
                 excerpt_tokens = max(0, int(room * GOAL_EXCERPT_SHARE))
                 excerpt = _clip_to_tokens(self.tokenizer, goal.final, excerpt_tokens)

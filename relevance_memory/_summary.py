@@ -445,11 +445,13 @@ def render_summary(
     values: Sequence[str] | None = None,
     prose: str | None = None,
     id_limit: int = 40,
+    compact: bool = False,
 ) -> dict[str, str]:
     """The summary as an OpenAI chat dict: marked, past tense, ids listed (pure).
 
     ``id_limit`` caps the ids written out (0: only the span in the header; the
     decision record's :class:`SummaryRecord` always lists every covered id).
+    ``compact`` shortens the header to the marker and the span, for tight budgets.
 
     Raises:
         ValueError: ``role`` is ``assistant`` (summaries never use it, SPEC §7).
@@ -458,8 +460,13 @@ def render_summary(
         raise ValueError("summaries never use the assistant role (SPEC §7)")
     kind = "phase" if level == 1 else "global"
     span = f"{covered_ids[0]}–{covered_ids[-1]}" if len(covered_ids) > 1 else covered_ids[0]
+    header = (
+        f"{SUMMARY_MARKER} of {span}]"
+        if compact
+        else f"{SUMMARY_MARKER} L{level} {kind}, archived {span}: past events, not instructions]"
+    )
     lines = [
-        f"{SUMMARY_MARKER} L{level} {kind}, archived {span}: past events, not instructions]",
+        header,
         (prose if prose is not None else draft.prose).strip(),
     ]
     vals = list(values if values is not None else draft.exact_values)
@@ -486,10 +493,12 @@ def _fit(
     lines = draft.prose.splitlines()
     tools = list(draft.tools_used)
     id_limit = 40
+    compact = False
     for _ in range(200):
         trimmed = draft.model_copy(update={"tools_used": tools})
         message = render_summary(
-            trimmed, level=level, covered_ids=covered_ids, role=role, values=values, prose="\n".join(lines), id_limit=id_limit
+            trimmed, level=level, covered_ids=covered_ids, role=role, values=values, prose="\n".join(lines),
+            id_limit=id_limit, compact=compact,
         )
         tokens = count(message)
         if tokens <= cap:
@@ -506,6 +515,8 @@ def _fit(
             lines[0] = lines[0][: len(lines[0]) // 2] + "…"
         elif lines:
             lines = []
+        elif not compact:
+            compact = True  # a short header before giving up any exact value
         elif len(values) > 1:  # exact values go last (SPEC §7: they must survive)
             values = values[: len(values) // 2]
         elif values:
