@@ -44,6 +44,8 @@ from ._tokenizer import REPLY_PRIMING_TOKENS, TiktokenCounter, TokenCounter
 __all__ = ["BuiltContext", "RelevanceMemoryManager"]
 
 GOAL_EXCERPT_SHARE = 0.5
+PREFILTER_RECENT_WEIGHT = 0.3
+"""Weight of recent-step terms against goal + subtask terms in the prefilter's BM25."""
 """Share of the remaining budget a goal-block excerpt of an oversized task statement may take."""
 PREFILTER_QUERY_TERMS = 256
 """Most distinct terms in the prefilter's BM25 query (goal terms first, then recent steps)."""
@@ -337,13 +339,19 @@ class RelevanceMemoryManager:
             plan.used += tokens
             plan.recent.add(root)
         plan.candidates = {r: part.chains[r] for r in part.candidates}
-        if self.config.pheromone.enabled:  # SPEC §5 forget threshold: archive without re-scoring
+        # SPEC §5 forget threshold: archive without re-scoring. Strengths and latest scores
+        # were earned under a final goal; a different final goal (a new task, a new question)
+        # starts from fresh scores, so forgetting and carry-over apply within one task only.
+        if self.config.pheromone.enabled:
             threshold = self.config.pheromone.forget_threshold
             promote = self.config.promote_after_references
             for root, chain in plan.candidates.items():
                 if (
                     root != plan.task_root
-                    and all(self.pheromone.forgotten(store[i].id) for i in chain.members)
+                    and all(
+                        self.pheromone.forgotten(store[i].id) and self.pheromone.goal_of(store[i].id) == goal.final
+                        for i in chain.members
+                    )
                     # a chain raised by references (SPEC §3 step 6) is not forgotten
                     and not any(len(store.referenced_by.get(store[i].id, ())) >= promote for i in chain.members)
                 ):
@@ -470,22 +478,44 @@ class RelevanceMemoryManager:
             or (
                 config.pheromone.enabled
                 and any(
-                    (self.pheromone.latest_score(store[i].id) or 0) >= config.core_score
-                    or self.pheromone.strength(store[i].id) >= config.pheromone.prefilter_pass
+                    self.pheromone.goal_of(store[i].id) == plan.goal.final
+                    and (
+                        (self.pheromone.latest_score(store[i].id) or 0) >= config.core_score
+                        or self.pheromone.strength(store[i].id) >= config.pheromone.prefilter_pass
+                    )
                     for i in members
                 )
             )
         }
         for i in range(len(self._bm25_docs), len(store)):
             self._bm25_docs.append(list(store.terms[i]))
-        query_texts = [plan.goal.final, plan.goal.subtask]
-        query_texts += [store[i].text for r in plan.recent for i in plan.part.chains[r].members]
-        query: list[str] = []
-        for text in query_texts:
-            query.extend(lexical_terms(text[:4_000]))
-        query = list(dict.fromkeys(query))[:PREFILTER_QUERY_TERMS]
-        doc_scores = self._bm25.scores(self._bm25_docs, query)
-        result = prefilter_chains(ranked, doc_scores, top_n=config.prefilter_top_n, always=always)
+        # the goal and subtask lead; recent steps add context at a lower weight (their
+        # text can be unrelated to the goal, e.g. the newest chat turn)
+        def terms_of(texts: list[str]) -> list[str]:
+            query: list[str] = []
+            for text in texts:
+                query.extend(lexical_terms(text[:4_000]))
+            return list(dict.fromkeys(query))[:PREFILTER_QUERY_TERMS]
+
+        goal_query = terms_of([plan.goal.final, plan.goal.subtask])
+        in_goal = set(goal_query)
+        recent_query = [
+            t
+            for t in terms_of([store[i].text for r in plan.recent for i in plan.part.chains[r].members])
+            if t not in in_goal
+        ]
+        doc_scores = self._bm25.scores(self._bm25_docs, goal_query) if goal_query else [0.0] * len(store)
+        if recent_query:
+            recent_scores = self._bm25.scores(self._bm25_docs, recent_query)
+            doc_scores = [g + PREFILTER_RECENT_WEIGHT * r for g, r in zip(doc_scores, recent_scores, strict=True)]
+        result = prefilter_chains(
+            ranked,
+            doc_scores,
+            top_n=config.prefilter_top_n,
+            always=always,
+            tokens={r: plan.candidates[r].tokens for r in ranked},
+            min_tokens=2 * max(0, plan.budget - plan.used),
+        )
         for root, best in result.rejected.items():
             plan.skipped.setdefault(root, f"prefiltered out (BM25 {best:.2f} below the top {config.prefilter_top_n})")
         if result.rejected:
@@ -556,7 +586,7 @@ class RelevanceMemoryManager:
     ) -> BuiltContext:
         if self.config.pheromone.enabled:  # SPEC §3 step 5: deposits, once per (message, subtask)
             self.pheromone.deposit(
-                {self.store[i].id: s.score for i, s in scores.items()}, plan.goal.effective_subtask
+                {self.store[i].id: s.score for i, s in scores.items()}, plan.goal.effective_subtask, plan.goal.final
             )
         return self._complete(plan, scores, result, hits, identity=False)
 
@@ -568,7 +598,15 @@ class RelevanceMemoryManager:
         referenced = {i: len(store.referenced_by.get(store[i].id, ())) for c in chains.values() for i in c.members}
         strengths = None
         if config.pheromone.enabled:
-            strengths = {i: self.pheromone.strength(store[i].id) for c in chains.values() for i in c.members}
+            # memory earned under another final goal (another task or question) does not
+            # order or carry this one's working tier
+            strengths = {
+                i: self.pheromone.strength(store[i].id)
+                if self.pheromone.goal_of(store[i].id) in (None, plan.goal.final)
+                else 0.0
+                for c in chains.values()
+                for i in c.members
+            }
         return select_chains(
             chains,
             [],

@@ -74,6 +74,7 @@ class _Cell:
     strength: float  # as of ``at_tick``; evaporation since then is applied lazily
     latest_score: int | None = None
     at_tick: int = 0
+    latest_goal: str | None = None  # the final goal of the latest deposit
 
 
 HISTORY_FULL_MAX = 1_000
@@ -195,12 +196,19 @@ class PheromoneField:
             edge = (ref, message_id)
             self.edges[edge] = self.edges.get(edge, 0.0) + cfg.edge_delta
 
-    def deposit(self, scores: Mapping[str, int], subtask: str) -> dict[str, float]:
+    def goal_of(self, message_id: str) -> str | None:
+        """The final goal under which ``message_id`` was last scored, or ``None``."""
+        cell = self._cells.get(message_id)
+        return cell.latest_goal if cell else None
+
+    def deposit(self, scores: Mapping[str, int], subtask: str, goal: str | None = None) -> dict[str, float]:
         """Deposit from scores, once per (message, subtask) (SPEC §5).
 
         Args:
             scores: message id → score 1–5.
             subtask: the subtask the scores are for.
+            goal: the final goal the scores are for (recorded per message, so memory
+                earned under another task can be told apart).
 
         Returns:
             message id → effective deposit actually added (strength units).
@@ -213,6 +221,7 @@ class PheromoneField:
                 continue
             self._settle(cell)  # evaporation so far follows the previous score's gating
             cell.latest_score = score
+            cell.latest_goal = goal
             key = (message_id, subtask)
             if key in self._deposited:
                 continue

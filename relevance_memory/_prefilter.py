@@ -106,6 +106,8 @@ def prefilter_chains(
     *,
     top_n: int,
     always: Collection[int],
+    tokens: Mapping[int, int] | None = None,
+    min_tokens: int = 0,
 ) -> PrefilterResult:
     """Pick chains for the scorer (pure).
 
@@ -113,6 +115,10 @@ def prefilter_chains(
         chains: candidate root → member message indices.
         doc_scores: BM25 score per message index.
         top_n: messages admitted by rank; every chain counts, ``always`` ones included.
+        tokens: chain root → tokens, for ``min_tokens``.
+        min_tokens: keep admitting by rank until the admitted chains hold at least this
+            many tokens (the manager passes twice the budget left), so the prefilter
+            bounds scoring without starving a large budget (tokens).
         always: roots that pass regardless of rank.
 
     Returns:
@@ -124,10 +130,12 @@ def prefilter_chains(
     admitted: list[int] = []
     room = top_n
     rejected: dict[int, float] = {}
+    held = 0
     for root in sorted(chains, key=lambda r: (-best[r], -max(chains[r]))):
-        if room > 0 or root in always:
+        if room > 0 or root in always or held < min_tokens:
             admitted.append(root)
         else:
             rejected[root] = best[root]
         room -= len(chains[root])
+        held += (tokens or {}).get(root, 0)
     return PrefilterResult(admitted=sorted(admitted), rejected=rejected)

@@ -231,7 +231,11 @@ def test_manager_prefilter_limits_scorer_and_records_reason() -> None:
     memory.add({"role": "assistant", "content": "The invoice total for ORD-77 double counts tax."})
     memory.add({"role": "user", "content": "So what is wrong with the invoice total?"})
     built = memory.build_context()
-    assert built.record.cache_misses <= 12
+    # the prefilter admits the top 10 by BM25, or more until the admitted messages hold
+    # twice the budget left (so a large budget is not starved): far fewer than all 120
+    scored = [d for d in built.record.messages if d.score_source is not None and d.score_source.value == "offline"]
+    assert built.record.cache_misses == len(scored) < 100
+    assert sum(d.tokens for d in scored) <= 2 * 600 + 40
     prefiltered = [d for d in built.record.messages if d.reason.startswith("prefiltered out")]
     assert prefiltered and all(d.tier == "archive" for d in prefiltered)
     assert built.record.decision_for("m121").decision in ("kept", "recent")
