@@ -304,6 +304,42 @@ class _Session:
                 self.record_reply(memory, message_to_dict(message))
 
 
+class SessionView:
+    """What every managed wrapper exposes about its memory (client, LangChain hook, Agents session).
+
+    Subclasses set ``self._session`` (a ``_Session``).
+    """
+
+    _session: _Session
+
+    @property
+    def memory(self) -> RelevanceMemoryManager:
+        """The memory in force (created on first use with the configured or first-called model).
+
+        After a resync (a diverging history) this is a new manager; do not hold on to an old one.
+        """
+        return self._session.memory_for(None)
+
+    @property
+    def last_build(self) -> BuiltContext | None:
+        """The latest :class:`BuiltContext` (OpenAI dicts and the decision record; ``None`` before the first)."""
+        return self._session.last_build
+
+    @property
+    def last_record(self) -> DecisionRecord | None:
+        """The decision record of the latest build (``None`` before the first)."""
+        build = self._session.last_build
+        return build.record if build is not None else None
+
+    def set_goal(self, final: str | None = None, subtask: str | None = None) -> None:
+        """Set the final goal and/or the current subtask (``None`` leaves a layer as it is).
+
+        Until a final goal is set, the first user message is the goal. Call this whenever
+        the agent's plan advances; the next build is for the new subtask.
+        """
+        self._session.set_goal(final, subtask)
+
+
 class _Passthrough:
     """Attribute access falls through to the wrapped object."""
 
@@ -394,8 +430,7 @@ class _Chat(_Passthrough):
         self.completions = completions(wrapped.completions, session)
 
 
-class _ManagedBase(_Passthrough):
-    _session: _Session
+class _ManagedBase(SessionView, _Passthrough):
 
     def _setup(
         self,
@@ -414,33 +449,6 @@ class _ManagedBase(_Passthrough):
     def client(self) -> Any:
         """The wrapped OpenAI client."""
         return self._wrapped
-
-    @property
-    def memory(self) -> RelevanceMemoryManager:
-        """The memory in force (created on first use with the configured or first-called model).
-
-        After a resync (module doc) this is a new manager; do not hold on to an old one.
-        """
-        return self._session.memory_for(None)
-
-    @property
-    def last_build(self) -> BuiltContext | None:
-        """The :class:`BuiltContext` sent with the latest request (``None`` before the first)."""
-        return self._session.last_build
-
-    @property
-    def last_record(self) -> DecisionRecord | None:
-        """The decision record of the latest request (``None`` before the first)."""
-        build = self._session.last_build
-        return build.record if build is not None else None
-
-    def set_goal(self, final: str | None = None, subtask: str | None = None) -> None:
-        """Set the final goal and/or the current subtask (``None`` leaves a layer as it is).
-
-        Until a final goal is set, the first user message is the goal. Call this whenever
-        the agent's plan advances; the next request is built for the new subtask.
-        """
-        self._session.set_goal(final, subtask)
 
 
 class ManagedOpenAI(_ManagedBase):

@@ -26,9 +26,8 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from .._client import OnDivergence, _Session, project_built
+from .._client import OnDivergence, SessionView, _Session, project_built
 from .._manager import BuiltContext, RelevanceMemoryManager
-from .._record import DecisionRecord
 
 if TYPE_CHECKING:
     from langchain_core.messages import BaseMessage
@@ -66,7 +65,7 @@ def from_openai_messages(messages: Sequence[Mapping[str, Any]]) -> list[BaseMess
     return list(_messages_module().convert_to_messages([dict(m) for m in messages]))
 
 
-class ManagedContextHook:
+class ManagedContextHook(SessionView):
     """Turns a LangChain message list into the managed context (module doc).
 
     Args:
@@ -94,26 +93,6 @@ class ManagedContextHook:
             raise ValueError("pass either memory= or MemoryConfig fields, not both")
         self._session = _Session(memory, on_build=None, on_divergence=on_divergence, overrides=config)
         self.budget = budget
-
-    @property
-    def memory(self) -> RelevanceMemoryManager:
-        """The memory in force (a new one after a resync)."""
-        return self._session.memory_for(None)
-
-    @property
-    def last_build(self) -> BuiltContext | None:
-        """The latest :class:`BuiltContext` (OpenAI dicts and the decision record)."""
-        return self._session.last_build
-
-    @property
-    def last_record(self) -> DecisionRecord | None:
-        """The decision record of the latest build."""
-        build = self._session.last_build
-        return build.record if build is not None else None
-
-    def set_goal(self, final: str | None = None, subtask: str | None = None) -> None:
-        """Set the final goal and/or the current subtask (``None`` leaves a layer as it is)."""
-        self._session.set_goal(final, subtask)
 
     def _prepare(self, value: Any) -> tuple[list[Any], RelevanceMemoryManager, int]:
         if isinstance(value, Mapping):

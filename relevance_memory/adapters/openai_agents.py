@@ -38,9 +38,8 @@ import json
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from .._client import OnDivergence, _Session, project_built
-from .._manager import BuiltContext, RelevanceMemoryManager
-from .._record import DecisionRecord
+from .._client import OnDivergence, SessionView, _Session, project_built
+from .._manager import RelevanceMemoryManager
 
 if TYPE_CHECKING:
     from agents.items import TResponseInputItem
@@ -150,7 +149,7 @@ def items_to_chat(items: Sequence[Any]) -> tuple[list[dict[str, Any]], list[list
     return messages, groups
 
 
-class ManagedSession:
+class ManagedSession(SessionView):
     """An OpenAI Agents SDK ``Session`` whose ``get_items()`` is the managed context (module doc).
 
     Args:
@@ -195,26 +194,6 @@ class ManagedSession:
         if memory is None:
             config.setdefault("on_invalid", "repair")
         self._session = _Session(memory, on_build=None, on_divergence=on_divergence, overrides=config)
-
-    @property
-    def memory(self) -> RelevanceMemoryManager:
-        """The memory in force (a new one after items were removed)."""
-        return self._session.memory_for(None)
-
-    @property
-    def last_build(self) -> BuiltContext | None:
-        """The latest :class:`BuiltContext` (chat dicts and the decision record)."""
-        return self._session.last_build
-
-    @property
-    def last_record(self) -> DecisionRecord | None:
-        """The decision record of the latest ``get_items()``."""
-        build = self._session.last_build
-        return build.record if build is not None else None
-
-    def set_goal(self, final: str | None = None, subtask: str | None = None) -> None:
-        """Set the final goal and/or the current subtask (``None`` leaves a layer as it is)."""
-        self._session.set_goal(final, subtask)
 
     async def all_items(self) -> list[TResponseInputItem]:
         """Every stored item, oldest first (the inner session's full history)."""
