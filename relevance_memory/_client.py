@@ -352,8 +352,9 @@ class _Passthrough:
 
 
 # --------------------------------------------------------------------------- sync
-class _RecordingStream(_Passthrough):
-    """Wraps an SDK ``Stream``: yields its chunks unchanged, records the reply when exhausted."""
+class _StreamBase(_Passthrough):
+    """What the sync and async recording streams share: the reply accumulator and the
+    record-once step run when the stream is exhausted."""
 
     def __init__(self, stream: Any, session: _Session, memory: RelevanceMemoryManager, build: BuiltContext) -> None:
         self._wrapped = stream
@@ -369,6 +370,15 @@ class _RecordingStream(_Passthrough):
         """The decision record of the context sent with this request."""
         return self.build.record
 
+    def _finish(self) -> None:
+        if not self._done:
+            self._done = True
+            self._session.record_reply(self._memory, self._acc.message())
+
+
+class _RecordingStream(_StreamBase):
+    """Wraps an SDK ``Stream``: yields its chunks unchanged, records the reply when exhausted."""
+
     def __iter__(self) -> Iterator[Any]:
         return self
 
@@ -380,11 +390,6 @@ class _RecordingStream(_Passthrough):
             raise
         self._acc.feed(chunk)
         return chunk
-
-    def _finish(self) -> None:
-        if not self._done:
-            self._done = True
-            self._session.record_reply(self._memory, self._acc.message())
 
     def __enter__(self) -> _RecordingStream:
         return self
@@ -485,22 +490,8 @@ class ManagedOpenAI(_ManagedBase):
 
 
 # --------------------------------------------------------------------------- async
-class _AsyncRecordingStream(_Passthrough):
+class _AsyncRecordingStream(_StreamBase):
     """Wraps an SDK ``AsyncStream``: yields its chunks unchanged, records the reply when exhausted."""
-
-    def __init__(self, stream: Any, session: _Session, memory: RelevanceMemoryManager, build: BuiltContext) -> None:
-        self._wrapped = stream
-        self._session = session
-        self._memory = memory
-        self._acc = _ReplyAccumulator()
-        self._done = False
-        self.build = build
-        """The :class:`BuiltContext` sent with this request."""
-
-    @property
-    def record(self) -> DecisionRecord:
-        """The decision record of the context sent with this request."""
-        return self.build.record
 
     def __aiter__(self) -> AsyncIterator[Any]:
         return self
@@ -509,9 +500,7 @@ class _AsyncRecordingStream(_Passthrough):
         try:
             chunk = await self._wrapped.__anext__()
         except StopAsyncIteration:
-            if not self._done:
-                self._done = True
-                self._session.record_reply(self._memory, self._acc.message())
+            self._finish()
             raise
         self._acc.feed(chunk)
         return chunk

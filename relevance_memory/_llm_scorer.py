@@ -550,26 +550,18 @@ class LLMScorer:
             return str(client.base_url)
         return self.base_url or "https://api.openai.com/v1"
 
+    def _client_options(self) -> dict[str, Any]:
+        # retries are ours (tenacity), never the SDK's
+        return {"api_key": self._api_key, "base_url": self.base_url, "timeout": self.timeout, "max_retries": 0}
+
     def _sync_client(self) -> openai.OpenAI:
         if self._client is None:
-            self._client = openai.OpenAI(
-                api_key=self._api_key,
-                base_url=self.base_url,
-                timeout=self.timeout,
-                max_retries=0,
-                http_client=self._http_client,
-            )
+            self._client = openai.OpenAI(**self._client_options(), http_client=self._http_client)
         return self._client
 
     def _aclient(self) -> openai.AsyncOpenAI:
         if self._async_client is None:
-            self._async_client = openai.AsyncOpenAI(
-                api_key=self._api_key,
-                base_url=self.base_url,
-                timeout=self.timeout,
-                max_retries=0,
-                http_client=self._async_http_client,
-            )
+            self._async_client = openai.AsyncOpenAI(**self._client_options(), http_client=self._async_http_client)
         return self._async_client
 
     @property

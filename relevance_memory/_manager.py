@@ -33,6 +33,7 @@ from ._scoring import (
     ScorerUsage,
     ScoringContext,
     ScoringResult,
+    message_cache_key,
     score_cache_prefix,
 )
 from ._select import Chain, Partition, Selection, partition, select_chains
@@ -261,12 +262,9 @@ class RelevanceMemoryManager:
     def _excluded(self) -> dict[int, str]:
         store = self.store
         excluded = {store.get(mid).index: why for mid, why in store.excluded.items()}
-        for message in store.messages:
-            if not message.tool_calls:
-                continue
-            missing = store.unanswered_calls(message.index)
-            if not missing:
-                continue
+        for pending in store.pending_calls:  # kept incrementally on ingest: no scan per build
+            message = store[pending]
+            missing = store.unanswered_calls(pending)
             if self.config.on_invalid == "raise":
                 raise InvalidMessageError(
                     f"tool call(s) {', '.join(missing)} have no result; add the tool results before "
@@ -426,7 +424,9 @@ class RelevanceMemoryManager:
         return items
 
     def _cache_key(self, prefix: str, message: Message) -> str:
-        return f"{prefix}:{message.content_hash}:{message.role}:{message.msg_type.value}"
+        return message_cache_key(
+            prefix, content_hash=message.content_hash, role=message.role, msg_type=message.msg_type.value
+        )
 
     def _cache_prefix(self, goal: TaskGoal) -> str:
         return score_cache_prefix(rubric_version=self.scorer.rubric_version, model=self.scorer.model, goal=goal)
@@ -609,7 +609,6 @@ class RelevanceMemoryManager:
             }
         return select_chains(
             chains,
-            [],
             scores,
             available=available,
             core_score=config.core_score,

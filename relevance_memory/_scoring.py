@@ -25,6 +25,7 @@ __all__ = [
     "ScorerUsage",
     "ScoringContext",
     "ScoringResult",
+    "message_cache_key",
     "score_cache_key",
     "score_cache_prefix",
 ]
@@ -132,15 +133,19 @@ def score_cache_prefix(*, rubric_version: str, model: str, goal: TaskGoal) -> st
     return hashlib.sha256(payload.encode("utf-8")).hexdigest()
 
 
+def message_cache_key(prefix: str, *, content_hash: str, role: str, msg_type: str) -> str:
+    """The cache key of one message under a build's :func:`score_cache_prefix`."""
+    return f"{prefix}:{content_hash}:{role}:{msg_type}"
+
+
 def score_cache_key(
-    *, rubric_version: str, model: str, goal: TaskGoal, content_hash: str, role: str, msg_type: str, prefix: str | None = None
+    *, rubric_version: str, model: str, goal: TaskGoal, content_hash: str, role: str, msg_type: str
 ) -> str:
     """Cache key of one score (SPEC §6): covers rubric version, model, final goal, subtask,
-    message content hash, role and type. ``prefix`` (from :func:`score_cache_prefix`)
-    skips re-hashing the goal for every message."""
-    if prefix is None:
-        prefix = score_cache_prefix(rubric_version=rubric_version, model=model, goal=goal)
-    return f"{prefix}:{content_hash}:{role}:{msg_type}"
+    message content hash, role and type. A build computes the prefix once and calls
+    :func:`message_cache_key` per message."""
+    prefix = score_cache_prefix(rubric_version=rubric_version, model=model, goal=goal)
+    return message_cache_key(prefix, content_hash=content_hash, role=role, msg_type=msg_type)
 
 
 @runtime_checkable

@@ -124,7 +124,6 @@ class Selection:
 
 def select_chains(
     chains: Mapping[int, Chain],
-    roots: Sequence[int],
     scores: Mapping[int, RelevanceScore],
     *,
     available: int,
@@ -149,7 +148,6 @@ def select_chains(
 
     Args:
         chains: candidate root → chain.
-        roots: chain root of every message index.
         scores: message index → score (every candidate member must have one).
         available: tokens left for candidates (tokens).
         referenced_by: message index → number of later messages referencing it.

@@ -104,6 +104,7 @@ class MessageStore:
         self.referenced_by: dict[str, list[str]] = {}
         self._call_owner: dict[str, int] = {}  # tool_call_id → index of the latest assistant calling it
         self._answered: set[tuple[int, str]] = set()  # (assistant index, tool_call_id) with a result
+        self._pending: set[int] = set()  # assistant indices with a call still unanswered
         self._parent: list[int] = []  # union-find over indices (trace chains)
         self._trace_root: dict[str, int] = {}
         self._ident_holders: dict[str, list[int]] = {}
@@ -157,6 +158,11 @@ class MessageStore:
         if ra != rb:
             lo, hi = min(ra, rb), max(ra, rb)
             self._parent[hi] = lo
+
+    @property
+    def pending_calls(self) -> list[int]:
+        """Indices of assistant messages with a tool call that has no result yet, in order."""
+        return sorted(self._pending)
 
     def unanswered_calls(self, index: int) -> list[str]:
         """Tool call ids of the assistant message at ``index`` that have no result yet."""
@@ -290,8 +296,12 @@ class MessageStore:
         self._parent.append(index)
         for call in calls:
             self._call_owner[call["id"]] = index
+        if calls:
+            self._pending.add(index)
         if parent_index is not None and isinstance(tool_call_id, str):
             self._answered.add((parent_index, tool_call_id))
+            if not self.unanswered_calls(parent_index):
+                self._pending.discard(parent_index)
             self._union(index, parent_index)
         if trace_id is not None:
             if trace_id in self._trace_root:

@@ -6,7 +6,6 @@ Used by ingest (reference detection, message typing) and by the offline scorer.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable
 
 __all__ = [
     "CONSTRAINT_RE",
@@ -212,10 +211,3 @@ def preview(text: str, max_chars: int) -> str:
     cut = len(text) - head - tail
     return f"{text[:head]} […{cut} chars cut…] {text[-tail:]}"
 
-
-def join_terms(texts: Iterable[str]) -> list[str]:
-    """Lexical terms of several texts, concatenated."""
-    out: list[str] = []
-    for text in texts:
-        out.extend(lexical_terms(text))
-    return out

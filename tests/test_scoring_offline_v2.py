@@ -71,7 +71,7 @@ def test_selection_breaks_score_ties_by_weight() -> None:
         1: RelevanceScore(id="m1", score=4, weight=0.4),
         2: RelevanceScore(id="m2", score=4, weight=0.5),
     }
-    sel = select_chains(chains, [0, 1, 2], scores, available=20, core_score=4, archive_score=2,
+    sel = select_chains(chains, scores, available=20, core_score=4, archive_score=2,
                         referenced_by={}, promote_after_references=2)
     assert sel.kept == {0, 2}  # the two best matches, not the two newest
 
