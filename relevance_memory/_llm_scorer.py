@@ -28,6 +28,7 @@ from __future__ import annotations
 import asyncio
 import contextvars
 import email.utils
+import inspect
 import json
 import os
 import time
@@ -284,6 +285,13 @@ def retry_after_seconds(exc: BaseException, *, now: datetime | None = None) -> f
     return max(0.0, (when - (now or datetime.now(timezone.utc))).total_seconds())
 
 
+# tenacity 9.1 renamed ``wait_exponential_jitter(initial=...)`` to ``multiplier`` (the old name
+# warns); the range we support spans both, so pick the name the installed version takes.
+_BACKOFF_FIRST_WAIT_ARG = (
+    "multiplier" if "multiplier" in inspect.signature(wait_exponential_jitter.__init__).parameters else "initial"
+)
+
+
 @dataclass(frozen=True)
 class TransportPolicy:
     """How transport faults are retried (all times in seconds).
@@ -308,7 +316,8 @@ class TransportPolicy:
         hinted = retry_after_seconds(exc) if exc is not None else None
         if hinted is not None:
             return min(hinted, self.max_wait_s)
-        backoff = wait_exponential_jitter(initial=self.initial_wait_s, max=self.max_wait_s, jitter=self.jitter_s)
+        first_wait = {_BACKOFF_FIRST_WAIT_ARG: self.initial_wait_s}
+        backoff = wait_exponential_jitter(max=self.max_wait_s, jitter=self.jitter_s, **first_wait)
         return float(backoff(state))
 
     def stop(self) -> Any:

@@ -11,6 +11,7 @@ network is blocked. Tests of timeouts and concurrency use the mock transport dir
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 from collections.abc import Iterator
 from typing import Any
@@ -296,11 +297,22 @@ def test_async_concurrency_is_limited() -> None:
     in_flight = 0
     peak = 0
 
+    both_in_flight: asyncio.Event | None = None
+
     async def handler(request: httpx2.Request) -> httpx2.Response:
-        nonlocal in_flight, peak
+        # Deterministic, not scheduling-dependent: the first request holds until a second one is
+        # in flight (the limit allows two), then every request answers at once. A limit that let
+        # more through would push ``peak`` above 2; one that serialised would time out at 1.
+        nonlocal in_flight, peak, both_in_flight
+        if both_in_flight is None:
+            both_in_flight = asyncio.Event()
         in_flight += 1
         peak = max(peak, in_flight)
-        for _ in range(5):
+        if in_flight >= 2:
+            both_in_flight.set()
+        with contextlib.suppress(asyncio.TimeoutError):
+            await asyncio.wait_for(both_in_flight.wait(), timeout=10)
+        for _ in range(3):
             await asyncio.sleep(0)
         in_flight -= 1
         ids = requested_ids(json.loads(request.content))
