@@ -8,6 +8,8 @@
 - Credentials never reach cassettes: ``vcr_config`` drops auth headers.
 - Endpoint environment variables are cleared so nothing picks the LLM scorer by accident.
 - ``data_dir`` finds the real data sets (``../shared/data``) or skips the test.
+- Hypothesis runs derandomized with no per-example deadline: a property test explores the same
+  examples on every run and a slow, loaded CI machine cannot fail it on time.
 """
 
 from __future__ import annotations
@@ -16,6 +18,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import HealthCheck, settings
+
+settings.register_profile(
+    "relmem", derandomize=True, deadline=None, suppress_health_check=[HealthCheck.too_slow], print_blob=True
+)
+settings.load_profile("relmem")
 
 REPO = Path(__file__).resolve().parents[1]
 
