@@ -35,6 +35,11 @@ _CONTEXT_WINDOWS: dict[str, int] = {
 }
 DEFAULT_CONTEXT_WINDOW = 128_000
 
+LOCAL_PREFILTER_MIN = 5_000
+"""Candidates (messages) above which ``prefilter="auto"`` ranks with BM25 even in front of a
+local scorer: past this, scoring every candidate on a cold build costs more time than the
+prefilter saves recall (``benchmarks/overhead.py``)."""
+
 # Model families that use cl100k_base; everything else uses o200k_base (GPT-4o and later).
 _CL100K_PREFIXES = ("gpt-4-", "gpt-4", "gpt-3.5", "text-embedding-3", "text-embedding-ada")
 _O200K_PREFIXES = ("gpt-4o", "gpt-4.1", "gpt-4.5", "gpt-5", "o1", "o3", "o4", "chatgpt-4o")
@@ -97,7 +102,13 @@ class MemoryConfig(BaseModel):
         reference_max_df: an identifier shared by more earlier messages than this is
             too common to count as a reference.
         rubric_version: id of the scoring prompt template (part of every cache key).
-        prefilter: rank candidates locally (BM25) when they exceed ``prefilter_top_n``.
+        prefilter: rank candidates locally (BM25) when they exceed ``prefilter_top_n``:
+            ``"auto"`` (default) for scorers that cost a call per message (the LLM
+            scorer, custom scorers) and not for a local scorer (``scorer.local``, the
+            offline scorer, which already ranks every candidate at BM25's cost — a BM25
+            pass in front of it only hides what its stemming and time cues would find)
+            unless the candidates exceed :data:`LOCAL_PREFILTER_MIN` messages; ``True``
+            always, ``False`` never. SPEC §3 step 3: the prefilter "picks what the LLM sees".
         summaries: fold archived messages into the summary pyramid (SPEC §7); off →
             archived messages are dropped (still restorable from the store).
         score_cache_dir: directory of the on-disk score cache (SPEC §6); ``None`` keeps
@@ -127,7 +138,7 @@ class MemoryConfig(BaseModel):
     summary_budget: int = Field(default=0, ge=0)
     reference_max_df: int = Field(default=4, ge=1)
     rubric_version: str = "score_v1"
-    prefilter: bool = True
+    prefilter: bool | Literal["auto"] = "auto"
     summaries: bool = True
     score_cache_dir: str | None = None
     pheromone: PheromoneConfig = Field(default_factory=lambda: PheromoneConfig())
@@ -248,6 +259,11 @@ class PheromoneConfig(BaseModel):
             every useful message above ``carry_threshold``, and passing all of those would
             re-score nearly everything on every step).
         history_top_n: strongest messages recorded per tick in the history (SPEC §5).
+        order_resolution: selection orders tiers by strength in bands this wide (strength
+            units; default 1.0 = one score-3 deposit), then by the score's weight, then
+            recency: type priors, a single reinforcement or a few ticks of evaporation do not
+            outrank a better match (LoCoMo, 635 questions: 1k recall 0.583 → 0.619 against
+            exact-strength ordering; ``benchmarks/ablation_locomo.py``).
     """
 
     model_config = ConfigDict(frozen=True, extra="forbid")
@@ -288,6 +304,7 @@ class PheromoneConfig(BaseModel):
     forget_threshold: float = Field(default=0.2, ge=0)
     prefilter_pass: float = Field(default=8.0, ge=0)
     history_top_n: int = Field(default=20, ge=1)
+    order_resolution: float = Field(default=1.0, gt=0)
 
     @model_validator(mode="after")
     def _complete(self) -> PheromoneConfig:

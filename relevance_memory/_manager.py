@@ -18,7 +18,7 @@ from typing import Any, cast
 
 from ._assemble import check_context, goal_block_text
 from ._cache import DiskScoreCache
-from ._config import MemoryConfig
+from ._config import LOCAL_PREFILTER_MIN, MemoryConfig
 from ._exceptions import ConfigError, ContextOverflowError, InvalidMessageError, RelevanceMemoryError
 from ._models import Message, RelevanceScore, ScoreSource, TaskGoal, content_text
 from ._pheromone import PheromoneField
@@ -425,7 +425,11 @@ class RelevanceMemoryManager:
 
     def _cache_key(self, prefix: str, message: Message) -> str:
         return message_cache_key(
-            prefix, content_hash=message.content_hash, role=message.role, msg_type=message.msg_type.value
+            prefix,
+            content_hash=message.content_hash,
+            role=message.role,
+            msg_type=message.msg_type.value,
+            message_id=message.id if getattr(self.scorer, "context_dependent", False) else None,
         )
 
     def _cache_prefix(self, goal: TaskGoal) -> str:
@@ -467,7 +471,10 @@ class RelevanceMemoryManager:
         store = self.store
         # rank every candidate, forgotten ones too (they keep consuming the quota but stay
         # archived), so chains forgotten after a build do not slide the window on the next
-        if not config.prefilter or sum(len(c.members) for c in plan.candidates.values()) <= config.prefilter_top_n:
+        candidates = sum(len(c.members) for c in plan.candidates.values())
+        if config.prefilter is False or candidates <= config.prefilter_top_n:
+            return
+        if config.prefilter == "auto" and getattr(self.scorer, "local", False) and candidates <= LOCAL_PREFILTER_MIN:
             return
         ranked = {r: c.members for r, c in plan.candidates.items()}
         always = {
@@ -601,9 +608,7 @@ class RelevanceMemoryManager:
             # memory earned under another final goal (another task or question) does not
             # order or carry this one's working tier
             strengths = {
-                i: self.pheromone.strength(store[i].id)
-                if self.pheromone.goal_of(store[i].id) in (None, plan.goal.final)
-                else 0.0
+                i: self.pheromone.strength_for(store[i].id, plan.goal.final, plan.goal.effective_subtask)
                 for c in chains.values()
                 for i in c.members
             }
@@ -617,6 +622,7 @@ class RelevanceMemoryManager:
             promote_after_references=config.promote_after_references,
             strengths=strengths,
             carry_threshold=config.pheromone.carry_threshold if strengths is not None else None,
+            strength_resolution=config.pheromone.order_resolution,
             first=[plan.task_root] if plan.task_root is not None else (),
         )
 

@@ -75,6 +75,10 @@ class _Cell:
     latest_score: int | None = None
     at_tick: int = 0
     latest_goal: str | None = None  # the final goal of the latest deposit
+    earned: float = 0.0  # the part of ``strength`` deposited under ``latest_goal`` (evaporates with it)
+    last_key: tuple[str, str] | None = None  # (final goal, subtask) of the latest deposit
+    last_deposit: float = 0.0  # that deposit, evaporated like ``strength``
+    subtasks: set[str] = field(default_factory=set)  # subtasks of ``latest_goal`` deposited for
 
 
 HISTORY_FULL_MAX = 1_000
@@ -103,7 +107,6 @@ class PheromoneField:
     edges: dict[tuple[str, str], float] = field(default_factory=dict)
     history: list[dict[str, Any]] = field(default_factory=list)
     _cells: dict[str, _Cell] = field(default_factory=dict)
-    _deposited: set[tuple[str, str]] = field(default_factory=set)
     _observed: int = 0
 
     # ----------------------------------------------------------------- queries
@@ -132,7 +135,10 @@ class PheromoneField:
             if cell.latest_score is None or cell.latest_score < cfg.exempt_score:
                 ticks = now - max(cell.at_tick, cell.born_tick + cfg.protect_ticks)
                 if ticks > 0:
-                    cell.strength *= (1.0 - cfg.rate(cell.kind)) ** ticks
+                    factor = (1.0 - cfg.rate(cell.kind)) ** ticks
+                    cell.strength *= factor
+                    cell.earned *= factor
+                    cell.last_deposit *= factor
             cell.at_tick = now
         return cell.strength
 
@@ -140,6 +146,28 @@ class PheromoneField:
         """Current strength of ``message_id``; 0.0 for an unknown id."""
         cell = self._cells.get(message_id)
         return self._settle(cell) if cell else 0.0
+
+    def strength_for(self, message_id: str, goal: str | None, subtask: str | None = None) -> float:
+        """Strength of ``message_id`` as memory for the task with final goal ``goal``.
+
+        Deposits are earned under a final goal; under another one (a new task, a new
+        question) only the base strength counts — initial strength plus reinforcement from
+        use, evaporated — so scores earned for one task never order or carry another's
+        messages. With ``subtask``, the deposit made for that very (goal, subtask) is left
+        out as well: what remains is the importance carried in from *earlier* subtasks
+        (SPEC §5 carry-over), the current subtask's relevance being the score itself — and
+        a rebuild after this subtask's deposits orders messages exactly as the build that
+        made them. 0.0 for an unknown id.
+        """
+        cell = self._cells.get(message_id)
+        if cell is None:
+            return 0.0
+        current = self._settle(cell)
+        if cell.latest_goal is not None and cell.latest_goal != goal:
+            return max(0.0, current - cell.earned)
+        if subtask is not None and cell.last_key == (goal or "", subtask):
+            return max(0.0, current - cell.last_deposit)
+        return current
 
     def strengths(self) -> dict[str, float]:
         """Every message id → strength (a copy)."""
@@ -204,6 +232,11 @@ class PheromoneField:
     def deposit(self, scores: Mapping[str, int], subtask: str, goal: str | None = None) -> dict[str, float]:
         """Deposit from scores, once per (message, subtask) (SPEC §5).
 
+        A message last scored under another final goal first drops what it earned there
+        (its strength falls back to the base: initial strength plus reinforcement from
+        use, evaporated), so memory is scoped to the task it was earned for; within one
+        task subtasks accumulate as SPEC §5 describes.
+
         Args:
             scores: message id → score 1–5.
             subtask: the subtask the scores are for.
@@ -220,14 +253,22 @@ class PheromoneField:
             if cell is None:
                 continue
             self._settle(cell)  # evaporation so far follows the previous score's gating
+            if cell.latest_goal is not None and cell.latest_goal != goal:
+                # a new final goal starts from the base strength: deposits earned for
+                # another task are not this task's memory (reinforcement from use stays)
+                cell.strength = max(0.0, cell.strength - cell.earned)
+                cell.earned = cell.last_deposit = 0.0
+                cell.last_key = None
+                cell.subtasks.clear()
             cell.latest_score = score
             cell.latest_goal = goal
-            key = (message_id, subtask)
-            if key in self._deposited:
+            if subtask in cell.subtasks:
                 continue
-            self._deposited.add(key)
+            cell.subtasks.add(subtask)
             amount = capped_deposit(cell.strength, cfg.deposits[score], cfg.s_max)
             cell.strength += amount
+            cell.earned += amount
+            cell.last_key, cell.last_deposit = (goal or "", subtask), amount
             added[message_id] = amount
         return added
 

@@ -113,6 +113,11 @@ class Scorer(Protocol):
         name: short label for records and the CLI (``"offline"``, ``"llm"``).
         model: model id (part of the cache key; ``"offline-v2"`` for the offline scorer).
         rubric_version: prompt template id (part of the cache key and decision record).
+        local: optional; ``True`` when scoring costs no call per message (the offline
+            scorer), so ``MemoryConfig.prefilter="auto"`` lets it see every candidate.
+        context_dependent: optional; ``True`` when a score depends on the message's place
+            in the history (references, task statement), not only on its content: the
+            score cache then keys each message by its id as well (:func:`message_cache_key`).
     """
 
     name: str
@@ -133,9 +138,18 @@ def score_cache_prefix(*, rubric_version: str, model: str, goal: TaskGoal) -> st
     return hashlib.sha256(payload.encode("utf-8")).hexdigest()
 
 
-def message_cache_key(prefix: str, *, content_hash: str, role: str, msg_type: str) -> str:
-    """The cache key of one message under a build's :func:`score_cache_prefix`."""
-    return f"{prefix}:{content_hash}:{role}:{msg_type}"
+def message_cache_key(
+    prefix: str, *, content_hash: str, role: str, msg_type: str, message_id: str | None = None
+) -> str:
+    """The cache key of one message under a build's :func:`score_cache_prefix`.
+
+    ``message_id`` is part of the key for a scorer whose score depends on the message's
+    place in the history, not only its content (``Scorer.context_dependent``, the offline
+    scorer: references, task statement); two messages with the same content then keep
+    their own scores instead of sharing whichever was written last.
+    """
+    key = f"{prefix}:{content_hash}:{role}:{msg_type}"
+    return key if message_id is None else f"{key}:{message_id}"
 
 
 def score_cache_key(
@@ -247,6 +261,8 @@ class OfflineScorer:
     """
 
     name = "offline"
+    local = True  # no per-message cost: ``prefilter="auto"`` does not rank in front of it
+    context_dependent = True  # references and the task statement count: cache per message id
     model = "offline-v2"
     rubric_version = "offline-v2"
 

@@ -6,6 +6,7 @@ numbers; outputs are index sets and tiers.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
@@ -133,6 +134,7 @@ def select_chains(
     promote_after_references: int,
     strengths: Mapping[int, float] | None = None,
     carry_threshold: float | None = None,
+    strength_resolution: float = 1.0,
     first: Sequence[int] = (),
 ) -> Selection:
     """Assign tiers to candidate chains and fill ``available`` tokens (SPEC §3 step 6).
@@ -143,8 +145,13 @@ def select_chains(
       messages is raised one tier. With a pheromone field, an archive chain whose
       strength ≥ ``carry_threshold`` joins working (carry-over, SPEC §5).
     - Core chains are added first (``first`` roots, then score, strength, the score's
-      ``weight``, recency); then working chains by strength, weight, then recency. A chain that does not fit is skipped
-      (smaller later ones may still fit) and noted ``over budget``.
+      ``weight``, recency); then working chains by strength, weight, then recency (SPEC §3:
+      "by strength then recency"; the weight is the scorer's finer match within a score).
+      Strength is compared in bands of ``strength_resolution``: differences smaller than
+      one score-3 deposit (Δ = 1, SPEC §5) — the initial strength of a message type, one
+      reinforcement, a few ticks of evaporation — do not outrank the weight.
+      A chain that does not fit is skipped (smaller later ones may still fit) and noted
+      ``over budget``.
 
     Args:
         chains: candidate root → chain.
@@ -152,6 +159,7 @@ def select_chains(
         available: tokens left for candidates (tokens).
         referenced_by: message index → number of later messages referencing it.
         strengths: message index → pheromone strength, or ``None`` without the field.
+        strength_resolution: width of a strength band when ordering (strength units).
         first: roots to try before any other core chain (e.g. the task statement).
     """
     selection = Selection()
@@ -174,15 +182,19 @@ def select_chains(
             tier = "working"
         selection.tier[root] = tier
     priority = {root: n for n, root in enumerate(first)}
+
+    def band(root: int) -> int:
+        return math.floor(chain_strength[root] / strength_resolution)
+
     core = sorted(
         (r for r, t in selection.tier.items() if t == "core"),
         key=lambda r: (
-            priority.get(r, len(priority)), -chain_score[r], -chain_strength[r], -chain_weight[r], -chains[r].last
+            priority.get(r, len(priority)), -chain_score[r], -band(r), -chain_weight[r], -chains[r].last
         ),
     )
     working = sorted(
         (r for r, t in selection.tier.items() if t == "working"),
-        key=lambda r: (-chain_strength[r], -chain_weight[r], -chains[r].last),
+        key=lambda r: (-band(r), -chain_weight[r], -chains[r].last),
     )
     for root in [*core, *working]:
         tokens = chains[root].tokens

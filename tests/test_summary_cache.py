@@ -222,14 +222,52 @@ def test_prefilter_chains_always_pass() -> None:
     assert set(result.rejected) == {2}
 
 
-def test_manager_prefilter_limits_scorer_and_records_reason() -> None:
-    memory = RelevanceMemoryManager(max_input_tokens=600, keep_recent=1, prefilter_top_n=10)
+def _invoice_history(memory: RelevanceMemoryManager) -> None:
     memory.add({"role": "user", "content": "Find why the invoice total for ORD-77 is wrong."})
     for n in range(60):
         memory.add({"role": "assistant", "content": f"Unrelated chatter {n} about the weather and lunch."})
         memory.add({"role": "user", "content": f"more chatter {n}"})
     memory.add({"role": "assistant", "content": "The invoice total for ORD-77 double counts tax."})
     memory.add({"role": "user", "content": "So what is wrong with the invoice total?"})
+
+
+class _RemoteLikeScorer:
+    """The offline scorer's answers behind a scorer that declares no ``local`` attribute
+    (as an LLM or a user's own scorer would): ``prefilter="auto"`` ranks in front of it."""
+
+    name = "remote-like"
+    model = "remote-like"
+    rubric_version = "remote-like"
+
+    def __init__(self) -> None:
+        from relevance_memory import OfflineScorer
+
+        self.inner = OfflineScorer()
+        self.seen = 0
+
+    def score(self, goal: Any, items: Any, context: Any = None) -> Any:
+        self.seen += len(items)
+        return self.inner.score(goal, items, context)
+
+
+def test_prefilter_auto_ranks_only_in_front_of_a_costly_scorer() -> None:
+    local = RelevanceMemoryManager(max_input_tokens=600, keep_recent=1, prefilter_top_n=10)
+    _invoice_history(local)
+    built = local.build_context()
+    assert local.config.prefilter == "auto"
+    # the offline scorer (local) sees every one of the 122 older messages: no BM25 in front
+    assert built.record.cache_misses == 122
+    assert not [d for d in built.record.messages if d.reason.startswith("prefiltered out")]
+    remote = _RemoteLikeScorer()
+    costly = RelevanceMemoryManager(scorer=remote, max_input_tokens=600, keep_recent=1, prefilter_top_n=10)
+    _invoice_history(costly)
+    costly.build_context()
+    assert 10 <= remote.seen < 100  # the prefilter picked what the costly scorer sees
+
+
+def test_manager_prefilter_limits_scorer_and_records_reason() -> None:
+    memory = RelevanceMemoryManager(max_input_tokens=600, keep_recent=1, prefilter_top_n=10, prefilter=True)
+    _invoice_history(memory)
     built = memory.build_context()
     # the prefilter admits the top 10 by BM25, or more until the admitted messages hold
     # twice the budget left (so a large budget is not starved): far fewer than all 120

@@ -1,0 +1,97 @@
+"""Pheromone memory is scoped to the task it was earned for, strength orders tiers in bands,
+and the offline scorer's scores are cached per message (LoCoMo follow-up to issue 5).
+
+Each of these cost evidence recall on LoCoMo when every question is a new final goal:
+strength earned for earlier questions ordered and carried the current one's working tier,
+sub-deposit strength differences (type priors, one reinforcement) outranked a better lexical
+match, and two messages with the same text shared one cached offline score although the
+offline scorer also reads their place in the history.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from relevance_memory import RelevanceMemoryManager, RelevanceScore
+from relevance_memory._config import PheromoneConfig
+from relevance_memory._models import Message, MessageType
+from relevance_memory._pheromone import PheromoneField
+from relevance_memory._scoring import message_cache_key
+from relevance_memory._select import Chain, select_chains
+
+
+def _field_with(kind: str = "tool_result") -> PheromoneField:
+    field = PheromoneField(PheromoneConfig())
+    role = "tool" if kind == "tool_result" else "user"
+    field.observe([Message(id="m0", index=0, role=role, content="x", msg_type=MessageType(kind), step=0,
+                           token_count=1)])  # type: ignore[arg-type]
+    return field
+
+
+def test_deposits_earned_under_another_final_goal_do_not_count() -> None:
+    field = _field_with()  # tool result: initial strength 3.0
+    field.deposit({"m0": 5}, "sub", "task A")  # 3 + 4·(1 − 3/10) = 5.8
+    assert field.strength("m0") == pytest.approx(5.8)
+    assert field.strength_for("m0", "task A") == pytest.approx(5.8)
+    assert field.strength_for("m0", "task B") == pytest.approx(3.0)  # the base only
+    field.deposit({"m0": 3}, "sub", "task B")  # drops A's 2.8, then 3 + 1·(1 − 0.3) = 3.7
+    assert field.strength("m0") == pytest.approx(3.7)
+    assert field.goal_of("m0") == "task B"
+    field.deposit({"m0": 3}, "sub", "task A")  # back to A: a new deposit, B's 0.7 dropped
+    assert field.strength("m0") == pytest.approx(3.7)
+
+
+def test_strength_for_the_current_subtask_leaves_out_its_own_deposit() -> None:
+    field = _field_with()
+    field.deposit({"m0": 5}, "first", "task")  # 5.8
+    field.deposit({"m0": 3}, "second", "task")  # 5.8 + 1·(1 − 0.58) = 6.22
+    assert field.strength_for("m0", "task", "second") == pytest.approx(5.8)  # carried in from "first"
+    assert field.strength_for("m0", "task", "first") == pytest.approx(6.22)
+    assert field.strength_for("m0", "task") == pytest.approx(6.22)
+
+
+def _score(i: int, score: int, weight: float) -> RelevanceScore:
+    return RelevanceScore(id=f"m{i}", score=score, weight=weight)
+
+
+def test_working_tier_orders_by_strength_band_then_weight() -> None:
+    chains = {i: Chain(root=i, members=(i,), tokens=10) for i in range(3)}
+    scores = {0: _score(0, 3, 0.9), 1: _score(1, 3, 0.1), 2: _score(2, 3, 0.5)}
+    common = dict(available=20, core_score=4, archive_score=2, referenced_by={}, promote_after_references=2)
+    # 1.2 and 1.9 share a band: the better match (weight 0.9) wins over the stronger one
+    banded = select_chains(chains, scores, strengths={0: 1.2, 1: 1.9, 2: 0.4}, **common)  # type: ignore[arg-type]
+    assert banded.kept == {0, 1}
+    # a whole deposit apart, strength decides (SPEC §3: working "by strength then recency")
+    apart = select_chains(chains, scores, strengths={0: 0.9, 1: 2.1, 2: 1.5}, **common)  # type: ignore[arg-type]
+    assert apart.kept == {1, 2}
+    exact = select_chains(chains, scores, strengths={0: 1.2, 1: 1.9, 2: 0.4}, strength_resolution=1e-9,
+                          **common)  # type: ignore[arg-type]
+    assert exact.kept == {0, 1} and select_chains(
+        chains, scores, strengths={0: 1.2, 1: 1.9, 2: 1.5}, strength_resolution=1e-9, **common  # type: ignore[arg-type]
+    ).kept == {1, 2}
+
+
+def test_offline_scores_are_cached_per_message_not_per_text() -> None:
+    key = message_cache_key("p", content_hash="h", role="tool", msg_type="tool_result")
+    assert key == "p:h:tool:tool_result"
+    assert message_cache_key("p", content_hash="h", role="tool", msg_type="tool_result", message_id="m7") == key + ":m7"
+    # τ-bench airline run 13: the same tool error comes back four times; later messages
+    # name its identifiers, and references resolve to the first occurrence, so only that one
+    # earns the offline scorer's "+1 referenced"; under a text-only key the later copies'
+    # score overwrote it and the rebuild selected differently
+    error = "Error: flight HAT030 not available on date 2024-05-13"
+    memory = RelevanceMemoryManager(max_input_tokens=260, keep_recent=1, goal_block=False)
+    memory.add({"role": "user", "content": "Please help me move my trip to a later day."})
+    for n in range(4):
+        call = {"id": f"c{n}", "type": "function",
+                "function": {"name": "update_reservation_flights", "arguments": "{\"flight\": \"HAT030\"}"}}
+        memory.add({"role": "assistant", "content": None, "tool_calls": [call]})
+        memory.add({"role": "tool", "tool_call_id": f"c{n}", "content": error})
+        memory.add({"role": "assistant", "content": f"HAT030 is not available then (try {n})."})
+    memory.add({"role": "user", "content": "Then look for another flight."})
+    first = memory.build_context()
+    scores = {d.id: d.score for d in first.record.messages if d.role == "tool"}
+    assert len(set(scores.values())) > 1  # same text, different scores: the place counts
+    again = memory.build_context()
+    assert [(d.id, d.score) for d in again.record.messages] == [(d.id, d.score) for d in first.record.messages]
+    assert again.messages == first.messages
