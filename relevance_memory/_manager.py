@@ -9,6 +9,7 @@ the :class:`TokenCounter` seam, time through the injected clock.
 from __future__ import annotations
 
 import asyncio
+import functools
 import hashlib
 import warnings
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -347,7 +348,7 @@ class RelevanceMemoryManager:
                 if (
                     root != plan.task_root
                     and all(
-                        self.pheromone.forgotten(store[i].id) and self.pheromone.goal_of(store[i].id) == goal.final
+                        self.pheromone.forgotten_for(store[i].id, goal.final, goal.effective_subtask)
                         for i in chain.members
                     )
                     # a chain raised by references (SPEC §3 step 6) is not forgotten
@@ -423,14 +424,22 @@ class RelevanceMemoryManager:
             )
         return items
 
-    def _cache_key(self, prefix: str, message: Message) -> str:
-        return message_cache_key(
-            prefix,
-            content_hash=message.content_hash,
-            role=message.role,
+    def _cache_keys(self, prefix: str, message: Message) -> tuple[str, ...]:
+        """Score-cache keys of ``message``, the first to read first (SPEC §6).
+
+        Every score is stored under a key naming the message, so equal texts keep their own
+        scores and a rebuild reads back exactly what the build before it scored; a scorer
+        whose score depends only on content also shares it under SPEC §6's content key (a
+        re-ingested or resynced history hits). A ``context_dependent`` scorer (the offline
+        one) gets only the per-message key, with the message's current reference count.
+        """
+        key = functools.partial(
+            message_cache_key, prefix, content_hash=message.content_hash, role=message.role,
             msg_type=message.msg_type.value,
-            message_id=message.id if getattr(self.scorer, "context_dependent", False) else None,
         )
+        if getattr(self.scorer, "context_dependent", False):
+            return (key(message_id=message.id, referenced_by=len(self.store.referenced_by.get(message.id, ()))),)
+        return (key(message_id=message.id), key())
 
     def _cache_prefix(self, goal: TaskGoal) -> str:
         return score_cache_prefix(rubric_version=self.scorer.rubric_version, model=self.scorer.model, goal=goal)
@@ -441,7 +450,11 @@ class RelevanceMemoryManager:
         misses: list[int] = []
         prefix = self._cache_prefix(plan.goal)
         for i in plan.needs_scores:
-            cached = self.score_cache.get(self._cache_key(prefix, self.store[i]))
+            cached = None
+            for key in self._cache_keys(prefix, self.store[i]):
+                cached = self.score_cache.get(key)
+                if cached is not None:
+                    break
             if cached is None:
                 misses.append(i)
             else:
@@ -462,11 +475,13 @@ class RelevanceMemoryManager:
         Every live candidate chain is ranked, scored or not, and the quota counts every
         message, so the same history and goal always admit the same chains: a rebuild
         with nothing new is stable and sends nothing to the scorer. Chains with the task
-        statement, a user instruction, a high-strength member, or a member whose own
-        latest score was core (≥ ``core_score``; SPEC says core is always kept) always
-        pass; the rest go to ``archive`` as "prefiltered out" (summarised, restorable).
-        The latest score is the message's own (pheromone field, by id), not a cache hit
-        through identical content, so what a build admits never depends on cache state."""
+        statement, a user instruction, a high-strength member, or a member scored core
+        (≥ ``core_score``; SPEC says core is always kept) by an earlier subtask of this task
+        always pass; the rest go to ``archive`` as "prefiltered out" (summarised, restorable).
+        Score and strength are the message's own memory from *before* the current subtask
+        (pheromone field by id: :meth:`PheromoneField.score_before`, ``strength_for``), not
+        a cache hit through identical content nor this subtask's own deposit, so what a build
+        admits never depends on cache state and a rebuild admits exactly the same chains."""
         config = self.config
         store = self.store
         # rank every candidate, forgotten ones too (they keep consuming the quota but stay
@@ -477,6 +492,7 @@ class RelevanceMemoryManager:
         if config.prefilter == "auto" and getattr(self.scorer, "local", False) and candidates <= LOCAL_PREFILTER_MIN:
             return
         ranked = {r: c.members for r, c in plan.candidates.items()}
+        subtask = plan.goal.effective_subtask
         always = {
             r
             for r, members in ranked.items()
@@ -485,11 +501,9 @@ class RelevanceMemoryManager:
             or (
                 config.pheromone.enabled
                 and any(
-                    self.pheromone.goal_of(store[i].id) == plan.goal.final
-                    and (
-                        (self.pheromone.latest_score(store[i].id) or 0) >= config.core_score
-                        or self.pheromone.strength(store[i].id) >= config.pheromone.prefilter_pass
-                    )
+                    (self.pheromone.score_before(store[i].id, plan.goal.final, subtask) or 0) >= config.core_score
+                    or self.pheromone.strength_for(store[i].id, plan.goal.final, subtask)
+                    >= config.pheromone.prefilter_pass
                     for i in members
                 )
             )
@@ -586,7 +600,8 @@ class RelevanceMemoryManager:
             score = got[message.id]
             scores[i] = score
             if score.source != ScoreSource.FALLBACK:
-                self.score_cache.set(self._cache_key(prefix, message), score)
+                for key in self._cache_keys(prefix, message):
+                    self.score_cache.set(key, score)
 
     def _finish(
         self, plan: _Plan, scores: dict[int, RelevanceScore], result: ScoringResult | None, hits: int

@@ -79,6 +79,8 @@ class _Cell:
     last_key: tuple[str, str] | None = None  # (final goal, subtask) of the latest deposit
     last_deposit: float = 0.0  # that deposit, evaporated like ``strength``
     subtasks: set[str] = field(default_factory=set)  # subtasks of ``latest_goal`` deposited for
+    score_key: tuple[str, str] | None = None  # (final goal, subtask) of ``latest_score``
+    previous_score: int | None = None  # the latest score under the goal's previous subtask
 
 
 HISTORY_FULL_MAX = 1_000
@@ -169,6 +171,30 @@ class PheromoneField:
             return max(0.0, current - cell.last_deposit)
         return current
 
+    def score_before(self, message_id: str, goal: str | None, subtask: str) -> int | None:
+        """The message's latest score from *before* the subtask ``(goal, subtask)``, or ``None``.
+
+        What earlier subtasks of the same task said about it — the memory that the
+        prefilter's "high-strength messages always pass" and forgetting read. A score
+        given for this very subtask (by an earlier build of it) does not count, so a
+        rebuild admits and forgets exactly what the build that scored it did.
+        """
+        cell = self._cells.get(message_id)
+        if cell is None or cell.latest_goal is None or cell.latest_goal != goal:
+            return None
+        return cell.previous_score if cell.score_key == (goal or "", subtask) else cell.latest_score
+
+    def forgotten_for(self, message_id: str, goal: str | None, subtask: str) -> bool:
+        """SPEC §5 forgetting as seen by a build for ``(goal, subtask)``: scored ≤ 2 by an
+        earlier subtask of this task and strength (:meth:`strength_for`) below
+        ``forget_threshold`` — archive without re-scoring."""
+        score = self.score_before(message_id, goal, subtask)
+        return (
+            score is not None
+            and score <= 2
+            and self.strength_for(message_id, goal, subtask) < self.config.forget_threshold
+        )
+
     def strengths(self) -> dict[str, float]:
         """Every message id → strength (a copy)."""
         return {mid: self._settle(cell) for mid, cell in self._cells.items()}
@@ -258,8 +284,12 @@ class PheromoneField:
                 # another task are not this task's memory (reinforcement from use stays)
                 cell.strength = max(0.0, cell.strength - cell.earned)
                 cell.earned = cell.last_deposit = 0.0
-                cell.last_key = None
+                cell.last_key = cell.score_key = None
+                cell.latest_score = cell.previous_score = None
                 cell.subtasks.clear()
+            key = (goal or "", subtask)
+            if cell.score_key != key:
+                cell.previous_score, cell.score_key = cell.latest_score, key
             cell.latest_score = score
             cell.latest_goal = goal
             if subtask in cell.subtasks:

@@ -117,7 +117,12 @@ class Scorer(Protocol):
             scorer), so ``MemoryConfig.prefilter="auto"`` lets it see every candidate.
         context_dependent: optional; ``True`` when a score depends on the message's place
             in the history (references, task statement), not only on its content: the
-            score cache then keys each message by its id as well (:func:`message_cache_key`).
+            score cache then keys each message by its id and reference count only
+            (:func:`message_cache_key`), never sharing a score between equal texts. A
+            scorer that delegates to :class:`OfflineScorer` should copy ``local`` and
+            ``context_dependent`` from it. Without the flag a rebuild is still stable (the
+            manager reads a per-message entry before the shared one), but a score stays
+            cached after new references arrive.
     """
 
     name: str
@@ -139,17 +144,30 @@ def score_cache_prefix(*, rubric_version: str, model: str, goal: TaskGoal) -> st
 
 
 def message_cache_key(
-    prefix: str, *, content_hash: str, role: str, msg_type: str, message_id: str | None = None
+    prefix: str,
+    *,
+    content_hash: str,
+    role: str,
+    msg_type: str,
+    message_id: str | None = None,
+    referenced_by: int | None = None,
 ) -> str:
     """The cache key of one message under a build's :func:`score_cache_prefix`.
 
-    ``message_id`` is part of the key for a scorer whose score depends on the message's
-    place in the history, not only its content (``Scorer.context_dependent``, the offline
-    scorer: references, task statement); two messages with the same content then keep
-    their own scores instead of sharing whichever was written last.
+    Without ``message_id`` the key is SPEC §6's: content hash, role and type, shared by
+    every message with the same text. With it the key names one message (and, with
+    ``referenced_by``, how many later messages referenced it when it was scored): the
+    manager reads such a key first, so two messages with the same text keep their own
+    scores, and for a scorer whose score reads the message's place in the history
+    (``Scorer.context_dependent``: references, task statement) a new reference re-scores
+    the message instead of serving a stale score.
     """
     key = f"{prefix}:{content_hash}:{role}:{msg_type}"
-    return key if message_id is None else f"{key}:{message_id}"
+    if message_id is not None:
+        key = f"{key}:{message_id}"
+        if referenced_by is not None:
+            key = f"{key}@{referenced_by}"
+    return key
 
 
 def score_cache_key(

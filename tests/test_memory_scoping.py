@@ -10,9 +10,12 @@ offline scorer also reads their place in the history.
 
 from __future__ import annotations
 
+import json
+from typing import Any
+
 import pytest
 
-from relevance_memory import RelevanceMemoryManager, RelevanceScore
+from relevance_memory import OfflineScorer, RelevanceMemoryManager, RelevanceScore
 from relevance_memory._config import PheromoneConfig
 from relevance_memory._models import Message, MessageType
 from relevance_memory._pheromone import PheromoneField
@@ -95,3 +98,107 @@ def test_offline_scores_are_cached_per_message_not_per_text() -> None:
     again = memory.build_context()
     assert [(d.id, d.score) for d in again.record.messages] == [(d.id, d.score) for d in first.record.messages]
     assert again.messages == first.messages
+
+
+def _call(i: int, cmd: str) -> dict[str, Any]:
+    return {"role": "assistant", "content": None, "tool_calls": [
+        {"id": f"c{i}", "type": "function", "function": {"name": "bash", "arguments": json.dumps({"cmd": cmd})}}]}
+
+
+def _result(i: int, output: str) -> dict[str, Any]:
+    return {"role": "tool", "tool_call_id": f"c{i}", "content": output}
+
+
+class _WrappedOffline:
+    """A user's scorer delegating to the offline one without copying ``local`` /
+    ``context_dependent`` (so the prefilter runs and equal texts share the content key)."""
+
+    name = "wrapped"
+    model = "wrapped-1"
+    rubric_version = "v1"
+
+    def __init__(self) -> None:
+        self.inner = OfflineScorer()
+        self.items = 0
+
+    def score(self, goal: Any, items: Any, context: Any = None) -> Any:
+        self.items += len(items)
+        return self.inner.score(goal, items, context)
+
+
+def _subtask_switch_history() -> list[dict[str, Any]]:
+    history: list[dict[str, Any]] = [
+        {"role": "system", "content": "You are an agent."},
+        {"role": "user", "content": "Fix the bug in parser.py where parse_date fails on ISO strings."},
+        {"role": "assistant", "content": "The zebra quokka function frobnicate_widget is key."},
+    ]
+    for i in range(30):
+        history += [_call(i, f"ls dir{i}"), _result(i, " ".join(f"file{i}_{k}.txt" for k in range(40)))]
+    return [*history, {"role": "user", "content": "continue"}]
+
+
+@pytest.mark.parametrize("how", ["prefilter_on", "custom_scorer_auto"])
+def test_rebuild_after_a_subtask_switch_admits_the_same_chains(how: str) -> None:
+    # m2 scored 5 under the first subtask: the prefilter lets it pass under the next one.
+    # That build's own deposit (score 1) must not change what the rebuild admits.
+    scorer = _WrappedOffline() if how == "custom_scorer_auto" else None
+    memory = RelevanceMemoryManager(
+        max_input_tokens=600, keep_recent=1, prefilter_top_n=5, scorer=scorer,
+        prefilter=True if how == "prefilter_on" else "auto",
+    )
+    memory.extend(_subtask_switch_history())
+    memory.set_goal(subtask="inspect frobnicate_widget zebra quokka")
+    assert memory.build_context().record.decision_for("m2").score == 5
+    memory.set_goal(subtask="run the failing test")
+    first = memory.build_context()
+    assert first.record.decision_for("m2").decision == "kept"
+    assert not first.record.decision_for("m2").reason.startswith("prefiltered out")
+    again = memory.build_context()
+    assert again.messages == first.messages
+    assert again.record.decision_for("m2").decision == "kept"
+    if scorer is not None:
+        before = scorer.items
+        memory.build_context()
+        assert scorer.items == before  # nothing re-scored
+
+
+def test_wrapped_offline_scorer_rebuilds_identically_with_repeated_texts() -> None:
+    # the repeated tool error of τ-bench run 13, scored by a wrapper that does not declare
+    # context_dependent: the per-message entry is read before the shared content entry
+    scorer = _WrappedOffline()
+    memory = RelevanceMemoryManager(max_input_tokens=260, keep_recent=1, goal_block=False, scorer=scorer,
+                                    prefilter=False)
+    memory.add({"role": "user", "content": "Please help me move my trip to a later day."})
+    for n in range(4):
+        memory.add(_call(n, "update_reservation_flights HAT030"))
+        memory.add(_result(n, "Error: flight HAT030 not available on date 2024-05-13"))
+        memory.add({"role": "assistant", "content": f"HAT030 is not available then (try {n})."})
+    memory.add({"role": "user", "content": "Then look for another flight."})
+    first = memory.build_context()
+    assert len({d.score for d in first.record.messages if d.role == "tool"}) > 1
+    again = memory.build_context()
+    assert [(d.id, d.score) for d in again.record.messages] == [(d.id, d.score) for d in first.record.messages]
+    assert again.messages == first.messages
+
+
+def test_offline_score_is_recomputed_when_new_references_arrive() -> None:
+    config = "port = 8123\nhost = alpha.internal\ntoken_id = ZX99Q"
+    history: list[dict[str, Any]] = [{"role": "system", "content": "agent"},
+                                     {"role": "user", "content": "Fix the bug in parser.py."}]
+    history += [_call(0, "cat config.ini"), _result(0, config), _call(1, "cat config.ini"), _result(1, config)]
+    for i in range(2, 8):
+        history += [_call(i, f"ls d{i}"), _result(i, f"x{i}")]
+    memory = RelevanceMemoryManager(max_input_tokens=5000, keep_recent=1)
+    memory.extend(history)
+    early = memory.build_context(budget=200).record
+    assert (early.decision_for("m3").score, early.decision_for("m5").score) == (3, 1)
+    memory.extend([_call(9, "curl alpha.internal:8123 -H ZX99Q"), _result(9, "ok"),
+                   {"role": "user", "content": "use token ZX99Q on port 8123"}])
+    later = memory.build_context(budget=200)
+    cold = RelevanceMemoryManager(max_input_tokens=5000, keep_recent=1)
+    cold.extend([m.to_openai() for m in memory.messages])
+    cold_built = cold.build_context(budget=200)
+    for mid in ("m3", "m5"):  # scored again with the new references, as a cold manager scores them
+        assert later.record.decision_for(mid).score == cold_built.record.decision_for(mid).score == 3
+        assert later.record.decision_for(mid).score_source.value == "offline"
+    assert later.messages == cold_built.messages
