@@ -92,6 +92,7 @@ def render_heatmap(
 
 def heatmap(
     run: Annotated[Path, typer.Argument(help="Transcript to replay (OpenAI JSON/JSONL, SWE-bench run, τ-bench).")],
+    index: Annotated[int, typer.Option(help="Which run to take from a file holding many (τ-bench).")] = 0,
     out: Annotated[Path | None, typer.Option(help="PNG to write. Default: <name>-heatmap.png in the current directory.")] = None,
     top: Annotated[int, typer.Option(min=1, help="Messages to draw (highest peak strength).")] = 30,
     budget: Annotated[int, typer.Option(min=1, help="Token budget of each replayed build (tokens).")] = 8000,
@@ -104,7 +105,7 @@ def heatmap(
     from .cli import _fail, console
 
     try:
-        transcript = load_transcript(run)
+        transcript = load_transcript(run, index=index)
         memory, steps, snapshots = replay_strengths(
             transcript.messages, budget=budget, keep_recent=keep_recent, goal=transcript.task
         )
@@ -115,8 +116,11 @@ def heatmap(
     labels = {
         m.id: f"{m.id} {m.msg_type.value[:12]} {' '.join(m.text.split())[:28]}" for m in memory.store.messages
     }
-    target = out or Path(run.stem + "-heatmap.png")
-    chosen = render_heatmap(steps, snapshots, labels, target, top=top, title=f"pheromone strength — {run.name}")
+    which = f" run {index} of {transcript.count}" if transcript.count > 1 else ""
+    target = out or Path(run.stem + (f".{index}" if which else "") + "-heatmap.png")
+    chosen = render_heatmap(
+        steps, snapshots, labels, target, top=top, title=f"pheromone strength — {run.name}{which}"
+    )
     field = memory.pheromone
     if field_json:
         field_json.write_text(field.to_json(), encoding="utf-8")
@@ -124,7 +128,9 @@ def heatmap(
         graphml.write_text(field.graphml(), encoding="utf-8")
     if history:
         history.write_text(field.history_json(), encoding="utf-8")
-    console.print(f"wrote {target} ({len(chosen)} messages × {len(snapshots)} builds, {field.tick} ticks)")
+    console.print(
+        f"wrote {target} ({run.name}{which}: {len(chosen)} messages × {len(snapshots)} builds, {field.tick} ticks)"
+    )
 
 
 def register(app: typer.Typer) -> None:

@@ -93,6 +93,7 @@ class _Plan:
     task_root: int | None = None
     from_cache: set[int] = field(default_factory=set)
     skipped: dict[int, str] = field(default_factory=dict)  # candidate root → why it is not scored
+    repeats: set[int] = field(default_factory=set)  # roots of older copies of a repeated user message
 
 
 class RelevanceMemoryManager:
@@ -355,6 +356,7 @@ class RelevanceMemoryManager:
                     and not any(len(store.referenced_by.get(store[i].id, ())) >= promote for i in chain.members)
                 ):
                     plan.skipped[root] = f"forgotten: strength < {threshold} with score ≤ 2 (not re-scored)"
+        self._skip_repeats(plan)
         plan.needs_scores = sorted(
             i for root, chain in plan.candidates.items() if root not in plan.skipped for i in chain.members
         )
@@ -381,6 +383,33 @@ class RelevanceMemoryManager:
                     f"task statement ({task_tokens} tokens) does not fit; the goal block carries an excerpt"
                 )
         return plan, None
+
+    def _skip_repeats(self, plan: _Plan) -> None:
+        """Older copies of a repeated user message yield to the newest copy.
+
+        Agent harnesses repeat the same user notice many times (the SWE-bench runs here
+        repeat "Please always provide EXACTLY ONE action …" up to 8 times); each copy reads
+        as a hard constraint and would be kept verbatim, spending the budget on one text.
+        Only the newest copy (same role and content hash) competes for a place; older
+        single-message user chains are archived as repeats — not scored, not summarised
+        (the text is the newest copy's), restorable from the store. The task statement is
+        never treated as a repeat. Ties are broken in favour of the newest copy anyway, so
+        no context loses a text it would otherwise have kept.
+        """
+        store = self.store
+        newest: dict[str, int] = {}
+        for i in sorted({*plan.candidates, *(r for r in plan.recent)}):
+            for j in plan.part.chains[i].members:
+                if store[j].role == "user" and j not in plan.excluded and j > newest.get(store[j].content_hash, -1):
+                    newest[store[j].content_hash] = j
+        for root, chain in plan.candidates.items():
+            if root == plan.task_root or root in plan.skipped or len(chain.members) != 1:
+                continue
+            message = store[root]
+            latest = newest.get(message.content_hash, root)
+            if message.role == "user" and latest != root:
+                plan.skipped[root] = f"repeat of {store[latest].id}: only the newest copy competes for a place"
+                plan.repeats.add(root)
 
     def _plan_goal_block(self, plan: _Plan, *, final_excerpt: str | None) -> None:
         plan.goal_text, plan.goal_tokens = None, 0
@@ -737,7 +766,7 @@ class RelevanceMemoryManager:
         held: set[int] = set()
         for message in store.messages:
             i = message.index
-            if i in plan.excluded or i in plan.part.pinned:
+            if i in plan.excluded or i in plan.part.pinned or i in plan.repeats:
                 continue
             if store.chain_root(i) in kept_roots:
                 if runs[-1]:
@@ -768,11 +797,21 @@ class RelevanceMemoryManager:
             cap=cap,
         )
         if held:
-            ids = ", ".join(store[i].id for i in sorted(held))
-            pyramid.warnings.append(
-                f"{len(held)} user message(s) scored ≥ {self.config.core_score} ({ids}) did not fit the budget "
-                "verbatim; they are only in a summary — raise the budget to keep them whole"
-            )
+            covered = {cid for summary in pyramid.summaries for cid in summary.covered_ids}
+            in_summary = [store[i].id for i in sorted(held) if store[i].id in covered]
+            dropped = [store[i].id for i in sorted(held) if store[i].id not in covered]
+            core = self.config.core_score
+            if in_summary:
+                pyramid.warnings.append(
+                    f"{len(in_summary)} user message(s) scored ≥ {core} ({', '.join(in_summary)}) did not fit the "
+                    "budget verbatim; they are only in a summary — raise the budget to keep them whole"
+                )
+            if dropped:
+                pyramid.warnings.append(
+                    f"{len(dropped)} user message(s) scored ≥ {core} ({', '.join(dropped)}) did not fit the "
+                    "budget verbatim nor in a summary; they are out of this context (restorable from the store) "
+                    "— raise the budget to keep them"
+                )
         return pyramid, held
 
     def _complete(

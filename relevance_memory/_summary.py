@@ -460,10 +460,17 @@ def render_summary(
         raise ValueError("summaries never use the assistant role (SPEC §7)")
     kind = "phase" if level == 1 else "global"
     span = f"{covered_ids[0]}–{covered_ids[-1]}" if len(covered_ids) > 1 else covered_ids[0]
+    # the span is first–last; messages kept verbatim may sit between them, so say how many
+    # are summarised rather than suggest the whole range is
+    archived = (
+        f"{len(covered_ids)} archived messages from {covered_ids[0]} to {covered_ids[-1]}"
+        if len(covered_ids) > 1
+        else f"archived {covered_ids[0]}"
+    )
     header = (
         f"{SUMMARY_MARKER} of {span}]"
         if compact
-        else f"{SUMMARY_MARKER} L{level} {kind}, archived {span}: past events, not instructions]"
+        else f"{SUMMARY_MARKER} L{level} {kind}, {archived}: past events, not instructions]"
     )
     lines = [
         header,

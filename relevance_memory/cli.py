@@ -123,7 +123,10 @@ def _print_summary(path: Path, fmt: str, count: int, index: int, rec: DecisionRe
         "recent (working memory)", "",
         f"{_n(counts['recent'], 'msg')} in {_n(rec.working_steps, 'step')} (keep-recent {rec.keep_recent} + newest user msg)",
     )
-    table.add_row("kept older (by score)", "", f"{counts['kept']:,} msgs")
+    pinned = sum(1 for d in rec.messages if d.decision == "kept" and d.tier == "pinned")
+    if pinned:
+        table.add_row("system prompt (pinned)", "", f"{_n(pinned, 'msg')}")
+    table.add_row("kept older (by score)", "", f"{counts['kept'] - pinned:,} msgs")
     archived = counts["dropped"] + counts["summarised"]
     table.add_row("archived", "", f"{archived:,} msgs ({counts['summarised']:,} summarised)")
     table.add_row("trace chains kept", "", f"{rec.chains_kept:,} of {rec.chains_total:,}")
@@ -166,6 +169,7 @@ def explain(
     record: Annotated[Path, typer.Argument(help="A decision record written by `relmem build`.")],
     decision: Annotated[str | None, typer.Option(help="Only messages with this decision: kept, recent, summarised, dropped.")] = None,
     limit: Annotated[int, typer.Option(help="Show at most this many rows (0 = all).")] = 0,
+    full: Annotated[bool, typer.Option("--full", help="Wrap each reason over several lines instead of cutting it.")] = False,
 ) -> None:
     """Show the per-message decisions of a build: score, source, tier, decision, reason."""
     try:
@@ -188,8 +192,8 @@ def explain(
     columns = [("id", "left"), ("step", "right"), ("type", "left"), ("tokens", "right"), ("score", "left"), ("decision", "left")]
     for col, justify in columns if wide else [c for c in columns if c[0] != "step"]:
         table.add_column(col, justify=justify, no_wrap=True)  # type: ignore[arg-type]
-    # one line per message; the full reasons are in the JSON record
-    table.add_column("reason", ratio=1, min_width=24, no_wrap=True, overflow="ellipsis")
+    # one line per message unless --full; the full reasons are also in the JSON record
+    table.add_column("reason", ratio=1, min_width=24, no_wrap=not full, overflow="fold" if full else "ellipsis")
     style = {"kept": "green", "recent": "cyan", "summarised": "yellow", "dropped": "red"}
     for d in shown:
         reason = d.reason + (f" — {d.note}" if d.note else "")

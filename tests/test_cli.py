@@ -57,3 +57,19 @@ def test_clear_errors(tmp_path: Path) -> None:
     bad.write_text("{}")
     not_record = runner.invoke(app, ["explain", str(bad)])
     assert not_record.exit_code == 2 and "is not a decision record" in not_record.output
+
+
+def test_heatmap_takes_index_and_build_table_separates_the_system_prompt(tmp_path: Path, data_dir: Path) -> None:
+    tau = data_dir / "tau_bench" / "gpt-4o-airline.json"
+    out = tmp_path / "hm.png"
+    result = runner.invoke(app, ["heatmap", str(tau), "--index", "3", "--out", str(out), "--top", "5"])
+    assert result.exit_code == 0, result.output
+    assert "run 3 of 200" in " ".join(result.output.split())
+    assert out.read_bytes()[:4] == b"\x89PNG"
+    swe = Path(__file__).resolve().parents[1] / "fixtures" / "sympy__sympy-20590.json"
+    built = runner.invoke(app, ["build", str(swe), "--budget", "4000", "--out", str(tmp_path / "c.json"),
+                                     "--record", str(tmp_path / "r.json")])
+    assert built.exit_code == 0, built.output
+    assert "system prompt (pinned)" in built.output
+    full = runner.invoke(app, ["explain", str(tmp_path / "r.json"), "--full", "--limit", "3"])
+    assert full.exit_code == 0 and "task statement" in full.output

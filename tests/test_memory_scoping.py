@@ -11,6 +11,7 @@ offline scorer also reads their place in the history.
 from __future__ import annotations
 
 import json
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -202,3 +203,46 @@ def test_offline_score_is_recomputed_when_new_references_arrive() -> None:
         assert later.record.decision_for(mid).score == cold_built.record.decision_for(mid).score == 3
         assert later.record.decision_for(mid).score_source.value == "offline"
     assert later.messages == cold_built.messages
+
+
+NOTICE = "Please always provide EXACTLY ONE action in triple backticks. You MUST follow this format."
+
+
+def test_older_copies_of_a_repeated_user_notice_yield_to_the_newest() -> None:
+    memory = RelevanceMemoryManager(max_input_tokens=420, keep_recent=2)
+    memory.add({"role": "user", "content": "Fix the date parser in parser.py."})
+    for n in range(6):
+        memory.add({"role": "assistant", "content": f"Thinking about step {n} without an action."})
+        memory.add({"role": "user", "content": NOTICE})
+        memory.add(_call(n, f"grep -n parse_date parser.py # {n}"))
+        memory.add(_result(n, f"{n * 10}: def parse_date(value):"))
+    memory.add({"role": "user", "content": "Go on with the fix."})
+    built = memory.build_context()
+    copies = [d for d in built.record.messages if d.role == "user" and memory.store.get(d.id).text == NOTICE]
+    assert len(copies) == 6
+    newest, older = copies[-1], copies[:-1]
+    assert newest.decision in ("kept", "recent")
+    assert all(d.decision == "dropped" and d.reason == f"repeat of {newest.id}: only the newest copy competes for a place"
+               for d in older)
+    assert sum(1 for m in built.messages if m.get("content") == NOTICE) == 1
+    assert not any(d.id in s.covered_ids for s in built.record.summaries for d in older)  # not summarised either
+    assert memory.build_context().messages == built.messages
+
+
+def test_sphinx_run_keeps_one_copy_of_its_notice_and_warns_consistently(data_dir: Path) -> None:
+    run = json.loads((data_dir / "swebench_trajectories" / "sphinx-doc__sphinx-9229.json").read_text("utf-8"))
+    memory = RelevanceMemoryManager(max_input_tokens=8_000, keep_recent=4)
+    memory.extend(run["messages"])
+    built = memory.build_context()
+    repeats = [d for d in built.record.messages if d.reason.startswith("repeat of")]
+    assert len(repeats) == 7  # the harness notice appears 8 times
+    assert built.record.decision_for("m1").decision == "kept"  # the task statement
+    # a tighter budget: the 2,078-token task statement cannot be kept verbatim; the warnings
+    # say where it went, never "only in a summary" and "dropped" about the same message
+    tight = RelevanceMemoryManager(max_input_tokens=2_500, keep_recent=4)
+    tight.extend(run["messages"][:180])
+    record = tight.build_context().record
+    where = record.decision_for("m1").decision
+    text = " ".join(record.warnings)
+    assert ("only in a summary" in text) == (where == "summarised")
+    assert ("nor in a summary" in text) == (where == "dropped")
