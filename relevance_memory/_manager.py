@@ -93,7 +93,6 @@ class _Plan:
     task_root: int | None = None
     from_cache: set[int] = field(default_factory=set)
     skipped: dict[int, str] = field(default_factory=dict)  # candidate root → why it is not scored
-    repeats: set[int] = field(default_factory=set)  # roots of older copies of a repeated user message
 
 
 class RelevanceMemoryManager:
@@ -141,6 +140,9 @@ class RelevanceMemoryManager:
         if score_cache is None and self.config.score_cache_dir:
             score_cache = DiskScoreCache(self.config.score_cache_dir)
         self.score_cache: ScoreCache = score_cache if score_cache is not None else InMemoryScoreCache()
+        # a context-dependent scorer's score reads this history (references, task statement,
+        # term statistics): it is cached for this manager only, never shared or on disk
+        self._history_scores: ScoreCache = InMemoryScoreCache()
         self.summarizer: Summarizer = summarizer or OfflineSummarizer()
         self.summary_cache = SummaryCache()
         self.pheromone = PheromoneField(self.config.pheromone)
@@ -186,14 +188,15 @@ class RelevanceMemoryManager:
 
         The store is append-only, so a caller whose history was edited starts over with
         this. The new manager shares the config, scorer, score cache (unchanged messages
-        are not re-scored), tokenizer and clock, and carries over the explicit final goal
-        and the subtask.
+        are not re-scored by a content-keyed scorer such as the LLM one), summarizer,
+        tokenizer and clock, and carries over the explicit final goal and the subtask.
 
         Raises:
             InvalidMessageError: a message of ``messages`` is invalid.
         """
         other = RelevanceMemoryManager(
-            self.config, scorer=self.scorer, score_cache=self.score_cache, tokenizer=self.tokenizer, clock=self._clock
+            self.config, scorer=self.scorer, score_cache=self.score_cache, tokenizer=self.tokenizer, clock=self._clock,
+            summarizer=self.summarizer,
         )
         other.set_goal(final=self._final, subtask=self._subtask)
         other.extend(messages)
@@ -356,7 +359,6 @@ class RelevanceMemoryManager:
                     and not any(len(store.referenced_by.get(store[i].id, ())) >= promote for i in chain.members)
                 ):
                     plan.skipped[root] = f"forgotten: strength < {threshold} with score ≤ 2 (not re-scored)"
-        self._skip_repeats(plan)
         plan.needs_scores = sorted(
             i for root, chain in plan.candidates.items() if root not in plan.skipped for i in chain.members
         )
@@ -383,33 +385,6 @@ class RelevanceMemoryManager:
                     f"task statement ({task_tokens} tokens) does not fit; the goal block carries an excerpt"
                 )
         return plan, None
-
-    def _skip_repeats(self, plan: _Plan) -> None:
-        """Older copies of a repeated user message yield to the newest copy.
-
-        Agent harnesses repeat the same user notice many times (the SWE-bench runs here
-        repeat "Please always provide EXACTLY ONE action …" up to 8 times); each copy reads
-        as a hard constraint and would be kept verbatim, spending the budget on one text.
-        Only the newest copy (same role and content hash) competes for a place; older
-        single-message user chains are archived as repeats — not scored, not summarised
-        (the text is the newest copy's), restorable from the store. The task statement is
-        never treated as a repeat. Ties are broken in favour of the newest copy anyway, so
-        no context loses a text it would otherwise have kept.
-        """
-        store = self.store
-        newest: dict[str, int] = {}
-        for i in sorted({*plan.candidates, *(r for r in plan.recent)}):
-            for j in plan.part.chains[i].members:
-                if store[j].role == "user" and j not in plan.excluded and j > newest.get(store[j].content_hash, -1):
-                    newest[store[j].content_hash] = j
-        for root, chain in plan.candidates.items():
-            if root == plan.task_root or root in plan.skipped or len(chain.members) != 1:
-                continue
-            message = store[root]
-            latest = newest.get(message.content_hash, root)
-            if message.role == "user" and latest != root:
-                plan.skipped[root] = f"repeat of {store[latest].id}: only the newest copy competes for a place"
-                plan.repeats.add(root)
 
     def _plan_goal_block(self, plan: _Plan, *, final_excerpt: str | None) -> None:
         plan.goal_text, plan.goal_tokens = None, 0
@@ -453,6 +428,14 @@ class RelevanceMemoryManager:
             )
         return items
 
+    @property
+    def _cache_for_scorer(self) -> ScoreCache:
+        """The shared score cache (SPEC §6), or this manager's own for a context-dependent
+        scorer: the offline scorer's scores depend on the history (term statistics,
+        references, which message is the task statement), so another history — in another
+        manager or process, through a shared ``score_cache_dir`` — must never read them."""
+        return self._history_scores if getattr(self.scorer, "context_dependent", False) else self.score_cache
+
     def _cache_keys(self, prefix: str, message: Message) -> tuple[str, ...]:
         """Score-cache keys of ``message``, the first to read first (SPEC §6).
 
@@ -481,7 +464,7 @@ class RelevanceMemoryManager:
         for i in plan.needs_scores:
             cached = None
             for key in self._cache_keys(prefix, self.store[i]):
-                cached = self.score_cache.get(key)
+                cached = self._cache_for_scorer.get(key)
                 if cached is not None:
                     break
             if cached is None:
@@ -630,7 +613,7 @@ class RelevanceMemoryManager:
             scores[i] = score
             if score.source != ScoreSource.FALLBACK:
                 for key in self._cache_keys(prefix, message):
-                    self.score_cache.set(key, score)
+                    self._cache_for_scorer.set(key, score)
 
     def _finish(
         self, plan: _Plan, scores: dict[int, RelevanceScore], result: ScoringResult | None, hits: int
@@ -656,9 +639,9 @@ class RelevanceMemoryManager:
                 for c in chains.values()
                 for i in c.members
             }
-        return select_chains(
-            chains,
-            scores,
+        select = functools.partial(
+            select_chains,
+            scores=scores,
             available=available,
             core_score=config.core_score,
             archive_score=config.archive_score,
@@ -669,6 +652,53 @@ class RelevanceMemoryManager:
             strength_resolution=config.pheromone.order_resolution,
             first=[plan.task_root] if plan.task_root is not None else (),
         )
+        selection = select(chains)
+        repeats = self._repeats(plan, chains, selection)
+        if not repeats:
+            return selection
+        # the older copies give their room back; the selection is kept only if every newest
+        # copy is still kept verbatim (greedy filling could, in principle, displace one)
+        second = select({r: c for r, c in chains.items() if r not in repeats})
+        if not all(newest in second.kept or newest in plan.recent for newest in set(repeats.values())):
+            return selection
+        for root, newest in repeats.items():
+            second.tier[root] = selection.tier[root]
+            second.notes[root] = f"repeat of {store[newest].id}, which is kept verbatim"
+        second.repeats = repeats
+        return second
+
+    def _repeats(self, plan: _Plan, chains: Mapping[int, Chain], selection: Selection) -> dict[int, int]:
+        """Older copies of a user message whose newest copy is in the context verbatim.
+
+        Agent harnesses repeat the same user notice many times (the SWE-bench runs here repeat
+        "Please always provide EXACTLY ONE action …" up to 8 times); each copy reads as a
+        hard constraint and would be kept verbatim, spending the budget on one text. A
+        single-message user chain is a repeat when a later user message with the same
+        content and ``name`` (the speaker) is kept verbatim or in working memory; repeats are
+        neither kept nor summarised (the text is in the context), and restorable from the
+        store. The task statement is never a repeat.
+
+        Returns:
+            repeat chain root → index of the newest copy.
+        """
+        store = self.store
+        shown: dict[tuple[str, str | None], int] = {}  # (content hash, name) → newest shown copy
+        for root in (*plan.recent, *selection.kept):
+            chain = plan.part.chains[root] if root in plan.recent else chains[root]
+            for i in chain.members:
+                message = store[i]
+                key = (message.content_hash, message.name)
+                if message.role == "user" and i > shown.get(key, -1):
+                    shown[key] = i
+        repeats: dict[int, int] = {}
+        for root, chain in chains.items():
+            message = store[root]
+            if root == plan.task_root or len(chain.members) != 1 or message.role != "user":
+                continue
+            newest = shown.get((message.content_hash, message.name))
+            if newest is not None and newest > root:
+                repeats[root] = newest
+        return repeats
 
     def _select_and_summarise(
         self, plan: _Plan, scores: Mapping[int, RelevanceScore]
@@ -709,7 +739,7 @@ class RelevanceMemoryManager:
             chosen = self._select(plan, scores, available - reserve) if reserve > 0 else selection
             room = available - chosen.used + extra
             cap = min(room, config.summary_budget) if config.summary_budget else room
-            pyramid, held = self._summarise(plan, scores, set(plan.recent) | chosen.kept, cap)
+            pyramid, held = self._summarise(plan, scores, set(plan.recent) | chosen.kept, cap, chosen.repeats)
             return chosen, pyramid, held
 
         chosen, pyramid, held = attempt(reserve)
@@ -717,7 +747,7 @@ class RelevanceMemoryManager:
             if pyramid.summaries or reserve >= most:
                 break
             kept_now = set(plan.recent) | chosen.kept
-            probe, _ = self._summarise(plan, scores, kept_now, most)
+            probe, _ = self._summarise(plan, scores, kept_now, most, chosen.repeats)
             if not probe.summaries:
                 break
             reserve = min(most, max(reserve + 1, probe.tokens))
@@ -753,7 +783,12 @@ class RelevanceMemoryManager:
         return message.source
 
     def _summarise(
-        self, plan: _Plan, scores: Mapping[int, RelevanceScore], kept_roots: set[int], cap: int
+        self,
+        plan: _Plan,
+        scores: Mapping[int, RelevanceScore],
+        kept_roots: set[int],
+        cap: int,
+        repeats: Mapping[int, int] | None = None,
     ) -> tuple[PyramidResult, set[int]]:
         """SPEC §3 step 7: runs of consecutive archived messages → the summary pyramid.
 
@@ -766,7 +801,7 @@ class RelevanceMemoryManager:
         held: set[int] = set()
         for message in store.messages:
             i = message.index
-            if i in plan.excluded or i in plan.part.pinned or i in plan.repeats:
+            if i in plan.excluded or i in plan.part.pinned or (repeats and i in repeats):
                 continue
             if store.chain_root(i) in kept_roots:
                 if runs[-1]:

@@ -116,9 +116,10 @@ class Scorer(Protocol):
         local: optional; ``True`` when scoring costs no call per message (the offline
             scorer), so ``MemoryConfig.prefilter="auto"`` lets it see every candidate.
         context_dependent: optional; ``True`` when a score depends on the message's place
-            in the history (references, task statement), not only on its content: the
-            score cache then keys each message by its id and reference count only
-            (:func:`message_cache_key`), never sharing a score between equal texts. A
+            in the history (references, task statement, term statistics), not only on its
+            content: its scores are cached by the manager for its own history only (never in
+            a shared or on-disk cache), keyed by message id and reference count
+            (:func:`message_cache_key`), never shared between equal texts. A
             scorer that delegates to :class:`OfflineScorer` should copy ``local`` and
             ``context_dependent`` from it. Without the flag a rebuild is still stable (the
             manager reads a per-message entry before the shared one), but a score stays

@@ -115,12 +115,15 @@ class Selection:
         kept: chain roots kept verbatim.
         notes: chain root → why it was not kept although its tier asked for it.
         used: tokens the kept chains take (tokens).
+        repeats: chain root → index of the newer, kept copy it repeats (set by the manager;
+            such chains are neither kept nor summarised).
     """
 
     tier: dict[int, str] = field(default_factory=dict)
     kept: set[int] = field(default_factory=set)
     notes: dict[int, str] = field(default_factory=dict)
     used: int = 0
+    repeats: dict[int, int] = field(default_factory=dict)
 
 
 def select_chains(

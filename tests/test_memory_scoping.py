@@ -222,8 +222,7 @@ def test_older_copies_of_a_repeated_user_notice_yield_to_the_newest() -> None:
     assert len(copies) == 6
     newest, older = copies[-1], copies[:-1]
     assert newest.decision in ("kept", "recent")
-    assert all(d.decision == "dropped" and d.reason == f"repeat of {newest.id}: only the newest copy competes for a place"
-               for d in older)
+    assert all(d.decision == "dropped" and d.note == f"repeat of {newest.id}, which is kept verbatim" for d in older)
     assert sum(1 for m in built.messages if m.get("content") == NOTICE) == 1
     assert not any(d.id in s.covered_ids for s in built.record.summaries for d in older)  # not summarised either
     assert memory.build_context().messages == built.messages
@@ -234,7 +233,7 @@ def test_sphinx_run_keeps_one_copy_of_its_notice_and_warns_consistently(data_dir
     memory = RelevanceMemoryManager(max_input_tokens=8_000, keep_recent=4)
     memory.extend(run["messages"])
     built = memory.build_context()
-    repeats = [d for d in built.record.messages if d.reason.startswith("repeat of")]
+    repeats = [d for d in built.record.messages if d.note.startswith("repeat of")]
     assert len(repeats) == 7  # the harness notice appears 8 times
     assert built.record.decision_for("m1").decision == "kept"  # the task statement
     # a tighter budget: the 2,078-token task statement cannot be kept verbatim; the warnings
@@ -246,3 +245,60 @@ def test_sphinx_run_keeps_one_copy_of_its_notice_and_warns_consistently(data_dir
     text = " ".join(record.warnings)
     assert ("only in a summary" in text) == (where == "summarised")
     assert ("nor in a summary" in text) == (where == "dropped")
+
+
+CONSTRAINT = "You must never modify tests/test_api.py; the constraint is binding."
+
+
+def _constraint_run(repeat: bool) -> Any:
+    memory = RelevanceMemoryManager(max_input_tokens=700, keep_recent=2)
+    memory.add({"role": "user", "content": "Fix the bug in the date parser in parser.py."})
+    memory.add({"role": "user", "content": CONSTRAINT})
+    for n in range(6):
+        memory.add({"role": "assistant", "content": f"Looking at step {n}."})
+        memory.add({"role": "user", "content": f"ok {n}"})
+    if repeat:  # the later copy sits in a long trace chain that cannot be kept
+        memory.add({"role": "user", "content": CONSTRAINT}, trace_id="T")
+    memory.add({"role": "assistant", "content": "LOG " + " ".join(f"line{k}" for k in range(600))}, trace_id="T")
+    for n in range(3):
+        memory.add({"role": "assistant", "content": f"later {n}"})
+        memory.add({"role": "user", "content": f"go {n}"})
+    return memory.build_context()
+
+
+def test_an_older_copy_yields_only_to_a_newer_copy_that_is_kept() -> None:
+    for repeat in (False, True):
+        built = _constraint_run(repeat)
+        assert built.record.decision_for("m1").decision == "kept"
+        assert sum(1 for m in built.messages if m.get("content") == CONSTRAINT) == 1
+
+
+def test_same_text_from_another_speaker_is_not_a_repeat() -> None:
+    allergy = "I am allergic to peanuts, so no peanut dishes for me."
+    memory = RelevanceMemoryManager(max_input_tokens=300, keep_recent=1)
+    memory.set_goal(final="Plan the team dinner menu respecting everyone's allergies")
+    memory.add({"role": "user", "name": "carol", "content": "Let's plan the dinner."})
+    memory.add({"role": "user", "name": "alice", "content": allergy})
+    for n in range(8):
+        memory.add({"role": "assistant",
+                    "content": f"Thinking about dish option {n} with several ingredients for the dinner menu."})
+        memory.add({"role": "user", "name": "carol", "content": f"Dish idea {n}: rice and vegetables {n}."})
+    memory.add({"role": "user", "name": "bob", "content": allergy})
+    for n in range(3):
+        memory.add({"role": "assistant", "content": f"More thinking {n} about dinner logistics."})
+        memory.add({"role": "user", "name": "carol", "content": f"Idea {n}: soup."})
+    built = memory.build_context()
+    speakers = {m.get("name") for m in built.messages if m.get("content") == allergy}
+    assert speakers == {"alice", "bob"}
+    assert not built.record.decision_for("m1").note.startswith("repeat of")
+
+
+def test_fresh_keeps_the_summarizer() -> None:
+    from relevance_memory._summary import OfflineSummarizer
+
+    class MySummarizer(OfflineSummarizer):
+        pass
+
+    memory = RelevanceMemoryManager(max_input_tokens=300, summarizer=MySummarizer())
+    other = memory.fresh([{"role": "user", "content": "hi"}])
+    assert type(other.summarizer) is MySummarizer and other.score_cache is memory.score_cache

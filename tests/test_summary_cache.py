@@ -188,8 +188,11 @@ def test_disk_cache_unusable_dir_warns_and_continues(tmp_path: Path) -> None:
 
 
 def test_manager_disk_cache_hits_across_managers(tmp_path: Path) -> None:
-    def run() -> Any:
-        memory = RelevanceMemoryManager(max_input_tokens=150, keep_recent=1, score_cache_dir=str(tmp_path))
+    # a scorer whose scores depend on content only (an LLM, here a stand-in) shares them
+    # through the disk cache; the offline scorer's depend on the history and stay per manager
+    def run(scorer: Any = None) -> Any:
+        memory = RelevanceMemoryManager(max_input_tokens=150, keep_recent=1, score_cache_dir=str(tmp_path),
+                                        scorer=scorer or _RemoteLikeScorer())
         memory.add({"role": "user", "content": "Task: compare 41872 and 41790."})
         for n in range(10):
             memory.add({"role": "assistant", "content": f"step {n} on the comparison"})
@@ -201,6 +204,37 @@ def test_manager_disk_cache_hits_across_managers(tmp_path: Path) -> None:
     first, second = run(), run()
     assert first.cache_misses > 0 and first.cache_hits == 0
     assert second.cache_misses == 0 and second.cache_hit_rate == 1.0
+    from relevance_memory import OfflineScorer
+
+    offline_first, offline_second = run(OfflineScorer()), run(OfflineScorer())
+    assert offline_first.cache_hits == offline_second.cache_hits == 0
+    assert offline_second.cache_misses == offline_first.cache_misses > 0
+
+
+def test_offline_scores_do_not_leak_between_histories_through_a_shared_cache_dir(tmp_path: Path) -> None:
+    goal = "fix the parser crash in dates"
+
+    def history(common: bool) -> list[dict[str, Any]]:
+        h: list[dict[str, Any]] = [{"role": "user", "content": "Please help with the repository."},
+                                   {"role": "assistant", "content": "I will look at the parser now."}]
+        h += [{"role": "assistant", "content": f"parser parser step {n} notes" if common
+               else f"unrelated step {n} notes about logging"} for n in range(14)]
+        return [*h, {"role": "user", "content": "go on"}]
+
+    def run(common: bool, directory: str | None) -> Any:
+        memory = RelevanceMemoryManager(max_input_tokens=150, keep_recent=1, score_cache_dir=directory)
+        memory.set_goal(final=goal)
+        memory.extend(history(common))
+        built = memory.build_context()
+        if directory:
+            memory.score_cache.close()  # type: ignore[attr-defined]
+        return built
+
+    alone = run(False, None)
+    run(True, str(tmp_path))  # another history with the same ids fills the shared directory
+    after = run(False, str(tmp_path))
+    assert after.messages == alone.messages
+    assert after.record.decision_for("m1").score == alone.record.decision_for("m1").score
 
 
 # ----------------------------------------------------------------------- prefilter
