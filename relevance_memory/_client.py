@@ -4,13 +4,14 @@
     reply = client.chat.completions.create(model="gpt-4o", messages=history, tools=tools)
     client.last_record                                     # the DecisionRecord of that call
 
-``chat.completions.create`` (and ``parse``) record the new messages of ``messages`` into
-the memory, send the **built context** in their place, record the model's reply
-(choice 0, tool calls included; a streamed reply once the stream is consumed) and keep
-the decision record on the wrapper (``last_build`` / ``last_record``, and the
-``on_build`` callback). Everything else — other resources, other keyword arguments,
-``with_raw_response``, ``chat.completions.stream`` — passes through unchanged and
-unmanaged (so does a client made by ``with_options``: wrap that one too).
+``chat.completions.create`` (and ``parse``, and the SDK's ``stream`` helper) record the new
+messages of ``messages`` into the memory, send the **built context** in their place, record
+the model's reply (choice 0, tool calls included; a streamed reply once the stream is read to
+the end, or once ``get_final_completion()`` / ``until_done()`` returns) and keep the decision
+record on the wrapper (``last_build`` / ``last_record``, and the ``on_build`` callback).
+Everything else — other resources (the Responses API among them), other keyword arguments,
+``with_raw_response`` — passes through unchanged and unmanaged (so does a client made by
+``with_options``: wrap that one too).
 
 This module is a thin seam: it imports nothing from ``openai`` (the client is duck-typed)
 and all context logic stays in :class:`RelevanceMemoryManager`.
@@ -402,6 +403,73 @@ class _RecordingStream(_StreamBase):
         self._wrapped.close()
 
 
+class _HelperStream(_Passthrough):
+    """Wraps the SDK's ``ChatCompletionStream`` (``chat.completions.stream``): its events pass
+    unchanged; the final completion is recorded once the stream is read to the end."""
+
+    def __init__(self, stream: Any, session: _Session, memory: RelevanceMemoryManager, build: BuiltContext) -> None:
+        self._wrapped = stream
+        self._session = session
+        self._memory = memory
+        self._done = False
+        self.build = build
+        """The :class:`BuiltContext` sent with this request."""
+
+    @property
+    def record(self) -> DecisionRecord:
+        """The decision record of the context sent with this request."""
+        return self.build.record
+
+    def _finish(self) -> None:
+        if not self._done:
+            self._done = True
+            self._session.record_response(self._memory, self._wrapped.get_final_completion())
+
+    def __iter__(self) -> Iterator[Any]:
+        yield from self._wrapped
+        self._finish()
+
+    def __next__(self) -> Any:
+        try:
+            return next(self._wrapped)
+        except StopIteration:
+            self._finish()
+            raise
+
+    def get_final_completion(self) -> Any:
+        """The SDK's accumulated completion (reads the rest of the stream); records the reply."""
+        completion = self._wrapped.get_final_completion()
+        self._finish()
+        return completion
+
+    def until_done(self) -> _HelperStream:
+        """Read the stream to the end and record the reply."""
+        self._wrapped.until_done()
+        self._finish()
+        return self
+
+    def __enter__(self) -> _HelperStream:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._wrapped.close()
+
+
+class _HelperStreamManager:
+    """Wraps the SDK's ``ChatCompletionStreamManager``: entering it sends the request (with
+    the context built when ``stream`` was called) and yields a recording stream."""
+
+    def __init__(self, manager: Any, wrap: Callable[[Any], Any]) -> None:
+        self._manager = manager
+        self._wrap = wrap
+
+    def __enter__(self) -> Any:
+        return self._wrap(self._manager.__enter__())
+
+    def __exit__(self, *exc: Any) -> Any:
+        return self._manager.__exit__(*exc)
+
+
 class _Completions(_Passthrough):
     def __init__(self, wrapped: Any, session: _Session) -> None:
         self._wrapped = wrapped
@@ -424,6 +492,18 @@ class _Completions(_Passthrough):
     def parse(self, *, messages: Iterable[Any], **kwargs: Any) -> Any:
         """``chat.completions.parse`` with the managed context (module doc); same arguments and result."""
         return self._call("parse", messages=messages, **kwargs)
+
+    def stream(self, *, messages: Iterable[Any], **kwargs: Any) -> Any:
+        """``chat.completions.stream`` (the SDK's streaming helper) with the managed context.
+
+        Returns a context manager like the SDK's; the stream it yields records the reply once
+        read to the end (or after ``get_final_completion()`` / ``until_done()``).
+        """
+        session = self._session
+        memory = session.sync(messages, kwargs.get("model"))
+        built = memory.build_context(budget=session.budget(memory, kwargs))
+        manager = self._wrapped.stream(messages=session.built(built), **kwargs)
+        return _HelperStreamManager(manager, lambda stream: _HelperStream(stream, session, memory, built))
 
 
 _CompletionsFactory = Callable[[Any, _Session], _Passthrough]
@@ -516,6 +596,52 @@ class _AsyncRecordingStream(_StreamBase):
         await self._wrapped.close()
 
 
+class _AsyncHelperStream(_Passthrough):
+    """Wraps the SDK's ``AsyncChatCompletionStream``: events pass unchanged; the final
+    completion is recorded once the stream is read to the end."""
+
+    def __init__(self, stream: Any, session: _Session, memory: RelevanceMemoryManager, build: BuiltContext) -> None:
+        self._wrapped = stream
+        self._session = session
+        self._memory = memory
+        self._done = False
+        self.build = build
+        """The :class:`BuiltContext` sent with this request."""
+
+    @property
+    def record(self) -> DecisionRecord:
+        """The decision record of the context sent with this request."""
+        return self.build.record
+
+    async def _finish(self) -> None:
+        if not self._done:
+            self._done = True
+            self._session.record_response(self._memory, await self._wrapped.get_final_completion())
+
+    async def __aiter__(self) -> AsyncIterator[Any]:
+        async for event in self._wrapped:
+            yield event
+        await self._finish()
+
+    async def get_final_completion(self) -> Any:
+        """The SDK's accumulated completion (reads the rest of the stream); records the reply."""
+        completion = await self._wrapped.get_final_completion()
+        await self._finish()
+        return completion
+
+    async def until_done(self) -> _AsyncHelperStream:
+        """Read the stream to the end and record the reply."""
+        await self._wrapped.until_done()
+        await self._finish()
+        return self
+
+    async def __aenter__(self) -> _AsyncHelperStream:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self._wrapped.close()
+
+
 class _AsyncCompletions(_Passthrough):
     def __init__(self, wrapped: Any, session: _Session) -> None:
         self._wrapped = wrapped
@@ -538,6 +664,35 @@ class _AsyncCompletions(_Passthrough):
     async def parse(self, *, messages: Iterable[Any], **kwargs: Any) -> Any:
         """Async ``chat.completions.parse`` with the managed context (built with ``abuild_context``)."""
         return await self._call("parse", messages=messages, **kwargs)
+
+    def stream(self, *, messages: Iterable[Any], **kwargs: Any) -> _AsyncHelperStreamManager:
+        """Async ``chat.completions.stream`` with the managed context, used like the SDK's:
+        ``async with client.chat.completions.stream(...) as stream``. The history is recorded
+        now; the context is built (awaited, ``abuild_context``) and sent on ``async with``."""
+        return _AsyncHelperStreamManager(self, messages, kwargs)
+
+
+class _AsyncHelperStreamManager:
+    """``async with`` target of the managed async ``stream``: builds, sends, yields a
+    recording stream; closes the SDK's manager on exit."""
+
+    def __init__(self, completions: _AsyncCompletions, messages: Iterable[Any], kwargs: dict[str, Any]) -> None:
+        session = completions._session
+        self._completions = completions
+        self._memory = session.sync(messages, kwargs.get("model"))
+        self._kwargs = kwargs
+        self._manager: Any = None
+
+    async def __aenter__(self) -> _AsyncHelperStream:
+        session = self._completions._session
+        built = await self._memory.abuild_context(budget=session.budget(self._memory, self._kwargs))
+        self._manager = self._completions._wrapped.stream(messages=session.built(built), **self._kwargs)
+        return _AsyncHelperStream(await self._manager.__aenter__(), session, self._memory, built)
+
+    async def __aexit__(self, *exc: Any) -> Any:
+        if self._manager is not None:
+            return await self._manager.__aexit__(*exc)
+        return None
 
 
 class AsyncManagedOpenAI(_ManagedBase):

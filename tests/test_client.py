@@ -356,6 +356,64 @@ def test_a_stream_closed_early_is_not_recorded_until_the_caller_appends_the_repl
     assert [m.role for m in client.memory.messages] == ["system", "user", "assistant", "tool", "tool", "assistant"]
 
 
+TOOLS = [{"type": "function", "function": {"name": "bash", "strict": True, "parameters": {
+    "type": "object", "properties": {"command": {"type": "string"}}, "required": ["command"],
+    "additionalProperties": False}}}]
+
+
+def test_the_sdk_stream_helper_sends_the_managed_context_and_records_the_reply() -> None:
+    model = _example().ScriptedModel([PARALLEL_REPLY, {"role": "assistant", "content": "done"}])
+    http = httpx.Client(transport=httpx.MockTransport(model))
+    client = manage(openai.OpenAI(api_key="k", base_url=BASE_URL, http_client=http), max_input_tokens=3000)
+    with client.chat.completions.stream(model="gpt-4o", messages=CHAT, tools=TOOLS) as stream:
+        assert stream.record is client.last_record
+        kinds = [event.type for event in stream]
+    assert "content.delta" in kinds and "tool_calls.function.arguments.done" in kinds
+    assert model.requests[0]["messages"] == client.last_build.messages  # the built context was sent
+    recorded = client.memory.messages[-1]
+    assert recorded.role == "assistant" and [c.id for c in recorded.tool_calls] == ["call_p1", "call_p2"]
+    # the next turn appends the reply and the tool results: a clean prefix, no resync
+    history = [*CHAT, PARALLEL_REPLY, *PARALLEL_RESULTS]
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        with client.chat.completions.stream(model="gpt-4o", messages=history, tools=TOOLS) as stream:
+            final = stream.get_final_completion()
+            assert stream.get_final_completion() is not None  # a second call records nothing more
+    assert final.choices[0].message.content == "done"
+    assert [m.role for m in client.memory.messages] == ["system", "user", "assistant", "tool", "tool", "assistant"]
+
+
+def test_a_helper_stream_left_early_is_not_recorded() -> None:
+    model = _example().ScriptedModel([PARALLEL_REPLY])
+    http = httpx.Client(transport=httpx.MockTransport(model))
+    client = manage(openai.OpenAI(api_key="k", base_url=BASE_URL, http_client=http), max_input_tokens=3000)
+    with client.chat.completions.stream(model="gpt-4o", messages=CHAT, tools=TOOLS) as stream:
+        for _ in stream:
+            break
+    assert len(client.memory.messages) == len(CHAT)
+
+
+def test_the_async_sdk_stream_helper_records_the_reply() -> None:
+    model = _example().ScriptedModel([PARALLEL_REPLY])
+
+    async def handler(request: Any) -> Any:
+        await request.aread()
+        return model(request)
+
+    async def main() -> tuple[Any, list[Any]]:
+        http = httpx.AsyncClient(transport=httpx.MockTransport(handler))
+        client = manage(openai.AsyncOpenAI(api_key="k", base_url=BASE_URL, http_client=http), max_input_tokens=3000)
+        async with client.chat.completions.stream(model="gpt-4o", messages=CHAT, tools=TOOLS) as stream:
+            assert len(client.memory.messages) == len(CHAT)
+            async for _ in stream:
+                pass
+        return client, list(client.memory.messages)
+
+    client, messages = asyncio.run(main())
+    assert [c.id for c in messages[-1].tool_calls] == ["call_p1", "call_p2"]
+    assert model.requests[0]["messages"] == client.last_build.messages
+
+
 # --------------------------------------------------------------------------- cassette maker
 def _make_cassettes() -> None:  # pragma: no cover - a developer tool, see the module doc
     import vcr
