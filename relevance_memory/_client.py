@@ -353,15 +353,14 @@ class _Passthrough:
 
 
 # --------------------------------------------------------------------------- sync
-class _StreamBase(_Passthrough):
-    """What the sync and async recording streams share: the reply accumulator and the
-    record-once step run when the stream is exhausted."""
+class _Recorded(_Passthrough):
+    """What every recording stream shares: the wrapped SDK stream, the context sent with the
+    request, and a record-once guard (:meth:`_claim`)."""
 
     def __init__(self, stream: Any, session: _Session, memory: RelevanceMemoryManager, build: BuiltContext) -> None:
         self._wrapped = stream
         self._session = session
         self._memory = memory
-        self._acc = _ReplyAccumulator()
         self._done = False
         self.build = build
         """The :class:`BuiltContext` sent with this request."""
@@ -371,9 +370,22 @@ class _StreamBase(_Passthrough):
         """The decision record of the context sent with this request."""
         return self.build.record
 
+    def _claim(self) -> bool:
+        """``True`` the first time only: the reply is recorded once."""
+        first, self._done = not self._done, True
+        return first
+
+
+class _StreamBase(_Recorded):
+    """What the sync and async ``create(stream=True)`` streams share: the reply accumulator
+    and the record-once step run when the stream is exhausted."""
+
+    def __init__(self, stream: Any, session: _Session, memory: RelevanceMemoryManager, build: BuiltContext) -> None:
+        super().__init__(stream, session, memory, build)
+        self._acc = _ReplyAccumulator()
+
     def _finish(self) -> None:
-        if not self._done:
-            self._done = True
+        if self._claim():
             self._session.record_reply(self._memory, self._acc.message())
 
 
@@ -403,26 +415,12 @@ class _RecordingStream(_StreamBase):
         self._wrapped.close()
 
 
-class _HelperStream(_Passthrough):
+class _HelperStream(_Recorded):
     """Wraps the SDK's ``ChatCompletionStream`` (``chat.completions.stream``): its events pass
     unchanged; the final completion is recorded once the stream is read to the end."""
 
-    def __init__(self, stream: Any, session: _Session, memory: RelevanceMemoryManager, build: BuiltContext) -> None:
-        self._wrapped = stream
-        self._session = session
-        self._memory = memory
-        self._done = False
-        self.build = build
-        """The :class:`BuiltContext` sent with this request."""
-
-    @property
-    def record(self) -> DecisionRecord:
-        """The decision record of the context sent with this request."""
-        return self.build.record
-
     def _finish(self) -> None:
-        if not self._done:
-            self._done = True
+        if self._claim():
             self._session.record_response(self._memory, self._wrapped.get_final_completion())
 
     def __iter__(self) -> Iterator[Any]:
@@ -475,10 +473,14 @@ class _Completions(_Passthrough):
         self._wrapped = wrapped
         self._session = session
 
+    def _build(self, messages: Iterable[Any], kwargs: dict[str, Any]) -> tuple[RelevanceMemoryManager, BuiltContext]:
+        """Record the new messages of ``messages`` and build the context for this request."""
+        memory = self._session.sync(messages, kwargs.get("model"))
+        return memory, memory.build_context(budget=self._session.budget(memory, kwargs))
+
     def _call(self, method: str, *, messages: Iterable[Any], **kwargs: Any) -> Any:
         session = self._session
-        memory = session.sync(messages, kwargs.get("model"))
-        built = memory.build_context(budget=session.budget(memory, kwargs))
+        memory, built = self._build(messages, kwargs)
         out = getattr(self._wrapped, method)(messages=session.built(built), **kwargs)
         if kwargs.get("stream"):
             return _RecordingStream(out, session, memory, built)
@@ -500,8 +502,7 @@ class _Completions(_Passthrough):
         read to the end (or after ``get_final_completion()`` / ``until_done()``).
         """
         session = self._session
-        memory = session.sync(messages, kwargs.get("model"))
-        built = memory.build_context(budget=session.budget(memory, kwargs))
+        memory, built = self._build(messages, kwargs)
         manager = self._wrapped.stream(messages=session.built(built), **kwargs)
         return _HelperStreamManager(manager, lambda stream: _HelperStream(stream, session, memory, built))
 
@@ -596,26 +597,12 @@ class _AsyncRecordingStream(_StreamBase):
         await self._wrapped.close()
 
 
-class _AsyncHelperStream(_Passthrough):
+class _AsyncHelperStream(_Recorded):
     """Wraps the SDK's ``AsyncChatCompletionStream``: events pass unchanged; the final
     completion is recorded once the stream is read to the end."""
 
-    def __init__(self, stream: Any, session: _Session, memory: RelevanceMemoryManager, build: BuiltContext) -> None:
-        self._wrapped = stream
-        self._session = session
-        self._memory = memory
-        self._done = False
-        self.build = build
-        """The :class:`BuiltContext` sent with this request."""
-
-    @property
-    def record(self) -> DecisionRecord:
-        """The decision record of the context sent with this request."""
-        return self.build.record
-
     async def _finish(self) -> None:
-        if not self._done:
-            self._done = True
+        if self._claim():
             self._session.record_response(self._memory, await self._wrapped.get_final_completion())
 
     async def __aiter__(self) -> AsyncIterator[Any]:
@@ -647,10 +634,14 @@ class _AsyncCompletions(_Passthrough):
         self._wrapped = wrapped
         self._session = session
 
+    async def _abuild(self, memory: RelevanceMemoryManager, kwargs: dict[str, Any]) -> BuiltContext:
+        """Build the context for this request (awaited: no blocking call)."""
+        return await memory.abuild_context(budget=self._session.budget(memory, kwargs))
+
     async def _call(self, method: str, *, messages: Iterable[Any], **kwargs: Any) -> Any:
         session = self._session
         memory = session.sync(messages, kwargs.get("model"))
-        built = await memory.abuild_context(budget=session.budget(memory, kwargs))
+        built = await self._abuild(memory, kwargs)
         out = await getattr(self._wrapped, method)(messages=session.built(built), **kwargs)
         if kwargs.get("stream"):
             return _AsyncRecordingStream(out, session, memory, built)
@@ -685,7 +676,7 @@ class _AsyncHelperStreamManager:
 
     async def __aenter__(self) -> _AsyncHelperStream:
         session = self._completions._session
-        built = await self._memory.abuild_context(budget=session.budget(self._memory, self._kwargs))
+        built = await self._completions._abuild(self._memory, self._kwargs)
         self._manager = self._completions._wrapped.stream(messages=session.built(built), **self._kwargs)
         return _AsyncHelperStream(await self._manager.__aenter__(), session, self._memory, built)
 
