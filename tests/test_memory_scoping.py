@@ -15,8 +15,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from scorers import WrappedOfflineScorer
 
-from relevance_memory import OfflineScorer, RelevanceMemoryManager, RelevanceScore
+from relevance_memory import RelevanceMemoryManager, RelevanceScore
 from relevance_memory._config import PheromoneConfig
 from relevance_memory._models import Message, MessageType
 from relevance_memory._pheromone import PheromoneField
@@ -110,23 +111,6 @@ def _result(i: int, output: str) -> dict[str, Any]:
     return {"role": "tool", "tool_call_id": f"c{i}", "content": output}
 
 
-class _WrappedOffline:
-    """A user's scorer delegating to the offline one without copying ``local`` /
-    ``context_dependent`` (so the prefilter runs and equal texts share the content key)."""
-
-    name = "wrapped"
-    model = "wrapped-1"
-    rubric_version = "v1"
-
-    def __init__(self) -> None:
-        self.inner = OfflineScorer()
-        self.items = 0
-
-    def score(self, goal: Any, items: Any, context: Any = None) -> Any:
-        self.items += len(items)
-        return self.inner.score(goal, items, context)
-
-
 def _subtask_switch_history() -> list[dict[str, Any]]:
     history: list[dict[str, Any]] = [
         {"role": "system", "content": "You are an agent."},
@@ -142,7 +126,7 @@ def _subtask_switch_history() -> list[dict[str, Any]]:
 def test_rebuild_after_a_subtask_switch_admits_the_same_chains(how: str) -> None:
     # m2 scored 5 under the first subtask: the prefilter lets it pass under the next one.
     # That build's own deposit (score 1) must not change what the rebuild admits.
-    scorer = _WrappedOffline() if how == "custom_scorer_auto" else None
+    scorer = WrappedOfflineScorer() if how == "custom_scorer_auto" else None
     memory = RelevanceMemoryManager(
         max_input_tokens=600, keep_recent=1, prefilter_top_n=5, scorer=scorer,
         prefilter=True if how == "prefilter_on" else "auto",
@@ -166,7 +150,7 @@ def test_rebuild_after_a_subtask_switch_admits_the_same_chains(how: str) -> None
 def test_wrapped_offline_scorer_rebuilds_identically_with_repeated_texts() -> None:
     # the repeated tool error of τ-bench run 13, scored by a wrapper that does not declare
     # context_dependent: the per-message entry is read before the shared content entry
-    scorer = _WrappedOffline()
+    scorer = WrappedOfflineScorer()
     memory = RelevanceMemoryManager(max_input_tokens=260, keep_recent=1, goal_block=False, scorer=scorer,
                                     prefilter=False)
     memory.add({"role": "user", "content": "Please help me move my trip to a later day."})

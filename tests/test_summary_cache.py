@@ -10,6 +10,7 @@ from typing import Any
 
 import httpx
 import pytest
+from scorers import WrappedOfflineScorer
 
 from relevance_memory import RelevanceMemoryManager, RelevanceScore, check_context
 from relevance_memory._assemble import SUMMARY_MARKER
@@ -192,7 +193,7 @@ def test_manager_disk_cache_hits_across_managers(tmp_path: Path) -> None:
     # through the disk cache; the offline scorer's depend on the history and stay per manager
     def run(scorer: Any = None) -> Any:
         memory = RelevanceMemoryManager(max_input_tokens=150, keep_recent=1, score_cache_dir=str(tmp_path),
-                                        scorer=scorer or _RemoteLikeScorer())
+                                        scorer=scorer or WrappedOfflineScorer())
         memory.add({"role": "user", "content": "Task: compare 41872 and 41790."})
         for n in range(10):
             memory.add({"role": "assistant", "content": f"step {n} on the comparison"})
@@ -265,25 +266,6 @@ def _invoice_history(memory: RelevanceMemoryManager) -> None:
     memory.add({"role": "user", "content": "So what is wrong with the invoice total?"})
 
 
-class _RemoteLikeScorer:
-    """The offline scorer's answers behind a scorer that declares no ``local`` attribute
-    (as an LLM or a user's own scorer would): ``prefilter="auto"`` ranks in front of it."""
-
-    name = "remote-like"
-    model = "remote-like"
-    rubric_version = "remote-like"
-
-    def __init__(self) -> None:
-        from relevance_memory import OfflineScorer
-
-        self.inner = OfflineScorer()
-        self.seen = 0
-
-    def score(self, goal: Any, items: Any, context: Any = None) -> Any:
-        self.seen += len(items)
-        return self.inner.score(goal, items, context)
-
-
 def test_prefilter_auto_ranks_only_in_front_of_a_costly_scorer() -> None:
     local = RelevanceMemoryManager(max_input_tokens=600, keep_recent=1, prefilter_top_n=10)
     _invoice_history(local)
@@ -292,11 +274,11 @@ def test_prefilter_auto_ranks_only_in_front_of_a_costly_scorer() -> None:
     # the offline scorer (local) sees every one of the 122 older messages: no BM25 in front
     assert built.record.cache_misses == 122
     assert not [d for d in built.record.messages if d.reason.startswith("prefiltered out")]
-    remote = _RemoteLikeScorer()
+    remote = WrappedOfflineScorer()
     costly = RelevanceMemoryManager(scorer=remote, max_input_tokens=600, keep_recent=1, prefilter_top_n=10)
     _invoice_history(costly)
     costly.build_context()
-    assert 10 <= remote.seen < 100  # the prefilter picked what the costly scorer sees
+    assert 10 <= remote.items < 100  # the prefilter picked what the costly scorer sees
 
 
 def test_manager_prefilter_limits_scorer_and_records_reason() -> None:
