@@ -27,12 +27,14 @@ from ._datasets import EvalConversation, EvalDataset, EvalQuestion
 
 __all__ = [
     "BASELINES",
+    "SEMANTIC_BASELINES",
     "QuestionResult",
     "RecallRun",
     "bm25_select",
     "evidence_hit",
     "recency_select",
     "results_as_dicts",
+    "rrf_scores",
     "run_conversation",
     "run_recall",
     "summarise_results",
@@ -40,6 +42,9 @@ __all__ = [
 
 BASELINES = ("recency", "bm25", "full")
 """Baseline methods measured next to the manager (``full`` reports tokens only)."""
+SEMANTIC_BASELINES = ("embedding", "bm25+embedding")
+"""Optional baselines (issue 11): turns ranked by cosine to the question with the default
+embedder, and reciprocal-rank fusion (k = 60) of that ranking with BM25's."""
 
 
 @dataclass(frozen=True)
@@ -97,6 +102,21 @@ def recency_select(tokens: Sequence[int], budget: int) -> tuple[list[int], int]:
     return sorted(chosen), used
 
 
+def rrf_scores(lexical: Sequence[float], semantic: Sequence[float], k: int = 60) -> list[float]:
+    """Reciprocal-rank fusion (Cormack et al., 2009): ``Σ 1 / (k + rank)`` over the two
+    orders (rank from 1; ties broken by position, newer first). A message with lexical
+    score 0 gets only its semantic term, so every message has a positive fused score."""
+    def ranks(values: Sequence[float]) -> list[int]:
+        order = sorted(range(len(values)), key=lambda i: (-values[i], -i))
+        out = [0] * len(values)
+        for rank, i in enumerate(order, start=1):
+            out[i] = rank
+        return out
+
+    lex, sem = ranks(lexical), ranks(semantic)
+    return [(1.0 / (k + lex[i]) if lexical[i] > 0 else 0.0) + 1.0 / (k + sem[i]) for i in range(len(lexical))]
+
+
 def bm25_select(scores: Sequence[float], tokens: Sequence[int], budget: int) -> tuple[list[int], int]:
     """Messages by descending BM25 score (ties: newer first) while they fit; a message
     that does not fit is skipped and smaller ones may follow. Zero-score messages are not
@@ -118,7 +138,8 @@ class RecallRun:
 
     Attributes:
         budgets: token budgets (tokens).
-        methods: any of ``recency``, ``bm25``, ``full`` and ``manager``.
+        methods: any of ``recency``, ``bm25``, ``full``, ``manager``, ``embedding`` and
+            ``bm25+embedding`` (:data:`SEMANTIC_BASELINES`).
         keep_recent: the manager's working memory in steps (QA default 0: the newest
             turn only, which is always kept).
         goal_block: whether the manager adds its goal block (costs tokens; the baselines
@@ -158,7 +179,15 @@ def run_conversation(conv: EvalConversation, run: RecallRun) -> list[QuestionRes
     ids = [m.id for m in store.messages]
     full_tokens = REPLY_PRIMING_TOKENS + sum(tokens)
     retriever = None
-    if "bm25" in run.methods:
+    vectors = None
+    if "embedding" in run.methods or "bm25+embedding" in run.methods:
+        from .._embedding import default_embedder, quantize
+
+        embedder = default_embedder()
+        if embedder is None:
+            raise RelevanceMemoryError("the embedding baselines need the default embedder (pip install wordllama)")
+        vectors = (embedder, quantize(embedder.embed([t.text for t in conv.turns])))
+    if "bm25" in run.methods or "bm25+embedding" in run.methods:
         corpus = bm25s.tokenize([t.text for t in conv.turns], stopwords="en", return_ids=False, show_progress=False)
         retriever = bm25s.BM25()
         retriever.index(corpus, show_progress=False)
@@ -166,13 +195,13 @@ def run_conversation(conv: EvalConversation, run: RecallRun) -> list[QuestionRes
     for q in conv.questions:
         if not q.evaluable:
             continue
-        out.extend(_measure(q, run, manager, retriever, tokens, ids, full_tokens))
+        out.extend(_measure(q, run, manager, retriever, tokens, ids, full_tokens, vectors))
     return out
 
 
 def _measure(
     q: EvalQuestion, run: RecallRun, manager: RelevanceMemoryManager, retriever: Any,
-    tokens: list[int], ids: list[str], full_tokens: int,
+    tokens: list[int], ids: list[str], full_tokens: int, vectors: Any = None,
 ) -> list[QuestionResult]:
     import bm25s
 
@@ -190,13 +219,27 @@ def _measure(
     if retriever is not None:
         query = bm25s.tokenize(q.question, stopwords="en", return_ids=False, show_progress=False)[0]
         bm25_scores = [float(s) for s in retriever.get_scores(query)] if query else [0.0] * len(ids)
+    emb_scores: list[float] | None = None
+    fused_scores: list[float] | None = None
+    if vectors is not None:
+        from .._embedding import cosine_scores, quantize
+
+        embedder, rows = vectors
+        cos = cosine_scores(quantize(embedder.embed([q.question]))[0], rows)
+        emb_scores = [float(c) + 2.0 for c in cos]  # > 0: bm25_select never takes a score ≤ 0
+        if bm25_scores is not None:
+            fused_scores = rrf_scores(bm25_scores, [float(c) for c in cos])
     if "manager" in run.methods:
         manager.set_goal(final=q.question, subtask=q.question)
     for budget in run.budgets:
         if "recency" in run.methods:
             add("recency", budget, *recency_select(tokens, budget))
-        if bm25_scores is not None:
+        if bm25_scores is not None and "bm25" in run.methods:
             add("bm25", budget, *bm25_select(bm25_scores, tokens, budget))
+        if emb_scores is not None and "embedding" in run.methods:
+            add("embedding", budget, *bm25_select(emb_scores, tokens, budget))
+        if fused_scores is not None and "bm25+embedding" in run.methods:
+            add("bm25+embedding", budget, *bm25_select(fused_scores, tokens, budget))
         if "manager" in run.methods:
             try:
                 built = manager.build_context(budget=budget)

@@ -1,0 +1,268 @@
+"""Semantic evidence for the offline scorer (issue 11): lexical + embedding fusion.
+
+:class:`SemanticScorer` wraps the lexical :class:`OfflineScorer` and an :class:`Embedder`:
+it scores every item lexically, measures each item's cosine to the goal (the larger of
+final goal and subtask), ranks the items by it, and fuses the two signals into the 1–5
+score and the in-tier ``weight`` as :class:`SemanticFusion` says. The fusion variants
+exist so they can be compared by measurement (``benchmarks/ablation_semantic.py``):
+
+``weight``    score unchanged; ``weight += weight_mix × cosine`` (orders ties only).
+``score``     a top-ranked cosine counts as evidence: ``+1`` when the item's cosine rank is
+              in the top ``weak_share`` of the candidates (and at least ``min_cosine``),
+              ``+1`` more in the top ``strong_share``; "unrelated" no longer applies; the
+              weight blends as in ``weight``.
+``rrf``       reciprocal-rank fusion (Cormack et al., 2009, k = 60) of the lexical order
+              (score, weight) and the cosine order; the fused rank's top shares add the
+              same bonuses as ``score``; the weight is the RRF value.
+``weighted``  ``mix × lexical weight + (1 − mix) × cosine``; its rank's top shares add the
+              bonuses; the weight is that blend.
+
+Bonuses apply to message types in ``SemanticFusion.types`` (chat turns and assistant prose
+by default: tool output embeds poorly against a task statement) and never lift a score
+above ``max_score``. Each item's reason says what fired ("semantic match 0.41 to the goal,
+top 3%"). Ranks are taken over the items scored together, which for the offline scorer is
+every candidate of the build (it is ``local``: no prefilter runs in front of it).
+
+Vectors are computed once per content hash (:class:`VectorIndex`) and once per goal text.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+import numpy as np
+
+from ._embedding import Embedder, VectorIndex, default_embedder, embedder_unavailable_reason
+from ._models import MessageType, RelevanceScore, TaskGoal
+from ._scoring import OfflineScorer, ScoreItem, ScoringContext, ScoringResult
+
+__all__ = ["RRF_K", "SemanticFusion", "SemanticScorer", "semantic_ranks"]
+
+RRF_K = 60
+"""Reciprocal-rank fusion constant (Cormack, Clarke & Büttcher, SIGIR 2009)."""
+RANK_FLOOR = 50
+"""Ranks are shares of ``max(candidates, 50)``: in a small history only the very best
+few can be "top 5 %"."""
+
+FusionMode = Literal["off", "weight", "score", "rrf", "weighted"]
+
+
+@dataclass(frozen=True)
+class SemanticFusion:
+    """How lexical and semantic evidence are fused (see module docstring).
+
+    Attributes:
+        mode: ``off`` | ``weight`` | ``score`` | ``rrf`` | ``weighted``.
+        weak_share: top share of candidates (by the fused or cosine rank) that earns +1.
+        strong_share: top share that earns +2.
+        min_cosine: least cosine for a bonus (``score`` mode).
+        max_score: a semantic bonus never lifts a score above this (4: "needed next";
+            5 stays for hard constraints and the task statement).
+        weight_mix: cosine's share in the weight (``weight``/``score``), or the lexical
+            share of the blend (``weighted``).
+        types: message types that can earn a bonus.
+    """
+
+    mode: FusionMode = "score"
+    weak_share: float = 0.05
+    strong_share: float = 0.01
+    min_cosine: float = 0.2
+    max_score: int = 4
+    weight_mix: float = 1.0
+    types: frozenset[str] = field(
+        default_factory=lambda: frozenset({MessageType.USER_CHAT.value, MessageType.ASSISTANT_REASONING.value})
+    )
+
+    @property
+    def label(self) -> str:
+        """Short id for records and cache keys (``score-w0.05-s0.01-c0.2-m4-x1.0``)."""
+        return (f"{self.mode}-w{self.weak_share:g}-s{self.strong_share:g}-c{self.min_cosine:g}"
+                f"-m{self.max_score}-x{self.weight_mix:g}")
+
+
+def semantic_ranks(values: Sequence[float]) -> list[float]:
+    """Rank share of each value among ``values`` (0 = best; ties share the better rank):
+    ``(number of strictly larger values) / max(len(values), RANK_FLOOR)``."""
+    n = max(len(values), RANK_FLOOR)
+    order = sorted(values, reverse=True)
+    out: list[float] = []
+    import bisect
+
+    neg = [-v for v in order]
+    for v in values:
+        out.append(bisect.bisect_left(neg, -v) / n)
+    return out
+
+
+class SemanticScorer:
+    """The offline scorer with semantic evidence (deterministic, no network).
+
+    Args:
+        fusion: how the signals are fused (:class:`SemanticFusion`).
+        embedder: the embedder; default :func:`default_embedder` (loaded lazily, in the
+            process that scores). When none is available the scorer is the lexical one
+            and :attr:`warnings` says why, once.
+        index: vector store to reuse (keyed by content hash); default a new one.
+
+    The scorer is picklable (the embedder is reloaded in a worker process).
+    """
+
+    name = "offline"
+    local = True
+    context_dependent = True
+
+    def __init__(
+        self, fusion: SemanticFusion | None = None, *, embedder: Embedder | None = None, index: VectorIndex | None = None
+    ) -> None:
+        self.fusion = fusion or SemanticFusion()
+        self._embedder = embedder
+        self._index = index
+        self._lexical = OfflineScorer()
+        self._goal_vectors: dict[str, Any] = {}
+        self._reason_off = ""
+        self._warned = False
+        self._loaded = embedder is not None or index is not None
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = dict(self.__dict__)
+        if state.get("_embedder") is default_embedder() or state.get("_embedder") is None:
+            state["_embedder"], state["_index"], state["_loaded"] = None, None, False
+        state["_goal_vectors"] = {}
+        return state
+
+    # ----------------------------------------------------------------- identity
+    def _ensure(self) -> VectorIndex | None:
+        if not self._loaded:
+            self._loaded = True
+            self._embedder = self._embedder or default_embedder()
+            if self._embedder is None:
+                self._reason_off = embedder_unavailable_reason()
+        if self._index is None and self._embedder is not None:
+            self._index = VectorIndex(self._embedder)
+        return self._index
+
+    @property
+    def model(self) -> str:  # type: ignore[override]
+        """``offline-v2`` plus the embedder and fusion (part of the score-cache key)."""
+        index = self._ensure()
+        if index is None or self.fusion.mode == "off":
+            return self._lexical.model
+        return f"{self._lexical.model}+{index.embedder.name}@{index.version}:{self.fusion.label}"
+
+    @property
+    def rubric_version(self) -> str:  # type: ignore[override]
+        """Same as :attr:`model` for the offline family."""
+        return self.model
+
+    @property
+    def embedder_name(self) -> str:
+        """The embedder's name, or ``""`` when semantic evidence is off."""
+        index = self._ensure()
+        return index.embedder.name if index is not None else ""
+
+    # ----------------------------------------------------------------- scoring
+    def _goal_vector(self, text: str) -> Any:
+        vec = self._goal_vectors.get(text)
+        if vec is None:
+            index = self._index
+            assert index is not None
+            vec = index.embed_query(text)
+            if len(self._goal_vectors) > 256:
+                self._goal_vectors.clear()
+            self._goal_vectors[text] = vec
+        return vec
+
+    def cosines(self, goal: TaskGoal, items: Sequence[ScoreItem]) -> list[float]:
+        """Each item's cosine to the goal: the larger of final goal and subtask (exact, see
+        :func:`cosine_scores`); zeros when semantic evidence is off."""
+        index = self._ensure()
+        if index is None or not items:
+            return [0.0] * len(items)
+        index.add((item.content_hash or item.id, item.text) for item in items)
+        keys = [item.content_hash or item.id for item in items]
+        best = np.zeros(len(items), dtype=np.float64)
+        for text in dict.fromkeys([goal.final, goal.effective_subtask]):
+            if text.strip():
+                best = np.maximum(best, index.similarity(self._goal_vector(text), keys))
+        return [float(x) for x in best]
+
+    def score(
+        self, goal: TaskGoal, items: Sequence[ScoreItem], context: ScoringContext | None = None
+    ) -> ScoringResult:
+        """Lexical scores fused with semantic evidence (module docstring). Never raises for
+        ordinary input; without an embedder, the lexical scores plus one warning."""
+        lexical = self._lexical.score(goal, items, context)
+        fusion = self.fusion
+        index = self._ensure()
+        if index is None or fusion.mode == "off" or not items:
+            result = lexical
+            if index is None and not self._warned:
+                self._warned = True
+                result.warnings.append(self._reason_off)
+            return result
+        cos = self.cosines(goal, items)
+        base = lexical.scores
+        if fusion.mode == "rrf":
+            lex_rank = _order_ranks([(s.score, s.weight) for s in base])
+            sem_rank = _order_ranks([(c, 0.0) for c in cos])
+            fused = [1.0 / (RRF_K + a + 1) + 1.0 / (RRF_K + b + 1) for a, b in zip(lex_rank, sem_rank, strict=True)]
+        elif fusion.mode == "weighted":
+            top = max((s.weight for s in base), default=0.0) or 1.0
+            fused = [fusion.weight_mix * (s.weight / top) + (1 - fusion.weight_mix) * c
+                     for s, c in zip(base, cos, strict=True)]
+        else:
+            fused = cos
+        shares = semantic_ranks(fused)
+        out: list[RelevanceScore] = []
+        for item, score, c, share, f in zip(items, base, cos, shares, fused, strict=True):
+            out.append(self._fuse(item, score, c, share, f))
+        return ScoringResult(scores=out, usage=lexical.usage, warnings=lexical.warnings)
+
+    def _fuse(self, item: ScoreItem, score: RelevanceScore, cos: float, share: float, fused: float) -> RelevanceScore:
+        fusion = self.fusion
+        mode = fusion.mode
+        if mode == "weight":
+            weight = score.weight + fusion.weight_mix * cos
+            return score.model_copy(update={"weight": round(weight, 4), "reason": _with(score.reason, cos, None)})
+        if mode == "rrf":
+            weight = fused * RRF_K  # ~(0, 2]: both first → 2/61·60
+        elif mode == "weighted":
+            weight = fused
+        else:
+            weight = score.weight + fusion.weight_mix * cos
+        bonus = 0
+        if item.msg_type in fusion.types and cos >= fusion.min_cosine and score.score < fusion.max_score:
+            if share < fusion.strong_share:
+                bonus = 2
+            elif share < fusion.weak_share:
+                bonus = 1
+        value = score.score
+        reason = score.reason
+        if bonus:
+            if reason.endswith("unrelated to the goal"):
+                value += 1  # the lexical "nothing fired" malus does not hold: meaning fired
+                reason = reason[: -len("unrelated to the goal")].rstrip("; ")
+            value = min(fusion.max_score, value + bonus)
+        return score.model_copy(update={
+            "score": max(1, min(5, value)), "weight": round(weight, 4),
+            "reason": _with(reason, cos, share if bonus else None),
+        })
+
+
+def _with(reason: str, cos: float, share: float | None) -> str:
+    if share is None:
+        return f"{reason}; semantic {cos:.2f}" if reason else f"semantic {cos:.2f}"
+    top = max(1, math.ceil(share * 100)) if share > 0 else 1
+    return f"{reason}; semantic match {cos:.2f} to the goal (top {top}%)"
+
+
+def _order_ranks(keys: Sequence[tuple[float, float]]) -> list[int]:
+    """0-based rank of each key in descending order (ties: the earlier item first)."""
+    order = sorted(range(len(keys)), key=lambda i: (-keys[i][0], -keys[i][1], i))
+    ranks = [0] * len(keys)
+    for rank, i in enumerate(order):
+        ranks[i] = rank
+    return ranks
