@@ -423,6 +423,7 @@ class FactStatement:
         words: stemmed content words of the sentence, values excluded.
         cued: the sentence carries a change cue ("update", "now", "actually" …).
         state: the sentence states a standing value, not a one-off event (:data:`_STATE_CUE`).
+        label: the attribute as written ("autographed baseballs", "favorite color").
     """
 
     sentence: str
@@ -433,6 +434,7 @@ class FactStatement:
     words: frozenset[str]
     cued: bool
     state: bool = True
+    label: str = ""
 
 
 def _norm_value(kind: str, raw: str) -> str:
@@ -478,22 +480,93 @@ def _stems(words: Iterable[str]) -> list[str]:
     return [stem(w) for w in words if w not in _FACT_STOP and len(w) > 1 and not w.isdigit()]
 
 
+_ATTRIBUTE_RE = re.compile(
+    r"\bmy ((?:[a-z][a-z'&-]* ){0,3}?[a-z][a-z'&-]*?)(?:'s name)? (?:is|are|has become|changed to) "
+    r"(?:now |actually |still |currently |called |named |officially )*"
+    r"([a-z0-9$€£][^.,;!?()]{0,60})"
+)
+_LOCATION_RE = re.compile(
+    r"\b(?:i|we) (?:now |currently |still |actually |just )*(live|work|moved|relocated|stay)(?: now)? (?:in|at|to|for) "
+    r"([a-z0-9][^.,;!?()]{0,40})"
+)
+_PREFERENCE_RE = re.compile(
+    r"\b(?:i|we) (?:really |absolutely |still |now |actually |honestly |totally )*"
+    r"(?:(?P<neg>do not like|don't like|do not enjoy|don't enjoy|no longer like|no longer enjoy|can't stand|"
+    r"cannot stand|hate|dislike|detest|don't eat|do not eat|stopped eating|stopped drinking|gave up|quit)"
+    r"|(?P<pos>like|love|enjoy|prefer|adore|am into|am a fan of|am obsessed with|'m obsessed with|'m into))"
+    r" (?:to |eating |drinking |having |using |playing )?([a-z][^.,;!?()]{0,40})"
+)
+_BAD_VALUE_START = re.compile(r"^(?:to|that|if|because|a little|a bit|not sure|the same|so|very|really|quite|too|just)\b")
+_VALUE_WORDS = 5
+
+
+_VALUE_END = _words(
+    "now anymore currently these lately last since please and but because which who when where so though although "
+    "for with from as at in on by this that these"
+)
+
+
+def _value_stems(text: str) -> tuple[str, frozenset[str]]:
+    words: list[str] = []
+    for w in _WORD.findall(text):
+        if (words and w in _VALUE_END) or len(words) == _VALUE_WORDS:
+            break
+        words.append(w)
+    content = [w for w in words if w not in _FACT_STOP or w.isdigit()]
+    return " ".join(words), frozenset(stem(w) for w in content)
+
+
+def _attribute_statements(sentence: str, lowered: str, words: frozenset[str], cued: bool) -> list[FactStatement]:
+    out: list[FactStatement] = []
+    for m in _ATTRIBUTE_RE.finditer(lowered):
+        attr_words = [w for w in _WORD.findall(m.group(1)) if w not in STOPWORDS]
+        value_text = m.group(2).strip()
+        if not attr_words or _BAD_VALUE_START.match(value_text):
+            continue
+        raw, stems = _value_stems(value_text)
+        if not stems:
+            continue
+        anchor = frozenset(stem(w) for w in attr_words)
+        out.append(FactStatement(sentence, "attribute", " ".join(sorted(stems)), raw, anchor, words, cued,
+                                 label=" ".join(attr_words)))
+    for m in _LOCATION_RE.finditer(lowered):
+        raw, stems = _value_stems(m.group(2))
+        if stems:
+            verb = "live" if m.group(1) in ("live", "moved", "relocated", "stay") else "work"
+            out.append(FactStatement(sentence, "attribute", " ".join(sorted(stems)), raw, frozenset({verb}), words, cued,
+                                     label=f"{verb}s in"))
+    for m in _PREFERENCE_RE.finditer(lowered):
+        raw, stems = _value_stems(m.group(3))
+        if not stems or _BAD_VALUE_START.match(m.group(3)):
+            continue
+        polarity = "dislikes" if m.group("neg") else "prefers" if m.group("pos") == "prefer" else "likes"
+        value = f"prefers {' '.join(sorted(stems))}" if polarity == "prefers" else polarity
+        head = frozenset({stem(raw.split()[-1])}) if polarity == "prefers" else stems
+        out.append(FactStatement(sentence, "preference", value, f"{polarity} {raw}", head, words, cued,
+                                 label=raw if polarity != "prefers" else raw.split()[-1]))
+    return out
+
+
 def fact_statements(text: str) -> list[FactStatement]:
     """First-person sentences of ``text`` that state a value, one entry per value.
 
-    A value's anchor is the content words right after it (up to two) and the one right
-    before it ("15 autographed baseballs", "page 220", "score … 132 points"). Sentences
-    that are questions are skipped (asking is not stating). Never raises.
+    - Quantities (counts, amounts, times, dates, percentages, years, levels): the value's
+      anchor is the content words right after it (up to two) and the one right before it
+      ("15 autographed baseballs", "page 220", "score … 132 points").
+    - Attributes: "my <attribute> is <value>" ("my name is Sam", "my favourite colour is
+      green"), "I live / work / moved in|at|to <place>": the anchor is the attribute.
+    - Preferences: "I like / love / prefer / enjoy <object>" and "I don't like / hate /
+      no longer eat <object>": the anchor is the object, the value the polarity.
+
+    Sentences that are questions are skipped (asking is not stating). Never raises.
     """
     out: list[FactStatement] = []
     for sentence in _SENTENCE.split(text[:_MAX_TEXT_CHARS]):
         sentence = sentence.strip()
-        if len(sentence) < 12 or sentence.endswith("?") or not _FIRST_PERSON.search(sentence):
+        if len(sentence) < 8 or sentence.endswith("?") or not _FIRST_PERSON.search(sentence):
             continue
-        lowered = sentence.lower()
+        lowered = sentence.lower().replace("’", "'")
         matches = list(_VALUE_RE.finditer(lowered))
-        if not matches:
-            continue
         spans = [(m.start(), m.end()) for m in matches]
         words_all = [(w.start(), w.group()) for w in _WORD.finditer(lowered)]
         content = [
@@ -515,7 +588,10 @@ def fact_statements(text: str) -> list[FactStatement]:
             anchor = frozenset(stem(w) for w in (*after, *before))
             if not anchor:
                 continue
-            out.append(FactStatement(sentence, kind, _norm_value(kind, raw), raw, anchor, words, cued, state))
+            raw = raw.strip()
+            label = " ".join((*before, *after))
+            out.append(FactStatement(sentence, kind, _norm_value(kind, raw), raw, anchor, words, cued, state, label))
+        out.extend(_attribute_statements(sentence, lowered, words, cued))
     return out
 
 
@@ -656,10 +732,10 @@ class SupersedeDetector:
                         continue
                     if _restates(older.fact, fact):
                         older.superseded = True
+                        label = fact.label or " ".join(sorted(older.fact.anchor & fact.anchor))
                         links.append(SupersedeLink(
-                            older.item_id, item.id, "fact", " ".join(sorted(older.fact.anchor & fact.anchor)),
-                            f"restated with a new value at step {item.step}: {older.fact.raw} → {fact.raw} "
-                            f"({', '.join(sorted(older.fact.anchor & fact.anchor))})",
+                            older.item_id, item.id, "fact", label,
+                            f"restated with a new value at step {item.step}: {older.fact.raw} → {fact.raw} ({label})",
                             old_value=older.fact.raw, new_value=fact.raw,
                             older_step=older.step, newer_step=item.step,
                         ))
@@ -677,6 +753,13 @@ def _restates(older: FactStatement, newer: FactStatement) -> bool:
     with a different value of the same kind."""
     if older.kind != newer.kind or older.value == newer.value or older.sentence == newer.sentence:
         return False
+    if older.kind == "attribute":  # the attribute is named: the same words, another value
+        return older.anchor == newer.anchor and not (set(newer.value.split()) <= set(older.value.split()))
+    if older.kind == "preference":  # the same object, the other polarity (or another preferred kind of it)
+        if older.value.startswith("prefers") != newer.value.startswith("prefers"):
+            return False
+        shared = len(older.anchor & newer.anchor)
+        return shared >= max(1, (min(len(older.anchor), len(newer.anchor)) + 1) // 2)
     if not newer.state:
         return False
     if not older.anchor & newer.anchor:
