@@ -578,7 +578,8 @@ def fact_statements(text: str) -> list[FactStatement]:
         state = _STATE_CUE.search(lowered) is not None
         for m in matches:
             kind = m.lastgroup or "count"
-            raw = m.group()
+            raw = m.group().strip()
+            value = _norm_value(kind, raw)
             if kind == "ordinal":  # "my 5th project" restates "4 projects"
                 kind = "count"
             if kind == "count" and raw.isdigit() and len(raw) == 4 and raw.startswith(("19", "20")):
@@ -588,9 +589,8 @@ def fact_statements(text: str) -> list[FactStatement]:
             anchor = frozenset(stem(w) for w in (*after, *before))
             if not anchor:
                 continue
-            raw = raw.strip()
             label = " ".join((*before, *after))
-            out.append(FactStatement(sentence, kind, _norm_value(kind, raw), raw, anchor, words, cued, state, label))
+            out.append(FactStatement(sentence, kind, value, raw, anchor, words, cued, state, label))
         out.extend(_attribute_statements(sentence, lowered, words, cued))
     return out
 

@@ -1,0 +1,207 @@
+"""Embedding seam (issue 11): determinism of vectors, exact cosines, the vector index,
+the default model read from its wheel, and the lexical fallback without it."""
+
+from __future__ import annotations
+
+import hashlib
+import pickle
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from relevance_memory import _embedding
+from relevance_memory._embedding import (
+    Embedder,
+    StaticEmbedder,
+    VectorIndex,
+    cosine_scores,
+    default_embedder,
+    embedder_unavailable_reason,
+    quantize,
+)
+from relevance_memory._models import TaskGoal
+from relevance_memory._scoring import OfflineScorer, ScoreItem
+from relevance_memory._semantic import SemanticFusion, SemanticScorer, semantic_ranks
+
+TEXTS = [
+    "I bought a portable power bank last week.",
+    "Any tips for my phone's battery life?",
+    "The weather in Lisbon is lovely today.",
+    "def build_context(self, budget): ...",
+    "我喜欢喝茶，不喝咖啡。",
+    "",
+]
+FINGERPRINT = "28dde2c357832ca880dbf01a1743fb626edc4555e284f29113cef979aad8e25c"
+"""sha256 of the int8 vectors of TEXTS under wordllama 0.4.0.post1 l2_supercat_256 (mean-l2-f64-v1)."""
+
+
+def tiny_embedder() -> StaticEmbedder:
+    """A 4-dimension static model over a word-level vocabulary (no package needed)."""
+    from tokenizers import Tokenizer
+    from tokenizers.models import WordLevel
+    from tokenizers.pre_tokenizers import Whitespace
+
+    vocab = {"[UNK]": 0, "power": 1, "bank": 2, "battery": 3, "phone": 4, "weather": 5, "sunny": 6}
+    tok = Tokenizer(WordLevel(vocab, unk_token="[UNK]"))
+    tok.pre_tokenizer = Whitespace()
+    table = np.array(
+        [[0, 0, 0, 0.1], [1, 0.2, 0, 0], [0.9, 0.1, 0, 0], [0.8, 0.3, 0, 0], [0.5, 0.5, 0, 0], [0, 0, 1, 0],
+         [0, 0.1, 0.9, 0]],
+        dtype=np.float16,
+    )
+    return StaticEmbedder(table, tok, name="tiny", version="tiny-1")
+
+
+# ----------------------------------------------------------------- the seam on a tiny model
+def test_static_embedder_is_an_embedder_with_unit_rows() -> None:
+    emb = tiny_embedder()
+    assert isinstance(emb, Embedder)
+    v = emb.embed(["power bank", "battery phone", "sunny weather", ""])
+    assert v.shape == (4, 4) and v.dtype == np.float32
+    assert np.allclose(np.linalg.norm(v[:3], axis=1), 1.0, atol=1e-6)
+    assert not v[3].any()  # no token → zero row
+    # mean of the rows of "power" and "bank", normalised
+    expected = np.array([1.9, 0.3, 0, 0]) / np.linalg.norm([1.9, 0.3, 0, 0])
+    assert np.allclose(v[0], expected, atol=1e-3)
+
+
+def test_vectors_do_not_depend_on_the_batch() -> None:
+    emb = tiny_embedder()
+    alone = emb.embed(["battery phone"])[0]
+    batch = emb.embed(["sunny weather", "battery phone", "power bank bank"])[1]
+    assert alone.tobytes() == batch.tobytes()
+
+
+def test_long_texts_are_clipped_head_and_tail() -> None:
+    emb = StaticEmbedder(tiny_embedder()._table, tiny_embedder()._tokenizer, name="t", version="v", max_chars=40)
+    text = "power " * 20 + "sunny " * 200 + "weather"
+    v = emb.embed([text])[0]
+    assert v[0] > 0 and v[2] > 0  # head ("power") and tail ("weather") both count
+
+
+def test_quantize_and_exact_cosines() -> None:
+    rng = np.random.default_rng(0)
+    rows = rng.normal(size=(50, 256)).astype(np.float32)
+    q = quantize(rows)
+    assert q.dtype == np.int8 and np.abs(q).max() == 127
+    cos = cosine_scores(q[0], q)
+    assert cos[0] == pytest.approx(1.0)
+    exact = rows @ rows[0] / (np.linalg.norm(rows, axis=1) * np.linalg.norm(rows[0]))
+    assert np.abs(cos - exact).max() < 0.02  # int8 costs ~0.005 at 256 dimensions
+    # exactness: the same bits in any row order (no summation-order effects)
+    perm = rng.permutation(50)
+    assert cosine_scores(q[0], q[perm]).tobytes() == cos[perm].tobytes()
+    assert cosine_scores(q[0], np.zeros((3, 256), dtype=np.int8)).tolist() == [0.0, 0.0, 0.0]
+    assert quantize(np.zeros((1, 4))).tolist() == [[0, 0, 0, 0]]
+
+
+def test_vector_index_embeds_each_key_once_and_grows_in_chunks() -> None:
+    calls: list[int] = []
+
+    class Counting:
+        name, version, dim = "tiny", "tiny-1", 4
+
+        def __init__(self) -> None:
+            self.inner = tiny_embedder()
+
+        def embed(self, texts: list[str]) -> np.ndarray:
+            calls.append(len(texts))
+            return self.inner.embed(texts)
+
+    index = VectorIndex(Counting(), chunk_rows=2)
+    assert index.add([("h1", "power bank"), ("h2", "battery phone"), ("h1", "power bank")]) == 2
+    assert index.add([("h2", "battery phone"), ("h3", "sunny weather")]) == 1
+    assert calls == [2, 1] and len(index) == 3 and "h3" in index
+    assert index.nbytes == 2 * 2 * 4  # two chunks of two int8 rows
+    sims = index.similarity(index.embed_query("battery"), ["h1", "h2", "h3"])
+    assert sims[1] > sims[0] > sims[2]
+    with pytest.raises(KeyError, match="h9"):
+        index.vector("h9")
+
+
+# ----------------------------------------------------------------- the default model
+@pytest.fixture(scope="module")
+def wordllama() -> Embedder:
+    emb = default_embedder()
+    if emb is None:
+        pytest.skip(embedder_unavailable_reason())
+    return emb
+
+
+def test_default_model_vectors_are_the_same_on_every_machine(wordllama: Embedder) -> None:
+    assert wordllama.name == "wordllama-l2_supercat-256" and wordllama.dim == 256
+    assert wordllama.version.startswith("wordllama-0.4.") and wordllama.version.endswith("mean-l2-f64-v1")
+    q = quantize(wordllama.embed(TEXTS))
+    assert hashlib.sha256(q.tobytes()).hexdigest() == FINGERPRINT
+    cos = cosine_scores(q[1], q)
+    assert [round(float(c), 6) for c in cos] == [0.180001, 1.0, -0.024979, -0.021821, -0.034609, 0.0]
+
+
+def test_default_model_reads_meaning(wordllama: Embedder) -> None:
+    """The issue's example: the battery question meets the power bank, not the weather."""
+    q = quantize(wordllama.embed(TEXTS))
+    cos = cosine_scores(q[1], q)
+    assert cos[0] > cos[2] and cos[0] > cos[3]
+
+
+def test_default_model_never_downloads(wordllama: Embedder, monkeypatch: pytest.MonkeyPatch) -> None:
+    import socket
+
+    def refuse(*args: object, **kwargs: object) -> None:
+        raise AssertionError("the embedder must not touch the network")
+
+    monkeypatch.setattr(socket, "create_connection", refuse)
+    monkeypatch.setattr(_embedding, "_cached", {})
+    assert default_embedder() is not None
+
+
+def test_without_the_package_scoring_is_lexical_and_says_so_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(_embedding, "_cached", {})
+    monkeypatch.setattr(_embedding, "_package_dir", lambda package: None)
+    assert default_embedder() is None
+    assert "wordllama" in embedder_unavailable_reason() and "lexical" in embedder_unavailable_reason()
+    scorer = SemanticScorer()
+    goal = TaskGoal(final="tips for my phone's battery life", source="explicit")
+    items = [ScoreItem(id="a", role="user", msg_type="user_chat", source="user", text="I bought a power bank"),
+             ScoreItem(id="b", role="user", msg_type="user_chat", source="user", text="phone battery drains fast")]
+    first = scorer.score(goal, items)
+    second = scorer.score(goal, items)
+    lexical = OfflineScorer().score(goal, items)
+    assert [s.model_dump() for s in first.scores] == [s.model_dump() for s in lexical.scores]
+    assert len(first.warnings) == 1 and "lexical" in first.warnings[0]
+    assert second.warnings == []
+    assert scorer.model == "offline-v2"
+
+
+def test_package_without_its_files_is_reported(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.setattr(_embedding, "_cached", {})
+    monkeypatch.setattr(_embedding, "_package_dir", lambda package: tmp_path)
+    assert default_embedder() is None
+    assert "lacks" in embedder_unavailable_reason()
+
+
+# ----------------------------------------------------------------- the semantic scorer
+def test_semantic_scorer_lifts_a_meaning_match_and_says_which_signal_fired() -> None:
+    emb = tiny_embedder()
+    scorer = SemanticScorer(SemanticFusion(min_cosine=0.5), embedder=emb)
+    goal = TaskGoal(final="battery", source="explicit")
+    items = [ScoreItem(id=f"m{i}", role="user", msg_type="user_chat", source="user", text=t, content_hash=f"h{i}")
+             for i, t in enumerate(["power bank", "sunny weather", "weather weather"])]
+    lexical = {s.id: s for s in OfflineScorer().score(goal, items).scores}
+    fused = {s.id: s for s in scorer.score(goal, items).scores}
+    assert lexical["m0"].score == 1  # no shared word; the best cosine rank (top 1 %) earns +2, capped at 4
+    assert fused["m0"].score == 4 and "semantic match 0.9" in fused["m0"].reason and "top 1%" in fused["m0"].reason
+    assert fused["m1"].score == 1 and "semantic 0.0" in fused["m1"].reason
+    assert scorer.model.startswith("offline-v2+tiny@tiny-1:score-")
+    # deterministic and picklable (workers reload the default embedder)
+    assert [s.model_dump() for s in scorer.score(goal, items).scores] == list(
+        s.model_dump() for s in fused.values()
+    )
+    clone = pickle.loads(pickle.dumps(scorer))
+    assert clone.fusion == scorer.fusion
+
+
+def test_semantic_ranks_share_of_candidates() -> None:
+    assert semantic_ranks([0.9, 0.1, 0.9, 0.5]) == [0.0, 3 / 50, 0.0, 2 / 50]
+    assert semantic_ranks([float(i) for i in range(100)])[99] == 0.0

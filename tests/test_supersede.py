@@ -1,0 +1,243 @@
+"""Supersede detection (issue 11): the same call again, the same file shown again, a fact
+restated with a new value; identical repeats link nothing. Real SWE runs and LongMemEval
+knowledge-update questions as data."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from relevance_memory import RelevanceMemoryManager
+from relevance_memory._supersede import (
+    FileView,
+    SupersedeDetector,
+    SupersedeItem,
+    asks_for_history,
+    canonical_arguments,
+    detect_supersedes,
+    fact_statements,
+    file_views,
+    items_from_messages,
+)
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def chat(*texts: str, role: str = "user") -> list[SupersedeItem]:
+    return [SupersedeItem(id=f"m{i}", index=i, step=i, role=role, text=t, content_hash=f"h:{t}")
+            for i, t in enumerate(texts)]
+
+
+def links_of(*texts: str) -> list[tuple[str, str, str, str]]:
+    return [(link.older, link.newer, link.old_value, link.new_value) for link in detect_supersedes(chat(*texts))]
+
+
+def bash_call(call_id: str, command: str) -> dict[str, Any]:
+    return {"role": "assistant", "content": None, "tool_calls": [
+        {"id": call_id, "type": "function", "function": {"name": "bash", "arguments": json.dumps({"command": command})}}]}
+
+
+def result(call_id: str, output: str) -> dict[str, Any]:
+    return {"role": "tool", "tool_call_id": call_id, "content": f"<returncode>0</returncode>\n<output>\n{output}</output>"}
+
+
+# ----------------------------------------------------------------- file views
+@pytest.mark.parametrize(
+    ("command", "views"),
+    [
+        ("cat django/db/models/query.py", [FileView("django/db/models/query.py")]),
+        ("sed -n '1680,1750p' django/db/models/query.py", [FileView("django/db/models/query.py", 1680, 1750)]),
+        ("nl -ba a/b.py | sed -n '375,385p'", [FileView("a/b.py", 375, 385)]),
+        ("cat -n a.py | head -n 20", [FileView("a.py", 1, 20)]),
+        ("head -n 50 xarray/core/indexing.py", [FileView("xarray/core/indexing.py", 1, 50)]),
+        ("cd /testbed && cat src/x.py", [FileView("/testbed/src/x.py")]),
+        ("sed -n '10,$p' ./x.py", [FileView("x.py", 10, None)]),
+        ("cat <<'EOF' > reproduce_issue.py\nimport os\nEOF", [FileView("reproduce_issue.py", write=True)]),
+        ("cat > fix.py <<EOF\nx = 1\nEOF", [FileView("fix.py", write=True)]),
+        ("cat a.py > b.py", []),
+        ("grep -n 'def f' a.py", []),
+        ("sed -i 's/a/b/' a.py", []),
+        ("cat a.py b.py", []),
+        ("cat $FILE", []),
+        ("cat 'unbalanced", []),
+        ("python reproduce_issue.py", []),
+    ],
+)
+def test_file_views(command: str, views: list[FileView]) -> None:
+    assert file_views(command) == views
+
+
+def test_view_containment() -> None:
+    whole, part = FileView("a.py"), FileView("a.py", 10, 20)
+    assert whole.contains(part) and not part.contains(whole)
+    assert FileView("a.py", 5, 30).contains(part) and not FileView("a.py", 11, 30).contains(part)
+    assert not FileView("b.py").contains(part)
+    assert part.label == "a.py lines 10–20" and whole.label == "a.py"
+
+
+def test_canonical_arguments() -> None:
+    assert canonical_arguments('{"b": 2, "a": 1}') == canonical_arguments('{"a":1,"b":2}') == '{"a":1,"b":2}'
+    assert canonical_arguments(" not json ") == "not json"
+
+
+# ----------------------------------------------------------------- tool results in a real store
+def agent_history() -> list[dict[str, Any]]:
+    return [
+        {"role": "system", "content": "You are a coding agent."},
+        {"role": "user", "content": "Fix the off-by-one in app/util.py"},
+        bash_call("c1", "cat app/util.py"), result("c1", "def f(x):\n    return x + 2\n"),
+        bash_call("c2", "python -m pytest -q"), result("c2", "1 failed"),
+        bash_call("c3", "sed -i 's/x + 2/x + 1/' app/util.py"), result("c3", ""),
+        bash_call("c4", "nl -ba app/util.py | sed -n '1,2p'"), result("c4", "1 def f(x):\n2     return x + 1\n"),
+        bash_call("c5", "cat app/util.py"), result("c5", "def f(x):\n    return x + 1\n"),
+        bash_call("c6", "python -m pytest -q"), result("c6", "1 passed"),
+        bash_call("c7", "python -m pytest -q"), result("c7", "1 passed"),
+    ]
+
+
+def test_read_edit_read_and_same_call_links() -> None:
+    memory = RelevanceMemoryManager()
+    memory.extend(agent_history())
+    by_id = {m.id: m for m in memory.messages}
+    links = detect_supersedes(items_from_messages(memory.messages))
+    got = {(by_id[link.older].tool_call_id, by_id[link.newer].tool_call_id, link.kind) for link in links}
+    assert got == {
+        ("c1", "c5", "tool_call"),  # cat app/util.py again, after the edit
+        ("c4", "c5", "resource"),  # the whole file contains lines 1–2
+        ("c2", "c6", "tool_call"),  # pytest again, a different result
+    }
+    first = next(link for link in links if link.kind == "resource")
+    assert first.key == "file app/util.py lines 1–2" and "shown again at step" in first.reason
+    # c7 repeats c6's output exactly: an identical repeat links nothing (and c6 is not superseded)
+    assert not any(by_id[link.older].tool_call_id in ("c6", "c7") for link in links)
+
+
+def test_failed_reads_are_not_views() -> None:
+    memory = RelevanceMemoryManager()
+    memory.extend([
+        {"role": "user", "content": "look"},
+        bash_call("c1", "sed -n '1,5p' a.py"), result("c1", "a\nb\n"),
+        bash_call("c2", "cat a.py"),
+        {"role": "tool", "tool_call_id": "c2", "content": "<returncode>1</returncode>\ncat: a.py: No such file or directory"},
+    ])
+    assert detect_supersedes(items_from_messages(memory.messages)) == []
+
+
+def test_file_written_whole_supersedes_older_views_and_writes() -> None:
+    memory = RelevanceMemoryManager()
+    memory.extend([
+        {"role": "user", "content": "write a script"},
+        bash_call("c1", "cat <<'EOF' > repro.py\nprint(1)\nEOF"), result("c1", ""),
+        bash_call("c2", "cat repro.py"), result("c2", "print(1)\n"),
+        bash_call("c3", "cat <<'EOF' > repro.py\nprint(2)\nEOF"), result("c3", ""),
+    ])
+    by_id = {m.id: m for m in memory.messages}
+    links = detect_supersedes(items_from_messages(memory.messages))
+    # the read shows the written file (m4 supersedes the write m1); the rewrite supersedes the read
+    assert [(link.older, link.newer, link.kind) for link in links] == [("m1", "m4", "resource"), ("m4", "m5", "resource")]
+    assert by_id["m1"].tool_calls and by_id["m5"].tool_calls  # a write's view is its call message
+
+
+def test_same_tool_same_arguments_in_tau_style_json() -> None:
+    items = [
+        SupersedeItem("r1", 0, 0, "tool", '{"status": "booked"}', "x1", call=("get_reservation", '{"id": "ABC"}')),
+        SupersedeItem("r2", 1, 1, "tool", '{"status": "booked"}', "x1", call=("get_reservation", '{ "id":"ABC" }')),
+        SupersedeItem("r3", 2, 2, "tool", '{"status": "cancelled"}', "x2", call=("get_reservation", '{"id":"ABC"}')),
+        SupersedeItem("r4", 3, 3, "tool", '{"status": "booked"}', "x1", call=("get_reservation", '{"id": "XYZ"}')),
+    ]
+    links = detect_supersedes(items)
+    assert [(link.older, link.newer) for link in links] == [("r1", "r3"), ("r2", "r3")]
+    assert links[0].key == 'get_reservation {"id":"ABC"}'
+
+
+# ----------------------------------------------------------------- facts
+def test_preferences_names_amounts_places() -> None:
+    assert links_of("I love sushi, it's my favourite food.", "What's good tonight?",
+                    "Honestly I don't like sushi anymore.") == [("m0", "m2", "likes sushi", "dislikes sushi")]
+    assert links_of("My name is Sam.", "My name is Samantha now, please use it.") == [("m0", "m1", "sam", "samantha")]
+    assert links_of("My budget is $500 for the trip.", "Update: my budget for the trip is now $700.") == [
+        ("m0", "m1", "$500", "$700")]
+    assert links_of("I live in Berlin.", "I moved to Lisbon last month.") == [("m0", "m1", "berlin", "lisbon")]
+    assert links_of("I prefer window seats.", "I now prefer aisle seats.") == [
+        ("m0", "m1", "prefers window seats", "prefers aisle seats")]
+    assert links_of("My flight is at 7 pm on Friday.", "My flight is at 9:30 pm on Friday now.") == [
+        ("m0", "m1", "7 pm", "9:30 pm")]
+
+
+def test_identical_repeat_and_unrelated_values_link_nothing() -> None:
+    assert links_of("My favorite color is blue.", "My favorite color is blue.") == []
+    assert links_of("I have three kids.", "I have 3 kids.") == []  # the same value in other words
+    # one-off events of the same kind add up; they do not replace each other
+    assert links_of("I sold 12 jars at the market on Saturday.", "I sold 15 jars at the market on Sunday.") == []
+    assert links_of("I'm 34 years old.", "I worked there for 5 years.") == []
+    assert links_of("What is my budget, $500?", "My budget is $700.") == []  # a question states nothing
+    # another speaker's value does not supersede the user's
+    items = [*chat("My budget is $500 for the trip."),
+             SupersedeItem("a1", 1, 1, "assistant", "Your budget is $700 for the trip.", "h2")]
+    assert detect_supersedes(items) == []
+
+
+def test_fact_values_are_normalised() -> None:
+    facts = {f.raw: f.value for f in fact_statements(
+        "I've already bought five tops so far. My rent is $1,200 now. The gym is usually at 7:00 pm for me. "
+        "My 5th project is done.")}
+    assert facts["five"] == "5" and facts["$1,200"] == "1200 USD" and facts["7:00 pm"] == "19:00" and facts["5th"] == "5"
+
+
+def test_chains_of_updates_link_each_value_to_the_next() -> None:
+    got = links_of("I have 500 followers on Instagram now.", "I'm now at 600 followers on Instagram.",
+                   "I currently have 750 followers on Instagram.")
+    assert got == [("m0", "m1", "500", "600"), ("m1", "m2", "600", "750")]
+
+
+def test_asks_for_history() -> None:
+    assert asks_for_history("Where did I initially keep my old sneakers?")
+    assert asks_for_history("What was my previous status before I got the current one?")
+    assert asks_for_history("我之前住在哪里？")
+    assert not asks_for_history("Where do I currently keep my old sneakers?")
+
+
+def test_detection_is_deterministic_and_incremental() -> None:
+    memory = RelevanceMemoryManager()
+    memory.extend(agent_history())
+    items = items_from_messages(memory.messages)
+    whole = detect_supersedes(items)
+    detector = SupersedeDetector()
+    stepwise = [link for item in items for link in detector.observe(item)]
+    assert whole == stepwise == detect_supersedes(items)
+
+
+# ----------------------------------------------------------------- real data
+def test_swe_fixture_links() -> None:
+    """The shipped SWE-bench run (django-15280): re-runs of the reproduction script, views of
+    edited files shown again, rewrites of the script."""
+    run = json.loads((REPO / "fixtures" / "django__django-15280.json").read_text())
+    memory = RelevanceMemoryManager(on_invalid="repair")
+    memory.extend(run["messages"])
+    links = detect_supersedes(items_from_messages(memory.messages))
+    kinds = {k: sum(1 for link in links if link.kind == k) for k in ("tool_call", "resource", "fact")}
+    assert kinds == {"tool_call": 18, "resource": 5, "fact": 0}
+    assert len({link.older for link in links}) == len(links)  # each older message superseded once
+    assert all(memory.store.get(link.older).index < memory.store.get(link.newer).index for link in links)
+    assert memory.messages[1].id not in {link.older for link in links}  # never the task statement
+
+
+@pytest.mark.data
+def test_longmemeval_knowledge_update_links(data_dir: Path) -> None:
+    """LongMemEval oracle, knowledge-update questions: the older evidence turn is linked to the
+    newer one where the value is a stated quantity (19 of the 70 two-evidence questions)."""
+    from relevance_memory.evaluation import load_longmemeval
+
+    dataset = load_longmemeval(data_dir / "longmemeval" / "oracle")
+    linked = total = 0
+    for conv in dataset.conversations:
+        items = [SupersedeItem(t.id, i, i, t.role, t.text, t.text) for i, t in enumerate(conv.turns)]
+        links = detect_supersedes(items)
+        for q in conv.questions:
+            if q.category == "knowledge-update" and len(q.evidence) >= 2:
+                total += 1
+                linked += any(link.older in q.evidence and link.newer in q.evidence for link in links)
+    assert (linked, total) == (19, 70)
