@@ -44,6 +44,9 @@ VARIANTS: dict[str, SemanticFusion | None] = {
     "score_cap5": replace(BASE, max_score=5),
     "score_wide": replace(BASE, weak_share=0.1, strong_share=0.02),
     "score_narrow": replace(BASE, weak_share=0.02, strong_share=0.005),
+    "graded": replace(BASE, lift_unrelated=(2, 3), lift_matched=(0, 1)),
+    "lift": replace(BASE, lift_unrelated=(3, 3), lift_matched=(0, 1)),
+    "lift_wide": replace(BASE, lift_unrelated=(3, 3), lift_matched=(0, 1), weak_share=0.1, strong_share=0.02),
     "rrf": replace(BASE, mode="rrf"),
     "weighted": replace(BASE, mode="weighted", weight_mix=0.5),
 }

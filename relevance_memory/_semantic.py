@@ -64,6 +64,10 @@ class SemanticFusion:
         weight_mix: cosine's share in the weight (``weight``/``score``), or the lexical
             share of the blend (``weighted``).
         types: message types that can earn a bonus.
+        lift_unrelated: the score a message the lexical rules found unrelated gets for a
+            weak / strong semantic match (the "unrelated" malus no longer applies).
+        lift_matched: what a weak / strong semantic match adds to a message the lexical
+            rules already matched.
     """
 
     mode: FusionMode = "score"
@@ -75,12 +79,15 @@ class SemanticFusion:
     types: frozenset[str] = field(
         default_factory=lambda: frozenset({MessageType.USER_CHAT.value, MessageType.ASSISTANT_REASONING.value})
     )
+    lift_unrelated: tuple[int, int] = (3, 4)
+    lift_matched: tuple[int, int] = (1, 2)
 
     @property
     def label(self) -> str:
         """Short id for records and cache keys (``score-w0.05-s0.01-c0.2-m4-x1.0``)."""
         return (f"{self.mode}-w{self.weak_share:g}-s{self.strong_share:g}-c{self.min_cosine:g}"
-                f"-m{self.max_score}-x{self.weight_mix:g}")
+                f"-m{self.max_score}-x{self.weight_mix:g}-u{self.lift_unrelated[0]}{self.lift_unrelated[1]}"
+                f"-l{self.lift_matched[0]}{self.lift_matched[1]}")
 
 
 def semantic_ranks(values: Sequence[float]) -> list[float]:
@@ -233,22 +240,25 @@ class SemanticScorer:
             weight = fused
         else:
             weight = score.weight + fusion.weight_mix * cos
-        bonus = 0
+        level = 0  # 1 weak, 2 strong
         if item.msg_type in fusion.types and cos >= fusion.min_cosine and score.score < fusion.max_score:
             if share < fusion.strong_share:
-                bonus = 2
+                level = 2
             elif share < fusion.weak_share:
-                bonus = 1
+                level = 1
         value = score.score
         reason = score.reason
-        if bonus:
-            if reason.endswith("unrelated to the goal"):
-                value += 1  # the lexical "nothing fired" malus does not hold: meaning fired
+        if level:
+            if reason.endswith("unrelated to the goal"):  # the lexical rules found nothing: meaning did
                 reason = reason[: -len("unrelated to the goal")].rstrip("; ")
-            value = min(fusion.max_score, value + bonus)
+                value = max(value, fusion.lift_unrelated[level - 1])
+            else:
+                value += fusion.lift_matched[level - 1]
+            value = min(fusion.max_score, value)
+        fired = level and value != score.score
         return score.model_copy(update={
             "score": max(1, min(5, value)), "weight": round(weight, 4),
-            "reason": _with(reason, cos, share if bonus else None),
+            "reason": _with(reason, cos, share if fired else None),
         })
 
 
