@@ -51,6 +51,7 @@ __all__ = [
     "SupersedeLink",
     "asks_for_history",
     "canonical_arguments",
+    "command_of",
     "detect_supersedes",
     "fact_statements",
     "file_views",
@@ -137,7 +138,7 @@ def canonical_arguments(arguments: str) -> str:
         return arguments.strip()
 
 
-def _command_of(arguments: str) -> str | None:
+def command_of(arguments: str) -> str | None:
     """The shell command of a ``bash``-style tool call (``{"command": …}``, ``{"cmd": …}``)."""
     try:
         parsed = json.loads(arguments)
@@ -677,7 +678,7 @@ class SupersedeDetector:
             ))
         kept.append((item.id, item.step, item.content_hash))
         self._calls[key] = kept[-_MAX_LIVE_PER_KEY:]
-        command = _command_of(arguments)
+        command = command_of(arguments)
         if command is not None and not _failed(item.text):
             for view in file_views(command):
                 if not view.write:
@@ -687,7 +688,7 @@ class SupersedeDetector:
     def _observe_writes(self, item: SupersedeItem) -> list[SupersedeLink]:
         links: list[SupersedeLink] = []
         for _name, arguments in item.calls:
-            command = _command_of(arguments)
+            command = command_of(arguments)
             if command is None:
                 continue
             for view in file_views(command):
