@@ -12,10 +12,8 @@ import httpx
 import pytest
 from scorers import WrappedOfflineScorer
 
-from relevance_memory import RelevanceMemoryManager, RelevanceScore, check_context
-from relevance_memory._assemble import SUMMARY_MARKER
+from relevance_memory import SUMMARY_MARKER, RelevanceMemoryManager, RelevanceScore, check_context
 from relevance_memory._cache import DiskScoreCache
-from relevance_memory._prefilter import ChunkedBM25, prefilter_chains
 from relevance_memory._summary import (
     LLMSummarizer,
     OfflineSummarizer,
@@ -26,6 +24,7 @@ from relevance_memory._summary import (
     render_summary,
 )
 from relevance_memory._tokenizer import TiktokenCounter
+from relevance_memory.pipeline.prefilter import ChunkedBM25, prefilter_chains
 
 COUNTER = TiktokenCounter("o200k_base")
 
