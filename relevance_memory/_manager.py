@@ -24,8 +24,8 @@ from ._store import MessageStore
 from ._summary import OfflineSummarizer, Summarizer, SummaryCache
 from ._tokenizer import TiktokenCounter, TokenCounter
 from .pipeline import BuildState, BuiltContext, Seams
+from .pipeline._bm25 import PrefilterIndex
 from .pipeline.order import DEFAULT_ORDER, OrderPolicy
-from .pipeline.prefilter import PrefilterIndex
 
 __all__ = ["BuiltContext", "RelevanceMemoryManager"]
 

@@ -1,4 +1,4 @@
-"""``relmem`` — the command line: build a context from a transcript, explain a record."""
+"""``relmem build``: build the context from a transcript and write it with its decision record."""
 
 from __future__ import annotations
 
@@ -9,34 +9,17 @@ from pathlib import Path
 from typing import Annotated, Literal
 
 import typer
-from rich import box
-from rich.console import Console
 from rich.table import Table
 
-from ._exceptions import RelevanceMemoryError
-from ._io import load_transcript
-from ._manager import RelevanceMemoryManager
-from ._record import DecisionRecord
+from .._exceptions import RelevanceMemoryError
+from .._io import load_transcript
+from .._manager import RelevanceMemoryManager
+from .._record import DecisionRecord
+from ._common import console, fail, plural, short
 
-__all__ = ["app", "main"]
-
-app = typer.Typer(
-    name="relmem",
-    help="Build relevant, budgeted LLM context from an agent's full history.",
-    no_args_is_help=True,
-    add_completion=False,
-    pretty_exceptions_enable=False,
-)
-console = Console()
-err = Console(stderr=True)
+__all__ = ["build"]
 
 
-def _fail(message: str) -> typer.Exit:
-    err.print(f"[bold red]error:[/] {message}", soft_wrap=True)
-    return typer.Exit(code=2)
-
-
-@app.command()
 def build(
     transcript: Annotated[Path, typer.Argument(help="Transcript: OpenAI chat JSON/JSONL, a SWE-bench run, or τ-bench results.")],
     goal: Annotated[str | None, typer.Option(help="Final goal. Default: the first user message.")] = None,
@@ -55,10 +38,10 @@ def build(
 ) -> None:
     """Build the context for the next LLM call from TRANSCRIPT and write it with its decision record."""
     if scorer not in ("auto", "llm", "offline"):
-        raise _fail(f"--scorer must be auto, llm or offline, not {scorer!r}")
+        raise fail(f"--scorer must be auto, llm or offline, not {scorer!r}")
     try:
-        from ._config import MemoryConfig
-        from ._llm_scorer import resolve_scorer  # imports openai only when building
+        from .._config import MemoryConfig
+        from .._llm_scorer import resolve_scorer  # imports openai only when building
 
         logging.getLogger("instructor").addHandler(logging.NullHandler())  # failures show as warnings below
 
@@ -72,13 +55,13 @@ def build(
         loaded = load_transcript(transcript, index=index)
         memory = RelevanceMemoryManager(config, scorer=chosen)
         if not loaded.messages:
-            raise _fail(f"{transcript} holds no messages: nothing to build")
+            raise fail(f"{transcript} holds no messages: nothing to build")
         memory.extend(loaded.messages)
         memory.set_goal(final=goal, subtask=subtask)
         built = memory.build_context()
     except RelevanceMemoryError as exc:
         message = str(exc).replace("set on_invalid='repair'", "pass --repair")
-        raise _fail(message) from None
+        raise fail(message) from None
     stem = transcript.name.removesuffix(".jsonl").removesuffix(".json")
     if loaded.count > 1:
         stem = f"{stem}.{index}"
@@ -102,14 +85,14 @@ def _scorer_kind(value: str) -> Literal["auto", "llm", "offline"]:
 
 def _print_summary(path: Path, fmt: str, count: int, index: int, rec: DecisionRecord, scorer_note: str = "") -> None:
     which = f", run {index} of {count}" if count > 1 else ""
-    console.print(f"[bold]relmem build[/] {path} ({fmt}{which}, {_n(rec.messages_before, 'message')})")
+    console.print(f"[bold]relmem build[/] {path} ({fmt}{which}, {plural(rec.messages_before, 'message')})")
     goal = rec.goal
     if goal.source == "first_user_message":
         console.print("final goal: [italic]the first user message[/] (pass --goal to set it)")
     elif goal.final:
-        console.print(f"final goal: {_short(goal.final, 100)}")
+        console.print(f"final goal: {short(goal.final, 100)}")
     if goal.subtask:
-        console.print(f"subtask: {_short(goal.subtask, 100)}")
+        console.print(f"subtask: {short(goal.subtask, 100)}")
     scorer = "offline (deterministic, no API key)" if rec.scorer == "offline" else f"{rec.scorer} ({rec.scorer_model})"
     console.print(f"scorer: {scorer_note or scorer}, rubric {rec.rubric_version}")
     counts = rec.decision_counts()
@@ -121,11 +104,11 @@ def _print_summary(path: Path, fmt: str, count: int, index: int, rec: DecisionRe
     table.add_row("tokens", f"{rec.tokens_before:,}", f"{rec.tokens_after:,} (budget {rec.budget:,})")
     table.add_row(
         "recent (working memory)", "",
-        f"{_n(counts['recent'], 'msg')} in {_n(rec.working_steps, 'step')} (keep-recent {rec.keep_recent} + newest user msg)",
+        f"{plural(counts['recent'], 'msg')} in {plural(rec.working_steps, 'step')} (keep-recent {rec.keep_recent} + newest user msg)",
     )
     pinned = sum(1 for d in rec.messages if d.decision == "kept" and d.tier == "pinned")
     if pinned:
-        table.add_row("system prompt (pinned)", "", f"{_n(pinned, 'msg')}")
+        table.add_row("system prompt (pinned)", "", f"{plural(pinned, 'msg')}")
     table.add_row("kept older (by score)", "", f"{counts['kept'] - pinned:,} msgs")
     archived = counts["dropped"] + counts["summarised"]
     table.add_row("archived", "", f"{archived:,} msgs ({counts['summarised']:,} summarised)")
@@ -144,89 +127,3 @@ def _print_summary(path: Path, fmt: str, count: int, index: int, rec: DecisionRe
     console.print(table)
     for warning in rec.warnings:
         console.print(f"[yellow]warning:[/] {warning}")
-
-
-_TYPE_ABBREV = {
-    "user_instruction": "instruction",
-    "user_chat": "chat",
-    "assistant_reasoning": "reasoning",
-    "tool_call": "call",
-    "tool_result": "result",
-}
-
-
-def _n(count: int, noun: str) -> str:
-    return f"{count:,} {noun}{'' if count == 1 else 's'}"
-
-
-def _short(text: str, n: int) -> str:
-    text = " ".join(text.split())
-    return text if len(text) <= n else text[: n - 1] + "…"
-
-
-@app.command()
-def explain(
-    record: Annotated[Path, typer.Argument(help="A decision record written by `relmem build`.")],
-    decision: Annotated[str | None, typer.Option(help="Only messages with this decision: kept, recent, summarised, dropped.")] = None,
-    limit: Annotated[int, typer.Option(help="Show at most this many rows (0 = all).")] = 0,
-    full: Annotated[bool, typer.Option("--full", help="Wrap each reason over several lines instead of cutting it.")] = False,
-) -> None:
-    """Show the per-message decisions of a build: score, source, tier, decision, reason."""
-    try:
-        rec = DecisionRecord.from_json(record.read_bytes())
-    except OSError as exc:
-        raise _fail(f"cannot read {record}: {exc.strerror or exc}") from None
-    except ValueError as exc:
-        raise _fail(f"{record} is not a decision record: {str(exc).splitlines()[0]}") from None
-    if decision is not None and decision not in ("kept", "recent", "summarised", "dropped"):
-        raise _fail(f"--decision must be kept, recent, summarised or dropped, not {decision!r}")
-    rows = [d for d in rec.messages if decision is None or d.decision == decision]
-    shown = rows[:limit] if limit else rows
-    table = Table(
-        title=f"build {rec.build_id}: {rec.tokens_before:,} → {rec.tokens_after:,} tokens (budget {rec.budget:,})",
-        box=box.SIMPLE_HEAD,
-        expand=True,
-        pad_edge=False,
-    )
-    wide = console.width >= 120  # narrow terminals: drop step and tier so the reason has room
-    columns = [("id", "left"), ("step", "right"), ("type", "left"), ("tokens", "right"), ("score", "left"), ("decision", "left")]
-    for col, justify in columns if wide else [c for c in columns if c[0] != "step"]:
-        table.add_column(col, justify=justify, no_wrap=True)  # type: ignore[arg-type]
-    # one line per message unless --full; the full reasons are also in the JSON record
-    table.add_column("reason", ratio=1, min_width=24, no_wrap=not full, overflow="fold" if full else "ellipsis")
-    style = {"kept": "green", "recent": "cyan", "summarised": "yellow", "dropped": "red"}
-    for d in shown:
-        reason = d.reason + (f" — {d.note}" if d.note else "")
-        score = "" if d.score is None else f"{d.score} {d.score_source.value if d.score_source else ''}"
-        if not wide:
-            score = "" if d.score is None else str(d.score)
-        tier = f" ({d.tier})" if wide and d.tier in ("core", "working", "archive") else ""
-        cells = [d.id, str(d.step), _TYPE_ABBREV.get(d.msg_type, d.msg_type), f"{d.tokens:,}", score,
-                 f"[{style[d.decision]}]{d.decision}[/]{tier}", reason]
-        table.add_row(*(cells if wide else cells[:1] + cells[2:]))
-    console.print(table)
-    if limit and len(rows) > limit:
-        console.print(f"… {len(rows) - limit} more rows (use --limit 0 for all)")
-    counts = rec.decision_counts()
-    console.print(", ".join(f"{k}: {v}" for k, v in counts.items()))
-    for warning in rec.warnings:
-        console.print(f"[yellow]warning:[/] {warning}")
-
-
-from ._cli_eval import eval_app, rubric_app  # noqa: E402 - sub-apps register after the core commands
-
-app.add_typer(eval_app, name="eval")
-app.add_typer(rubric_app, name="rubric")
-
-from ._cli_pheromone import register as _register_pheromone  # noqa: E402
-
-_register_pheromone(app)
-
-
-def main() -> None:
-    """Entry point of the ``relmem`` console script."""
-    app()
-
-
-if __name__ == "__main__":
-    main()

@@ -17,7 +17,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import TYPE_CHECKING, Any, Protocol, TypeVar
+from typing import Any, Protocol, TypeVar
 
 from .._capabilities import ScorerCapabilities
 from .._config import MemoryConfig
@@ -27,11 +27,9 @@ from .._record import DecisionRecord
 from .._scoring import OfflineScorer, ScoreCache, Scorer, ScoringResult
 from .._summary import PyramidResult, Summarizer, SummaryCache
 from .._tokenizer import TokenCounter
+from ._bm25 import PrefilterIndex
 from .ledger import BudgetLedger
 from .order import OrderPolicy
-
-if TYPE_CHECKING:
-    from .prefilter import PrefilterIndex
 
 __all__ = [
     "Assembled",
