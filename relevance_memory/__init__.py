@@ -14,7 +14,7 @@ chains, a token budget filled by score, and a decision record saying why.
 from typing import TYPE_CHECKING, Any
 
 from ._cache import DiskScoreCache
-from ._client import AsyncManagedOpenAI, ManagedOpenAI, manage, message_to_dict
+from ._client import AsyncManagedOpenAI, ManagedOpenAI, manage
 from ._config import (
     MemoryConfig,
     PheromoneConfig,
@@ -53,6 +53,7 @@ from ._scoring import (
     ScoringResult,
     score_cache_key,
 )
+from ._session import message_to_dict
 from ._store import MessageStore
 from ._summary import LLMSummarizer, OfflineSummarizer, Summarizer, SummaryDraft, SummaryItem
 from ._tokenizer import TiktokenCounter, TokenCounter, image_tokens
