@@ -12,7 +12,7 @@ import pytest
 
 from relevance_memory import GOAL_BLOCK_MARKER, SUMMARY_MARKER, RelevanceMemoryManager, TiktokenCounter, check_context
 
-CASES = Path(__file__).resolve().parents[2] / "shared" / "cases"
+CASES = Path(__file__).resolve().parents[3] / "shared" / "cases"
 if not CASES.is_dir():
     CASES = Path("/work/shared/cases")
 

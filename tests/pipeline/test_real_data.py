@@ -16,7 +16,7 @@ from invariants import assert_invariants
 
 from relevance_memory import GOAL_BLOCK_MARKER, BuiltContext, ContextOverflowError, RelevanceMemoryManager, TokenCounter
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 DATA = REPO.parent / "shared" / "data"
 SWE = sorted((DATA / "swebench_trajectories").glob("*.json")) if DATA.is_dir() else []
 TAU = DATA / "tau_bench" / "gpt-4o-airline.json"

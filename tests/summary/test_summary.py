@@ -300,7 +300,7 @@ def test_cli_heatmap_writes_png_and_exports(tmp_path: Path) -> None:
 
     from relevance_memory.cli import app
 
-    run = Path(__file__).resolve().parents[1] / "fixtures" / "sympy__sympy-20590.json"
+    run = Path(__file__).resolve().parents[2] / "fixtures" / "sympy__sympy-20590.json"
     out = tmp_path / "hm.png"
     result = CliRunner().invoke(app, [
         "heatmap", str(run), "--out", str(out), "--top", "10", "--budget", "6000",
