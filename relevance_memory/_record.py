@@ -100,7 +100,8 @@ class DecisionRecord(BaseModel):
     """The account of one build (SPEC §8); serialises to JSON and back.
 
     Token fields are in tokens of the configured encoding, including the 3 tokens that
-    prime the reply; ``budget`` is the limit ``tokens_after`` never exceeds.
+    prime the reply; ``budget`` is the limit ``tokens_after`` never exceeds, and
+    ``budget_breakdown`` says where it went (``spent`` per purpose sums to ``tokens_after``).
     """
 
     build_id: str
@@ -126,6 +127,9 @@ class DecisionRecord(BaseModel):
     chains_total: int = 0
     summaries: list[SummaryRecord] = Field(default_factory=list)
     warnings: list[str] = Field(default_factory=list)
+    budget_breakdown: BudgetBreakdown | None = Field(
+        default=None, description="where the budget went, by purpose (None in records written before it existed)"
+    )
     messages: list[MessageDecision] = Field(default_factory=list)
 
     @property

@@ -15,7 +15,7 @@ from .._exceptions import RelevanceMemoryError
 from .._io import load_transcript
 from .._manager import RelevanceMemoryManager
 from .._record import DecisionRecord
-from ._common import console, fail, plural, short
+from ._common import budget_line, console, fail, plural, short
 
 __all__ = ["build"]
 
@@ -125,5 +125,7 @@ def _print_summary(path: Path, fmt: str, count: int, index: int, rec: DecisionRe
     if rec.identity:
         table.caption = "the whole history fits the budget: the context equals the input"
     console.print(table)
+    if rec.budget_breakdown is not None:
+        console.print(f"budget: {budget_line(rec.budget_breakdown)} tokens")
     for warning in rec.warnings:
         console.print(f"[yellow]warning:[/] {warning}")

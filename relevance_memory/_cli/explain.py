@@ -10,7 +10,7 @@ from rich import box
 from rich.table import Table
 
 from .._record import DecisionRecord
-from ._common import console, fail
+from ._common import budget_notes, budget_table, console, fail
 
 __all__ = ["explain"]
 
@@ -29,7 +29,7 @@ def explain(
     limit: Annotated[int, typer.Option(help="Show at most this many rows (0 = all).")] = 0,
     full: Annotated[bool, typer.Option("--full", help="Wrap each reason over several lines instead of cutting it.")] = False,
 ) -> None:
-    """Show the per-message decisions of a build: score, source, tier, decision, reason."""
+    """Show the per-message decisions of a build (score, source, tier, decision, reason) and where the budget went."""
     try:
         rec = DecisionRecord.from_json(record.read_bytes())
     except OSError as exc:
@@ -67,5 +67,9 @@ def explain(
         console.print(f"… {len(rows) - limit} more rows (use --limit 0 for all)")
     counts = rec.decision_counts()
     console.print(", ".join(f"{k}: {v}" for k, v in counts.items()))
+    if rec.budget_breakdown is not None:
+        console.print(budget_table(rec.budget_breakdown))
+        for note in budget_notes(rec.budget_breakdown):
+            console.print(f"  {note}")
     for warning in rec.warnings:
         console.print(f"[yellow]warning:[/] {warning}")

@@ -5,7 +5,7 @@ prime the reply, the pinned system prompt(s), the goal block, working memory (th
 steps), then the candidates that selection keeps (``core``, then ``working``), and the
 summaries of the archive. The ledger is an immutable value: each stage takes the ledger
 of the stage before it and returns a new one with its own lines added, so the decision
-record can say where every token went (``DecisionRecord.budget``) and ``left`` is always
+record can say where every token went (``DecisionRecord.budget_breakdown``) and ``left`` is always
 what the next stage may spend.
 
     ledger = BudgetLedger(8000).spend(Purpose.REPLY_PRIMING, 3).spend(Purpose.PINNED, 412)

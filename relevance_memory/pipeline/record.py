@@ -3,7 +3,8 @@
 The stage reads every earlier stage's output and the pheromone memory (each message's
 strength) and writes the :class:`DecisionRecord`: per message its score and source, tier,
 decision (``kept | recent | summarised | dropped``) and the reason; the build's budget,
-tokens before and after, scorer usage, cache hits and warnings.
+tokens before and after, where the budget went (the ledger's breakdown by purpose), scorer
+usage, cache hits and warnings.
 """
 
 from __future__ import annotations
@@ -154,5 +155,6 @@ def record(state: BuildState, seams: Seams) -> DecisionRecord:
             for s in (pyramid.summaries if pyramid is not None else [])
         ],
         warnings=warnings,
+        budget_breakdown=(summarised.ledger if summarised is not None else part.ledger).breakdown(),
         messages=decisions,
     )

@@ -189,7 +189,7 @@ def summarise(state: BuildState, seams: Seams) -> Summarised:
         chosen, pyramid, held = attempt(reserve)
     warnings: list[str] = []
     if reserve:
-        ledger = ledger.reserve(Purpose.SUMMARIES, reserve, "summary reserve: candidates filled the rest")
+        ledger = ledger.reserve(Purpose.SUMMARIES, reserve, "candidates filled the rest")
     if not pyramid.summaries and _goal_block_is_pointer(state, part, goal_text, set(part.recent | chosen.kept)):
         freed = ledger.spent_on(Purpose.GOAL_BLOCK)
         ledger = ledger.release(Purpose.GOAL_BLOCK, freed, "yielded to the summary: it only pointed at the kept task statement")
