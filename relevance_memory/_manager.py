@@ -25,6 +25,7 @@ from ._summary import OfflineSummarizer, Summarizer, SummaryCache
 from ._tokenizer import TiktokenCounter, TokenCounter
 from .pipeline import BuildState, BuiltContext, Seams
 from .pipeline._bm25 import PrefilterIndex
+from .pipeline._deposits import DepositLog
 from .pipeline.order import DEFAULT_ORDER, OrderPolicy
 
 __all__ = ["BuiltContext", "RelevanceMemoryManager"]
@@ -83,6 +84,7 @@ class RelevanceMemoryManager:
         self.summarizer: Summarizer = summarizer or OfflineSummarizer()
         self.summary_cache = SummaryCache()
         self.pheromone = PheromoneField(self.config.pheromone)
+        self._deposits = DepositLog()
         self._prefilter_index = PrefilterIndex()
         self.order: OrderPolicy = order or DEFAULT_ORDER
         self.tokenizer: TokenCounter = tokenizer or TiktokenCounter(
@@ -124,9 +126,17 @@ class RelevanceMemoryManager:
         """A new manager like this one, holding ``messages`` (OpenAI chat dicts, ingested in order).
 
         The store is append-only, so a caller whose history was edited starts over with
-        this. The new manager shares the config, scorer, score cache (unchanged messages
-        are not re-scored by a content-keyed scorer such as the LLM one), summarizer,
-        tokenizer and clock, and carries over the explicit final goal and the subtask.
+        this (the managed client does, on every resync). The new manager shares the config,
+        scorer, tokenizer, clock, order policy and summarizer, carries over the explicit
+        final goal and the subtask, and keeps the memory of what did not change:
+
+        - the score caches (the shared one, and this history's own for a context-dependent
+          scorer such as the offline one): unchanged messages are not re-scored;
+        - the summary cache: unchanged runs of archived messages are not summarised again;
+        - the pheromone memory of the leading messages that are the same as here (id, role,
+          content, tool calls): this memory's deposits are replayed for them onto the new
+          field, so their strengths and latest scores carry over (SPEC §5); messages from the
+          first changed one on start afresh.
 
         Raises:
             InvalidMessageError: a message of ``messages`` is invalid.
@@ -135,8 +145,17 @@ class RelevanceMemoryManager:
             self.config, scorer=self.scorer, score_cache=self.score_cache, tokenizer=self.tokenizer, clock=self._clock,
             summarizer=self.summarizer, order=self.order,
         )
+        other._history_scores = self._history_scores
+        other.summary_cache = self.summary_cache
         other.set_goal(final=self._final, subtask=self._subtask)
         other.extend(messages)
+        ours, theirs = self.store.messages, other.store.messages
+        keep = next(
+            (n for n, (a, b) in enumerate(zip(ours, theirs, strict=False)) if _identity(a) != _identity(b)),
+            min(len(ours), len(theirs)),
+        )
+        if self.config.pheromone.enabled:
+            other._deposits = self._deposits.replay(other.pheromone, theirs, keep)
         return other
 
     # ------------------------------------------------------------------ goal
@@ -211,6 +230,7 @@ class RelevanceMemoryManager:
             # manager only, never in a shared or on-disk cache (SPEC §6)
             score_cache=self._history_scores if capabilities.context_dependent else self.score_cache,
             pheromone=self.pheromone,
+            deposit_log=self._deposits,
             summarizer=self.summarizer,
             summary_cache=self.summary_cache,
             tokenizer=self.tokenizer,
@@ -218,3 +238,9 @@ class RelevanceMemoryManager:
             prefilter_index=self._prefilter_index,
             order=self.order,
         )
+
+
+def _identity(message: Message) -> tuple[str, str, str | None, str | None]:
+    """What makes a message the same one in another store: id, content hash (role, content
+    and tool calls), tool call id and name."""
+    return (message.id, message.content_hash, message.tool_call_id, message.name)

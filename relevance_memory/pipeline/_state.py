@@ -28,6 +28,7 @@ from .._scoring import OfflineScorer, ScoreCache, Scorer, ScoringResult
 from .._summary import PyramidResult, Summarizer, SummaryCache
 from .._tokenizer import TokenCounter
 from ._bm25 import PrefilterIndex
+from ._deposits import DepositLog
 from .ledger import BudgetLedger
 from .order import OrderPolicy
 
@@ -114,6 +115,7 @@ class Seams:
         score_cache: where this scorer's scores are cached (the shared cache, or the
             manager's own for a context-dependent scorer; SPEC §6).
         pheromone: the pheromone memory (SPEC §5); read and written only through its methods.
+        deposit_log: the deposits made so far (replayed by a resync, :class:`DepositLog`).
         summarizer: the archive's summarizer (SPEC §7) and ``summary_cache`` its drafts.
         tokenizer: counts tokens (the same counter the store counted with).
         clock: "now", timezone-aware (the record's ``created_at``).
@@ -128,6 +130,7 @@ class Seams:
     fallback: OfflineScorer
     score_cache: ScoreCache
     pheromone: PheromoneField
+    deposit_log: DepositLog
     summarizer: Summarizer
     summary_cache: SummaryCache
     tokenizer: TokenCounter

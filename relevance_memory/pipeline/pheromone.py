@@ -10,13 +10,19 @@ Two moments of a build write to the memory, both through the field's own methods
 
 Every other stage only reads the memory (strength as memory of this task, the score from
 before this subtask). With ``pheromone.enabled=False`` neither writes.
+
+The deposits are also written to a :class:`DepositLog`, so that a memory rebuilt over an
+edited history (:meth:`RelevanceMemoryManager.fresh`, every resync of the managed client)
+can replay them onto a new field for the messages it still holds, instead of forgetting
+what the old memory learnt.
 """
 
 from __future__ import annotations
 
+from ._deposits import DepositLog
 from ._state import BuildState, Seams, required
 
-__all__ = ["deposit", "observe"]
+__all__ = ["DepositLog", "deposit", "observe"]
 
 
 def observe(seams: Seams) -> None:
@@ -30,6 +36,7 @@ def deposit(state: BuildState, seams: Seams) -> None:
     if seams.config.pheromone.enabled:
         scores = required(state.scored, "score").scores
         store = seams.store
-        seams.pheromone.deposit(
-            {store[i].id: s.score for i, s in scores.items()}, state.goal.effective_subtask, state.goal.final
-        )
+        ids = {store[i].id: s.score for i, s in scores.items()}
+        goal, subtask = state.goal.final, state.goal.effective_subtask
+        seams.pheromone.deposit(ids, subtask, goal)
+        seams.deposit_log.record(len(store), ids, subtask, goal)
