@@ -21,7 +21,8 @@ and ``""`` are equal. Then:
 - otherwise the history *diverged* (an edited, trimmed or reordered message, or a reply
   that was not appended, e.g. a retry). With ``on_divergence="resync"`` (default) the
   memory starts over from the given history (:meth:`RelevanceMemoryManager.fresh`:
-  same config, scorer, score cache — unchanged messages are not re-scored — and goal)
+  same config, scorer and goal; the score and summary caches and the pheromone memory of
+  the unchanged leading messages are kept, so they are not re-scored nor forgotten)
   and a :class:`RuntimeWarning` names the first differing position; with ``"raise"``,
   :class:`HistoryDivergedError` is raised before any request is sent. A message is
   never recorded twice or out of place.
