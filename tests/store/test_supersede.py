@@ -23,7 +23,7 @@ from relevance_memory._supersede import (
     items_from_messages,
 )
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 
 
 def chat(*texts: str, role: str = "user") -> list[SupersedeItem]:
