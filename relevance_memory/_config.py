@@ -113,6 +113,16 @@ class MemoryConfig(BaseModel):
             archived messages are dropped (still restorable from the store).
         score_cache_dir: directory of the on-disk score cache (SPEC §6); ``None`` keeps
             the cache in process only.
+        embeddings: read meaning as well as words (issue 11, SPEC §3 "embeddings
+            optional"): each message is embedded once on ingest with the default static
+            model (WordLlama, shipped in its wheel; nothing is downloaded), the offline
+            scorer fuses the cosine to the goal into its score and weight, and the prefilter
+            ranks by BM25 and cosine (reciprocal-rank fusion). Without the ``wordllama``
+            package the build is lexical and its record says so once. ``False``: lexical only.
+        supersede: mark older messages that a newer one supersedes (the same call again,
+            the same file shown again, a fact restated with a new value; SPEC §10), and
+            prefer the newer in selection: the older one is archived (summarised as the
+            earlier value) unless the goal asks for history. Nothing is deleted.
         pheromone: the pheromone field's parameters (:class:`PheromoneConfig`, SPEC §5).
     """
 
@@ -141,6 +151,8 @@ class MemoryConfig(BaseModel):
     prefilter: bool | Literal["auto"] = "auto"
     summaries: bool = True
     score_cache_dir: str | None = None
+    embeddings: bool = True
+    supersede: bool = True
     pheromone: PheromoneConfig = Field(default_factory=lambda: PheromoneConfig())
 
     @model_validator(mode="after")

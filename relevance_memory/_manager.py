@@ -16,10 +16,12 @@ from . import pipeline
 from ._cache import DiskScoreCache
 from ._capabilities import ScorerCapabilities
 from ._config import MemoryConfig
+from ._embedding import VectorIndex, default_embedder
 from ._exceptions import ConfigError
 from ._models import Message, TaskGoal, content_text
 from ._pheromone import PheromoneField
 from ._scoring import InMemoryScoreCache, OfflineScorer, ScoreCache, Scorer
+from ._semantic import SemanticScorer
 from ._store import MessageStore
 from ._summary import OfflineSummarizer, Summarizer, SummaryCache
 from ._tokenizer import TiktokenCounter, TokenCounter
@@ -35,7 +37,10 @@ class RelevanceMemoryManager:
 
     Args:
         config: a :class:`MemoryConfig`; keyword overrides are applied on top of it.
-        scorer: relevance scorer; default :class:`OfflineScorer` (no network).
+        scorer: relevance scorer; default the offline scorer (no network): lexical rules
+            fused with the embedding's cosine to the goal (:class:`SemanticScorer`) when
+            ``config.embeddings`` and the bundled model are there, else lexical only
+            (:class:`OfflineScorer`; the first build's record says why).
         score_cache: score cache; default an in-process LRU (:class:`InMemoryScoreCache`), or
             :class:`DiskScoreCache` in ``config.score_cache_dir`` when that is set.
         summarizer: summarizer of the archive (SPEC §7); default :class:`OfflineSummarizer`.
@@ -43,6 +48,9 @@ class RelevanceMemoryManager:
         clock: returns "now" (timezone-aware); injected for tests.
         order: how selection orders each tier (:class:`OrderPolicy`; default
             :data:`~relevance_memory.pipeline.order.DEFAULT_ORDER`, SPEC §3 step 6).
+        vectors: the message-vector index to keep vectors in (by content hash; shared by
+            :meth:`fresh` so a resync embeds nothing twice); default a new one on the bundled
+            model when ``config.embeddings``, ``None`` otherwise.
         **overrides: any :class:`MemoryConfig` field, e.g. ``max_input_tokens=8000``.
 
     Raises:
@@ -67,13 +75,22 @@ class RelevanceMemoryManager:
         clock: Callable[[], datetime] | None = None,
         summarizer: Summarizer | None = None,
         order: OrderPolicy | None = None,
+        vectors: VectorIndex | None = None,
         **overrides: Any,
     ) -> None:
         if overrides:
             base = config.model_dump() if config else {}
             config = MemoryConfig.create(**{**base, **overrides})
         self.config = config or MemoryConfig()
-        self.scorer: Scorer = scorer or OfflineScorer()
+        if vectors is None and self.config.embeddings:
+            embedder = default_embedder()
+            vectors = VectorIndex(embedder) if embedder is not None else None
+        self.vectors: VectorIndex | None = vectors if self.config.embeddings else None
+        # without the bundled model the semantic scorer is the lexical one and its first
+        # result says why (once); with embeddings off it is exactly the lexical scorer
+        self.scorer: Scorer = scorer or (
+            SemanticScorer(index=self.vectors) if self.config.embeddings else OfflineScorer()
+        )
         self._offline = OfflineScorer()
         if score_cache is None and self.config.score_cache_dir:
             score_cache = DiskScoreCache(self.config.score_cache_dir)
@@ -96,6 +113,8 @@ class RelevanceMemoryManager:
             on_invalid=self.config.on_invalid,
             reference_max_df=self.config.reference_max_df,
             clock=self._clock,
+            vectors=self.vectors,
+            supersede=self.config.supersede,
         )
         self._final: str | None = None
         self._subtask: str = ""
@@ -143,7 +162,7 @@ class RelevanceMemoryManager:
         """
         other = RelevanceMemoryManager(
             self.config, scorer=self.scorer, score_cache=self.score_cache, tokenizer=self.tokenizer, clock=self._clock,
-            summarizer=self.summarizer, order=self.order,
+            summarizer=self.summarizer, order=self.order, vectors=self.vectors,
         )
         other._history_scores = self._history_scores
         other.summary_cache = self.summary_cache

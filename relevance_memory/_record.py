@@ -34,6 +34,10 @@ class MessageDecision(BaseModel):
             ``summarised`` (folded into the summary pyramid), ``dropped`` (not in the context).
         chain_id: id of the trace chain's first message.
         note: extra detail (``"over budget"``, ``"orphan tool result"`` …).
+        superseded_by: id of the newer message that supersedes this one (SPEC §10; the
+            message is never deleted), ``None`` when nothing does.
+        supersede_reason: why (``"the same call (bash …) returned a newer result at step 31"``).
+        supersedes: ids of the older messages this one supersedes (the other end of the link).
     """
 
     id: str
@@ -50,6 +54,9 @@ class MessageDecision(BaseModel):
     decision: Decision
     chain_id: str
     note: str = ""
+    superseded_by: str | None = None
+    supersede_reason: str = ""
+    supersedes: list[str] = Field(default_factory=list)
 
 
 class SummaryRecord(BaseModel):
@@ -120,6 +127,10 @@ class DecisionRecord(BaseModel):
     scorer: str = "offline"
     scorer_model: str = "offline-v2"
     rubric_version: str = "offline-v2"
+    embedder: str = Field(
+        default="",
+        description="the message-vector model as name@version (issue 11), empty when the build was lexical only",
+    )
     usage: ScorerUsage = Field(default_factory=ScorerUsage)
     cache_hits: int = 0
     cache_misses: int = 0

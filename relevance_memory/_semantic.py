@@ -19,7 +19,9 @@ exist so they can be compared by measurement (``benchmarks/ablation_semantic.py`
 
 Bonuses apply to message types in ``SemanticFusion.types`` (chat turns and assistant prose
 by default: tool output embeds poorly against a task statement) and never lift a score
-above ``max_score``. Each item's reason says what fired ("semantic match 0.41 to the goal,
+above ``max_score``. The default model is English-centric (a Llama-2 vocabulary: most CJK
+characters fall back to shared byte tokens), so a goal or message that is mostly CJK text
+(:data:`CJK_SHARE`) gets no semantic bonus; the lexical rules (CJK bigrams) decide it. Each item's reason says what fired ("semantic match 0.41 to the goal,
 top 3%"). Ranks are taken over the items scored together, which for the offline scorer is
 every candidate of the build (it is ``local``: no prefilter runs in front of it).
 
@@ -29,6 +31,8 @@ Vectors are computed once per content hash (:class:`VectorIndex`) and once per g
 from __future__ import annotations
 
 import math
+import re
+import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -39,7 +43,7 @@ from ._embedding import Embedder, VectorIndex, default_embedder, embedder_unavai
 from ._models import MessageType, RelevanceScore, TaskGoal
 from ._scoring import OfflineScorer, ScoreItem, ScoringContext, ScoringResult
 
-__all__ = ["RRF_K", "SemanticFusion", "SemanticScorer", "semantic_ranks"]
+__all__ = ["CJK_SHARE", "RRF_K", "SemanticFusion", "SemanticScorer", "mostly_cjk", "rrf_fuse", "semantic_ranks"]
 
 RRF_K = 60
 """Reciprocal-rank fusion constant (Cormack, Clarke & Büttcher, SIGIR 2009)."""
@@ -47,7 +51,19 @@ RANK_FLOOR = 50
 """Ranks are shares of ``max(candidates, 50)``: in a small history only the very best
 few can be "top 5 %"."""
 
+CJK_SHARE = 0.3
+"""Share of CJK characters above which a text is left to the lexical rules."""
+_CJK = re.compile(r"[\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uac00-\ud7af\uf900-\ufaff]")
+
+
+def mostly_cjk(text: str) -> bool:
+    """Whether more than :data:`CJK_SHARE` of the text's non-space characters are CJK."""
+    sample = "".join(text[:2000].split())
+    return bool(sample) and len(_CJK.findall(sample)) / len(sample) > CJK_SHARE
+
+
 FusionMode = Literal["off", "weight", "score", "rrf", "weighted"]
+_WARNED_PROCESS: list[bool] = []  # the missing-model warning is raised once per process
 
 
 @dataclass(frozen=True)
@@ -90,6 +106,22 @@ class SemanticFusion:
                 f"-l{self.lift_matched[0]}{self.lift_matched[1]}")
 
 
+def rrf_fuse(lexical: Sequence[float], semantic: Sequence[float], k: int = RRF_K) -> list[float]:
+    """Reciprocal-rank fusion (Cormack, Clarke & Büttcher, SIGIR 2009): ``Σ 1 / (k + rank)``
+    over the two orders (rank from 1; ties go to the later position, i.e. the newer message).
+    A message with lexical score ≤ 0 gets only its semantic term, so every message has a
+    positive fused score and BM25's misses can still rank by meaning."""
+    def ranks(values: Sequence[float]) -> list[int]:
+        order = sorted(range(len(values)), key=lambda i: (-values[i], -i))
+        out = [0] * len(values)
+        for rank, i in enumerate(order, start=1):
+            out[i] = rank
+        return out
+
+    lex, sem = ranks(lexical), ranks(semantic)
+    return [(1.0 / (k + lex[i]) if lexical[i] > 0 else 0.0) + 1.0 / (k + sem[i]) for i in range(len(lexical))]
+
+
 def semantic_ranks(values: Sequence[float]) -> list[float]:
     """Rank share of each value among ``values`` (0 = best; ties share the better rank):
     ``(number of strictly larger values) / max(len(values), RANK_FLOOR)``."""
@@ -109,9 +141,9 @@ class SemanticScorer:
 
     Args:
         fusion: how the signals are fused (:class:`SemanticFusion`).
-        embedder: the embedder; default :func:`default_embedder` (loaded lazily, in the
-            process that scores). When none is available the scorer is the lexical one
-            and :attr:`warnings` says why, once.
+        embedder: the embedder; default :func:`default_embedder` (loaded once per process,
+            also in a worker process). When none is available the scorer is the lexical one
+            and its first result's warnings say why (and a ``RuntimeWarning``, once per process).
         index: vector store to reuse (keyed by content hash); default a new one.
 
     The scorer is picklable (the embedder is reloaded in a worker process).
@@ -125,50 +157,47 @@ class SemanticScorer:
         self, fusion: SemanticFusion | None = None, *, embedder: Embedder | None = None, index: VectorIndex | None = None
     ) -> None:
         self.fusion = fusion or SemanticFusion()
-        self._embedder = embedder
-        self._index = index
         self._lexical = OfflineScorer()
         self._goal_vectors: dict[str, Any] = {}
-        self._reason_off = ""
         self._warned = False
-        self._loaded = embedder is not None or index is not None
+        self._default = embedder is None and index is None
+        self._resolve(embedder, index)
+
+    def _resolve(self, embedder: Embedder | None, index: VectorIndex | None) -> None:
+        self._reason_off = ""
+        if index is None and embedder is None:
+            embedder = default_embedder()
+            if embedder is None:
+                self._reason_off = embedder_unavailable_reason()
+        if index is None and embedder is not None:
+            index = VectorIndex(embedder)
+        self._index = index
+        if index is None or self.fusion.mode == "off":
+            self.model = self._lexical.model
+        else:
+            self.model = f"{self._lexical.model}+{index.embedder.name}@{index.version}:{self.fusion.label}"
+        self.rubric_version = self.model
+        """``offline-v2`` plus the embedder, its version and the fusion (part of every score-cache key)."""
 
     def __getstate__(self) -> dict[str, Any]:
         state = dict(self.__dict__)
-        if state.get("_embedder") is default_embedder() or state.get("_embedder") is None:
-            state["_embedder"], state["_index"], state["_loaded"] = None, None, False
+        if self._default:  # a worker process loads the bundled model itself
+            state["_index"] = None
         state["_goal_vectors"] = {}
         return state
 
-    # ----------------------------------------------------------------- identity
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        if self._default:
+            self._resolve(None, None)
+
     def _ensure(self) -> VectorIndex | None:
-        if not self._loaded:
-            self._loaded = True
-            self._embedder = self._embedder or default_embedder()
-            if self._embedder is None:
-                self._reason_off = embedder_unavailable_reason()
-        if self._index is None and self._embedder is not None:
-            self._index = VectorIndex(self._embedder)
         return self._index
-
-    @property
-    def model(self) -> str:  # type: ignore[override]
-        """``offline-v2`` plus the embedder and fusion (part of the score-cache key)."""
-        index = self._ensure()
-        if index is None or self.fusion.mode == "off":
-            return self._lexical.model
-        return f"{self._lexical.model}+{index.embedder.name}@{index.version}:{self.fusion.label}"
-
-    @property
-    def rubric_version(self) -> str:  # type: ignore[override]
-        """Same as :attr:`model` for the offline family."""
-        return self.model
 
     @property
     def embedder_name(self) -> str:
         """The embedder's name, or ``""`` when semantic evidence is off."""
-        index = self._ensure()
-        return index.embedder.name if index is not None else ""
+        return self._index.embedder.name if self._index is not None else ""
 
     # ----------------------------------------------------------------- scoring
     def _goal_vector(self, text: str) -> Any:
@@ -206,11 +235,17 @@ class SemanticScorer:
         index = self._ensure()
         if index is None or fusion.mode == "off" or not items:
             result = lexical
-            if index is None and not self._warned:
+            if index is None and not self._warned and self._reason_off:
                 self._warned = True
                 result.warnings.append(self._reason_off)
+                if not _WARNED_PROCESS:
+                    _WARNED_PROCESS.append(True)
+                    warnings.warn(self._reason_off, RuntimeWarning, stacklevel=2)
             return result
+        if mostly_cjk(f"{goal.final} {goal.subtask}"):
+            return lexical
         cos = self.cosines(goal, items)
+        cos = [0.0 if mostly_cjk(item.text) else c for item, c in zip(items, cos, strict=True)]
         base = lexical.scores
         if fusion.mode == "rrf":
             lex_rank = _order_ranks([(s.score, s.weight) for s in base])
@@ -263,8 +298,9 @@ class SemanticScorer:
 
 
 def _with(reason: str, cos: float, share: float | None) -> str:
+    """The reason, plus which semantic signal fired (nothing when none did)."""
     if share is None:
-        return f"{reason}; semantic {cos:.2f}" if reason else f"semantic {cos:.2f}"
+        return reason
     top = max(1, math.ceil(share * 100)) if share > 0 else 1
     return f"{reason}; semantic match {cos:.2f} to the goal (top {top}%)"
 

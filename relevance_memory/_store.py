@@ -26,14 +26,18 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 from datetime import datetime
 from typing import Any, Literal
 
+from ._embedding import VectorIndex
 from ._exceptions import InvalidMessageError
 from ._models import ROLES, Message, MessageType, content_hash, content_text
+from ._supersede import SupersedeDetector, SupersedeItem, SupersedeLink
 from ._text import has_constraint, identifiers, lexical_terms
 from ._tokenizer import TokenCounter
 
 __all__ = ["MessageStore"]
 
 _MAX_REFERENCES = 8
+VECTOR_BATCH = 256
+"""Messages embedded together on ingest (one tokenizer batch): a build embeds the rest."""
 
 
 def _validate_tool_calls(raw: Any, index: int) -> list[dict[str, Any]]:
@@ -76,6 +80,11 @@ class MessageStore:
         reference_max_df: identifiers held by more earlier messages than this are too
             common to count as references.
         clock: returns the timestamp stamped on new messages (injected; default: none).
+        vectors: where each message's embedding is kept, by content hash (issue 11): each
+            distinct content is embedded once, in batches of :data:`VECTOR_BATCH` on ingest
+            (the rest when a build asks, :meth:`message_vectors`); ``None``: no vectors.
+        supersede: detect on ingest which older messages a new one supersedes (the same call
+            again, the same file shown again, a fact restated with a new value; issue 11).
 
     Attributes:
         messages: every message in arrival order (read-only by convention).
@@ -84,6 +93,9 @@ class MessageStore:
         terms: per message (by index), its distinct lexical terms (for the offline scorer).
         idents: per message (by index), its identifiers (paths, ids, numbers, code names).
         doc_freq: term → number of messages containing it (incremental IDF statistics).
+        superseded_by: older message id → the :class:`SupersedeLink` to the first newer message
+            that superseded it (never deleted; the decision record shows both ends).
+        supersedes: newer message id → ids of the older messages it superseded.
     """
 
     def __init__(
@@ -93,6 +105,8 @@ class MessageStore:
         on_invalid: Literal["raise", "repair"] = "raise",
         reference_max_df: int = 4,
         clock: Callable[[], datetime] | None = None,
+        vectors: VectorIndex | None = None,
+        supersede: bool = True,
     ) -> None:
         self._counter = counter
         self._on_invalid = on_invalid
@@ -115,6 +129,11 @@ class MessageStore:
         self._leading_system = True
         self._first_user: int | None = None
         self._tool_block_owner: int | None = None  # assistant whose tool block is open
+        self.vectors = vectors
+        self._pending_vectors: list[tuple[str, str]] = []
+        self._detector = SupersedeDetector() if supersede else None
+        self.superseded_by: dict[str, SupersedeLink] = {}
+        self.supersedes: dict[str, list[str]] = {}
 
     # ----------------------------------------------------------------- access
     def __len__(self) -> int:
@@ -319,7 +338,43 @@ class MessageStore:
         self.terms.append(terms)
         self.idents.append(frozenset(idents))
         self.doc_freq.update(terms)
+        if excluded_reason is None:
+            self._observe_supersede(stored, text_for_refs, parent_index)
+        if self.vectors is not None and stored.content_hash not in self.vectors:
+            self._pending_vectors.append((stored.content_hash, text_for_refs))
+            if len(self._pending_vectors) >= VECTOR_BATCH:
+                self._flush_vectors()
         return stored
+
+    def _observe_supersede(self, stored: Message, text: str, parent_index: int | None) -> None:
+        if self._detector is None:
+            return
+        call: tuple[str, str] | None = None
+        if stored.role == "tool" and parent_index is not None:
+            parent = self.messages[parent_index]
+            call = next(((c.name, c.arguments) for c in parent.tool_calls if c.id == stored.tool_call_id), None)
+        item = SupersedeItem(
+            id=stored.id, index=stored.index, step=stored.step, role=stored.role,
+            text=content_text(stored.content) if stored.role != "assistant" else text,
+            content_hash=stored.content_hash, speaker=stored.name or stored.role, call=call,
+            calls=tuple((c.name, c.arguments) for c in stored.tool_calls),
+        )
+        for link in self._detector.observe(item):
+            if link.older in self.superseded_by or link.older in self.excluded:
+                continue
+            self.superseded_by[link.older] = link
+            self.supersedes.setdefault(link.newer, []).append(link.older)
+
+    def _flush_vectors(self) -> None:
+        if self.vectors is not None and self._pending_vectors:
+            pending, self._pending_vectors = self._pending_vectors, []
+            self.vectors.add(pending)
+
+    def message_vectors(self) -> VectorIndex | None:
+        """The vector index with every stored message embedded (embeds what ingest left
+        pending, once), or ``None`` when the store keeps no vectors."""
+        self._flush_vectors()
+        return self.vectors
 
     def extend(self, messages: Iterable[Mapping[str, Any]]) -> list[Message]:
         """Append many messages in order; stops at the first invalid one (earlier ones stay)."""

@@ -58,6 +58,9 @@ class SummaryItem:
         content_hash: the message's content hash (part of the summary cache key).
         tool_calls: ``(name, arguments)`` of each tool call the message made.
         source: tool name for tool results, else the role.
+        superseded: when a newer message supersedes this one (issue 11), what replaced it
+            ("since step 31: dislikes sushi"); the summary then shows this message's values
+            only as earlier ones, and gives them up first when space is short.
     """
 
     id: str
@@ -67,6 +70,7 @@ class SummaryItem:
     content_hash: str = ""
     tool_calls: tuple[tuple[str, str], ...] = ()
     source: str = ""
+    superseded: str = ""
 
 
 class SummaryDraft(BaseModel):
@@ -199,7 +203,9 @@ class OfflineSummarizer:
     Keeps sentences holding a constraint word, an id, path, date or time, a number, or
     a capitalised name; lists the exact values found and every tool call with its
     arguments. Repeated sentences appear once. When the kept sentences exceed
-    ``max_tokens`` (estimated), the lowest-priority ones go first (constraints last).
+    ``max_tokens`` (estimated), superseded (earlier) values go first, then the
+    lowest-priority ones (constraints last). A superseded message's sentences read
+    "The user said (earlier; since step 31: dislikes sushi): “I love sushi.”".
 
     Attributes:
         name: ``"offline-extractive"``.
@@ -219,7 +225,7 @@ class OfflineSummarizer:
 
     def _extract(self, item: SummaryItem) -> list[tuple[int, str, str, list[str], int]]:
         """Per message, memoised by (id, content hash): (priority, dedupe key, line, values, est. tokens)."""
-        memo_key = (item.id, item.content_hash, item.text if not item.content_hash else "")
+        memo_key = (item.id, item.content_hash + item.superseded, item.text if not item.content_hash else "")
         cached = self._memo.pop(memo_key, None)
         if cached is not None:
             self._memo[memo_key] = cached  # most recently used last
@@ -234,7 +240,8 @@ class OfflineSummarizer:
             values = extract_values(sentence)
             if len(sentence) > self.max_sentence_chars:
                 sentence = sentence[: self.max_sentence_chars - 1] + "…"
-            line = f"{_speaker(item)}: “{sentence}”"
+            speaker = _speaker(item)
+            line = f"{speaker} (earlier; {item.superseded}): “{sentence}”" if item.superseded else f"{speaker}: “{sentence}”"
             out.append((priority, key, line, values, _estimate_tokens(line) + 1))
         self._memo[memo_key] = out
         while len(self._memo) > self.memo_size:  # LRU: drop the least recently used
@@ -243,7 +250,7 @@ class OfflineSummarizer:
 
     def summarize(self, items: Sequence[SummaryItem], *, level: int, max_tokens: int) -> SummaryDraft:
         """Summarise ``items``; deterministic (per-message extraction is memoised). See the class docstring."""
-        candidates: list[tuple[int, int, str, int]] = []  # (priority, order, line, est. tokens)
+        candidates: list[tuple[int, int, str, int, bool]] = []  # (priority, order, line, est. tokens, superseded)
         seen: set[str] = set()
         ordered_values: dict[str, None] = {}  # insertion-ordered set: O(1) membership
         ordered_tools: dict[str, None] = {}
@@ -258,16 +265,17 @@ class OfflineSummarizer:
                 if key in seen:
                     continue
                 seen.add(key)
-                candidates.append((priority, len(candidates), line, cost))
+                candidates.append((priority, len(candidates), line, cost, bool(item.superseded)))
         # fit: values and tools take at most a quarter of max_tokens each, prose the rest;
         # prose keeps the highest priorities, then chronological order is restored
         values = _take(list(ordered_values)[: self.max_values], max_tokens // 4)
         tools = _take(list(ordered_tools), max_tokens // 4)
         overhead = _estimate_tokens(" ".join(values) + " ".join(tools)) + 3 * min(len(items), 40)
         budget = max(0, max_tokens - overhead - 40)
-        chosen: list[tuple[int, int, str, int]] = []
+        chosen: list[tuple[int, int, str, int, bool]] = []
         used = 0
-        for cand in sorted(candidates, key=lambda c: (-c[0], c[1])):
+        # superseded (earlier) values give way first, then the lowest priorities (issue 11)
+        for cand in sorted(candidates, key=lambda c: (c[4], -c[0], c[1])):
             cost = cand[3]
             if used + cost <= budget:
                 chosen.append(cand)
@@ -372,8 +380,8 @@ class SummaryCache:
 
     @staticmethod
     def key(name: str, level: int, items: Sequence[SummaryItem], max_tokens: int) -> tuple[Any, ...]:
-        """(summarizer, level, max tokens, ((id, content hash), …))."""
-        return (name, level, max_tokens, tuple((i.id, i.content_hash) for i in items))
+        """(summarizer, level, max tokens, ((id, content hash, superseded), …))."""
+        return (name, level, max_tokens, tuple((i.id, i.content_hash, i.superseded) for i in items))
 
     def get_or_make(
         self, summarizer: Summarizer, items: Sequence[SummaryItem], *, level: int, max_tokens: int

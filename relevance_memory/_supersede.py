@@ -64,8 +64,8 @@ _MAX_LIVE_PER_KEY = 64
 """Live (not yet superseded) entries kept per tool call, file or fact attribute (bounds memory)."""
 _MAX_TEXT_CHARS = 4_000
 """Characters of a chat message read for facts (facts are stated in sentences, not in pastes)."""
-_MAX_COMMAND_CHARS = 2_000
-"""Characters of a shell command parsed for file views (heredoc bodies are not parsed)."""
+_MAX_COMMAND_CHARS = 1_000
+"""Characters of a shell command's first line parsed for file views (heredoc bodies are not parsed)."""
 FACT_MIN_SHARED = 3
 """Words (besides the value) two sentences must share to state the same fact."""
 FACT_MIN_SHARED_CUED = 2
@@ -187,6 +187,7 @@ class FileView:
 _HEREDOC_WRITE = re.compile(
     r"^\s*cat\s+(?:<<-?\s*['\"]?\w+['\"]?\s*>\s*(?P<a>[^\s;&|<>]+)|>\s*(?P<b>[^\s;&|<>]+)\s*<<-?\s*['\"]?\w+['\"]?)\s*$"
 )
+_VIEW_START = re.compile(r"\s*(?:cd\s+\S+\s*(?:&&|;)\s*)*(?:cat|nl|sed|head)\s")
 _SED_RANGE = re.compile(r"^(\d+)(?:,(\d+|\$))?p$")
 _SEPARATORS = frozenset({"&&", ";", "||", "\n"})
 
@@ -273,7 +274,9 @@ def file_views(command: str) -> list[FileView]:
     if write:
         path = _norm_path(write.group("a") or write.group("b") or "", "")
         return [FileView(path, 1, None, write=True)] if path else []
-    text = command[:_MAX_COMMAND_CHARS]
+    if _VIEW_START.match(first_line) is None:  # cheap test first: shlex is slow (pure Python)
+        return []
+    text = first_line[:_MAX_COMMAND_CHARS]
     try:
         lexer = shlex.shlex(text, posix=True, punctuation_chars=";&|<>")
         lexer.whitespace_split = True

@@ -103,18 +103,10 @@ def recency_select(tokens: Sequence[int], budget: int) -> tuple[list[int], int]:
 
 
 def rrf_scores(lexical: Sequence[float], semantic: Sequence[float], k: int = 60) -> list[float]:
-    """Reciprocal-rank fusion (Cormack et al., 2009): ``Σ 1 / (k + rank)`` over the two
-    orders (rank from 1; ties broken by position, newer first). A message with lexical
-    score 0 gets only its semantic term, so every message has a positive fused score."""
-    def ranks(values: Sequence[float]) -> list[int]:
-        order = sorted(range(len(values)), key=lambda i: (-values[i], -i))
-        out = [0] * len(values)
-        for rank, i in enumerate(order, start=1):
-            out[i] = rank
-        return out
+    """Reciprocal-rank fusion of two score lists (:func:`relevance_memory._semantic.rrf_fuse`)."""
+    from .._semantic import rrf_fuse
 
-    lex, sem = ranks(lexical), ranks(semantic)
-    return [(1.0 / (k + lex[i]) if lexical[i] > 0 else 0.0) + 1.0 / (k + sem[i]) for i in range(len(lexical))]
+    return rrf_fuse(lexical, semantic, k)
 
 
 def bm25_select(scores: Sequence[float], tokens: Sequence[int], budget: int) -> tuple[list[int], int]:

@@ -21,11 +21,13 @@ from typing import Any, Protocol, TypeVar
 
 from .._capabilities import ScorerCapabilities
 from .._config import MemoryConfig
+from .._embedding import VectorIndex
 from .._models import Message, RelevanceScore, TaskGoal
 from .._pheromone import PheromoneField
 from .._record import DecisionRecord
 from .._scoring import OfflineScorer, ScoreCache, Scorer, ScoringResult
 from .._summary import PyramidResult, Summarizer, SummaryCache
+from .._supersede import SupersedeLink
 from .._tokenizer import TokenCounter
 from ._bm25 import PrefilterIndex
 from ._deposits import DepositLog
@@ -91,6 +93,14 @@ class StoreView(Protocol):
 
     @property
     def pending_calls(self) -> list[int]: ...
+
+    @property
+    def superseded_by(self) -> Mapping[str, SupersedeLink]: ...
+
+    @property
+    def supersedes(self) -> Mapping[str, Sequence[str]]: ...
+
+    def message_vectors(self) -> VectorIndex | None: ...
 
     def __len__(self) -> int: ...
 
@@ -270,6 +280,8 @@ class Ranked:
         shown_by: root → ((content hash, name), index) of every user message of the chain.
         recent_shown: (content hash, name) → newest index of a user message in working memory.
         recent_roots: roots of the working-memory chains (shown verbatim whatever the fill).
+        superseded: root → note, for candidate chains whose content a newer message
+            supersedes (issue 11): archived unless the goal asks for earlier values.
     """
 
     tier: Mapping[int, str]
@@ -279,6 +291,7 @@ class Ranked:
     shown_by: Mapping[int, tuple[tuple[tuple[str, str | None], int], ...]]
     recent_shown: Mapping[tuple[str, str | None], int]
     recent_roots: frozenset[int]
+    superseded: Mapping[int, str] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)

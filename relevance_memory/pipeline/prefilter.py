@@ -10,6 +10,11 @@ Two things keep a candidate chain from being scored, and it is archived instead
   recent steps, and admitted until they hold ``top_n`` messages (and at least twice the
   budget left in tokens). The task statement, user instructions and chains with a
   high-strength member or a member scored core by an earlier subtask always pass.
+  With message vectors (``MemoryConfig.embeddings``, issue 11) the ranking is the
+  reciprocal-rank fusion of that BM25 order and the order by cosine to the goal (the
+  larger of final goal and subtask), so a message that shares no word with the goal but
+  means the same is not left out unseen (LoCoMo / LongMemEval: the fused ranking finds more
+  evidence than BM25 at every budget, BENCHMARKS.md).
   Rejected chains are noted ``"prefiltered out"`` (they can pass on a later build when
   the query changes). With ``prefilter="auto"`` a local scorer (the offline one) sees
   every candidate up to :data:`~relevance_memory._config.LOCAL_PREFILTER_MIN`.
@@ -21,7 +26,10 @@ from __future__ import annotations
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 
+import numpy as np
+
 from .._config import LOCAL_PREFILTER_MIN
+from .._semantic import mostly_cjk, rrf_fuse
 from .._text import lexical_terms
 from ._bm25 import ChunkedBM25, PrefilterIndex
 from ._state import BuildState, Prefiltered, Seams, required
@@ -169,6 +177,9 @@ def _bm25_rejected(state: BuildState, seams: Seams) -> dict[int, float]:
     if recent_query:
         recent_scores = index.scores(store.terms, recent_query)
         doc_scores = [g + PREFILTER_RECENT_WEIGHT * r for g, r in zip(doc_scores, recent_scores, strict=True)]
+    cosines = goal_cosines(state, seams)
+    if cosines is not None:
+        doc_scores = rrf_fuse(doc_scores, cosines)
     result = prefilter_chains(
         ranked,
         doc_scores,
@@ -180,6 +191,22 @@ def _bm25_rejected(state: BuildState, seams: Seams) -> dict[int, float]:
     return result.rejected
 
 
+def goal_cosines(state: BuildState, seams: Seams) -> list[float] | None:
+    """Each stored message's cosine to the goal (the larger of final goal and subtask), from
+    the vectors kept on ingest; ``None`` without vectors or goal text (exact, deterministic)."""
+    vectors = seams.store.message_vectors() if seams.config.embeddings else None
+    texts = [t for t in dict.fromkeys([state.goal.final, state.goal.effective_subtask]) if t.strip()]
+    if vectors is None or not texts or mostly_cjk(" ".join(texts)):  # the default model is English-centric
+        return None
+    keys = [m.content_hash for m in seams.store.messages]
+    best = None
+    for text in texts:
+        cos = vectors.similarity(vectors.embed_query(text), keys)
+        best = cos if best is None else np.maximum(best, cos)
+    assert best is not None
+    return [float(c) for c in best]
+
+
 def prefilter(state: BuildState, seams: Seams) -> Prefiltered:
     """The prefilter stage (module doc): reads the partition's candidates, the pheromone
     memory and the BM25 index; writes which chains are skipped and which members need a score."""
@@ -187,7 +214,8 @@ def prefilter(state: BuildState, seams: Seams) -> Prefiltered:
     skipped = _forgotten(state, seams)
     for root, best in _bm25_rejected(state, seams).items():
         skipped.setdefault(
-            root, f"prefiltered out (BM25 {best:.2f} below the top {seams.config.prefilter_top_n})"
+            root, f"prefiltered out ({'BM25 + semantic rank' if seams.store.message_vectors() is not None and seams.config.embeddings else 'BM25'} "
+            f"{best:.4g} below the top {seams.config.prefilter_top_n})"
         )
     to_score = sorted(i for root, chain in part.candidates.items() if root not in skipped for i in chain.members)
     return Prefiltered(skipped=skipped, to_score=tuple(to_score))

@@ -23,10 +23,19 @@ __all__ = ["record"]
 
 def _common(seams: Seams, message: Message) -> dict[str, Any]:
     strength = round(seams.pheromone.strength(message.id), 4) if seams.config.pheromone.enabled else None
-    return {
+    out: dict[str, Any] = {
         "id": message.id, "index": message.index, "step": message.step, "role": message.role,
         "msg_type": message.msg_type.value, "tokens": message.token_count, "strength": strength,
     }
+    store = seams.store
+    link = store.superseded_by.get(message.id)
+    if link is not None:  # SPEC §8 supersede links, both ways
+        out["superseded_by"] = link.newer
+        out["supersede_reason"] = link.reason
+    newer = store.supersedes.get(message.id)
+    if newer:
+        out["supersedes"] = list(newer)
+    return out
 
 
 def _decisions(state: BuildState, seams: Seams, part: Partitioned) -> list[MessageDecision]:
@@ -38,6 +47,7 @@ def _decisions(state: BuildState, seams: Seams, part: Partitioned) -> list[Messa
     held = summarised.held if summarised is not None else frozenset()
     skipped = state.prefilter.skipped if state.prefilter is not None else {}
     scored = state.scored
+    superseded = state.ranked.superseded if state.ranked is not None else {}
     first_recent_step = store.step_count - config.keep_recent
     last_steps = {m.index for m in store.messages if m.step >= first_recent_step}
     newest_user_root = next(
@@ -96,9 +106,12 @@ def _decisions(state: BuildState, seams: Seams, part: Partitioned) -> list[Messa
         elif i in held:
             note = "over budget; restorable from the store"
         elif summarised_here:
-            note = selection.notes.get(root, "archived") + "; in a summary, original restorable from the store"
+            note = selection.notes.get(root, superseded.get(root, "archived")) + (
+                "; in a summary, original restorable from the store")
         else:
-            note = selection.notes.get(root, "archived; restorable from the store")
+            note = selection.notes.get(root, superseded.get(root, "archived") + "; restorable from the store")
+        if kept and root in superseded:
+            note = "; ".join(n for n in (note, superseded[root]) if n)
         decisions.append(MessageDecision(
             **common, score=score.score,
             score_source=ScoreSource.CACHE if i in scored.from_cache else score.source, reason=score.reason,
@@ -107,6 +120,11 @@ def _decisions(state: BuildState, seams: Seams, part: Partitioned) -> list[Messa
             note=note,
         ))
     return decisions
+
+
+def _embedder_label(seams: Seams) -> str:
+    vectors = seams.store.message_vectors() if seams.config.embeddings else None
+    return f"{vectors.embedder.name}@{vectors.version}" if vectors is not None else ""
 
 
 def record(state: BuildState, seams: Seams) -> DecisionRecord:
@@ -143,6 +161,7 @@ def record(state: BuildState, seams: Seams) -> DecisionRecord:
         scorer=scorer.name,
         scorer_model=scorer.model,
         rubric_version=scorer.rubric_version,
+        embedder=_embedder_label(seams),
         usage=result.usage if result is not None else ScorerUsage(),
         cache_hits=scored.hits if scored is not None else 0,
         cache_misses=scored.misses if scored is not None else 0,

@@ -16,6 +16,12 @@ of tokens (cheap, so the summary reserve can be negotiated over it without ranki
   fit) and noted ``over budget``.
 - Older copies of a user message whose newest copy is shown verbatim give their room back
   (:func:`fill_ranked`): agent harnesses repeat a notice many times.
+- A chain whose content a newer message supersedes (issue 11, SPEC §10: the same call
+  again, the same file shown again, a fact restated with a new value) goes to the archive
+  — summarised as the earlier value, restorable from the store — unless the goal asks for
+  earlier values ("initially", "before", "used to" …; :func:`asks_for_history`). Its tool
+  call, a parallel call's fresh result or any message no newer one replaces keeps the
+  chain where its score puts it (:func:`superseded_chains`).
 
 Nothing here does I/O or reads a clock; :func:`select` (the stage) reads the pheromone
 memory through its methods only.
@@ -27,10 +33,15 @@ import math
 from collections.abc import Iterable, Mapping, Sequence
 
 from .._models import RelevanceScore
+from .._supersede import asks_for_history
 from ._state import BuildState, Chain, Ranked, Seams, Selection, StoreView, required
 from .order import DEFAULT_ORDER, ChainFacts, OrderPolicy
 
-__all__ = ["Selection", "fill", "fill_ranked", "rank", "select", "select_chains"]
+__all__ = ["Selection", "fill", "fill_ranked", "rank", "select", "select_chains", "superseded_chains"]
+
+TRIVIAL_TOKENS = 24
+"""A member this small (an empty tool output, "<returncode>0</returncode>") carries no content
+of its own: it does not keep a superseded chain out of the archive (tokens)."""
 
 
 def rank(
@@ -205,8 +216,10 @@ def select(state: BuildState, seams: Seams) -> Ranked:
             for c in chains.values()
             for i in c.members
         }
+    demoted = superseded_chains(chains, store) if config.supersede else {}
+    asked = bool(demoted) and asks_for_history(f"{goal.final}\n{goal.subtask}")
     tier, order = rank(
-        chains,
+        {r: c for r, c in chains.items() if asked or r not in demoted},
         scores,
         core_score=config.core_score,
         archive_score=config.archive_score,
@@ -218,6 +231,13 @@ def select(state: BuildState, seams: Seams) -> Ranked:
         first=[part.task_root] if part.task_root is not None else (),
         order=seams.order,
     )
+    superseded: dict[int, str] = {}
+    for root, note in demoted.items():
+        if asked:
+            superseded[root] = f"{note} (not archived: the goal asks for earlier values)"
+        else:
+            tier[root] = "archive"
+            superseded[root] = f"{note}; archived (the newer one is preferred)"
     repeat_keys: dict[int, tuple[str, str | None]] = {}
     shown_by: dict[int, tuple[tuple[tuple[str, str | None], int], ...]] = {}
     for root, chain in chains.items():
@@ -241,4 +261,33 @@ def select(state: BuildState, seams: Seams) -> Ranked:
         shown_by=shown_by,
         recent_shown=recent_shown,
         recent_roots=part.recent,
+        superseded=superseded,
     )
+
+
+def superseded_chains(chains: Mapping[int, Chain], store: StoreView) -> dict[int, str]:
+    """Candidate chains whose content newer messages supersede: root → note (pure).
+
+    A chain is superseded when at least one member is, and every member that carries
+    content of its own is too: tool results and chat or prose messages count, an assistant
+    message that only calls tools does not (its value is its call's result), nor does a
+    member of at most :data:`TRIVIAL_TOKENS` tokens. So a read whose output a newer read
+    replaces is superseded, a parallel call with one fresh result is not.
+    """
+    links = store.superseded_by
+    if not links:
+        return {}
+    out: dict[int, str] = {}
+    for root, chain in chains.items():
+        linked = [i for i in chain.members if store[i].id in links]
+        if not linked:
+            continue
+        if all(
+            store[i].id in links
+            or store[i].token_count <= TRIVIAL_TOKENS
+            or (store[i].role == "assistant" and store[i].tool_calls)
+            for i in chain.members
+        ):
+            first = links[store[linked[0]].id]
+            out[root] = f"superseded by {first.newer}: {first.reason}"
+    return out

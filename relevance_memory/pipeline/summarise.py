@@ -86,6 +86,7 @@ def summarise_archive(
                 content_hash=message.content_hash,
                 tool_calls=tuple((c.name, c.arguments) for c in message.tool_calls),
                 source=_tool_name(seams, message),
+                superseded=_superseded_note(seams, message) if seams.config.supersede else "",
             )
         )
     pyramid = build_pyramid(
@@ -148,6 +149,16 @@ def _spend_selection(ledger: BudgetLedger, ranked: Ranked, selection: Selection,
     if pyramid.summaries:
         ledger = ledger.spend(Purpose.SUMMARIES, pyramid.tokens, f"{len(pyramid.summaries)} summary message(s)")
     return ledger
+
+
+def _superseded_note(seams: Seams, message: Message) -> str:
+    """What replaced ``message`` ("since step 31: dislikes sushi"), or ``""`` (issue 11)."""
+    link = seams.store.superseded_by.get(message.id)
+    if link is None:
+        return ""
+    if link.kind == "fact":
+        return f"since step {link.newer_step}: {link.new_value} ({link.key})"
+    return f"a newer result since step {link.newer_step} ({link.newer})"
 
 
 def summarise(state: BuildState, seams: Seams) -> Summarised:
