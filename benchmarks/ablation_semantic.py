@@ -37,18 +37,22 @@ DATASETS: dict[str, tuple[str, Path, tuple[int, ...]]] = {
     "lme_oracle": ("longmemeval", DATA / "longmemeval" / "oracle", (2000, 4000, 8000)),
 }
 BASE = SemanticFusion()
-VARIANTS: dict[str, SemanticFusion | None] = {
-    "lexical": None,  # the offline scorer as it is ("default before")
-    "weight": replace(BASE, mode="weight"),
-    "score": BASE,
-    "score_cap5": replace(BASE, max_score=5),
-    "score_wide": replace(BASE, weak_share=0.1, strong_share=0.02),
-    "score_narrow": replace(BASE, weak_share=0.02, strong_share=0.005),
-    "graded": replace(BASE, lift_unrelated=(2, 3), lift_matched=(0, 1)),
-    "lift": replace(BASE, lift_unrelated=(3, 3), lift_matched=(0, 1)),
-    "lift_wide": replace(BASE, lift_unrelated=(3, 3), lift_matched=(0, 1), weak_share=0.1, strong_share=0.02),
-    "rrf": replace(BASE, mode="rrf"),
-    "weighted": replace(BASE, mode="weighted", weight_mix=0.5),
+LEXICAL = {"embeddings": False, "supersede": False}
+VARIANTS: dict[str, tuple[SemanticFusion | None, dict[str, Any]]] = {
+    # the pipeline as it was before issue 11: lexical offline scorer, no supersede ("default before")
+    "lexical": (None, LEXICAL),
+    "lexical+supersede": (None, {"embeddings": False}),
+    "default": (BASE, {}),  # what the manager does now, supersede included
+    "score_nosup": (BASE, {"supersede": False}),
+    "weight": (replace(BASE, mode="weight"), {}),
+    "score_cap5": (replace(BASE, max_score=5), {}),
+    "score_wide": (replace(BASE, weak_share=0.1, strong_share=0.02), {}),
+    "score_narrow": (replace(BASE, weak_share=0.02, strong_share=0.005), {}),
+    "graded": (replace(BASE, lift_unrelated=(2, 3), lift_matched=(0, 1)), {}),
+    "lift": (replace(BASE, lift_unrelated=(3, 3), lift_matched=(0, 1)), {}),
+    "lift_wide": (replace(BASE, lift_unrelated=(3, 3), lift_matched=(0, 1), weak_share=0.1, strong_share=0.02), {}),
+    "rrf": (replace(BASE, mode="rrf"), {}),
+    "weighted": (replace(BASE, mode="weighted", weight_mix=0.5), {}),
 }
 BASELINES = ("bm25", "embedding", "bm25+embedding")
 
@@ -89,7 +93,7 @@ def _table(summary: dict[str, Any], budgets: tuple[int, ...], order: list[str], 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--datasets", default="locomo,lme_s,lme_oracle")
-    parser.add_argument("--variants", default=",".join(VARIANTS))
+    parser.add_argument("--variants", default="lexical,lexical+supersede,default,score_nosup,weight,score_wide,lift,rrf")
     parser.add_argument("--jobs", type=int, default=2)
     parser.add_argument("--limit", type=int, default=None, help="only the first N questions per data set")
     parser.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results" / "semantic")
@@ -109,11 +113,13 @@ def main() -> None:
         timings["baselines"] = round(time.perf_counter() - started, 1)
         order = list(BASELINES)
         for variant in args.variants.split(","):
-            fusion = VARIANTS[variant]
-            label = "default before (lexical)" if fusion is None else f"semantic: {variant}"
-            scorer = None if fusion is None else SemanticScorer(fusion)
+            fusion, overrides = VARIANTS[variant]
+            label = {"lexical": "default before (lexical)", "default": "default after (semantic + supersede)"}.get(
+                variant, variant)
+            scorer = None if fusion is None or variant == "default" else SemanticScorer(fusion)
             t0 = time.perf_counter()
-            run = RecallRun(budgets=budgets, methods=("manager",), scorer=scorer, label=label)
+            run = RecallRun(budgets=budgets, methods=("manager",), scorer=scorer, label=label,
+                            manager_overrides=overrides)
             results.extend(run_recall(dataset, run, jobs=args.jobs))
             timings[label] = round(time.perf_counter() - t0, 1)
             order.append(label)
@@ -126,7 +132,8 @@ def main() -> None:
             "dataset": key, "path": str(path), "questions": n, "budgets": list(budgets), "commit": _commit(),
             "command": "python " + " ".join(sys.argv), "machine": {"python": platform.python_version(),
             "cpus": os.cpu_count(), "platform": platform.platform()},
-            "variants": {v: (VARIANTS[v].label if VARIANTS[v] else "lexical") for v in args.variants.split(",")},
+            "variants": {v: {"fusion": VARIANTS[v][0].label if VARIANTS[v][0] else "lexical",
+                             "overrides": VARIANTS[v][1]} for v in args.variants.split(",")},
             "elapsed_s": timings, "summary": summary,
         }
         (args.out / f"ablation_{key}.json").write_text(json.dumps(payload, indent=1, sort_keys=True) + "\n")

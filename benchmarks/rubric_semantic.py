@@ -28,7 +28,7 @@ from relevance_memory.evaluation import LabelledSet, evaluate_rubric
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("labelled", type=Path)
-    parser.add_argument("--variants", default=",".join(VARIANTS))
+    parser.add_argument("--variants", default="lexical,default,score_wide,score_cap5,graded,lift,rrf,weighted")
     parser.add_argument("--json", type=Path, default=None)
     args = parser.parse_args()
     labelled = LabelledSet.load(args.labelled)
@@ -36,7 +36,7 @@ def main() -> None:
     print("| variant | AUROC | precision of ≥ 4 | recall of ≥ 4 | histogram relevant 1..5 | histogram other 1..5 | s |")
     print("|---|---|---|---|---|---|---|")
     for name in args.variants.split(","):
-        fusion = VARIANTS[name]
+        fusion = VARIANTS[name][0]
         scorer = OfflineScorer() if fusion is None else SemanticScorer(fusion)
         t0 = time.perf_counter()
         report = evaluate_rubric(labelled, scorer)
