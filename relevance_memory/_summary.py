@@ -61,6 +61,8 @@ class SummaryItem:
         superseded: when a newer message supersedes this one (issue 11), what replaced it
             ("since step 31: dislikes sushi"); the summary then shows this message's values
             only as earlier ones, and gives them up first when space is short.
+        supersedes: this message restates a fact with a new value: its sentences are kept
+            before others of lower priority (at least priority 3, an id / date).
     """
 
     id: str
@@ -71,6 +73,7 @@ class SummaryItem:
     tool_calls: tuple[tuple[str, str], ...] = ()
     source: str = ""
     superseded: str = ""
+    supersedes: bool = False
 
 
 class SummaryDraft(BaseModel):
@@ -225,7 +228,7 @@ class OfflineSummarizer:
 
     def _extract(self, item: SummaryItem) -> list[tuple[int, str, str, list[str], int]]:
         """Per message, memoised by (id, content hash): (priority, dedupe key, line, values, est. tokens)."""
-        memo_key = (item.id, item.content_hash + item.superseded, item.text if not item.content_hash else "")
+        memo_key = (item.id, f"{item.content_hash}{item.superseded}{item.supersedes}", item.text if not item.content_hash else "")
         cached = self._memo.pop(memo_key, None)
         if cached is not None:
             self._memo[memo_key] = cached  # most recently used last
@@ -233,6 +236,8 @@ class OfflineSummarizer:
         out: list[tuple[int, str, str, list[str], int]] = []
         for sentence in _sentences(item.text):
             priority = _sentence_priority(sentence, item.role)
+            if item.supersedes:  # the newest value of a restated fact (issue 11)
+                priority = max(priority, 3)
             if priority == 0:
                 continue
             # a sentence that only differs by its numbers from one already kept is noise
@@ -381,7 +386,7 @@ class SummaryCache:
     @staticmethod
     def key(name: str, level: int, items: Sequence[SummaryItem], max_tokens: int) -> tuple[Any, ...]:
         """(summarizer, level, max tokens, ((id, content hash, superseded), …))."""
-        return (name, level, max_tokens, tuple((i.id, i.content_hash, i.superseded) for i in items))
+        return (name, level, max_tokens, tuple((i.id, i.content_hash, i.superseded, i.supersedes) for i in items))
 
     def get_or_make(
         self, summarizer: Summarizer, items: Sequence[SummaryItem], *, level: int, max_tokens: int

@@ -282,6 +282,8 @@ class Ranked:
         recent_roots: roots of the working-memory chains (shown verbatim whatever the fill).
         superseded: root → note, for candidate chains whose content a newer message
             supersedes (issue 11): archived unless the goal asks for earlier values.
+        preferred: root → note, for chains raised because they restate a fact with a new
+            value (the newer is preferred over what it supersedes).
     """
 
     tier: Mapping[int, str]
@@ -292,6 +294,7 @@ class Ranked:
     recent_shown: Mapping[tuple[str, str | None], int]
     recent_roots: frozenset[int]
     superseded: Mapping[int, str] = field(default_factory=dict)
+    preferred: Mapping[int, str] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)

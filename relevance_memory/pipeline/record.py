@@ -48,6 +48,7 @@ def _decisions(state: BuildState, seams: Seams, part: Partitioned) -> list[Messa
     skipped = state.prefilter.skipped if state.prefilter is not None else {}
     scored = state.scored
     superseded = state.ranked.superseded if state.ranked is not None else {}
+    preferred = state.ranked.preferred if state.ranked is not None else {}
     first_recent_step = store.step_count - config.keep_recent
     last_steps = {m.index for m in store.messages if m.step >= first_recent_step}
     newest_user_root = next(
@@ -101,17 +102,22 @@ def _decisions(state: BuildState, seams: Seams, part: Partitioned) -> list[Messa
         kept = root in selection.kept
         if kept:
             note = selection.notes.get(root, "")
+        elif root in superseded:
+            note = superseded[root] + (
+                "; in a summary, original restorable from the store" if summarised_here
+                else "; restorable from the store")
         elif i in held and summarised_here:
             note = "over budget: a user message scored ≥ 4 is only in a summary (restorable from the store)"
         elif i in held:
             note = "over budget; restorable from the store"
         elif summarised_here:
-            note = selection.notes.get(root, superseded.get(root, "archived")) + (
-                "; in a summary, original restorable from the store")
+            note = selection.notes.get(root, "archived") + "; in a summary, original restorable from the store"
         else:
-            note = selection.notes.get(root, superseded.get(root, "archived") + "; restorable from the store")
+            note = selection.notes.get(root, "archived; restorable from the store")
         if kept and root in superseded:
             note = "; ".join(n for n in (note, superseded[root]) if n)
+        if root in preferred:
+            note = "; ".join(n for n in (note, preferred[root]) if n)
         decisions.append(MessageDecision(
             **common, score=score.score,
             score_source=ScoreSource.CACHE if i in scored.from_cache else score.source, reason=score.reason,

@@ -32,13 +32,18 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable, Mapping, Sequence
 
-from .._models import RelevanceScore
+from .._models import RelevanceScore, content_text
 from .._supersede import asks_for_history
 from ._state import BuildState, Chain, Ranked, Seams, Selection, StoreView, required
 from .order import DEFAULT_ORDER, ChainFacts, OrderPolicy
 
-__all__ = ["Selection", "fill", "fill_ranked", "rank", "select", "select_chains", "superseded_chains"]
+__all__ = [
+    "Selection", "fill", "fill_ranked", "preferred_newer", "rank", "select", "select_chains", "superseded_chains",
+]
 
+PREFERRED_FLOOR = 3
+"""Least score of a message that restates a fact with a new value (working tier: kept when
+room allows, before weaker matches of equal strength)."""
 TRIVIAL_TOKENS = 24
 """A member this small (an empty tool output, "<returncode>0</returncode>") carries no content
 of its own: it does not keep a superseded chain out of the archive (tokens)."""
@@ -217,7 +222,10 @@ def select(state: BuildState, seams: Seams) -> Ranked:
             for i in c.members
         }
     demoted = superseded_chains(chains, store) if config.supersede else {}
-    asked = bool(demoted) and asks_for_history(f"{goal.final}\n{goal.subtask}")
+    asked = bool(demoted) and asks_for_history(f"{goal.final}\n{goal.subtask}\n{_newest_user_text(store)}")
+    preferred = preferred_newer(chains, store, scores) if config.supersede else {}
+    if preferred:
+        scores = {**scores, **{i: s for i, (s, _) in preferred.items()}}
     tier, order = rank(
         {r: c for r, c in chains.items() if asked or r not in demoted},
         scores,
@@ -262,8 +270,40 @@ def select(state: BuildState, seams: Seams) -> Ranked:
         recent_shown=recent_shown,
         recent_roots=part.recent,
         superseded=superseded,
+        preferred={store.chain_root(i): note for i, (_, note) in preferred.items()},
     )
 
+
+def _newest_user_text(store: StoreView) -> str:
+    for message in reversed(store.messages):
+        if message.role == "user":
+            return content_text(message.content)[:2_000]
+    return ""
+
+
+def preferred_newer(
+    chains: Mapping[int, Chain], store: StoreView, scores: Mapping[int, RelevanceScore]
+) -> dict[int, tuple[RelevanceScore, str]]:
+    """Messages that restate a fact with a new value, raised to the score of what they
+    replace (at least working, :data:`PREFERRED_FLOOR`): selection prefers the newer value
+    (issue 11). Returns index → (raised score, note) for the members it raises (pure)."""
+    out: dict[int, tuple[RelevanceScore, str]] = {}
+    by_id = {store[i].id: i for c in chains.values() for i in c.members}
+    for chain in chains.values():
+        for i in chain.members:
+            olders = store.supersedes.get(store[i].id)
+            if not olders or i not in scores:
+                continue
+            links = [store.superseded_by[o] for o in olders if o in store.superseded_by]
+            if not any(link.kind == "fact" for link in links):
+                continue
+            old_scores = [scores[by_id[o]].score for o in olders if o in by_id and by_id[o] in scores]
+            floor = max([PREFERRED_FLOOR, *old_scores])
+            score = scores[i]
+            if score.score < floor:
+                note = f"restates {', '.join(olders)} with a new value: preferred over it"
+                out[i] = (score.model_copy(update={"score": floor, "reason": f"{score.reason}; {note}"}), note)
+    return out
 
 def superseded_chains(chains: Mapping[int, Chain], store: StoreView) -> dict[int, str]:
     """Candidate chains whose content newer messages supersede: root → note (pure).

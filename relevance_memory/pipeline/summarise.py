@@ -75,7 +75,10 @@ def summarise_archive(
                 runs.append([])
             continue
         score = scores.get(i)
-        if message.role == "user" and score is not None and score.score >= config.core_score:
+        if (
+            message.role == "user" and score is not None and score.score >= config.core_score
+            and message.id not in store.superseded_by  # archived on purpose: a newer value replaces it
+        ):
             held.add(i)
         runs[-1].append(
             SummaryItem(
@@ -87,6 +90,10 @@ def summarise_archive(
                 tool_calls=tuple((c.name, c.arguments) for c in message.tool_calls),
                 source=_tool_name(seams, message),
                 superseded=_superseded_note(seams, message) if seams.config.supersede else "",
+                supersedes=seams.config.supersede and any(
+                    seams.store.superseded_by[o].kind == "fact"
+                    for o in seams.store.supersedes.get(message.id, ()) if o in seams.store.superseded_by
+                ),
             )
         )
     pyramid = build_pyramid(
