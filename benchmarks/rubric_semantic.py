@@ -28,7 +28,7 @@ from relevance_memory.evaluation import LabelledSet, evaluate_rubric
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("labelled", type=Path)
-    parser.add_argument("--variants", default="lexical,default,score_wide,score_cap5,graded,lift,rrf,weighted")
+    parser.add_argument("--variants", default="lexical,default,score_5pct,score_cap5,graded,lift,rrf,weighted")
     parser.add_argument("--json", type=Path, default=None)
     args = parser.parse_args()
     labelled = LabelledSet.load(args.labelled)

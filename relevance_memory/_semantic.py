@@ -70,6 +70,10 @@ _WARNED_PROCESS: list[bool] = []  # the missing-model warning is raised once per
 class SemanticFusion:
     """How lexical and semantic evidence are fused (see module docstring).
 
+    The defaults are the variant that won the ablation (``benchmarks/ablation_semantic.py``,
+    BENCHMARKS.md): ``score`` mode, +1 for the top 10 % of candidates by cosine, +2 for the
+    top 2 %, capped at 4.
+
     Attributes:
         mode: ``off`` | ``weight`` | ``score`` | ``rrf`` | ``weighted``.
         weak_share: top share of candidates (by the fused or cosine rank) that earns +1.
@@ -87,8 +91,8 @@ class SemanticFusion:
     """
 
     mode: FusionMode = "score"
-    weak_share: float = 0.05
-    strong_share: float = 0.01
+    weak_share: float = 0.1
+    strong_share: float = 0.02
     min_cosine: float = 0.2
     max_score: int = 4
     weight_mix: float = 1.0
