@@ -62,14 +62,18 @@ class ScoringPrompt:
     preview_chars: int = DEFAULT_PREVIEW_CHARS
 
     def render_item(self, item: ScoreItem) -> str:
-        """One message as ``[id] (role/msg_type, source)`` plus its delimited preview."""
-        return Template(self.item).substitute(
+        """One message as ``[id] (role/msg_type, source)`` plus its delimited preview; a
+        superseded message (issue 11) gets one more line naming the newer message."""
+        text = Template(self.item).substitute(
             id=item.id,
             role=item.role,
             msg_type=item.msg_type,
             source=_neutralise(item.source),
             preview=_neutralise(preview(item.text, self.preview_chars)),
         )
+        if item.superseded_by:
+            text += f"\n(superseded by {_neutralise(preview(item.superseded_by, 200))}; its value is out of date)"
+        return text
 
     def render_user(self, goal: TaskGoal, items: Sequence[ScoreItem], rendered: Sequence[str] | None = None) -> str:
         """The user message for ``items`` (``rendered``: their :meth:`render_item` texts, if known)."""

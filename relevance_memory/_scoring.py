@@ -48,6 +48,8 @@ class ScoreItem:
         content_hash: the message's content hash (part of the cache key).
         terms: the message's lexical terms as computed on ingest (empty: derive from text).
         identifiers: the message's identifiers as computed on ingest (``None``: derive from text).
+        superseded_by: ``"<newer id>: <why>"`` when a newer message supersedes this one
+            (issue 11); the LLM scorer's prompt shows the mark.
     """
 
     id: str
@@ -62,6 +64,7 @@ class ScoreItem:
     content_hash: str = ""
     terms: frozenset[str] = frozenset()
     identifiers: frozenset[str] | None = None
+    superseded_by: str = ""
 
 
 @dataclass(frozen=True)

@@ -67,9 +67,15 @@ def _items(state: BuildState, seams: Seams, indices: Sequence[int]) -> tuple[Sco
             content_hash=m.content_hash,
             terms=store.terms[i],
             identifiers=store.idents[i],
+            superseded_by=_superseded(seams, m.id),
         )
         for i, m in ((i, store[i]) for i in indices)
     )
+
+
+def _superseded(seams: Seams, message_id: str) -> str:
+    link = seams.store.superseded_by.get(message_id) if seams.config.supersede else None
+    return f"{link.newer}: {link.reason}" if link is not None else ""
 
 
 def request(state: BuildState, seams: Seams) -> ScoreRequest:
