@@ -284,9 +284,10 @@ def _newest_user_text(store: StoreView) -> str:
 def preferred_newer(
     chains: Mapping[int, Chain], store: StoreView, scores: Mapping[int, RelevanceScore]
 ) -> dict[int, tuple[RelevanceScore, str]]:
-    """Messages that restate a fact with a new value, raised to the score of what they
-    replace (at least working, :data:`PREFERRED_FLOOR`): selection prefers the newer value
-    (issue 11). Returns index → (raised score, note) for the members it raises (pure)."""
+    """Newer messages raised to the score of what they supersede — a restated fact to at
+    least working (:data:`PREFERRED_FLOOR`), a newer tool result or file view to the older
+    one's score: selection prefers the newer value (issue 11). Returns index → (raised
+    score, note) for the members it raises (pure)."""
     out: dict[int, tuple[RelevanceScore, str]] = {}
     by_id = {store[i].id: i for c in chains.values() for i in c.members}
     for chain in chains.values():
@@ -295,13 +296,14 @@ def preferred_newer(
             if not olders or i not in scores:
                 continue
             links = [store.superseded_by[o] for o in olders if o in store.superseded_by]
-            if not any(link.kind == "fact" for link in links):
+            if not links:
                 continue
             old_scores = [scores[by_id[o]].score for o in olders if o in by_id and by_id[o] in scores]
-            floor = max([PREFERRED_FLOOR, *old_scores])
+            # a restated fact is at least working; a newer result or view takes the older's place
+            floor = max([PREFERRED_FLOOR if any(link.kind == "fact" for link in links) else 1, *old_scores])
             score = scores[i]
             if score.score < floor:
-                note = f"restates {', '.join(olders)} with a new value: preferred over it"
+                note = f"supersedes {', '.join(olders)}: preferred over it"
                 out[i] = (score.model_copy(update={"score": floor, "reason": f"{score.reason}; {note}"}), note)
     return out
 
