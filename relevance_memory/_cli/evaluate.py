@@ -103,7 +103,7 @@ def _run_eval(
         for n, spec in enumerate(labels):
             scorer = make_scorer(spec)
             run = RecallRun(
-                budgets=budgets, methods=("recency", "bm25", "full", "manager") if n == 0 else ("manager",),
+                budgets=budgets, methods=_first_methods() if n == 0 else ("manager",),
                 keep_recent=keep_recent, goal_block=goal_block, scorer=scorer, label=spec.split(":")[0],
             )
             with Progress(TextColumn(f"{name} · {spec}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
@@ -278,3 +278,12 @@ def rubric_compare(
 ) -> None:
     """Run two scorers / prompt versions on the same labelled set and print them side by side."""
     _evaluate(labelled, [a, b], repeats, json_out)
+
+
+def _first_methods() -> tuple[str, ...]:
+    """Baselines measured with the first scorer: recency, BM25, full history, and — when the
+    bundled embedding model is installed — the embedding alone and BM25 + embedding (issue 11)."""
+    from .._embedding import default_embedder
+
+    base = ("recency", "bm25", "full", "manager")
+    return (*base, "embedding", "bm25+embedding") if default_embedder() is not None else base
