@@ -11,6 +11,7 @@ import pytest
 from typer.testing import CliRunner
 
 from relevance_memory import OfflineScorer, TaskGoal
+from relevance_memory._embedding import default_embedder
 from relevance_memory.cli import app
 from relevance_memory.evaluation import (
     LabelledExample,
@@ -175,6 +176,9 @@ def test_evaluate_rubric_tiny_set() -> None:
     assert report.llm_calls == 0
 
 
+SEMANTIC = ("embedding", "bm25+embedding") if default_embedder() is not None else ()
+
+
 def test_recall_run_tiny(tmp_path: Path) -> None:
     data = load_locomo(_tiny_locomo(tmp_path))
     select_questions(data, ["q0"], None)
@@ -224,7 +228,8 @@ def test_cli_eval_smoke(data_dir: Path, tmp_path: Path) -> None:
         assert result.exit_code == 0, result.output
         payload = json.loads((out / f"{name}.json").read_text())
         assert payload["questions"] == 2
-        assert set(payload["summary"]["overall"]) == {"recency", "bm25", "full", "offline"}
+        # the embedding baselines (issue 11) are measured whenever the bundled model is installed
+        assert set(payload["summary"]["overall"]) == {"recency", "bm25", "full", "offline", *SEMANTIC}
         assert (out / f"{name}.png").stat().st_size > 1000
 
 
@@ -262,8 +267,9 @@ def test_cli_eval_tiny_file(tmp_path: Path) -> None:
     assert payload["config"]["budgets"] == [40, 80]
     assert payload["unresolved_evidence"] == [["conv-x#q2", "D7:7"], ["conv-x#q3", "D"]]
     rows = payload["results"]
-    assert {r["method"] for r in rows} == {"recency", "bm25", "full", "offline"}
-    assert len(rows) == 2 * (1 + 3 * 2)  # per question: full once, three methods × two budgets
+    assert {r["method"] for r in rows} == {"recency", "bm25", "full", "offline", *SEMANTIC}
+    methods = 3 + len(SEMANTIC)
+    assert len(rows) == 2 * (1 + methods * 2)  # per question: full once, the other methods × two budgets
 
 
 def test_make_scorer_llm_unavailable_or_offline() -> None:
