@@ -123,6 +123,10 @@ class MemoryConfig(BaseModel):
             the same file shown again, a fact restated with a new value; SPEC §10), and
             prefer the newer in selection: the older one is archived (summarised as the
             earlier value) unless the goal asks for history. Nothing is deleted.
+        supersede_archives_facts: also archive a chat message whose fact a newer one restates
+            (off by default: on LongMemEval S it cost evidence recall, 0.809 → 0.745 at 2k,
+            BENCHMARKS.md); by default such a message is only marked (record, summary, LLM
+            prompt) and the newer one is preferred. Tool results and file views are archived.
         pheromone: the pheromone field's parameters (:class:`PheromoneConfig`, SPEC §5).
     """
 
@@ -153,6 +157,7 @@ class MemoryConfig(BaseModel):
     score_cache_dir: str | None = None
     embeddings: bool = True
     supersede: bool = True
+    supersede_archives_facts: bool = False
     pheromone: PheromoneConfig = Field(default_factory=lambda: PheromoneConfig())
 
     @model_validator(mode="after")

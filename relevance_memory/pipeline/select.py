@@ -221,7 +221,9 @@ def select(state: BuildState, seams: Seams) -> Ranked:
             for c in chains.values()
             for i in c.members
         }
-    demoted = superseded_chains(chains, store) if config.supersede else {}
+    demoted = (
+        superseded_chains(chains, store, facts=config.supersede_archives_facts) if config.supersede else {}
+    )
     asked = bool(demoted) and asks_for_history(f"{goal.final}\n{goal.subtask}\n{_newest_user_text(store)}")
     preferred = preferred_newer(chains, store, scores) if config.supersede else {}
     if preferred:
@@ -307,7 +309,7 @@ def preferred_newer(
                 out[i] = (score.model_copy(update={"score": floor, "reason": f"{score.reason}; {note}"}), note)
     return out
 
-def superseded_chains(chains: Mapping[int, Chain], store: StoreView) -> dict[int, str]:
+def superseded_chains(chains: Mapping[int, Chain], store: StoreView, *, facts: bool = True) -> dict[int, str]:
     """Candidate chains whose content newer messages supersede: root → note (pure).
 
     A chain is superseded when at least one member is, and every member that carries
@@ -319,6 +321,8 @@ def superseded_chains(chains: Mapping[int, Chain], store: StoreView) -> dict[int
     links = store.superseded_by
     if not links:
         return {}
+    if not facts:
+        links = {k: v for k, v in links.items() if v.kind != "fact"}
     out: dict[int, str] = {}
     for root, chain in chains.items():
         linked = [i for i in chain.members if store[i].id in links]

@@ -78,7 +78,7 @@ def test_newest_fact_wins_and_the_older_is_marked_not_lost(
     kind: str, old: str, new: str, question: str, new_value: str, budget: int
 ) -> None:
     history = chat_history(old, new, question)
-    memory, built = build(history, budget)
+    memory, built = build(history, budget, supersede_archives_facts=True)
     old_id = next(m.id for m in memory.messages if content_text(m.content) == old)
     new_id = next(m.id for m in memory.messages if content_text(m.content) == new)
     older, newer = built.record.decision_for(old_id), built.record.decision_for(new_id)
@@ -102,12 +102,20 @@ def test_newest_fact_wins_and_the_older_is_marked_not_lost(
 
 def test_goal_asking_for_the_earlier_value_keeps_it() -> None:
     history = chat_history(FACTS[0][1], FACTS[0][2], "What food did I initially say was my favourite?")
-    memory, built = build(history, 400)
+    memory, built = build(history, 400, supersede_archives_facts=True)
     old_id = next(m.id for m in memory.messages if content_text(m.content) == FACTS[0][1])
     decision = built.record.decision_for(old_id)
     assert decision.superseded_by is not None
     assert "the goal asks for earlier values" in decision.note
     assert decision.decision == "kept" and FACTS[0][1] in texts_of(built)
+
+
+def test_by_default_a_superseded_fact_is_marked_not_archived() -> None:
+    history = chat_history(FACTS[0][1], FACTS[0][2], FACTS[0][3])
+    memory, built = build(history, 700)
+    old_id = next(m.id for m in memory.messages if content_text(m.content) == FACTS[0][1])
+    decision = built.record.decision_for(old_id)
+    assert decision.superseded_by is not None and "superseded by" not in decision.note
 
 
 def test_identical_repeat_adds_nothing_and_deletes_nothing() -> None:
