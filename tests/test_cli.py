@@ -19,7 +19,7 @@ def test_build_writes_context_and_record(tmp_path: Path) -> None:
     result = runner.invoke(app, ["build", str(FIXTURE), "--budget", "8000", "--out", str(out), "--record", str(rec)])
     assert result.exit_code == 0, result.output
     assert "194" in result.output and "budget 8,000" in result.output
-    assert "scorer: offline (no LLM endpoint" in result.output
+    assert "scorer: offline (deterministic, no network; no LLM endpoint asked for" in " ".join(result.output.split())
     context = json.loads(out.read_text())
     assert check_context(context) == []
     record = DecisionRecord.from_json(rec.read_text())

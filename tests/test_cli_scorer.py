@@ -51,7 +51,7 @@ def test_offline_scorer_is_named(transcript: Path) -> None:
 def test_auto_without_endpoint_says_why_it_is_offline(transcript: Path) -> None:
     result = build(transcript)
     assert result.exit_code == 0, result.output
-    assert "offline (no LLM endpoint" in " ".join(result.output.split())
+    assert "offline (deterministic, no network; no LLM endpoint asked for" in " ".join(result.output.split())
 
 
 def test_llm_without_endpoint_fails_clearly(transcript: Path) -> None:
