@@ -235,3 +235,28 @@ def test_sync_and_async_take_the_same_steps() -> None:
     assert asked == [["m1", "m2", "m3", "m4"], ["m1", "m2"], ["m3", "m4"], ["m2"]]
     assert calls == [("ask", "cut"), ("split", "parsed"), ("split", "parsed"), ("reask", "parsed")]
     assert scores == [("m1", 4, "llm"), ("m2", 3, "llm"), ("m3", 2, "llm"), ("m4", 2, "llm")]
+
+
+# --------------------------------------------------------------------------- score_v2
+def test_score_v2_is_versioned_in_the_record_and_the_cache_key() -> None:
+    from relevance_memory import RelevanceMemoryManager, score_cache_key
+    from relevance_memory._prompts import available_prompts, load_prompt
+
+    assert {"score_v1", "score_v2"} <= set(available_prompts())
+    v2 = load_prompt("score_v2")
+    text = v2.render_user(GOAL, ITEMS[:2])
+    assert "<goal>\n" + GOAL.final in text and '<data id="m1">' in text
+    assert text.endswith("Rate exactly these ids, each once: m1, m2")
+    sent: list[dict[str, Any]] = []
+    memory = RelevanceMemoryManager(scorer=scorer([answer(4)] * 4, sent, rubric_version="score_v2"),
+                                    max_input_tokens=200, keep_recent=1)
+    memory.add({"role": "user", "content": "Write the quarterly report in French."})
+    for n in range(4):
+        memory.add({"role": "assistant", "content": f"figure set {n} " + "x " * 40})
+    memory.add({"role": "user", "content": "Now draft section 1."})
+    record = memory.build_context().record
+    assert record.rubric_version == "score_v2"
+    assert sent and sent[0]["messages"][0]["content"].startswith(v2.system)
+    keys = {score_cache_key(rubric_version=v, model="m", goal=GOAL, content_hash="h", role="user", msg_type="x")
+            for v in ("score_v1", "score_v2")}
+    assert len(keys) == 2
