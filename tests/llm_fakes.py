@@ -85,8 +85,7 @@ def scripted_transport(script: list[Step], *, seen: list[dict[str, Any]] | None 
 
 _WORD_RE = re.compile(r"[a-z0-9]+")
 _STOPWORDS = frozenset(
-    "a an and are as at be by did do does for from had has have he her his how i in is it its me my of on or our "
-    "she so that the their them they this to was we were what when where which who why will with you your".split()
+    ["a", "an", "and", "are", "as", "at", "be", "by", "did", "do", "does", "for", "from", "had", "has", "have", "he", "her", "his", "how", "i", "in", "is", "it", "its", "me", "my", "of", "on", "or", "our", "she", "so", "that", "the", "their", "them", "they", "this", "to", "was", "we", "were", "what", "when", "where", "which", "who", "why", "will", "with", "you", "your"]
 )
 
 
