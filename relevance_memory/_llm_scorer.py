@@ -13,8 +13,8 @@ Retry layers, innermost first:
 1. **transport** (``tenacity``): timeouts, connection resets, 429 (honouring
    ``Retry-After``) and 5xx are re-sent with exponential backoff and jitter, bounded by
    attempts and a total budget sized from the timeout; any other 4xx fails fast with
-   :class:`ScorerRequestError` (a 400/422 to a ``response_format`` first steps down to a
-   simpler format).
+   :class:`ScorerRequestError` (an error rejecting the ``response_format`` — 400/422, or
+   the 500 llama-cpp-python's server sends — first steps down to a simpler format).
 2. **reply** (:class:`._llm_steps.BatchRun`): instructor builds the mode's request and
    parses the reply in one attempt; ids not validly scored are re-asked alone with a
    fixed correction; a reply cut at the token cap is split in halves.
@@ -40,7 +40,14 @@ from ._config import _CL100K_PREFIXES, _O200K_PREFIXES, MemoryConfig, context_wi
 from ._exceptions import ConfigError, ScorerError, ScorerRequestError
 from ._llm_reply import ScoreEntry, ScoreReply, extract_json_reply
 from ._llm_steps import RESPONSE_FORMATS, FormatLadder, Outcome, Request, ScorerPlan, Tally, assemble_result, short
-from ._llm_transport import TransportPolicy, retry_after_seconds, status_of, transient, transport_error
+from ._llm_transport import (
+    TransportPolicy,
+    rejects_format,
+    retry_after_seconds,
+    status_of,
+    transient,
+    transport_error,
+)
 from ._models import TaskGoal
 from ._prompts import DEFAULT_PREVIEW_CHARS, ScoringPrompt, load_prompt
 from ._scorer_choice import (
@@ -476,7 +483,7 @@ class LLMScorer:
     ) -> None:
         """Returns when the request is to be re-sent with a simpler ``response_format``
         (the endpoint rejected ``sent`` with 400/422); raises the scorer error otherwise."""
-        if self.formats.step_down(status_of(exc), sent):
+        if self.formats.step_down(rejects_format(exc), sent):
             tally.retries += 1
             return
         error = transport_error(exc, attempts, self.endpoint)

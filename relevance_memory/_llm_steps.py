@@ -123,7 +123,7 @@ class FormatLadder:
     """Which ``response_format`` variant to send, stepping down when the endpoint rejects one.
 
     ``auto`` starts at ``json_schema`` (mode ``json_schema``) or ``json_object_schema``
-    (mode ``json``) and steps down on HTTP 400/422; a pinned variant never changes. TOOLS
+    (mode ``json``) and steps down when the endpoint rejects the format; a pinned variant never changes. TOOLS
     and MD_JSON modes send none (the tool's schema is the constraint in TOOLS mode).
     """
 
@@ -142,10 +142,11 @@ class FormatLadder:
         """The variant sent now."""
         return self.variants[self.index]
 
-    def step_down(self, status: int | None, sent: str) -> bool:
-        """After HTTP ``status`` to a request sent with ``sent``: whether to re-send with
-        the next variant (400/422 and a simpler one remains). Idempotent under concurrency."""
-        if status not in (400, 422):
+    def step_down(self, rejected: bool, sent: str) -> bool:
+        """After an error to a request sent with ``sent`` (``rejected``: the error answers
+        the ``response_format``, see :func:`._llm_transport.rejects_format`): whether to
+        re-send with the next variant. Idempotent under concurrency."""
+        if not rejected or self.variants == ("none",):
             return False
         if sent != self.current:
             return True  # another request already stepped down

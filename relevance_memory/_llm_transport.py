@@ -19,7 +19,7 @@ from tenacity import RetryCallState, stop_after_attempt, stop_before_delay, wait
 
 from ._exceptions import ConfigError, ScorerError, ScorerRequestError, ScorerTransportError
 
-__all__ = ["TransportPolicy", "retry_after_seconds", "status_of", "transient", "transport_error"]
+__all__ = ["TransportPolicy", "rejects_format", "retry_after_seconds", "status_of", "transient", "transport_error"]
 
 _RETRYABLE_STATUS = frozenset({429}) | frozenset(range(500, 600))
 
@@ -35,12 +35,27 @@ def status_of(exc: BaseException) -> int | None:
     return exc.status_code if isinstance(exc, openai.APIStatusError) else None
 
 
+def rejects_format(exc: BaseException) -> bool:
+    """Whether an error answers the request's ``response_format`` itself: HTTP 400/422, or
+    a 5xx whose body names ``response_format`` (llama-cpp-python's server answers a
+    ``json_schema`` type it does not know with a 500 carrying the validation error)."""
+    status = status_of(exc)
+    if status in (400, 422):
+        return True
+    if status is None or status < 500:
+        return False
+    body = getattr(exc, "body", None)
+    text = f"{getattr(exc, 'message', '')} {body if body is not None else ''}"
+    return "response_format" in text
+
+
 def transient(exc: BaseException) -> bool:
-    """Timeouts, connection errors, 429 and 5xx are worth re-sending."""
+    """Timeouts, connection errors, 429 and 5xx are worth re-sending (a 5xx that rejects
+    the ``response_format`` is not: re-sending it cannot help)."""
     if isinstance(exc, openai.APIConnectionError):  # includes APITimeoutError
         return True
     status = status_of(exc)
-    return status is not None and status in _RETRYABLE_STATUS
+    return status is not None and status in _RETRYABLE_STATUS and not rejects_format(exc)
 
 
 def retry_after_seconds(exc: BaseException, *, now: datetime | None = None) -> float | None:

@@ -138,11 +138,12 @@ def test_live_json_mode_with_the_schema_in_response_format(vcr: Any, record_mode
 
 @pytest.mark.vcr
 def test_live_json_schema_mode_detects_what_the_server_accepts(vcr: Any, record_mode: str) -> None:
-    """JSON_SCHEMA mode: this server answers 422 to ``{"type": "json_schema"}``; the scorer
-    steps down to ``json_object`` + schema once, and every later request uses it."""
+    """JSON_SCHEMA mode: this server answers ``{"type": "json_schema"}`` with a 500 whose
+    body names ``response_format`` (its request validation); the scorer steps down to
+    ``json_object`` + schema at once (no transport retry), and every later request uses it."""
     scorer = live_scorer(mode="json_schema", batch_max_messages=2)
     result = scorer.score(GOAL, ITEMS)
-    assert [c.status for c in result.calls if c.outcome == "error"] == [422]
+    assert [c.status for c in result.calls if c.outcome == "error"] == [500]
     assert scorer.formats.current == "json_object_schema"
     assert [c.kind for c in result.calls] == ["ask", "format", "ask"]
     assert llm_share(result) == 1.0
@@ -178,7 +179,7 @@ def test_live_async_batches(vcr: Any, record_mode: str) -> None:
 def test_live_build_with_every_score_from_the_model(vcr: Any, record_mode: str) -> None:
     """A whole build: the model's scores become pheromone deposits and drive selection;
     the decision record shows every scored message with ``source=llm``."""
-    memory = RelevanceMemoryManager(scorer=live_scorer(), max_input_tokens=1500, keep_recent=1)
+    memory = RelevanceMemoryManager(scorer=live_scorer(), max_input_tokens=3000, keep_recent=1)
     memory.extend(load_transcript(FIXTURE).messages[:12])
     memory.set_goal(final=SWE_GOAL.final, subtask=SWE_GOAL.subtask)
     built = memory.build_context()

@@ -207,6 +207,16 @@ def test_response_format_steps_down_when_the_endpoint_rejects_it() -> None:
     assert [s.score for s in result.scores] == [4, 4, 2, 2]
 
 
+def test_a_server_error_naming_the_response_format_steps_down_without_retries() -> None:
+    """llama-cpp-python's server answers an unknown response_format type with HTTP 500."""
+    sent: list[dict[str, Any]] = []
+    body = "1 validation error: ('body', 'response_format', 'type') Input should be 'text' or 'json_object'"
+    result = scorer([status(500, message=body), answer(3)], sent, mode="json_schema").score(GOAL, ITEMS[:1])
+    assert [b["response_format"]["type"] for b in sent] == ["json_schema", "json_object"]
+    assert [(c.kind, c.status) for c in result.calls] == [("ask", 500), ("format", None)]
+    assert result.scores[0].source == ScoreSource.LLM
+
+
 def test_a_pinned_format_is_not_stepped_down() -> None:
     sent: list[dict[str, Any]] = []
     result = scorer([status(400, message="bad response_format")], sent, mode="json_schema",
