@@ -35,8 +35,9 @@ def test_build_json_and_goal_options(tmp_path: Path) -> None:
         "--subtask", "run the tests", "--json", "--out", str(tmp_path / "c.json"), "--record", str(tmp_path / "r.json"),
     ])
     assert result.exit_code == 0, result.output
-    record = DecisionRecord.model_validate_json(result.output)
+    record = DecisionRecord.model_validate_json(result.stdout)  # the scorer line goes to stderr with --json
     assert (record.goal.final, record.goal.subtask, record.keep_recent) == ("Fix prefetch deferred fields", "run the tests", 2)
+    assert result.stderr.startswith("scorer: offline")
 
 
 def test_explain_shows_decisions(tmp_path: Path) -> None:

@@ -247,6 +247,18 @@ def check(record_mode: str, key: str, observed: Any) -> None:
     OBSERVED.write_text(json.dumps(seen, indent=1, sort_keys=True) + "\n", encoding="utf-8")
 
 
-EXPECTED: dict[str, Any] = {}
-"""The scores the recorded model gave, read from the cassettes' replies at recording time
-(id → (score, source); ``fixture`` a list of scores; ``build`` id → score)."""
+EXPECTED: dict[str, Any] = {
+    "tools": {"m1": (4, "llm"), "m2": (3, "llm"), "m3": (5, "llm")},
+    "json": {"m1": (4, "llm"), "m2": (4, "llm"), "m3": (1, "llm")},
+    "json_schema": {"m1": (5, "llm"), "m2": (4, "llm"), "m3": (4, "llm")},
+    "async": {"m1": (5, "llm"), "m2": (4, "llm"), "m3": (4, "llm")},
+    "cut": {"m1": (5, "llm"), "m2": (1, "llm"), "m3": (5, "llm")},
+    "unconstrained": {"m1": (5, "fallback"), "m2": (1, "fallback"), "m3": (5, "fallback")},
+    "md_json": {"m1": (5, "fallback"), "m2": (1, "fallback"), "m3": (5, "fallback")},
+    "fixture": [2, 3, 1, 5, 4, 2, 4, 3, 4, 2, 5, 5, 2, 5, 4, 2],
+    "build": {"m2": 5, "m3": 4, "m4": 2, "m5": 1, "m6": 3, "m7": 2, "m8": 1, "m9": 3},
+}
+"""The scores SmolLM2-135M-Instruct gave in the recordings (read from the cassettes' replies;
+id → (score, source); ``fixture`` the 16 scores in order; ``build`` id → score). ``unconstrained``
+and ``md_json`` are all fallbacks: without a schema the server enforces, the 135M model wrote
+the schema back instead of scores (see the cassettes)."""
