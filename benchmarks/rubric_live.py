@@ -104,6 +104,9 @@ def main() -> None:
                 label = f"llm · {mode} · {version}"
                 print(f"{name}: {label} done in {time.perf_counter() - started:.0f} s", file=sys.stderr, flush=True)
                 reports.append((label, report))
+                results["sets"][name] = {"path": path, "reports": {lb: r.model_dump() for lb, r in reports}}
+                args.out.parent.mkdir(parents=True, exist_ok=True)
+                args.out.write_text(json.dumps(results, indent=1, default=str) + "\n", encoding="utf-8")
         results["sets"][name] = {"path": path, "reports": {label: r.model_dump() for label, r in reports}}
         print(f"\n### {name} ({len(labelled.examples)} examples, {reports[0][1].messages} labelled messages)\n")
         print(HEADER)

@@ -231,8 +231,8 @@ def _load_set(path: Path) -> Any:
 def _report_rows(reports: list[Any]) -> Table:
     """Every metric of each report; the judge's own scores and the scores with fallbacks on
     separate rows (issue 14: a metric that mixes them hides a broken judge)."""
-    table = Table(title="rubric metrics (judge = the scorer's own scores; with fallbacks = what a build uses)",
-                  show_header=True)
+    table = Table(title="rubric metrics", show_header=True,
+                  caption="judge alone = the scorer's own scores; with fallbacks = every score, as a build uses them")
     table.add_column("metric")
     for r in reports:
         table.add_column(f"{r.scorer} · {r.rubric_version}" + (f"\n{r.model}" if r.scorer != "offline" else ""),
