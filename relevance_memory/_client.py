@@ -44,6 +44,7 @@ from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Mapping
 from typing import Any, Literal, TypeVar
 
 from ._exceptions import HistoryDivergedError, InvalidMessageError, RelevanceMemoryError
+from ._io import _get, _plain, message_to_dict
 from ._manager import BuiltContext, RelevanceMemoryManager
 from ._models import TaskGoal
 from ._record import DecisionRecord
@@ -55,60 +56,6 @@ T = TypeVar("T")
 
 
 # --------------------------------------------------------------------------- messages
-def _get(obj: Any, key: str, default: Any = None) -> Any:
-    if isinstance(obj, Mapping):
-        return obj.get(key, default)
-    return getattr(obj, key, default)
-
-
-def _tool_call_dict(call: Any) -> dict[str, Any]:
-    function = _get(call, "function")
-    kind = _get(call, "type") or "function"
-    if function is None and kind != "function":  # a custom tool call: keep its own payload
-        payload = _get(call, kind)
-        return {"id": _get(call, "id"), "type": kind, kind: _plain(payload)}
-    return {
-        "id": _get(call, "id"),
-        "type": kind,
-        "function": {"name": _get(function, "name"), "arguments": _get(function, "arguments") or ""},
-    }
-
-
-def _plain(value: Any) -> Any:
-    dump = getattr(value, "model_dump", None)
-    return dump(exclude_none=True) if callable(dump) else value
-
-
-def message_to_dict(message: Any) -> dict[str, Any]:
-    """An OpenAI chat message as a request dict.
-
-    Dicts are returned as they are (copied shallowly); SDK message objects (e.g.
-    ``response.choices[0].message``) become ``{role, content, tool_calls?, name?,
-    tool_call_id?}`` — response-only fields (``refusal``, ``annotations``, ``audio``)
-    are left out. A reply with no content and no tool calls gets ``content=""`` (its
-    refusal text when it has one).
-
-    Raises:
-        TypeError: ``message`` is neither a mapping nor an object with a ``role``.
-    """
-    if isinstance(message, Mapping):
-        return dict(message)
-    role = getattr(message, "role", None)
-    if role is None:
-        raise TypeError(f"expected an OpenAI chat message (dict or SDK object), got {type(message).__name__}")
-    out: dict[str, Any] = {"role": role, "content": _plain(getattr(message, "content", None))}
-    calls = getattr(message, "tool_calls", None)
-    if calls:
-        out["tool_calls"] = [_tool_call_dict(c) for c in calls]
-    for key in ("name", "tool_call_id"):
-        value = getattr(message, key, None)
-        if value:
-            out[key] = value
-    if out["content"] is None and not calls:
-        out["content"] = getattr(message, "refusal", None) or ""
-    return out
-
-
 def _fingerprint(message: Mapping[str, Any]) -> str:
     """Comparison key of a message for the prefix sync (see the module doc)."""
     content = message.get("content")

@@ -30,6 +30,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ._config import PheromoneConfig
+from ._extras import require
 from ._models import Message, MessageType
 
 __all__ = [
@@ -351,8 +352,8 @@ class PheromoneField:
 
     def to_graph(self) -> Any:
         """The field as a ``networkx.DiGraph``: nodes carry ``kind``/``strength``/``latest_score``,
-        edges (earlier → later reference) carry ``weight``."""
-        import networkx as nx
+        edges (earlier → later reference) carry ``weight``. Needs the ``graph`` extra."""
+        nx = require("networkx", "the pheromone graph export")
 
         graph = nx.DiGraph()
         for mid, c in self._cells.items():
@@ -362,7 +363,7 @@ class PheromoneField:
         return graph
 
     def graphml(self) -> str:
-        """The field as GraphML text (via ``networkx``)."""
-        import networkx as nx
+        """The field as GraphML text (via ``networkx``, the ``graph`` extra)."""
+        nx = require("networkx", "the pheromone graph export")
 
         return "\n".join(nx.generate_graphml(self.to_graph()))
