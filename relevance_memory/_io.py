@@ -18,6 +18,7 @@ Transcript formats recognised by :func:`parse_transcript` (first match wins):
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -25,7 +26,20 @@ from typing import Any
 
 from ._exceptions import TranscriptFormatError
 
-__all__ = ["Transcript", "load_transcript", "message_to_dict", "parse_transcript"]
+__all__ = ["Transcript", "json_safe", "load_transcript", "message_to_dict", "parse_transcript"]
+
+
+def json_safe(value: Any) -> Any:
+    """``value`` with every non-finite float (``inf``, ``nan``) as ``None``, so ``json.dumps``
+    writes standard JSON (``Infinity`` is not JSON; parsers such as ``JSON.parse`` and ``jq``
+    reject it). Mappings, lists and tuples are copied; other values are kept."""
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, Mapping):
+        return {k: json_safe(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [json_safe(v) for v in value]
+    return value
 
 
 # --------------------------------------------------------------------------- messages

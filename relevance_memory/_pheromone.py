@@ -31,6 +31,7 @@ from typing import Any
 
 from ._config import PheromoneConfig
 from ._extras import require
+from ._io import json_safe
 from ._models import Message, MessageType
 
 __all__ = [
@@ -343,8 +344,8 @@ class PheromoneField:
         }
 
     def to_json(self, *, indent: int | None = 2) -> str:
-        """:meth:`to_dict` as JSON text."""
-        return json.dumps(self.to_dict(), indent=indent, ensure_ascii=False)
+        """:meth:`to_dict` as standard JSON text (an infinite half-life — never evaporates — is ``null``)."""
+        return json.dumps(json_safe(self.to_dict()), indent=indent, ensure_ascii=False, allow_nan=False)
 
     def history_json(self, *, indent: int | None = 2) -> str:
         """The strength history (top-N per tick) as JSON text."""

@@ -225,3 +225,16 @@ def test_package_is_marked_typed_and_heavy_plot_libraries_are_extras() -> None:
     required = text.split("dependencies = [", 1)[1].split("]", 1)[0]
     assert "matplotlib" not in required and "networkx" not in required
     assert 'plot = ["matplotlib' in text and 'graph = ["networkx' in text
+
+
+def test_the_pheromone_field_exports_standard_json() -> None:
+    memory = RelevanceMemoryManager(max_input_tokens=3000)
+    memory.extend([{"role": "system", "content": "You are an agent."}, {"role": "user", "content": "Fix the bug."},
+                   *[{"role": "user", "content": f"note {i} about src/app_{i}.py"} for i in range(30)]])
+    memory.build_context()
+
+    def refuse(constant: str) -> None:
+        raise ValueError(f"non-standard JSON constant {constant}")
+
+    data = json.loads(memory.pheromone.to_json(), parse_constant=refuse)
+    assert data["config"]["half_life_steps"]["system"] is None  # never evaporates
