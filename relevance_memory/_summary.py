@@ -25,7 +25,7 @@ from typing import Any, Protocol, runtime_checkable
 import sentencex
 from pydantic import BaseModel, Field
 
-from ._assemble import SUMMARY_MARKER
+from ._markers import SUMMARY_MARKER
 from ._models import is_blob
 from ._text import ERROR_RE, has_constraint, identifiers
 

@@ -37,8 +37,8 @@ from collections import OrderedDict
 from collections.abc import Hashable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from .._client import OnDivergence, SessionView, _Session, project_built
 from .._manager import BuiltContext, RelevanceMemoryManager
+from .._session import MemorySession, OnDivergence, SessionView, project_built
 
 if TYPE_CHECKING:
     from langchain_core.messages import BaseMessage
@@ -124,21 +124,21 @@ class ManagedContextHook(SessionView):
         self._template = memory
         self._config = config
         self._on_divergence: OnDivergence = on_divergence
-        self._session = _Session(memory, on_build=None, on_divergence=on_divergence, overrides=config)
+        self._session = MemorySession(memory, on_build=None, on_divergence=on_divergence, overrides=config)
         self._default = self._session
-        self._threads: OrderedDict[Hashable, _Session] = OrderedDict()
+        self._threads: OrderedDict[Hashable, MemorySession] = OrderedDict()
         self._lock = threading.Lock()
         self.max_threads = max_threads
         self.budget = budget
 
-    def _session_for(self, thread: Hashable | None) -> _Session:
+    def _session_for(self, thread: Hashable | None) -> MemorySession:
         if thread is None:
             return self._default
         with self._lock:
             session = self._threads.get(thread)
             if session is None:
                 memory = self._template.fresh() if self._template is not None else None
-                session = _Session(memory, on_build=None, on_divergence=self._on_divergence, overrides=self._config)
+                session = MemorySession(memory, on_build=None, on_divergence=self._on_divergence, overrides=self._config)
                 self._threads[thread] = session
                 while len(self._threads) > self.max_threads:
                     self._threads.popitem(last=False)
@@ -168,7 +168,7 @@ class ManagedContextHook(SessionView):
 
     def _prepare(
         self, value: Any, config: Mapping[str, Any] | None
-    ) -> tuple[_Session, list[Any], RelevanceMemoryManager, int]:
+    ) -> tuple[MemorySession, list[Any], RelevanceMemoryManager, int]:
         if isinstance(value, Mapping):
             messages = list(value["messages"])
         elif hasattr(value, "messages") and not isinstance(value, Sequence):  # a state object
@@ -181,7 +181,7 @@ class ManagedContextHook(SessionView):
         return session, messages, memory, self.budget if self.budget is not None else memory.config.token_budget()
 
     def _finish(
-        self, session: _Session, value: Any, messages: list[Any], memory: RelevanceMemoryManager, built: BuiltContext
+        self, session: MemorySession, value: Any, messages: list[Any], memory: RelevanceMemoryManager, built: BuiltContext
     ) -> Any:
         session.built(built)
         out = project_built(built, memory, messages, lambda m: from_openai_messages([m])[0])

@@ -1,0 +1,280 @@
+"""``relmem eval`` and ``relmem rubric``: evidence recall and rubric iteration commands.
+
+The heavy modules (evaluation, bm25s, matplotlib) are imported inside the commands so
+``relmem build`` starts fast.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import os
+import platform
+import shlex
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from rich.table import Table
+
+from .._exceptions import RelevanceMemoryError
+from ._common import console, err, fail
+
+__all__ = ["eval_app", "rubric_app"]
+
+eval_app = typer.Typer(help="Evidence recall at a token budget on LoCoMo / LongMemEval, baselines side by side.",
+                       no_args_is_help=True)
+rubric_app = typer.Typer(help="Rubric iteration: score a labelled set, compare two scorers / prompt versions.",
+                         no_args_is_help=True)
+
+DEFAULT_BUDGETS = {"locomo": "1000,2000,4000", "longmemeval": "2000,4000,8000"}
+
+
+def _ints(text: str, what: str) -> tuple[int, ...]:
+    try:
+        values = tuple(int(x) for x in text.replace(" ", "").split(",") if x)
+    except ValueError:
+        raise fail(f"{what} must be comma-separated integers, got {text!r}") from None
+    if not values or any(v <= 0 for v in values):
+        raise fail(f"{what} must be positive integers, got {text!r}")
+    return values
+
+
+def _provenance() -> dict[str, Any]:
+    commit = ""
+    with contextlib.suppress(OSError, subprocess.SubprocessError):
+        commit = subprocess.run(
+            ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, timeout=5,
+            cwd=Path(__file__).resolve().parent,
+        ).stdout.strip()
+    return {
+        "command": "relmem " + " ".join(shlex.quote(a) for a in sys.argv[1:]),
+        "commit": commit,
+        "machine": {"python": platform.python_version(), "platform": platform.platform(),
+                    "cpus": os.cpu_count(), "processor": platform.processor()},
+    }
+
+
+def _run_eval(
+    name: str, path: Path, budgets_text: str, limit: int | None, questions: str | None,
+    categories: str | None, scorers: str, keep_recent: int, goal_block: bool, jobs: int,
+    out: Path, details: bool,
+) -> None:
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    from ..evaluation import (
+        RecallRun,
+        load_dataset,
+        make_scorer,
+        plot_recall,
+        recall_table,
+        results_as_dicts,
+        run_recall,
+        select_questions,
+        summarise_results,
+        write_json,
+    )
+
+    budgets = _ints(budgets_text or DEFAULT_BUDGETS[name], "--budgets")
+    try:
+        dataset = load_dataset(name, path)
+    except (OSError, ValueError) as exc:
+        raise fail(f"cannot load {name} from {path}: {exc}") from None
+    if categories:
+        wanted = {c.strip() for c in categories.split(",") if c.strip()}
+        for conv in dataset.conversations:
+            conv.questions = [q for q in conv.questions if q.category in wanted]
+    select_questions(dataset, [q.strip() for q in questions.split(",")] if questions else None, limit)
+    evaluable = [q for q in dataset.questions if q.evaluable]
+    if not evaluable:
+        raise fail("no question with evidence selected (check --questions / --categories / --limit)")
+    if dataset.unresolved:
+        console.print(f"[yellow]{len(dataset.unresolved)} evidence id(s) could not be resolved[/] "
+                      f"(dropped from their question): {', '.join(f'{q} {raw!r}' for q, raw in dataset.unresolved)}")
+    if dataset.repaired:
+        console.print(f"{len(dataset.repaired)} malformed evidence id(s) repaired")
+    results = []
+    started = time.perf_counter()
+    try:
+        labels = [s.strip() for s in scorers.split(",") if s.strip()]
+        for n, spec in enumerate(labels):
+            scorer = make_scorer(spec)
+            run = RecallRun(
+                budgets=budgets, methods=("recency", "bm25", "full", "manager") if n == 0 else ("manager",),
+                keep_recent=keep_recent, goal_block=goal_block, scorer=scorer, label=spec.split(":")[0],
+            )
+            with Progress(TextColumn(f"{name} · {spec}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                          console=err, transient=True) as bar:
+                task = bar.add_task("questions", total=len(dataset.questions))
+                advance = functools.partial(bar.advance, task)
+                results.extend(run_recall(dataset, run, jobs=jobs, progress=advance))
+    except RelevanceMemoryError as exc:
+        raise fail(str(exc)) from None
+    elapsed = time.perf_counter() - started
+    summary = summarise_results(results)
+    title = f"{name}: evidence recall at a token budget ({len(evaluable):,} questions, cl100k)"
+    console.print(recall_table(summary, budgets, title=title))
+    out.mkdir(parents=True, exist_ok=True)
+    json_path, png_path = out / f"{name}.json", out / f"{name}.png"
+    payload: dict[str, Any] = {
+        "dataset": name, "path": str(path), **_provenance(), "elapsed_s": round(elapsed, 1),
+        "config": {"budgets": list(budgets), "encoding": "cl100k_base", "keep_recent": keep_recent,
+                   "goal_block": goal_block, "scorers": scorers, "categories": categories, "limit": limit},
+        "questions": len(evaluable),
+        "repaired_evidence": [list(r) for r in dataset.repaired],
+        "unresolved_evidence": [list(u) for u in dataset.unresolved],
+        "summary": summary,
+    }
+    if details:
+        payload["results"] = results_as_dicts(results)
+    write_json(json_path, payload)
+    plot_recall(summary, budgets, png_path, title=f"{name} ({len(evaluable):,} questions)")
+    console.print(f"{elapsed:.0f} s · results → [bold]{json_path}[/] · plot → [bold]{png_path}[/]")
+
+
+_BUDGETS = typer.Option("--budgets", help="Comma-separated token budgets. Default: 1000,2000,4000 (LoCoMo), 2000,4000,8000 (LongMemEval).")
+_LIMIT = typer.Option(help="Only the first N questions.")
+_QUESTIONS = typer.Option(help="Only these question ids, comma-separated (LoCoMo: conv-26#q0 or q0).")
+_SCORERS = typer.Option("--scorer", help="Manager scorer(s), comma-separated: offline, llm, llm:<prompt version>.")
+_KEEP = typer.Option("--keep-recent", help="Manager working memory in steps (QA: 0 = the newest turn only).")
+_GOAL = typer.Option("--goal-block/--no-goal-block", help="Let the manager add its goal block (costs tokens the baselines do not spend).")
+_JOBS = typer.Option(help="Worker processes (conversations run in parallel).")
+_OUT = typer.Option(help="Folder for <dataset>.json and <dataset>.png.")
+_DETAILS = typer.Option("--details/--no-details", help="Also write every (question, method, budget) row to the JSON.")
+
+
+@eval_app.command("locomo")
+def eval_locomo(
+    path: Annotated[Path, typer.Argument(help="locomo10.json")],
+    budgets: Annotated[str, _BUDGETS] = "",
+    limit: Annotated[int | None, _LIMIT] = None,
+    questions: Annotated[str | None, _QUESTIONS] = None,
+    categories: Annotated[str, typer.Option(help="Categories to measure, comma-separated names (adversarial excluded by default).")] = "multi-hop,temporal,open-domain,single-hop",
+    scorer: Annotated[str, _SCORERS] = "offline",
+    keep_recent: Annotated[int, _KEEP] = 0,
+    goal_block: Annotated[bool, _GOAL] = False,
+    jobs: Annotated[int, _JOBS] = 1,
+    out: Annotated[Path, _OUT] = Path("relmem-eval"),
+    details: Annotated[bool, _DETAILS] = False,
+) -> None:
+    """Evidence recall on LoCoMo: manager vs recency, BM25 and full history at each budget."""
+    _run_eval("locomo", path, budgets, limit, questions, categories, scorer, keep_recent, goal_block, jobs, out, details)
+
+
+@eval_app.command("longmemeval")
+def eval_longmemeval(
+    path: Annotated[Path, typer.Argument(help="A folder of per-question JSON files (oracle/, s_subset/) or one file.")],
+    budgets: Annotated[str, _BUDGETS] = "",
+    limit: Annotated[int | None, _LIMIT] = None,
+    questions: Annotated[str | None, _QUESTIONS] = None,
+    scorer: Annotated[str, _SCORERS] = "offline",
+    keep_recent: Annotated[int, _KEEP] = 0,
+    goal_block: Annotated[bool, _GOAL] = False,
+    jobs: Annotated[int, _JOBS] = 1,
+    out: Annotated[Path, _OUT] = Path("relmem-eval"),
+    details: Annotated[bool, _DETAILS] = False,
+) -> None:
+    """Evidence recall on LongMemEval: manager vs recency, BM25 and full history at each budget."""
+    _run_eval("longmemeval", path, budgets, limit, questions, None, scorer, keep_recent, goal_block, jobs, out, details)
+
+
+# --------------------------------------------------------------------------- rubric
+@rubric_app.command("build")
+def rubric_build(
+    dataset: Annotated[str, typer.Argument(help="locomo or longmemeval")],
+    path: Annotated[Path, typer.Argument(help="The data set's file or folder.")],
+    out: Annotated[Path, typer.Option(help="Where to write the labelled set (JSON).")] = Path("labelled.json"),
+    negatives: Annotated[int, typer.Option(help="Non-evidence turns per question (half of them adjacent to the evidence).")] = 8,
+    seed: Annotated[int, typer.Option(help="Sampling seed.")] = 0,
+    limit: Annotated[int | None, typer.Option(help="At most N examples.")] = None,
+) -> None:
+    """Derive a labelled set from LoCoMo / LongMemEval: evidence turns gold 5, sampled others gold 1."""
+    from ..evaluation import build_labelled_set, load_dataset
+
+    try:
+        data = load_dataset(dataset, path)
+    except (OSError, ValueError) as exc:
+        raise fail(f"cannot load {dataset} from {path}: {exc}") from None
+    labelled = build_labelled_set(data, negatives=negatives, seed=seed, limit=limit)
+    labelled.save(out)
+    n = sum(len(e.gold) for e in labelled.examples)
+    console.print(f"{len(labelled.examples):,} examples, {n:,} labelled messages → [bold]{out}[/]")
+
+
+def _load_set(path: Path) -> Any:
+    from ..evaluation import LabelledSet
+
+    try:
+        return LabelledSet.load(path)
+    except OSError as exc:
+        raise fail(f"cannot read {path}: {exc.strerror or exc}") from None
+    except ValueError as exc:
+        raise fail(f"{path} is not a labelled set: {str(exc).splitlines()[0]}") from None
+
+
+def _report_rows(reports: list[Any]) -> Table:
+    table = Table(title="rubric metrics", show_header=True)
+    table.add_column("metric")
+    for r in reports:
+        table.add_column(f"{r.scorer} · {r.rubric_version}", justify="right")
+
+    def f(v: float) -> str:
+        return "—" if v != v else f"{v:.3f}"
+
+    rows = [
+        ("examples / messages", [f"{r.examples:,} / {r.messages:,}" for r in reports]),
+        ("relevant (gold ≥ 4)", [f"{r.relevant:,}" for r in reports]),
+        ("AUROC", [f(r.auroc) for r in reports]),
+        ("precision of score ≥ 4", [f(r.precision_at_4) for r in reports]),
+        ("recall of score ≥ 4", [f(r.recall_at_4) for r in reports]),
+        ("histogram relevant 1..5", [" ".join(map(str, r.histogram["relevant"])) for r in reports]),
+        ("histogram other 1..5", [" ".join(map(str, r.histogram["other"])) for r in reports]),
+        ("agreement over runs", [f"{f(r.agreement)} ({r.repeats} run{'s' if r.repeats > 1 else ''})" for r in reports]),
+        ("LLM calls / tokens", [f"{r.llm_calls:,} / {r.prompt_tokens + r.completion_tokens:,}" for r in reports]),
+        ("fallbacks", [f"{r.fallbacks:,}" for r in reports]),
+    ]
+    for name, cells in rows:
+        table.add_row(name, *cells)
+    return table
+
+
+def _evaluate(set_path: Path, specs: list[str], repeats: int, json_out: Path | None) -> None:
+    from ..evaluation import evaluate_rubric, make_scorer, write_json
+
+    labelled = _load_set(set_path)
+    reports = []
+    try:
+        for spec in specs:
+            reports.append(evaluate_rubric(labelled, make_scorer(spec), repeats=repeats))
+    except RelevanceMemoryError as exc:
+        raise fail(str(exc)) from None
+    console.print(_report_rows(reports))
+    if json_out is not None:
+        write_json(json_out, {"set": str(set_path), **_provenance(), "reports": [r.model_dump() for r in reports]})
+        console.print(f"metrics → [bold]{json_out}[/]")
+
+
+@rubric_app.command("eval")
+def rubric_eval(
+    labelled: Annotated[Path, typer.Argument(help="A labelled set (JSON; see `relmem rubric build`).")],
+    scorer: Annotated[str, typer.Option(help="offline, llm or llm:<prompt version>.")] = "offline",
+    repeats: Annotated[int, typer.Option(help="Score the set this many times (agreement across runs).")] = 1,
+    json_out: Annotated[Path | None, typer.Option("--json", help="Also write the metrics as JSON here.")] = None,
+) -> None:
+    """Metrics of one scorer + prompt version on a labelled set: AUROC, precision of ≥ 4, histogram, agreement, usage."""
+    _evaluate(labelled, [scorer], repeats, json_out)
+
+
+@rubric_app.command("compare")
+def rubric_compare(
+    labelled: Annotated[Path, typer.Argument(help="A labelled set (JSON).")],
+    a: Annotated[str, typer.Argument(help="First scorer: offline, llm or llm:<prompt version>.")],
+    b: Annotated[str, typer.Argument(help="Second scorer, e.g. llm:score_v2.")],
+    repeats: Annotated[int, typer.Option(help="Runs per scorer (agreement across runs).")] = 1,
+    json_out: Annotated[Path | None, typer.Option("--json", help="Also write both reports as JSON here.")] = None,
+) -> None:
+    """Run two scorers / prompt versions on the same labelled set and print them side by side."""
+    _evaluate(labelled, [a, b], repeats, json_out)

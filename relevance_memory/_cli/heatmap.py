@@ -1,0 +1,133 @@
+"""``relmem heatmap``: replay a transcript and draw the pheromone field (SPEC §5, issue 4).
+
+Replays RUN message by message, building the context before every assistant message
+(offline scorer unless a scorer is configured elsewhere), records every message's
+strength after each build, and renders a PNG heat map (``matplotlib``, Agg backend,
+headless) of strength over steps for the most important messages. Optionally writes
+the final field as JSON and GraphML and the strength history (top-N per tick) as JSON.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+
+from .._exceptions import ContextOverflowError, RelevanceMemoryError
+from .._io import load_transcript
+from .._manager import RelevanceMemoryManager
+from ._common import console, fail
+
+__all__ = ["heatmap", "render_heatmap", "replay_strengths"]
+
+
+def replay_strengths(
+    messages: list[dict[str, Any]], *, budget: int, keep_recent: int = 4, goal: str | None = None
+) -> tuple[RelevanceMemoryManager, list[int], list[dict[str, float]]]:
+    """Replay ``messages``; returns the manager, the step of each build and each build's strengths.
+
+    Raises:
+        InvalidMessageError: a message is invalid.
+    """
+    memory = RelevanceMemoryManager(max_input_tokens=budget, keep_recent=keep_recent)
+    if goal:
+        memory.set_goal(final=goal)
+    steps: list[int] = []
+    snapshots: list[dict[str, float]] = []
+    for message in messages:
+        if message.get("role") == "assistant" and len(memory.store):
+            try:
+                memory.build_context()
+            except ContextOverflowError:
+                memory.pheromone.observe(memory.store.messages)
+            steps.append(memory.store.step_count)
+            snapshots.append(memory.pheromone.strengths())
+        memory.add(message)
+    memory.pheromone.observe(memory.store.messages)
+    steps.append(memory.store.step_count)
+    snapshots.append(memory.pheromone.strengths())
+    return memory, steps, snapshots
+
+
+def render_heatmap(
+    steps: list[int], snapshots: list[dict[str, float]], labels: dict[str, str], out: Path, *, top: int, title: str
+) -> list[str]:
+    """Write a PNG heat map (rows: the ``top`` messages by peak strength; columns: builds).
+
+    Returns the message ids drawn, strongest first.
+    """
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    import numpy as np
+
+    peak: dict[str, float] = {}
+    for snap in snapshots:
+        for mid, value in snap.items():
+            peak[mid] = max(peak.get(mid, 0.0), value)
+    chosen = sorted(peak, key=lambda m: -peak[m])[:top]
+    grid = np.full((len(chosen), len(snapshots)), np.nan)
+    for col, snap in enumerate(snapshots):
+        for row, mid in enumerate(chosen):
+            if mid in snap:
+                grid[row, col] = snap[mid]
+    height = max(3.0, 0.28 * len(chosen) + 1.5)
+    fig, ax = plt.subplots(figsize=(min(18.0, 4 + 0.08 * len(snapshots)), height))
+    image = ax.imshow(grid, aspect="auto", cmap="viridis", interpolation="nearest", vmin=0.0)
+    ax.set_yticks(range(len(chosen)))
+    ax.set_yticklabels([labels.get(m, m) for m in chosen], fontsize=7)
+    ticks = list(range(0, len(steps), max(1, len(steps) // 12)))
+    ax.set_xticks(ticks)
+    ax.set_xticklabels([str(steps[t]) for t in ticks], fontsize=7)
+    ax.set_xlabel("step (build before each assistant message)")
+    ax.set_title(title, fontsize=9)
+    fig.colorbar(image, ax=ax, label="pheromone strength")
+    fig.tight_layout()
+    out.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(out, dpi=110)
+    plt.close(fig)
+    return chosen
+
+
+def heatmap(
+    run: Annotated[Path, typer.Argument(help="Transcript to replay (OpenAI JSON/JSONL, SWE-bench run, τ-bench).")],
+    index: Annotated[int, typer.Option(help="Which run to take from a file holding many (τ-bench).")] = 0,
+    out: Annotated[Path | None, typer.Option(help="PNG to write. Default: <name>-heatmap.png in the current directory.")] = None,
+    top: Annotated[int, typer.Option(min=1, help="Messages to draw (highest peak strength).")] = 30,
+    budget: Annotated[int, typer.Option(min=1, help="Token budget of each replayed build (tokens).")] = 8000,
+    keep_recent: Annotated[int, typer.Option(min=0, help="Working memory in steps.")] = 4,
+    field_json: Annotated[Path | None, typer.Option(help="Also write the final field as JSON.")] = None,
+    graphml: Annotated[Path | None, typer.Option(help="Also write the final field as GraphML.")] = None,
+    history: Annotated[Path | None, typer.Option(help="Also write the strength history (top-N per tick) as JSON.")] = None,
+) -> None:
+    """Replay RUN step by step and render a PNG heat map of pheromone strength over steps."""
+    try:
+        transcript = load_transcript(run, index=index)
+        memory, steps, snapshots = replay_strengths(
+            transcript.messages, budget=budget, keep_recent=keep_recent, goal=transcript.task
+        )
+    except OSError as exc:
+        raise fail(f"cannot read {run}: {exc.strerror or exc}") from None
+    except RelevanceMemoryError as exc:
+        raise fail(str(exc)) from None
+    labels = {
+        m.id: f"{m.id} {m.msg_type.value[:12]} {' '.join(m.text.split())[:28]}" for m in memory.store.messages
+    }
+    which = f" run {index} of {transcript.count}" if transcript.count > 1 else ""
+    target = out or Path(run.stem + (f".{index}" if which else "") + "-heatmap.png")
+    chosen = render_heatmap(
+        steps, snapshots, labels, target, top=top, title=f"pheromone strength — {run.name}{which}"
+    )
+    field = memory.pheromone
+    if field_json:
+        field_json.write_text(field.to_json(), encoding="utf-8")
+    if graphml:
+        graphml.write_text(field.graphml(), encoding="utf-8")
+    if history:
+        history.write_text(field.history_json(), encoding="utf-8")
+    console.print(
+        f"wrote {target} ({run.name}{which}: {len(chosen)} messages × {len(snapshots)} builds, {field.tick} ticks)"
+    )
+

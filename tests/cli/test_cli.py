@@ -1,0 +1,75 @@
+"""The relmem command line, run in-process on the shipped SWE fixture."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from typer.testing import CliRunner
+
+from relevance_memory import DecisionRecord, check_context
+from relevance_memory.cli import app
+
+FIXTURE = Path(__file__).resolve().parents[2] / "fixtures" / "django__django-15280.json"
+runner = CliRunner()
+
+
+def test_build_writes_context_and_record(tmp_path: Path) -> None:
+    out, rec = tmp_path / "ctx.json", tmp_path / "rec.json"
+    result = runner.invoke(app, ["build", str(FIXTURE), "--budget", "8000", "--out", str(out), "--record", str(rec)])
+    assert result.exit_code == 0, result.output
+    assert "194" in result.output and "budget 8,000" in result.output
+    assert "scorer: offline (no LLM endpoint" in result.output
+    context = json.loads(out.read_text())
+    assert check_context(context) == []
+    record = DecisionRecord.from_json(rec.read_text())
+    assert record.tokens_after <= 8000 and record.messages_after == len(context)
+    assert record.messages_before == 194
+    # the goal defaults to the first user message (the SWE task statement)
+    assert record.goal.source == "first_user_message"
+
+
+def test_build_json_and_goal_options(tmp_path: Path) -> None:
+    result = runner.invoke(app, [
+        "build", str(FIXTURE), "--budget", "6000", "--keep-recent", "2", "--goal", "Fix prefetch deferred fields",
+        "--subtask", "run the tests", "--json", "--out", str(tmp_path / "c.json"), "--record", str(tmp_path / "r.json"),
+    ])
+    assert result.exit_code == 0, result.output
+    record = DecisionRecord.model_validate_json(result.output)
+    assert (record.goal.final, record.goal.subtask, record.keep_recent) == ("Fix prefetch deferred fields", "run the tests", 2)
+
+
+def test_explain_shows_decisions(tmp_path: Path) -> None:
+    rec = tmp_path / "rec.json"
+    runner.invoke(app, ["build", str(FIXTURE), "--budget", "8000", "--out", str(tmp_path / "c.json"), "--record", str(rec)])
+    result = runner.invoke(app, ["explain", str(rec), "--decision", "kept", "--limit", "5"], env={"COLUMNS": "160"})
+    assert result.exit_code == 0, result.output
+    assert "kept (core)" in result.output and "system prompt (pinned)" in result.output
+    assert "kept:" in result.output and "dropped:" in result.output
+
+
+def test_clear_errors(tmp_path: Path) -> None:
+    missing = runner.invoke(app, ["build", str(tmp_path / "nope.json")])
+    assert missing.exit_code == 2 and "cannot read" in missing.output
+    tiny = runner.invoke(app, ["build", str(FIXTURE), "--budget", "100", "--out", str(tmp_path / "c.json")])
+    assert tiny.exit_code == 2 and "context cannot fit" in tiny.output
+    bad = tmp_path / "bad.json"
+    bad.write_text("{}")
+    not_record = runner.invoke(app, ["explain", str(bad)])
+    assert not_record.exit_code == 2 and "is not a decision record" in not_record.output
+
+
+def test_heatmap_takes_index_and_build_table_separates_the_system_prompt(tmp_path: Path, data_dir: Path) -> None:
+    tau = data_dir / "tau_bench" / "gpt-4o-airline.json"
+    out = tmp_path / "hm.png"
+    result = runner.invoke(app, ["heatmap", str(tau), "--index", "3", "--out", str(out), "--top", "5"])
+    assert result.exit_code == 0, result.output
+    assert "run 3 of 200" in " ".join(result.output.split())
+    assert out.read_bytes()[:4] == b"\x89PNG"
+    swe = Path(__file__).resolve().parents[2] / "fixtures" / "sympy__sympy-20590.json"
+    built = runner.invoke(app, ["build", str(swe), "--budget", "4000", "--out", str(tmp_path / "c.json"),
+                                     "--record", str(tmp_path / "r.json")])
+    assert built.exit_code == 0, built.output
+    assert "system prompt (pinned)" in built.output
+    full = runner.invoke(app, ["explain", str(tmp_path / "r.json"), "--full", "--limit", "3"])
+    assert full.exit_code == 0 and "task statement" in full.output

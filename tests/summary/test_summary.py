@@ -1,0 +1,333 @@
+"""Summary pyramid (SPEC §7), LLM summarizer through instructor, disk score cache (SPEC §6),
+prefilter (SPEC §3 step 3)."""
+
+from __future__ import annotations
+
+import json
+import warnings
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from scorers import WrappedOfflineScorer
+
+from relevance_memory import SUMMARY_MARKER, RelevanceMemoryManager, RelevanceScore, check_context
+from relevance_memory._cache import DiskScoreCache
+from relevance_memory._summary import (
+    LLMSummarizer,
+    OfflineSummarizer,
+    SummaryCache,
+    SummaryItem,
+    build_pyramid,
+    extract_values,
+    render_summary,
+)
+from relevance_memory._tokenizer import TiktokenCounter
+from relevance_memory.pipeline.prefilter import ChunkedBM25, prefilter_chains
+
+COUNTER = TiktokenCounter("o200k_base")
+
+
+def _items() -> list[SummaryItem]:
+    return [
+        SummaryItem("m1", "user", "user_chat", "Hi there. The deadline is 2026-11-20 and the budget is 50,000 EUR."),
+        SummaryItem("m2", "assistant", "tool_call", "", tool_calls=(("read_file", '{"path": "src/app/main.py"}'),)),
+        SummaryItem("m3", "tool", "tool_result", "def main():\n    return 41872", source="read_file"),
+        SummaryItem("m4", "user", "user_chat", "Nice weather today."),
+        SummaryItem("m5", "user", "user_instruction", "You must never push to main."),
+    ]
+
+
+def test_offline_summarizer_keeps_values_tools_and_constraints() -> None:
+    draft = OfflineSummarizer().summarize(_items(), level=1, max_tokens=400)
+    assert draft.covered_ids == ["m1", "m2", "m3", "m4", "m5"]
+    for value in ("2026-11-20", "50,000 EUR", "41872"):  # a number keeps its unit
+        assert value in draft.exact_values
+    assert draft.tools_used == ['read_file({"path": "src/app/main.py"})']
+    assert "never push to main" in draft.prose and "Nice weather" not in draft.prose
+    assert "The user said" in draft.prose  # past tense framing
+
+
+def test_extract_values_times_and_cjk() -> None:
+    assert "下午 3 点" in extract_values("下午 3 点有个电话会议。")
+    assert "ORD-1001" in extract_values("order ORD-1001 shipped at 10:30 pm")
+
+
+def test_render_never_assistant() -> None:
+    draft = OfflineSummarizer().summarize(_items(), level=1, max_tokens=400)
+    with pytest.raises(ValueError):
+        render_summary(draft, level=1, covered_ids=draft.covered_ids, role="assistant")
+    message = render_summary(draft, level=1, covered_ids=draft.covered_ids, role="user")
+    assert message["content"].startswith(SUMMARY_MARKER) and "m1, m2, m3, m4, m5" in message["content"]
+
+
+def test_pyramid_level2_merge_and_cache() -> None:
+    runs = [_items()[:2], _items()[2:3], _items()[3:]]
+    cache = SummaryCache()
+    big = build_pyramid(runs, summarizer=OfflineSummarizer(), cache=cache, count=COUNTER.count_message,
+                        role="system", cap=2000)
+    assert [s.level for s in big.summaries] == [1, 1, 1]
+    small = build_pyramid(runs, summarizer=OfflineSummarizer(), cache=cache, count=COUNTER.count_message,
+                          role="system", cap=130)
+    assert [s.level for s in small.summaries] == [2]
+    assert small.tokens <= 130
+    assert set(small.summaries[0].covered_ids) == {f"m{i}" for i in range(1, 6)}
+    assert cache.hits >= 3  # level-1 drafts were reused
+    none = build_pyramid(runs, summarizer=OfflineSummarizer(), cache=cache, count=COUNTER.count_message,
+                         role="system", cap=5)
+    assert none.summaries == [] and none.warnings
+
+
+# ----------------------------------------------------------------------- LLM summarizer
+def _openai_reply(arguments: dict[str, Any]) -> dict[str, Any]:
+    """A recorded chat.completions response with one tool call (instructor TOOLS mode)."""
+    return {
+        "id": "chatcmpl-rec1", "object": "chat.completion", "created": 1764460000, "model": "gpt-4o-mini",
+        "choices": [{"index": 0, "finish_reason": "stop", "message": {
+            "role": "assistant", "content": None,
+            "tool_calls": [{"id": "call_sum1", "type": "function", "function": {
+                "name": "SummaryDraft", "arguments": json.dumps(arguments)}}]}}],
+        "usage": {"prompt_tokens": 210, "completion_tokens": 60, "total_tokens": 270},
+    }
+
+
+def _client(handler: Any) -> Any:
+    import instructor
+    from openai import OpenAI
+
+    http = httpx.Client(transport=httpx.MockTransport(handler))
+    return instructor.from_openai(OpenAI(api_key="sk-test", base_url="http://llm.test/v1", http_client=http))
+
+
+def test_llm_summarizer_structured_reply() -> None:
+    seen: list[dict[str, Any]] = []
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        seen.append(json.loads(request.content))
+        return httpx.Response(200, json=_openai_reply({
+            "prose": "The user set a deadline of 2026-11-20; the agent read src/app/main.py.",
+            "exact_values": ["2026-11-20", "50,000 EUR", "41872"],
+            "tools_used": ['read_file({"path": "src/app/main.py"})'],
+            "covered_ids": ["m1", "m2"],  # incomplete: the summarizer restores the full list
+        }))
+
+    summarizer = LLMSummarizer(client=_client(handler), model="gpt-4o-mini")
+    draft = summarizer.summarize(_items(), level=1, max_tokens=300)
+    assert draft.exact_values == ["2026-11-20", "50,000 EUR", "41872"]
+    assert draft.covered_ids == ["m1", "m2", "m3", "m4", "m5"]
+    assert seen[0]["temperature"] == 0 and seen[0]["model"] == "gpt-4o-mini"
+    assert '<message id="m3"' in seen[0]["messages"][1]["content"]
+
+
+def test_llm_summarizer_falls_back_offline() -> None:
+    def handler(request: httpx.Request) -> httpx.Response:
+        return httpx.Response(400, json={"error": {"message": "bad request"}})
+
+    summarizer = LLMSummarizer(client=_client(handler), model="gpt-4o-mini", max_retries=1)
+    with pytest.warns(RuntimeWarning):
+        draft = summarizer.summarize(_items(), level=1, max_tokens=300)
+    assert "41872" in draft.exact_values and summarizer.warnings
+
+
+def test_manager_uses_injected_summarizer() -> None:
+    class Fixed:
+        name = "fixed"
+
+        def summarize(self, items: Any, *, level: int, max_tokens: int) -> Any:
+            return OfflineSummarizer().summarize(items, level=level, max_tokens=max_tokens).model_copy(
+                update={"prose": "Earlier, things happened."})
+
+    memory = RelevanceMemoryManager(max_input_tokens=400, keep_recent=1, summarizer=Fixed())
+    memory.add({"role": "user", "content": "Plan a trip."})
+    for n in range(30):
+        memory.add({"role": "assistant", "content": f"Idle remark number {n} about nothing."})
+        memory.add({"role": "user", "content": f"ok {n}"})
+    built = memory.build_context()
+    assert check_context(built.messages) == []
+    assert any("Earlier, things happened." in str(m["content"]) for m in built.messages)
+    assert built.record.decision_counts()["summarised"] > 0
+
+
+# ----------------------------------------------------------------------- disk cache
+def test_disk_cache_round_trip(tmp_path: Path) -> None:
+    cache = DiskScoreCache(tmp_path / "c")
+    cache.set("k", RelevanceScore(id="m1", score=4, reason="r"))
+    cache.close()
+    again = DiskScoreCache(tmp_path / "c")
+    assert again.get("k") == RelevanceScore(id="m1", score=4, reason="r")
+    assert again.disk_ok
+    again.close()
+
+
+def test_disk_cache_corrupt_is_rebuilt_with_warning(tmp_path: Path) -> None:
+    directory = tmp_path / "c"
+    directory.mkdir()
+    (directory / "cache.db").write_bytes(b"this is not sqlite" * 100)
+    with pytest.warns(RuntimeWarning, match="corrupt|unusable"):
+        cache = DiskScoreCache(directory)
+    cache.set("k", RelevanceScore(id="m1", score=2))
+    assert cache.get("k") is not None
+
+
+def test_disk_cache_unusable_dir_warns_and_continues(tmp_path: Path) -> None:
+    blocker = tmp_path / "not-a-dir"
+    blocker.write_text("a file where the cache directory should be")
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        memory = RelevanceMemoryManager(max_input_tokens=120, keep_recent=1, score_cache_dir=str(blocker / "x"))
+        memory.add({"role": "user", "content": "Task: compare 41872 and 41790."})
+        for n in range(10):
+            memory.add({"role": "assistant", "content": f"step {n} on the comparison"})
+            memory.add({"role": "user", "content": f"continue {n}"})
+        built = memory.build_context()
+        again = memory.build_context()
+    assert any("score cache" in str(w.message) for w in caught)
+    assert check_context(built.messages) == []
+    assert again.record.cache_hits > 0  # the in-memory level still works
+
+
+def test_manager_disk_cache_hits_across_managers(tmp_path: Path) -> None:
+    # a scorer whose scores depend on content only (an LLM, here a stand-in) shares them
+    # through the disk cache; the offline scorer's depend on the history and stay per manager
+    def run(scorer: Any = None) -> Any:
+        memory = RelevanceMemoryManager(max_input_tokens=150, keep_recent=1, score_cache_dir=str(tmp_path),
+                                        scorer=scorer or WrappedOfflineScorer())
+        memory.add({"role": "user", "content": "Task: compare 41872 and 41790."})
+        for n in range(10):
+            memory.add({"role": "assistant", "content": f"step {n} on the comparison"})
+            memory.add({"role": "user", "content": f"continue {n}"})
+        record = memory.build_context().record
+        memory.score_cache.close()  # type: ignore[attr-defined]
+        return record
+
+    first, second = run(), run()
+    assert first.cache_misses > 0 and first.cache_hits == 0
+    assert second.cache_misses == 0 and second.cache_hit_rate == 1.0
+    from relevance_memory import OfflineScorer
+
+    offline_first, offline_second = run(OfflineScorer()), run(OfflineScorer())
+    assert offline_first.cache_hits == offline_second.cache_hits == 0
+    assert offline_second.cache_misses == offline_first.cache_misses > 0
+
+
+def test_offline_scores_do_not_leak_between_histories_through_a_shared_cache_dir(tmp_path: Path) -> None:
+    goal = "fix the parser crash in dates"
+
+    def history(common: bool) -> list[dict[str, Any]]:
+        h: list[dict[str, Any]] = [{"role": "user", "content": "Please help with the repository."},
+                                   {"role": "assistant", "content": "I will look at the parser now."}]
+        h += [{"role": "assistant", "content": f"parser parser step {n} notes" if common
+               else f"unrelated step {n} notes about logging"} for n in range(14)]
+        return [*h, {"role": "user", "content": "go on"}]
+
+    def run(common: bool, directory: str | None) -> Any:
+        memory = RelevanceMemoryManager(max_input_tokens=150, keep_recent=1, score_cache_dir=directory)
+        memory.set_goal(final=goal)
+        memory.extend(history(common))
+        built = memory.build_context()
+        if directory:
+            memory.score_cache.close()  # type: ignore[attr-defined]
+        return built
+
+    alone = run(False, None)
+    run(True, str(tmp_path))  # another history with the same ids fills the shared directory
+    after = run(False, str(tmp_path))
+    assert after.messages == alone.messages
+    assert after.record.decision_for("m1").score == alone.record.decision_for("m1").score
+
+
+# ----------------------------------------------------------------------- prefilter
+def test_chunked_bm25_matches_and_reuses_chunks() -> None:
+    docs = [["alpha", "beta"], ["gamma"], ["alpha"], ["delta", "alpha"]] * 3
+    bm25 = ChunkedBM25(chunk_size=4)
+    scores = bm25.scores(docs, ["gamma"])
+    assert scores[1] > 0 and scores[0] == 0
+    builds = bm25.index_builds
+    docs.append(["gamma", "gamma"])
+    bm25.scores(docs, ["gamma"])
+    assert bm25.index_builds == builds + 1  # only the new tail chunk was indexed
+
+
+def test_prefilter_chains_always_pass() -> None:
+    chains = {0: [0], 1: [1], 2: [2, 3], 4: [4]}
+    result = prefilter_chains(chains, [0.0, 5.0, 1.0, 0.0, 3.0], top_n=2, always={0})
+    assert 0 in result.admitted and 1 in result.admitted and 4 in result.admitted
+    assert set(result.rejected) == {2}
+
+
+def _invoice_history(memory: RelevanceMemoryManager) -> None:
+    memory.add({"role": "user", "content": "Find why the invoice total for ORD-77 is wrong."})
+    for n in range(60):
+        memory.add({"role": "assistant", "content": f"Unrelated chatter {n} about the weather and lunch."})
+        memory.add({"role": "user", "content": f"more chatter {n}"})
+    memory.add({"role": "assistant", "content": "The invoice total for ORD-77 double counts tax."})
+    memory.add({"role": "user", "content": "So what is wrong with the invoice total?"})
+
+
+def test_prefilter_auto_ranks_only_in_front_of_a_costly_scorer() -> None:
+    local = RelevanceMemoryManager(max_input_tokens=600, keep_recent=1, prefilter_top_n=10)
+    _invoice_history(local)
+    built = local.build_context()
+    assert local.config.prefilter == "auto"
+    # the offline scorer (local) sees every one of the 122 older messages: no BM25 in front
+    assert built.record.cache_misses == 122
+    assert not [d for d in built.record.messages if d.reason.startswith("prefiltered out")]
+    remote = WrappedOfflineScorer()
+    costly = RelevanceMemoryManager(scorer=remote, max_input_tokens=600, keep_recent=1, prefilter_top_n=10)
+    _invoice_history(costly)
+    costly.build_context()
+    assert 10 <= remote.items < 100  # the prefilter picked what the costly scorer sees
+
+
+def test_manager_prefilter_limits_scorer_and_records_reason() -> None:
+    memory = RelevanceMemoryManager(max_input_tokens=600, keep_recent=1, prefilter_top_n=10, prefilter=True)
+    _invoice_history(memory)
+    built = memory.build_context()
+    # the prefilter admits the top 10 by BM25, or more until the admitted messages hold
+    # twice the budget left (so a large budget is not starved): far fewer than all 120
+    scored = [d for d in built.record.messages if d.score_source is not None and d.score_source.value == "offline"]
+    assert built.record.cache_misses == len(scored) < 100
+    assert sum(d.tokens for d in scored) <= 2 * 600 + 40
+    prefiltered = [d for d in built.record.messages if d.reason.startswith("prefiltered out")]
+    assert prefiltered and all(d.tier == "archive" for d in prefiltered)
+    assert built.record.decision_for("m121").decision in ("kept", "recent")
+    assert check_context(built.messages) == []
+
+
+def test_cli_heatmap_writes_png_and_exports(tmp_path: Path) -> None:
+    from typer.testing import CliRunner
+
+    from relevance_memory.cli import app
+
+    run = Path(__file__).resolve().parents[2] / "fixtures" / "sympy__sympy-20590.json"
+    out = tmp_path / "hm.png"
+    result = CliRunner().invoke(app, [
+        "heatmap", str(run), "--out", str(out), "--top", "10", "--budget", "6000",
+        "--field-json", str(tmp_path / "f.json"), "--graphml", str(tmp_path / "f.graphml"),
+        "--history", str(tmp_path / "h.json"),
+    ])
+    assert result.exit_code == 0, result.output
+    assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    field = json.loads((tmp_path / "f.json").read_text())
+    assert field["nodes"] and "edges" in field
+    assert "<graphml" in (tmp_path / "f.graphml").read_text()
+    history = json.loads((tmp_path / "h.json").read_text())
+    assert history and all(len(tick["top"]) <= 20 for tick in history)
+
+
+async def test_async_build_matches_sync_with_summaries() -> None:
+    def make() -> RelevanceMemoryManager:
+        memory = RelevanceMemoryManager(max_input_tokens=500, keep_recent=1)
+        memory.add({"role": "system", "content": "You are terse."})
+        memory.add({"role": "user", "content": "Track order ORD-1001; it must ship by 2026-12-01."})
+        for n in range(25):
+            memory.add({"role": "assistant", "content": f"Checked warehouse {n}: nothing new about shelf {n * 7}."})
+            memory.add({"role": "user", "content": f"and then {n}?"})
+        return memory
+
+    sync_built = make().build_context()
+    async_built = await make().abuild_context()
+    assert sync_built.messages == async_built.messages
+    assert [s.covered_ids for s in sync_built.record.summaries] == [s.covered_ids for s in async_built.record.summaries]
+    assert sync_built.record.summaries and check_context(async_built.messages) == []
