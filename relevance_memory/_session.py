@@ -33,16 +33,20 @@ One session manages one conversation; do not share it between concurrent convers
 
 from __future__ import annotations
 
+import asyncio
 import json
+import threading
 import warnings
+import weakref
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any, Literal, TypeVar
 
 from ._exceptions import HistoryDivergedError, InvalidMessageError, RelevanceMemoryError
-from ._io import _plain, message_to_dict
+from ._io import message_to_dict
 from ._manager import BuiltContext, RelevanceMemoryManager
 from ._models import TaskGoal
 from ._record import DecisionRecord
+from ._tokenizer import tools_tokens
 
 __all__ = ["MemorySession", "OnDivergence", "SessionView", "field_of", "message_to_dict", "project_built"]
 
@@ -110,8 +114,40 @@ class MemorySession:
         self._fingerprints: list[str] = []
         self.last_build: BuiltContext | None = None
         self.quiet = quiet  # resync without a warning (the history was edited through an API of ours)
+        # one request's sync + build (and each reply's recording) at a time: threads wait on
+        # the lock, asyncio tasks on a per-loop asyncio.Lock (waiting never blocks the loop)
+        self.lock = threading.RLock()
+        self._async_locks: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, asyncio.Lock] = (
+            weakref.WeakKeyDictionary()
+        )
+
+    def prepare(self, history: Iterable[Any], model: str | None, tools: Any = None) -> tuple[RelevanceMemoryManager, BuiltContext]:
+        """Sync ``history`` and build this request's context, as one step: a concurrent request
+        of the same session (another thread) waits, so each context is built from its own
+        history and no message is recorded twice."""
+        with self.lock:
+            memory = self.sync(history, model)
+            return memory, memory.build_context(budget=self.budget(memory, {"tools": tools}))
+
+    async def aprepare(
+        self, history: Iterable[Any], model: str | None, tools: Any = None
+    ) -> tuple[RelevanceMemoryManager, BuiltContext]:
+        """Async :meth:`prepare`: concurrent tasks of the same session take turns (the build is
+        awaited, ``abuild_context``)."""
+        loop = asyncio.get_running_loop()
+        with self.lock:
+            turn = self._async_locks.get(loop)
+            if turn is None:
+                turn = self._async_locks[loop] = asyncio.Lock()
+        async with turn:
+            memory = self.sync(history, model)
+            return memory, await memory.abuild_context(budget=self.budget(memory, {"tools": tools}))
 
     def memory_for(self, model: str | None) -> RelevanceMemoryManager:
+        with self.lock:
+            return self._memory_for(model)
+
+    def _memory_for(self, model: str | None) -> RelevanceMemoryManager:
         if self._memory is None:
             overrides = dict(self._overrides)
             if model and "model" not in overrides:
@@ -123,6 +159,10 @@ class MemorySession:
         return self._memory
 
     def set_goal(self, final: str | None, subtask: str | None) -> TaskGoal | None:
+        with self.lock:
+            return self._set_goal(final, subtask)
+
+    def _set_goal(self, final: str | None, subtask: str | None) -> TaskGoal | None:
         if self._memory is not None:
             return self._memory.set_goal(final=final, subtask=subtask)
         old_final, old_subtask = self._pending_goal or (None, None)
@@ -138,9 +178,14 @@ class MemorySession:
         return self._fingerprints
 
     def sync(self, history: Iterable[Any], model: str | None) -> RelevanceMemoryManager:
-        """Record the new messages of ``history`` (see the module doc); returns the memory."""
+        """Record the new messages of ``history`` (see the module doc); returns the memory.
+        Holds the session's lock: concurrent syncs never record a message twice."""
         messages = [message_to_dict(m) for m in history]
-        memory = self.memory_for(model)
+        with self.lock:
+            return self._sync(messages, model)
+
+    def _sync(self, messages: list[dict[str, Any]], model: str | None) -> RelevanceMemoryManager:
+        memory = self._memory_for(model)
         recorded = self._recorded(memory)
         prints = [_fingerprint(m) for m in messages]
         n = len(recorded)
@@ -173,7 +218,7 @@ class MemorySession:
                 f"history diverged from the memory: {what}; the memory starts over from this history "
                 "(scores are reused from the cache)",
                 RuntimeWarning,
-                stacklevel=4,
+                stacklevel=5,
             )
         self._memory = memory.fresh(messages)
         self._fingerprints = list(prints)
@@ -181,11 +226,7 @@ class MemorySession:
 
     def budget(self, memory: RelevanceMemoryManager, kwargs: Mapping[str, Any]) -> int:
         """The build budget: the memory's budget minus the tokens of the ``tools`` schema."""
-        budget = memory.config.token_budget()
-        tools = kwargs.get("tools")
-        if tools:
-            budget -= memory.tokenizer.count_text(json.dumps([_plain(t) for t in tools], default=str))
-        return budget
+        return memory.config.token_budget() - tools_tokens(memory.tokenizer, kwargs.get("tools"))
 
     def built(self, built: BuiltContext) -> list[dict[str, Any]]:
         self.last_build = built
@@ -200,13 +241,14 @@ class MemorySession:
         rather than losing the caller's response; when the caller appends it to the
         history, the next call's sync raises the :class:`InvalidMessageError` before sending.
         """
-        if reply is None or memory is not self._memory:
-            return
-        try:
-            memory.add(reply)
-        except InvalidMessageError as exc:
-            warnings.warn(f"the model's reply was not recorded: {exc}", RuntimeWarning, stacklevel=3)
-        self._recorded(memory)
+        with self.lock:
+            if reply is None or memory is not self._memory:
+                return
+            try:
+                memory.add(reply)
+            except InvalidMessageError as exc:
+                warnings.warn(f"the model's reply was not recorded: {exc}", RuntimeWarning, stacklevel=3)
+            self._recorded(memory)
 
     def record_response(self, memory: RelevanceMemoryManager, response: Any) -> None:
         choices = field_of(response, "choices") or ()

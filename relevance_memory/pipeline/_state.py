@@ -121,6 +121,8 @@ class Seams:
         clock: "now", timezone-aware (the record's ``created_at``).
         prefilter_index: the BM25 index over the store's terms (grows with the store).
         order: how selection orders each tier (:mod:`relevance_memory.pipeline.order`).
+        approximations: what the memory only guesses (an unknown model's approximate token
+            counts, an assumed context window), for the record.
     """
 
     config: MemoryConfig
@@ -137,6 +139,7 @@ class Seams:
     clock: Callable[[], datetime]
     prefilter_index: PrefilterIndex
     order: OrderPolicy
+    approximations: tuple[str, ...] = ()
 
 
 # --------------------------------------------------------------------------- outputs

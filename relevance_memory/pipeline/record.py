@@ -120,6 +120,7 @@ def record(state: BuildState, seams: Seams) -> DecisionRecord:
     warnings = list(part.warnings) + (list(summarised.warnings) if summarised is not None else [])
     warnings += list(result.warnings) if result is not None else []
     warnings += summarised.pyramid.warnings if summarised is not None else []
+    warnings += list(seams.approximations)
     goal = state.goal
     build_id = hashlib.sha256(
         f"{state.build_number}|{len(store)}|{goal.final}|{goal.subtask}|{state.budget}".encode()
@@ -132,6 +133,7 @@ def record(state: BuildState, seams: Seams) -> DecisionRecord:
         goal=goal,
         budget=state.budget,
         encoding=seams.tokenizer.name,
+        tokens_approximate=any(note.startswith("token counts are approximate") for note in seams.approximations),
         tokens_before=tokens_before,
         tokens_after=assembled.tokens,
         messages_before=len(store),
