@@ -9,24 +9,12 @@ from __future__ import annotations
 import importlib
 from types import ModuleType
 
+from ._exceptions import MissingExtraError
+
 __all__ = ["MissingExtraError", "require"]
 
 EXTRAS: dict[str, str] = {"matplotlib": "plot", "networkx": "graph", "langchain_core": "langchain", "agents": "agents"}
 """Top-level module → the extra of ``pyproject.toml`` that installs it."""
-
-
-class MissingExtraError(ImportError):
-    """An optional dependency is not installed; the message names the extra to install.
-
-    Attributes:
-        module: the missing module (``matplotlib`` …).
-        extra: the extra that installs it (``plot`` …).
-    """
-
-    def __init__(self, module: str, extra: str, feature: str) -> None:
-        self.module = module
-        self.extra = extra
-        super().__init__(f"{feature} needs {module}, which is not installed: pip install 'relevance-memory[{extra}]'")
 
 
 def require(module: str, feature: str) -> ModuleType:

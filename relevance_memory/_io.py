@@ -143,12 +143,32 @@ def _messages(value: Any, where: str) -> list[dict[str, Any]]:
     return value
 
 
+def _refuse_benchmark(data: Any, name: str) -> None:
+    """A LoCoMo or LongMemEval file is a labelled benchmark, not one transcript: say where it goes."""
+    first = data[0] if isinstance(data, list) and data and isinstance(data[0], dict) else data
+    if not isinstance(first, dict):
+        return
+    kind = (
+        "locomo" if "conversation" in first and "qa" in first
+        else "longmemeval" if "haystack_sessions" in first and "question" in first
+        else None
+    )
+    if kind is not None:
+        label = "LoCoMo" if kind == "locomo" else "LongMemEval"
+        raise TranscriptFormatError(
+            f"{name} is a {label} benchmark file (conversations with labelled questions), not one transcript; "
+            f"measure evidence recall with: relmem eval {kind} {name}"
+        )
+
+
 def parse_transcript(data: Any, *, index: int = 0, name: str = "transcript") -> Transcript:
     """Recognise the format of already-parsed JSON ``data`` (see module doc).
 
     Raises:
-        TranscriptFormatError: no known format matches, or ``index`` is out of range.
+        TranscriptFormatError: no known format matches, ``index`` is out of range, or the
+            file is a LoCoMo / LongMemEval benchmark (the error names ``relmem eval``).
     """
+    _refuse_benchmark(data, name)
     if isinstance(data, list) and data and all(isinstance(x, dict) and "traj" in x for x in data):
         if not 0 <= index < len(data):
             raise TranscriptFormatError(f"{name} holds {len(data)} τ-bench runs; index {index} is out of range")

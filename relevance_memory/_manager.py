@@ -103,6 +103,9 @@ class RelevanceMemoryManager:
             if kind != "tokens" or tokenizer is None:
                 warn_once(self.config.model, kind, note, stacklevel=3)
         self._build_lock = threading.Lock()
+        self.restore_tool_offered: str | None = None
+        """Name of the restore tool once :meth:`restore_tool` handed it out: the goal block then
+        tells the model it can fetch archived messages with it."""
         self._clock = clock or (lambda: datetime.now(timezone.utc))
         self.store = MessageStore(
             self.tokenizer,
@@ -158,8 +161,14 @@ class RelevanceMemoryManager:
 
     def restore_tool(self, name: str = RESTORE_TOOL_NAME) -> dict[str, Any]:
         """The ``tools=`` entry that lets the model fetch archived messages by id
-        (:func:`restore_tool_definition`); answer its calls with :meth:`restore_handler`."""
-        return restore_tool_definition(name)
+        (:func:`restore_tool_definition`); answer its calls with :meth:`restore_handler`.
+
+        From the next build on, the goal block tells the model to call it (before, it only
+        says the summaries name the archived ids: a promise the model cannot act on is not made).
+        """
+        definition = restore_tool_definition(name)
+        self.restore_tool_offered = name
+        return definition
 
     def restore_handler(self, *, max_tokens: int = 4000, name: str = RESTORE_TOOL_NAME) -> RestoreHandler:
         """A :class:`RestoreHandler` over this memory: ``handler.handles(call)`` /
@@ -190,6 +199,7 @@ class RelevanceMemoryManager:
             summarizer=self.summarizer, order=self.order,
         )
         other._history_scores = self._history_scores
+        other.restore_tool_offered = self.restore_tool_offered
         other.summary_cache = self.summary_cache
         other.set_goal(final=self._final, subtask=self._subtask)
         other.extend(messages)
@@ -328,6 +338,7 @@ class RelevanceMemoryManager:
             prefilter_index=self._prefilter_index,
             order=self.order,
             approximations=self.approximations,
+            restore_tool=self.restore_tool_offered,
         )
 
 

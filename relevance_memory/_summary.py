@@ -603,8 +603,13 @@ class PyramidResult:
 
     @property
     def covered(self) -> set[str]:
-        """Every id some summary covers."""
-        return {i for s in self.summaries for i in s.covered_ids}
+        """Every id some summary covers (a level-0 pointer only names its ids: not counted)."""
+        return {i for s in self.summaries if s.level > 0 for i in s.covered_ids}
+
+    @property
+    def pointed(self) -> set[str]:
+        """Ids only named by a level-0 pointer (archived, not summarised, restorable)."""
+        return {i for s in self.summaries if s.level == 0 for i in s.covered_ids}
 
 
 def _ids_text(ids: Sequence[str], limit: int) -> str:

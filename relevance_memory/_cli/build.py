@@ -30,7 +30,7 @@ def build(
     index: Annotated[int, typer.Option(help="Which run to take from a file holding many (τ-bench).")] = 0,
     repair: Annotated[bool, typer.Option(help="Keep orphan tool messages / unanswered calls in the store but out of the context, instead of failing.")] = False,
     out: Annotated[Path | None, typer.Option(help="Where to write the context (JSON list of OpenAI messages). Default: <name>.context.json")] = None,
-    record: Annotated[Path | None, typer.Option(help="Where to write the decision record. Default: <name>.record.json")] = None,
+    record: Annotated[Path | None, typer.Option(help="Where to write the decision record. Default: <name>.record.json next to --out (else in the current directory).")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print the decision record as JSON instead of the table.")] = False,
     scorer: Annotated[str, typer.Option(help="auto (LLM when OPENAI_API_KEY / OPENAI_BASE_URL / --base-url is set, else offline), llm or offline.")] = "auto",
     scorer_model: Annotated[str | None, typer.Option(help="Model the LLM scorer calls. Default: $RELMEM_MODEL, else --model.")] = None,
@@ -65,8 +65,8 @@ def build(
     stem = transcript.name.removesuffix(".jsonl").removesuffix(".json")
     if loaded.count > 1:
         stem = f"{stem}.{index}"
+    record_path = record or (out.parent if out else Path()) / f"{stem}.record.json"  # next to the context
     out = out or Path(f"{stem}.context.json")
-    record_path = record or Path(f"{stem}.record.json")
     out.parent.mkdir(parents=True, exist_ok=True)
     record_path.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(built.messages, ensure_ascii=False, indent=2) + "\n", encoding="utf-8")

@@ -123,6 +123,8 @@ class Seams:
         order: how selection orders each tier (:mod:`relevance_memory.pipeline.order`).
         approximations: what the memory only guesses (an unknown model's approximate token
             counts, an assumed context window), for the record.
+        restore_tool: name of the restore tool the model was offered (the goal block says
+            it can fetch archived messages with it), or ``None``.
     """
 
     config: MemoryConfig
@@ -140,6 +142,7 @@ class Seams:
     prefilter_index: PrefilterIndex
     order: OrderPolicy
     approximations: tuple[str, ...] = ()
+    restore_tool: str | None = None
 
 
 # --------------------------------------------------------------------------- outputs

@@ -14,9 +14,9 @@ from typing import Any
 
 import pytest
 
-from relevance_memory import MemoryConfig, RelevanceMemoryManager
+from relevance_memory import MemoryConfig, MissingExtraError, RelevanceMemoryManager
 from relevance_memory._config import encoding_is_exact, warn_once
-from relevance_memory._extras import MissingExtraError, require
+from relevance_memory._extras import require
 from relevance_memory._models import content_text
 from relevance_memory._tokenizer import (
     IMAGE_TOKENS_LOW,

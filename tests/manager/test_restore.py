@@ -102,3 +102,45 @@ def test_a_long_request_is_cut_and_says_what_it_left_out() -> None:
     assert "ask for fewer ids" in text
     assert handler._counter.count_text(text) <= 600 + 400  # the note itself may pass the limit a little
     assert handler.handles(_call({"ids": []})) and not handler.handles({"function": {"name": "bash"}})
+
+
+def test_manager_get_and_restore_return_the_originals() -> None:
+    memory = _memory(3000)
+    built = memory.build_context()
+    archived = [d.id for d in built.record.messages if d.decision in ("summarised", "dropped")]
+    assert memory.get(archived[0]).id == archived[0]
+    originals = memory.restore([archived[0], f"{archived[1]}–{archived[2]}"])
+    assert originals[0] == memory.get(archived[0]).to_openai()
+    assert len(originals) >= 3 and all(isinstance(m, dict) for m in originals)
+    with pytest.raises(KeyError, match="'nope'"):
+        memory.restore(["nope", archived[0]])
+    with pytest.raises(KeyError, match="no message with id 'zz'"):
+        memory.get("zz")
+
+
+def test_the_goal_block_promises_the_tool_only_once_it_is_offered() -> None:
+    memory = _memory(6000)
+    before = next(m["content"] for m in memory.build_context().messages if "task goal" in str(m.get("content")))
+    assert "restorable by message id." in before and RESTORE_TOOL_NAME not in before
+    tool = memory.restore_tool()
+    after = next(m["content"] for m in memory.build_context().messages if "task goal" in str(m.get("content")))
+    assert f"call {RESTORE_TOOL_NAME} with their ids" in after
+    assert tool == restore_tool_definition()
+    handler = memory.restore_handler()
+    assert handler.handles(_call({"ids": ["m2"]}))
+    assert memory.fresh(memory.store.messages and [m.to_openai() for m in memory.messages]).restore_tool_offered == RESTORE_TOOL_NAME
+
+
+@pytest.mark.parametrize("budget", [1200, 2000, 3000])
+def test_build_context_takes_the_tools_schema_from_the_budget(budget: int) -> None:
+    from relevance_memory._tokenizer import tools_tokens
+
+    tools = [restore_tool_definition(), *load_transcript(FIXTURES / "django__django-15280.json").meta.get("tools", [])]
+    memory = _memory(budget)
+    plain = memory.build_context()
+    with_tools = memory.build_context(tools=tools)
+    schema = tools_tokens(memory.tokenizer, tools)
+    assert schema > 50
+    assert with_tools.record.budget == budget - schema
+    assert with_tools.token_count + schema <= budget
+    assert plain.record.budget == budget
