@@ -131,7 +131,7 @@ def test_the_goal_block_promises_the_tool_only_once_it_is_offered() -> None:
     assert memory.fresh(memory.store.messages and [m.to_openai() for m in memory.messages]).restore_tool_offered == RESTORE_TOOL_NAME
 
 
-@pytest.mark.parametrize("budget", [1200, 2000, 3000])
+@pytest.mark.parametrize("budget", [4000, 6000, 9000])
 def test_build_context_takes_the_tools_schema_from_the_budget(budget: int) -> None:
     from relevance_memory._tokenizer import tools_tokens
 
