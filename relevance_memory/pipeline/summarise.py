@@ -118,13 +118,7 @@ def summarise_archive(
 def _protected(seams: Seams, part: Partitioned, scores: Mapping[int, RelevanceScore], selection: Selection) -> int:
     """Tokens of kept core chains that never yield to summaries: the task statement and user
     messages scored ≥ ``core_score`` (tokens)."""
-    store, core = seams.store, seams.config.core_score
-    return sum(
-        part.candidates[r].tokens
-        for r in selection.kept
-        if selection.tier[r] == "core"
-        and (r == part.task_root or any(store[i].role == "user" and scores[i].score >= core for i in part.candidates[r].members))
-    )
+    return sum(part.candidates[r].tokens for r in _protected_roots(seams, part, scores, selection))
 
 
 def _goal_block_is_pointer(state: BuildState, part: Partitioned, goal_text: str | None, kept_roots: set[int]) -> bool:
@@ -200,7 +194,7 @@ def summarise(state: BuildState, seams: Seams) -> Summarised:
             f"goal block ({freed} tokens) left out to make room for the summary; it only pointed at the kept task statement"
         )
     if not pyramid.summaries:  # no summary fits: a pointer at least, with room made for it
-        chosen, pyramid = _with_pointer(seams, part, ranked, chosen, pyramid, available + freed)
+        chosen, pyramid = _with_pointer(seams, part, scores, ranked, chosen, pyramid, available + freed)
     return Summarised(
         selection=chosen,
         pyramid=pyramid,
@@ -221,12 +215,30 @@ def _archived_ids(seams: Seams, part: Partitioned, kept_roots: set[int] | frozen
     ]
 
 
+def _protected_roots(seams: Seams, part: Partitioned, scores: Mapping[int, RelevanceScore], selection: Selection) -> set[int]:
+    """Kept core chains that never yield to summaries or a pointer: the task statement and
+    user messages scored ≥ ``core_score`` (SPEC §7: a user constraint is never only in a summary)."""
+    store, core = seams.store, seams.config.core_score
+    return {
+        r for r in selection.kept
+        if selection.tier[r] == "core"
+        and (r == part.task_root or any(store[i].role == "user" and scores[i].score >= core for i in part.candidates[r].members))
+    }
+
+
 def _with_pointer(
-    seams: Seams, part: Partitioned, ranked: Ranked, chosen: Selection, pyramid: PyramidResult, available: int
+    seams: Seams,
+    part: Partitioned,
+    scores: Mapping[int, RelevanceScore],
+    ranked: Ranked,
+    chosen: Selection,
+    pyramid: PyramidResult,
+    available: int,
 ) -> tuple[Selection, PyramidResult]:
     """SPEC §7 / issue 13: archived messages never vanish without a trace. The pointer the
-    pyramid made when it fits; else the lowest-ranked kept chains yield the pointer's room
-    (the task statement and user constraints are never among them: a pointer is ~30 tokens)."""
+    pyramid made when it fits; else the lowest-ranked kept chains yield the pointer's room —
+    never the task statement or a user message scored ≥ core (then there is no pointer, and
+    the pyramid's warning says the archived messages were dropped, restorable by id)."""
     role = seams.config.context_role
     count = seams.tokenizer.count_message
     pointer = pyramid.pointer
@@ -243,8 +255,8 @@ def _with_pointer(
             ids = _archived_ids(seams, part, part.recent | trial.kept, trial)
             need = pointer_tokens(ids, role=role, count=count)
         pointer = pointer_summary(ids, role=role, cap=available - trial.used, count=count)
-        if pointer is None:  # not even the pointer fits: nothing yields for nothing
-            return chosen, pyramid
+        if pointer is None or not _protected_roots(seams, part, scores, chosen) <= trial.kept:
+            return chosen, pyramid  # nothing yields for nothing, and constraints never yield to a pointer
         chosen = trial
     result = PyramidResult(summaries=[pointer], warnings=list(pyramid.warnings))
     result.warnings.append(
