@@ -18,8 +18,9 @@ and all context logic stays in :class:`RelevanceMemoryManager`.
 
 The history is synced with the memory by prefix (:mod:`relevance_memory._session`: an
 edited or trimmed history resyncs, or raises :class:`HistoryDivergedError` with
-``on_divergence="raise"``). One wrapper manages one conversation; do not share it between
-concurrent conversations.
+``on_divergence="raise"``). One wrapper manages one conversation (concurrent requests of it,
+from threads or asyncio tasks, are safe: see :mod:`relevance_memory._session`); do not share
+it between different conversations.
 """
 
 from __future__ import annotations

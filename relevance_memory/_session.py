@@ -29,6 +29,11 @@ and ``""`` are equal. Then:
   never recorded twice or out of place.
 
 One session manages one conversation; do not share it between concurrent conversations.
+Concurrent requests of that conversation (threads, or asyncio tasks) are safe: each
+request's sync and build run as one step under the session's lock (tasks take turns on a
+per-loop ``asyncio.Lock`` without blocking the loop), so no message is recorded twice and
+every context is built from its own history; a request whose history no longer extends
+the memory (another request's reply was recorded first) resyncs as above.
 """
 
 from __future__ import annotations
