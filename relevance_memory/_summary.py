@@ -129,6 +129,8 @@ _NOT_NAMES = frozenset(
     ["The", "This", "That", "These", "Those", "There", "Here", "In", "On", "At", "For", "From", "To", "And", "But", "Or", "If", "When", "While", "After", "Before", "Step", "Line", "Lines", "Page", "Item", "Part", "Option", "Case", "Run", "Try", "Test", "Version", "Python", "Section", "Chapter", "Figure", "Table", "Row", "Column"]
 )
 _BARE_NUMBER_RE = re.compile(rf"(?<![\w.-]){_NUM}(?![\w.:/-])")
+_ABBREVIATION_RE = re.compile(r"(?:[a-zA-Z]\.){1,3}[a-zA-Z]?")
+_WORD_PAIR_RE = re.compile(r"[a-z]{1,12}/[a-z]{1,12}")
 _LS_ROW_RE = re.compile(r"^\s*[dlcbps-][rwxsStT-]{9}[.+@]?\s")
 _FENCE_RE = re.compile(r"```[^\n]*\n.*?(?:```|\Z)", re.DOTALL)
 _MARKER_RE = re.compile(
@@ -186,6 +188,8 @@ def extract_values(text: str, *, bare_numbers: bool = False) -> list[str]:
         plain = ident.replace(",", "").replace(".", "")
         if plain.isdigit() or (_NUMBER_RE.search(ident) and not any(ch.isalpha() for ch in ident) and "/" not in ident):
             continue  # a bare number (or 1.2.3): only kept with a unit, label or name above
+        if _ABBREVIATION_RE.fullmatch(ident) or _WORD_PAIR_RE.fullmatch(ident):
+            continue  # "e.g", "i.e"; "queue/stack", "and/or": prose, not a name or a path
         spans.append((clean.find(ident), ident))
     if bare_numbers:
         for match in _BARE_NUMBER_RE.finditer(clean):

@@ -183,6 +183,8 @@ def test_sentences_never_split_into_fragments(text: str, expected: list[str]) ->
         ("Order ORD-1001 costs $1,250 for 3 bags; total: 41872", ["ORD-1001", "$1,250", "3 bags", "total: 41872"], ["41872"]),
         ("Room 418 at 10:30 pm, see src/app/models.py", ["Room 418", "10:30 pm", "src/app/models.py"], ["418"]),
         ("It returned 4096 and 184 and 2", [], ["4096", "184", "2"]),
+        ("Use a queue/stack, e.g. a deque; see tests/prefetch_related and src/app/models.py",
+         ["tests/prefetch_related", "src/app/models.py"], ["queue/stack", "e.g"]),
         ("PID   USER  %CPU %MEM  TIME\n 1234 root  12.5  3.1  00:01:02", [], ["1234", "12.5", "00:01"]),
     ],
 )
