@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import warnings
 from pathlib import Path
 from typing import Annotated, Literal
 
@@ -53,7 +54,9 @@ def build(
             config=config,
         )
         loaded = load_transcript(transcript, index=index)
-        memory = RelevanceMemoryManager(config, scorer=chosen)
+        with warnings.catch_warnings():  # the record's warnings are printed below, once, as "warning: …"
+            warnings.simplefilter("ignore", UserWarning)
+            memory = RelevanceMemoryManager(config, scorer=chosen)
         if not loaded.messages:
             raise fail(f"{transcript} holds no messages: nothing to build")
         memory.extend(loaded.messages)
