@@ -106,6 +106,12 @@ def heatmap(
     history: Annotated[Path | None, typer.Option(help="Also write the strength history (top-N per tick) as JSON.")] = None,
 ) -> None:
     """Replay RUN step by step and render a PNG heat map of pheromone strength over steps."""
+    try:  # before the replay: a missing plot library should not cost a minute of work first
+        require("matplotlib", "relmem heatmap")
+        if graphml:
+            require("networkx", "relmem heatmap --graphml")
+    except MissingExtraError as exc:
+        raise fail(str(exc)) from None
     try:
         transcript = load_transcript(run, index=index)
         memory, steps, snapshots = replay_strengths(

@@ -478,7 +478,7 @@ def _messages(draw: Any) -> dict[str, Any]:
     return message
 
 
-@settings(max_examples=300)
+@settings(max_examples=200)
 @given(_messages())
 def test_ingest_accepts_exactly_what_the_sdk_message_types_accept(message: dict[str, Any]) -> None:
     """Both directions, over generated shapes: accepted ⇒ a valid ``ChatCompletionMessageParam``;
