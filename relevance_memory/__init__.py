@@ -28,6 +28,7 @@ from ._exceptions import (
     ContextOverflowError,
     HistoryDivergedError,
     InvalidMessageError,
+    MissingExtraError,
     RelevanceMemoryError,
     ScorerError,
     ScorerRequestError,
@@ -42,6 +43,7 @@ from ._markers import GOAL_BLOCK_MARKER, SUMMARY_MARKER
 from ._models import Message, MessageType, RelevanceScore, ScoreSource, TaskGoal, ToolCall
 from ._pheromone import PheromoneField
 from ._record import DecisionRecord, MessageDecision, SummaryRecord
+from ._restore import RESTORE_TOOL_NAME, RestoreHandler, restore_tool_definition
 from ._scoring import (
     InMemoryScoreCache,
     OfflineScorer,
@@ -56,7 +58,7 @@ from ._scoring import (
 from ._session import message_to_dict
 from ._store import MessageStore
 from ._summary import LLMSummarizer, OfflineSummarizer, Summarizer, SummaryDraft, SummaryItem
-from ._tokenizer import TiktokenCounter, TokenCounter, image_tokens
+from ._tokenizer import TiktokenCounter, TokenCounter, image_tokens, tools_tokens
 from .pipeline.assemble import check_context
 
 if TYPE_CHECKING:
@@ -79,6 +81,7 @@ __version__ = "0.1.0"
 
 __all__ = [
     "GOAL_BLOCK_MARKER",
+    "RESTORE_TOOL_NAME",
     "SUMMARY_MARKER",
     "AsyncManagedOpenAI",
     "BuiltContext",
@@ -97,6 +100,7 @@ __all__ = [
     "MessageDecision",
     "MessageStore",
     "MessageType",
+    "MissingExtraError",
     "OfflineScorer",
     "OfflineSummarizer",
     "PheromoneConfig",
@@ -104,6 +108,7 @@ __all__ = [
     "RelevanceMemoryError",
     "RelevanceMemoryManager",
     "RelevanceScore",
+    "RestoreHandler",
     "ScoreCache",
     "ScoreItem",
     "ScoreSource",
@@ -139,5 +144,7 @@ __all__ = [
     "message_to_dict",
     "parse_transcript",
     "rate_to_half_life",
+    "restore_tool_definition",
     "score_cache_key",
+    "tools_tokens",
 ]

@@ -272,7 +272,7 @@ class SemanticScorer:
         mode = fusion.mode
         if mode == "weight":
             weight = score.weight + fusion.weight_mix * cos
-            return score.model_copy(update={"weight": round(weight, 4), "reason": _with(score.reason, cos, None)})
+            return score.model_copy(update={"weight": round(weight, 4)})
         if mode == "rrf":
             weight = fused * RRF_K  # ~(0, 2]: both first → 2/61·60
         elif mode == "weighted":
@@ -287,26 +287,33 @@ class SemanticScorer:
                 level = 1
         value = score.score
         reason = score.reason
+        base = value
         if level:
-            if reason.endswith("unrelated to the goal"):  # the lexical rules found nothing: meaning did
-                reason = reason[: -len("unrelated to the goal")].rstrip("; ")
-                value = max(value, fusion.lift_unrelated[level - 1])
+            if _UNRELATED in reason:  # the lexical rules found nothing: meaning did
+                base = value + 1  # the −1 malus no longer applies
+                value = max(base, fusion.lift_unrelated[level - 1])
             else:
                 value += fusion.lift_matched[level - 1]
             value = min(fusion.max_score, value)
-        fired = level and value != score.score
-        return score.model_copy(update={
-            "score": max(1, min(5, value)), "weight": round(weight, 4),
-            "reason": _with(reason, cos, share if fired else None),
-        })
+        fired = bool(level) and value != score.score
+        if fired:
+            reason = _with(reason, cos, share, value - base, value)
+        return score.model_copy(update={"score": max(1, min(5, value)), "weight": round(weight, 4), "reason": reason})
 
 
-def _with(reason: str, cos: float, share: float | None) -> str:
-    """The reason, plus which semantic signal fired (nothing when none did)."""
-    if share is None:
-        return reason
+_UNRELATED = "−1 unrelated to the goal"
+
+
+def _with(reason: str, cos: float, share: float, added: int, total: int) -> str:
+    """The lexical reason's sum with the semantic term added, so it still reads as the sum it
+    is ("base 2 for a user chat; +2 semantic match 0.41 to the goal (top 3%); = 4"); an
+    "unrelated" malus no longer applies and is dropped."""
+    parts = [p for p in reason.split("; ") if p and p != _UNRELATED and not p.startswith("= ")]
     top = max(1, math.ceil(share * 100)) if share > 0 else 1
-    return f"{reason}; semantic match {cos:.2f} to the goal (top {top}%)"
+    sign = "+" if added >= 0 else "−"
+    parts.append(f"{sign}{abs(added)} semantic match {cos:.2f} to the goal (top {top}%)")
+    parts.append(f"= {total}")
+    return "; ".join(parts)
 
 
 def _order_ranks(keys: Sequence[tuple[float, float]]) -> list[int]:
