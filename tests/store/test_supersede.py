@@ -5,6 +5,7 @@ knowledge-update questions as data."""
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -241,3 +242,62 @@ def test_longmemeval_knowledge_update_links(data_dir: Path) -> None:
                 total += 1
                 linked += any(link.older in q.evidence and link.newer in q.evidence for link in links)
     assert (linked, total) == (19, 70)
+
+
+def test_store_links_agree_with_the_detector_and_a_snapshot_sees_only_its_own() -> None:
+    """The store's links on ingest equal the detector's, both ways; a snapshot taken before the
+    superseding message arrived shows no link to it (links are written before publication)."""
+    from relevance_memory._models import Message
+    from relevance_memory._store import MessageStore
+    from relevance_memory._tokenizer import TiktokenCounter
+
+    history = agent_history()
+    store = MessageStore(TiktokenCounter("cl100k_base"))
+    store.extend(history[:8])  # up to c3's result: nothing superseded yet
+    before = store.snapshot()
+    store.extend(history[8:])
+    after = store.snapshot()
+    messages: list[Message] = list(store.messages)
+    links = detect_supersedes(items_from_messages(messages))
+    assert {(k, v.newer) for k, v in store.superseded_by.items()} == {(link.older, link.newer) for link in links}
+    assert dict(after.superseded_by) == store.superseded_by
+    assert {k: list(v) for k, v in after.supersedes.items()} == store.supersedes
+    assert dict(before.superseded_by) == {} and dict(before.supersedes) == {}
+    newer = next(iter(store.supersedes))
+    with pytest.raises(KeyError):
+        before.supersedes[newer]
+
+
+class _LengthEmbedder:
+    """A 2-dimension embedder (text length, vowels) that counts its calls."""
+
+    name, version, dim = "length", "length-1", 2
+
+    def __init__(self) -> None:
+        self.calls = 0
+
+    def embed(self, texts: Sequence[str]) -> Any:
+        import numpy as np
+
+        self.calls += 1
+        rows = np.array([[len(t) + 1.0, sum(c in "aeiou" for c in t) + 1.0] for t in texts], dtype=np.float32)
+        return rows / np.linalg.norm(rows, axis=1, keepdims=True)
+
+
+def test_extend_is_atomic_for_supersede_links_and_vectors() -> None:
+    """An invalid message anywhere in a batch stores nothing of it: no link and no pending
+    vector is made for the batch's valid messages either."""
+    from relevance_memory._embedding import VectorIndex
+    from relevance_memory._exceptions import InvalidMessageError
+    from relevance_memory._store import MessageStore
+    from relevance_memory._tokenizer import TiktokenCounter
+    vectors = VectorIndex(_LengthEmbedder())
+    store = MessageStore(TiktokenCounter("cl100k_base"), vectors=vectors)
+    history = agent_history()
+    store.extend(history[:8])
+    bad = [*history[8:], {"role": "tool", "tool_call_id": "nope", "content": "x"}]
+    with pytest.raises(InvalidMessageError, match="nothing of this batch was stored"):
+        store.extend(bad)
+    assert len(store) == 8 and store.superseded_by == {}
+    vecs = store.message_vectors()
+    assert vecs is not None and len(vecs) == len({m.content_hash for m in store.messages})
