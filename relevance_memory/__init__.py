@@ -14,15 +14,9 @@ chains, a token budget filled by score, and a decision record saying why.
 from typing import TYPE_CHECKING, Any
 
 from ._cache import DiskScoreCache
+from ._capabilities import AsyncScorer
 from ._client import AsyncManagedOpenAI, ManagedOpenAI, manage
-from ._config import (
-    MemoryConfig,
-    PheromoneConfig,
-    context_window_for,
-    encoding_for,
-    half_life_to_rate,
-    rate_to_half_life,
-)
+from ._config import MemoryConfig, PheromoneConfig
 from ._exceptions import (
     ConfigError,
     ContextOverflowError,
@@ -41,7 +35,7 @@ from ._manager import BuiltContext, RelevanceMemoryManager
 from ._markers import GOAL_BLOCK_MARKER, SUMMARY_MARKER
 from ._models import Message, MessageType, RelevanceScore, ScoreSource, TaskGoal, ToolCall
 from ._pheromone import PheromoneField
-from ._record import DecisionRecord, MessageDecision, SummaryRecord
+from ._record import BudgetBreakdown, DecisionRecord, MessageDecision, SummaryRecord
 from ._scoring import (
     InMemoryScoreCache,
     OfflineScorer,
@@ -51,19 +45,17 @@ from ._scoring import (
     ScorerUsage,
     ScoringContext,
     ScoringResult,
-    score_cache_key,
 )
-from ._session import message_to_dict
-from ._store import MessageStore
 from ._summary import LLMSummarizer, OfflineSummarizer, Summarizer, SummaryDraft, SummaryItem
-from ._tokenizer import TiktokenCounter, TokenCounter, image_tokens
+from ._tokenizer import TiktokenCounter, TokenCounter
 from .pipeline.assemble import check_context
+from .pipeline.order import OrderPolicy
 
 if TYPE_CHECKING:
-    from ._llm_scorer import LLMScorer, TransportPolicy, extract_json_reply
+    from ._llm_scorer import LLMScorer, TransportPolicy
 
 # Imported on first use: they pull in openai + instructor, which offline users never need.
-_LAZY = {"LLMScorer": "._llm_scorer", "TransportPolicy": "._llm_scorer", "extract_json_reply": "._llm_scorer"}
+_LAZY = {"LLMScorer": "._llm_scorer", "TransportPolicy": "._llm_scorer"}
 
 
 def __getattr__(name: str) -> Any:
@@ -75,12 +67,18 @@ def __getattr__(name: str) -> Any:
         return value
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
+
 __version__ = "0.1.0"
 
+# The public API, pinned by tests/test_exports.py. Also public: relevance_memory.testing
+# (fakes for users' tests), relevance_memory.pipeline (the stages, for extensions) and
+# relevance_memory.adapters (framework adapters).
 __all__ = [
     "GOAL_BLOCK_MARKER",
     "SUMMARY_MARKER",
     "AsyncManagedOpenAI",
+    "AsyncScorer",
+    "BudgetBreakdown",
     "BuiltContext",
     "ConfigError",
     "ContextOverflowError",
@@ -95,10 +93,10 @@ __all__ = [
     "MemoryConfig",
     "Message",
     "MessageDecision",
-    "MessageStore",
     "MessageType",
     "OfflineScorer",
     "OfflineSummarizer",
+    "OrderPolicy",
     "PheromoneConfig",
     "PheromoneField",
     "RelevanceMemoryError",
@@ -129,15 +127,7 @@ __all__ = [
     "TransportPolicy",
     "__version__",
     "check_context",
-    "context_window_for",
-    "encoding_for",
-    "extract_json_reply",
-    "half_life_to_rate",
-    "image_tokens",
     "load_transcript",
     "manage",
-    "message_to_dict",
     "parse_transcript",
-    "rate_to_half_life",
-    "score_cache_key",
 ]

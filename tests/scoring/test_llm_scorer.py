@@ -31,8 +31,8 @@ from relevance_memory import (
     TaskGoal,
     TransportPolicy,
     check_context,
-    extract_json_reply,
 )
+from relevance_memory._llm_scorer import extract_json_reply
 from relevance_memory._prompts import load_prompt
 
 BASE_URL = "http://llm.test/v1"
