@@ -15,6 +15,8 @@ Python allocations and the process's max RSS). Offline scorer, o200k_base.
     python benchmarks/bench_build.py --json out.json
     python benchmarks/bench_build.py --scenario swe --code /tmp/old-checkout   # another checkout's code, same scenario
 
+``--loop N`` (with ``--scenario``) also times an agent loop over the last N messages: they are
+added one by one and the context is rebuilt before every assistant message (CPU seconds).
 ``--code DIR`` imports ``relevance_memory`` from another checkout (e.g. a ``git worktree`` of an
 older commit), so before/after timings run the same scenarios in the same session.
 """
@@ -81,7 +83,29 @@ def load(scenario: str) -> tuple[list[dict[str, Any]], int, str]:
     return synthetic_history(100_000), 32_000, "synthetic agent run"
 
 
-def run_one(scenario: str, rebuilds: int = 5) -> dict[str, Any]:
+def agent_loop_cpu(history: list[dict[str, Any]], budget: int, steps: int) -> tuple[float, int]:
+    """CPU seconds of an agent loop over the last ``steps`` messages: the history before them
+    is built once, then they are added one by one and the context is rebuilt before every
+    assistant message (where an agent calls its model). Returns (CPU seconds, builds)."""
+    from relevance_memory import RelevanceMemoryManager
+
+    memory = RelevanceMemoryManager(max_input_tokens=budget, keep_recent=4)
+    start_at = len(history) - steps
+    while start_at > 1 and history[start_at].get("role") != "assistant":
+        start_at -= 1  # start where a model call would be made (no open tool call)
+    memory.extend(history[:start_at])
+    memory.build_context()
+    builds = 0
+    start = time.process_time()
+    for message in history[start_at:]:
+        if message.get("role") == "assistant":
+            memory.build_context()
+            builds += 1
+        memory.add(message)
+    return time.process_time() - start, builds
+
+
+def run_one(scenario: str, rebuilds: int = 5, loop: int = 0) -> dict[str, Any]:
     import statistics
 
     from relevance_memory import RelevanceMemoryManager
@@ -111,6 +135,7 @@ def run_one(scenario: str, rebuilds: int = 5) -> dict[str, Any]:
     _, peak = tracemalloc.get_traced_memory()
     tracemalloc.stop()
     assert again.messages == first.messages
+    loop_cpu, loop_builds = agent_loop_cpu(history, budget, loop) if loop else (None, 0)
     rss_kib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     import relevance_memory
 
@@ -130,6 +155,8 @@ def run_one(scenario: str, rebuilds: int = 5) -> dict[str, Any]:
         "build_cpu_s": round(c2 - c1, 3),
         "rebuild_cpu_s": round(statistics.median(cpu), 3),
         "rebuild_cache_hit_rate": again.record.cache_hit_rate,
+        "loop_builds": loop_builds,
+        "loop_cpu_s": round(loop_cpu, 3) if loop_cpu is not None else None,
         "tracemalloc_peak_mib": round(peak / 2**20, 1),
         "max_rss_mib": round(rss_kib / 1024, 1),
     }
@@ -141,9 +168,10 @@ def main() -> None:
     parser.add_argument("--json", type=Path, help="also write the results as JSON")
     parser.add_argument("--rebuilds", type=int, default=5, help="rebuilds timed (their median is reported)")
     parser.add_argument("--code", type=Path, help="import relevance_memory from this checkout instead of this one")
+    parser.add_argument("--loop", type=int, default=0, help="with --scenario: also time an agent loop over the last N messages (a build before each assistant message)")
     args = parser.parse_args()
     if args.scenario:
-        print(json.dumps(run_one(args.scenario, max(1, args.rebuilds))))
+        print(json.dumps(run_one(args.scenario, max(1, args.rebuilds), max(0, args.loop))))
         return
     if not DATA.is_dir():
         print(f"note: {DATA} not found; only the synthetic scenario runs", file=sys.stderr)
