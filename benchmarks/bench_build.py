@@ -66,7 +66,11 @@ def synthetic_history(n: int) -> list[dict[str, Any]]:
     return history
 
 
-def load(scenario: str) -> tuple[list[dict[str, Any]], int, str]:
+SYNTHETIC_MESSAGES = 100_000
+"""Messages of the synthetic scenario (``--messages`` changes it)."""
+
+
+def load(scenario: str, messages: int = SYNTHETIC_MESSAGES) -> tuple[list[dict[str, Any]], int, str]:
     from relevance_memory import TiktokenCounter, load_transcript
 
     if scenario == "swe":
@@ -80,13 +84,16 @@ def load(scenario: str) -> tuple[list[dict[str, Any]], int, str]:
         history = [{"role": t["role"], "content": t["content"]} for session in item["haystack_sessions"] for t in session]
         history.append({"role": "user", "content": item["question"]})
         return history, 8000, f"{files[0].stem} ({len(item['haystack_sessions'])} sessions)"
-    return synthetic_history(100_000), 32_000, "synthetic agent run"
+    return synthetic_history(messages), 32_000, "synthetic agent run"
 
 
-def agent_loop_cpu(history: list[dict[str, Any]], budget: int, steps: int) -> tuple[float, int]:
+def agent_loop_cpu(history: list[dict[str, Any]], budget: int, steps: int) -> tuple[float, int, list[int]]:
     """CPU seconds of an agent loop over the last ``steps`` messages: the history before them
     is built once, then they are added one by one and the context is rebuilt before every
-    assistant message (where an agent calls its model). Returns (CPU seconds, builds)."""
+    assistant message (where an agent calls its model). Returns (CPU seconds, builds, garbage
+    collections per generation during the loop)."""
+    import gc
+
     from relevance_memory import RelevanceMemoryManager
 
     memory = RelevanceMemoryManager(max_input_tokens=budget, keep_recent=4)
@@ -96,21 +103,23 @@ def agent_loop_cpu(history: list[dict[str, Any]], budget: int, steps: int) -> tu
     memory.extend(history[:start_at])
     memory.build_context()
     builds = 0
+    collections = [g["collections"] for g in gc.get_stats()]
     start = time.process_time()
     for message in history[start_at:]:
         if message.get("role") == "assistant":
             memory.build_context()
             builds += 1
         memory.add(message)
-    return time.process_time() - start, builds
+    cpu = time.process_time() - start
+    return cpu, builds, [g["collections"] - c for g, c in zip(gc.get_stats(), collections, strict=True)]
 
 
-def run_one(scenario: str, rebuilds: int = 5, loop: int = 0) -> dict[str, Any]:
+def run_one(scenario: str, rebuilds: int = 5, loop: int = 0, messages: int = SYNTHETIC_MESSAGES) -> dict[str, Any]:
     import statistics
 
     from relevance_memory import RelevanceMemoryManager
 
-    history, budget, label = load(scenario)
+    history, budget, label = load(scenario, messages)
     # timing pass (no tracing overhead)
     memory = RelevanceMemoryManager(max_input_tokens=budget, keep_recent=4)
     t0 = time.perf_counter()
@@ -135,7 +144,7 @@ def run_one(scenario: str, rebuilds: int = 5, loop: int = 0) -> dict[str, Any]:
     _, peak = tracemalloc.get_traced_memory()
     tracemalloc.stop()
     assert again.messages == first.messages
-    loop_cpu, loop_builds = agent_loop_cpu(history, budget, loop) if loop else (None, 0)
+    loop_cpu, loop_builds, loop_gc = agent_loop_cpu(history, budget, loop) if loop else (None, 0, [])
     rss_kib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     import relevance_memory
 
@@ -157,6 +166,7 @@ def run_one(scenario: str, rebuilds: int = 5, loop: int = 0) -> dict[str, Any]:
         "rebuild_cache_hit_rate": again.record.cache_hit_rate,
         "loop_builds": loop_builds,
         "loop_cpu_s": round(loop_cpu, 3) if loop_cpu is not None else None,
+        "loop_gc_collections": loop_gc,
         "tracemalloc_peak_mib": round(peak / 2**20, 1),
         "max_rss_mib": round(rss_kib / 1024, 1),
     }
@@ -168,10 +178,11 @@ def main() -> None:
     parser.add_argument("--json", type=Path, help="also write the results as JSON")
     parser.add_argument("--rebuilds", type=int, default=5, help="rebuilds timed (their median is reported)")
     parser.add_argument("--code", type=Path, help="import relevance_memory from this checkout instead of this one")
+    parser.add_argument("--messages", type=int, default=SYNTHETIC_MESSAGES, help="messages of the synthetic scenario")
     parser.add_argument("--loop", type=int, default=0, help="with --scenario: also time an agent loop over the last N messages (a build before each assistant message)")
     args = parser.parse_args()
     if args.scenario:
-        print(json.dumps(run_one(args.scenario, max(1, args.rebuilds), max(0, args.loop))))
+        print(json.dumps(run_one(args.scenario, max(1, args.rebuilds), max(0, args.loop), args.messages)))
         return
     if not DATA.is_dir():
         print(f"note: {DATA} not found; only the synthetic scenario runs", file=sys.stderr)
@@ -179,6 +190,7 @@ def main() -> None:
     rows = []
     for scenario in scenarios:
         command = [sys.executable, __file__, "--scenario", scenario, "--rebuilds", str(args.rebuilds)]
+        command += ["--messages", str(args.messages)]
         command += ["--code", str(args.code)] if args.code else []
         out = subprocess.run(command, capture_output=True, text=True, check=True)
         rows.append(json.loads(out.stdout.strip().splitlines()[-1]))
