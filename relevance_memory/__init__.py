@@ -22,6 +22,7 @@ from ._exceptions import (
     ContextOverflowError,
     HistoryDivergedError,
     InvalidMessageError,
+    MissingExtraError,
     RelevanceMemoryError,
     ScorerError,
     ScorerRequestError,
@@ -36,6 +37,7 @@ from ._markers import GOAL_BLOCK_MARKER, SUMMARY_MARKER
 from ._models import Message, MessageType, RelevanceScore, ScoreSource, TaskGoal, ToolCall
 from ._pheromone import PheromoneField
 from ._record import BudgetBreakdown, DecisionRecord, MessageDecision, SummaryRecord
+from ._restore import RESTORE_TOOL_NAME, RestoreHandler, restore_tool_definition
 from ._scoring import (
     InMemoryScoreCache,
     OfflineScorer,
@@ -47,7 +49,7 @@ from ._scoring import (
     ScoringResult,
 )
 from ._summary import LLMSummarizer, OfflineSummarizer, Summarizer, SummaryDraft, SummaryItem
-from ._tokenizer import TiktokenCounter, TokenCounter
+from ._tokenizer import TiktokenCounter, TokenCounter, tools_tokens
 from .pipeline.assemble import check_context
 from .pipeline.order import OrderPolicy
 
@@ -75,6 +77,7 @@ __version__ = "0.1.0"
 # relevance_memory.adapters (framework adapters).
 __all__ = [
     "GOAL_BLOCK_MARKER",
+    "RESTORE_TOOL_NAME",
     "SUMMARY_MARKER",
     "AsyncManagedOpenAI",
     "AsyncScorer",
@@ -94,6 +97,7 @@ __all__ = [
     "Message",
     "MessageDecision",
     "MessageType",
+    "MissingExtraError",
     "OfflineScorer",
     "OfflineSummarizer",
     "OrderPolicy",
@@ -102,6 +106,7 @@ __all__ = [
     "RelevanceMemoryError",
     "RelevanceMemoryManager",
     "RelevanceScore",
+    "RestoreHandler",
     "ScoreCache",
     "ScoreItem",
     "ScoreSource",
@@ -130,4 +135,6 @@ __all__ = [
     "load_transcript",
     "manage",
     "parse_transcript",
+    "restore_tool_definition",
+    "tools_tokens",
 ]

@@ -10,6 +10,7 @@ so ``except RelevanceMemoryError`` catches them all. The tree::
     │   └── HistoryDivergedError                       a managed client's history no longer extends the memory
     ├── ContextOverflowError                           pinned prompt + newest step exceed the budget
     ├── TokenizerError                                 the offline encoding could not be loaded
+    ├── MissingExtraError           (also ImportError) an optional dependency is missing: names the extra
     └── ScorerError                                    the relevance scorer failed (see below)
         ├── ScorerTransportError                       timeouts, resets, 429/5xx after retries
         ├── ScorerRequestError                         a 4xx (not 429) from the endpoint: fail fast
@@ -29,6 +30,7 @@ __all__ = [
     "ContextOverflowError",
     "HistoryDivergedError",
     "InvalidMessageError",
+    "MissingExtraError",
     "RelevanceMemoryError",
     "ScorerError",
     "ScorerRequestError",
@@ -110,6 +112,20 @@ class ContextOverflowError(RelevanceMemoryError):
             f"newest step ({newest_step_tokens} tokens) need {need} tokens but the budget is "
             f"{budget} tokens; raise the budget or shorten the newest step"
         )
+
+
+class MissingExtraError(RelevanceMemoryError, ImportError):
+    """An optional dependency is not installed; the message names the extra that installs it.
+
+    Attributes:
+        module: the missing module (``matplotlib`` …).
+        extra: the ``pyproject.toml`` extra that installs it (``plot`` …).
+    """
+
+    def __init__(self, module: str, extra: str, feature: str) -> None:
+        self.module = module
+        self.extra = extra
+        super().__init__(f"{feature} needs {module}, which is not installed: pip install 'relevance-memory[{extra}]'")
 
 
 class TokenizerError(RelevanceMemoryError):

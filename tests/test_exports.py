@@ -12,6 +12,7 @@ import relevance_memory.testing
 
 PUBLIC = [
     "GOAL_BLOCK_MARKER",
+    "RESTORE_TOOL_NAME",
     "SUMMARY_MARKER",
     "AsyncManagedOpenAI",
     "AsyncScorer",
@@ -31,6 +32,7 @@ PUBLIC = [
     "Message",
     "MessageDecision",
     "MessageType",
+    "MissingExtraError",
     "OfflineScorer",
     "OfflineSummarizer",
     "OrderPolicy",
@@ -39,6 +41,7 @@ PUBLIC = [
     "RelevanceMemoryError",
     "RelevanceMemoryManager",
     "RelevanceScore",
+    "RestoreHandler",
     "ScoreCache",
     "ScoreItem",
     "ScoreSource",
@@ -67,6 +70,8 @@ PUBLIC = [
     "load_transcript",
     "manage",
     "parse_transcript",
+    "restore_tool_definition",
+    "tools_tokens",
 ]
 
 TESTING = [

@@ -152,19 +152,27 @@ def clip_to_tokens(counter: TokenCounter, text: str, max_tokens: int) -> str:
     return best
 
 
-def goal_block_text(goal: TaskGoal, *, final_excerpt: str | None, task_statement_id: str | None) -> str:
+def goal_block_text(
+    goal: TaskGoal, *, final_excerpt: str | None, task_statement_id: str | None, restore_tool: str | None = None
+) -> str:
     """Text of the goal block.
+
+    It promises only what is true: archived messages stay in the store and
+    :meth:`RelevanceMemoryManager.restore` returns them by id; that the model itself can fetch
+    them is said only once the restore tool was offered (:meth:`RelevanceMemoryManager.restore_tool`).
 
     Args:
         goal: the task goal.
         final_excerpt: the final goal's text to show, or ``None`` to point at the task
             statement message instead (when the goal was derived from it and it is kept).
         task_statement_id: id of the first user message, used in the pointer.
+        restore_tool: name of the restore tool the model was given, if any.
     """
     lines = [
         GOAL_BLOCK_MARKER,
         "This context was compacted: older messages were selected by relevance to the task "
-        "goal; the rest are archived and restorable by message id.",
+        "goal; the rest are archived and restorable by message id"
+        + (f" (call {restore_tool} with their ids to read any of them)." if restore_tool else "."),
     ]
     if final_excerpt is None:
         lines.append(f"Final goal: as stated in the first user message ({task_statement_id}), kept below.")
@@ -195,6 +203,7 @@ def _goal_block(
         goal,
         final_excerpt=None if pointer else (final_excerpt if final_excerpt is not None else goal.final),
         task_statement_id=seams.store[first_user].id if first_user is not None else None,
+        restore_tool=seams.restore_tool,
     )
     tokens = seams.tokenizer.count_message({"role": config.context_role, "content": text})
     if not ledger.fits(tokens):
