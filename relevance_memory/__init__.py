@@ -48,6 +48,7 @@ from ._scoring import (
     ScoringContext,
     ScoringResult,
 )
+from ._session import message_to_dict
 from ._summary import LLMSummarizer, OfflineSummarizer, Summarizer, SummaryDraft, SummaryItem
 from ._tokenizer import TiktokenCounter, TokenCounter, tools_tokens
 from .pipeline.assemble import check_context
@@ -134,6 +135,7 @@ __all__ = [
     "check_context",
     "load_transcript",
     "manage",
+    "message_to_dict",
     "parse_transcript",
     "restore_tool_definition",
     "tools_tokens",

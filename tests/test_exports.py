@@ -69,6 +69,7 @@ PUBLIC = [
     "check_context",
     "load_transcript",
     "manage",
+    "message_to_dict",
     "parse_transcript",
     "restore_tool_definition",
     "tools_tokens",
