@@ -101,3 +101,33 @@ class RedisServer:
         """Stop and remove the data directory."""
         self.stop()
         shutil.rmtree(self.dir, ignore_errors=True)
+
+
+# --------------------------------------------------------------------------- worker processes
+def hammer(url: str, name: str, agent: str, rounds: int, barrier: Any, config: dict[str, Any]) -> None:
+    """One writer process: ``rounds`` batches, each reinforcing ``hot`` and depositing on
+    ``deep`` (a fresh subtask each time), plus a log append — all on the shared scope."""
+    from relevance_memory.board import BoardConfig, Deposit, RedisBoard, Reinforce
+
+    board = RedisBoard.from_url(url, name, BoardConfig(**config))
+    barrier.wait()
+    for j in range(rounds):
+        board.apply([Reinforce("shared", "hot", agent, at=float(j)),
+                     Deposit("shared", "deep", 3, f"{agent}-{j}", "the task", agent, at=float(j))])
+        board.append("shared", [{"agent": agent, "n": str(j)}], agent=agent)
+    board.close()
+
+
+def race(url: str, name: str, agent: str, items: list[str], what: str, barrier: Any, results: Any) -> None:
+    """One racer: supersede (or forget) every item of ``items``; reports its outcomes."""
+    from relevance_memory.board import Forget, RedisBoard, Supersede
+
+    board = RedisBoard.from_url(url, name)
+    barrier.wait()
+    out = []
+    for item in items:
+        op = Supersede("shared", item, f"{item}-by-{agent}", agent) if what == "supersede" else \
+            Forget("shared", item, agent)
+        out.append(board.apply([op]).outcomes[0])
+    results.put((agent, out))
+    board.close()
