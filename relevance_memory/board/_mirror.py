@@ -10,7 +10,7 @@ from dataclasses import replace
 from .._exceptions import BoardUnavailableError
 from ._apply import check_ops, views
 from ._memory import InMemoryBoard
-from ._model import BatchResult, LogEntry, Op, Repair, Snapshot, check_access
+from ._model import Advance, BatchResult, LogEntry, Op, Repair, Snapshot, check_access
 from ._protocol import MemoryBoard
 
 __all__ = ["MirroredBoard"]
@@ -119,22 +119,40 @@ class MirroredBoard:
 
     def _merge(self, snap: Snapshot, scope: str, agent: str, goal: str | None, subtask: str | None,
                now: float | None) -> Snapshot:
-        self.local.load(scope, snap.tick, {i: v.cell for i, v in snap.cells.items()})
-        if not snap.corrupt:
-            return snap
-        self.faults.extend(snap.faults)
-        mine = self.local.snapshot(scope, snap.corrupt, agent=agent).cells
-        repairs = [Repair(scope, i, mine[i].cell, agent) for i in snap.corrupt if i in mine]
+        """Refresh the local copy from a remote snapshot; put back what the server lost."""
+        tick, known = snap.tick, self.local.tick(scope)
+        fixes: list[Op] = []
+        faults = list(snap.faults)
+        if tick < known:  # ticks never go back: the server lost this scope's state (restarted without data?)
+            fixes.append(Advance(scope, agent, known - tick))
+            faults.append(f"board {self.name!r}: {scope!r} was at tick {known}, the server says {tick}; tick restored")
+            tick = known
+        # a cell the server cannot give back (corrupt, or lost with a server that restarted
+        # without its data) but the local copy holds: serve the copy and write it back
+        lost = [*snap.corrupt, *snap.missing]
+        mine = self.local.snapshot(scope, lost, agent=agent).cells if lost else {}
+        repairs = [Repair(scope, i, mine[i].cell, agent) for i in lost if i in mine]
+        fixes += repairs
+        served = {r.id for r in repairs}
         if repairs:
+            faults.append(f"board {self.name!r}: {len(repairs)} cell(s) of {scope!r} corrupt or lost on the server, "
+                          f"served from the local copy and written back: {', '.join(sorted(served)[:10])}")
+        if fixes:
             try:
-                self.remote.apply(repairs)
-                self.faults.append(f"repaired {len(repairs)} corrupt cell(s) in {scope!r} from the local copy")
+                self.remote.apply(fixes)
             except BoardUnavailableError as exc:
-                self.faults.append(f"could not repair corrupt cells in {scope!r}: {exc}")
-        cells = {i: v.cell for i, v in snap.cells.items()} | {r.id: r.cell for r in repairs}
-        return replace(snap, cells=views(cells, snap.tick, self.config, scope, goal=goal, subtask=subtask, now=now),
-                       corrupt=tuple(i for i in snap.corrupt if i not in mine),
-                       faults=(*snap.faults, *(f"cell {r.id!r} served from the local copy" for r in repairs)))
+                faults.append(f"board {self.name!r}: could not write the repairs back: {exc}")
+        cells = {i: v.cell for i, v in snap.cells.items()}
+        self.local.load(scope, tick, cells)
+        if not fixes:
+            self.faults.extend(faults)
+            return replace(snap, faults=tuple(faults))
+        cells |= {r.id: r.cell for r in repairs}
+        self.faults.extend(faults)
+        return replace(snap, tick=tick, faults=tuple(faults),
+                       cells=views(cells, tick, self.config, scope, goal=goal, subtask=subtask, now=now),
+                       corrupt=tuple(i for i in snap.corrupt if i not in served),
+                       missing=tuple(i for i in snap.missing if i not in served))
 
     def tick(self, scope: str) -> int:
         """The remote tick, or the local copy's when unreachable."""
