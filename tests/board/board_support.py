@@ -8,6 +8,7 @@ stop and restart it).
 
 from __future__ import annotations
 
+import contextlib
 import shutil
 import socket
 import subprocess
@@ -183,16 +184,12 @@ class DelayProxy:
             pass
         finally:
             for s in (src, dst):
-                try:
+                with contextlib.suppress(OSError):
                     s.shutdown(socket.SHUT_RDWR)
-                except OSError:
-                    pass
 
     def close(self) -> None:
         self._closed = True
         self._listener.close()
         for s in self._sockets:
-            try:
+            with contextlib.suppress(OSError):
                 s.close()
-            except OSError:
-                pass
