@@ -5,7 +5,7 @@ from __future__ import annotations
 import threading
 import uuid
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from .._exceptions import BoardError
 from ._apply import check_ops, step, views
@@ -61,7 +61,7 @@ class InMemoryBoard:
 
     # ------------------------------------------------------------------ reads
     def snapshot(self, scope: str, ids: Iterable[str] | None = None, *, agent: str, goal: str | None = None,
-                 subtask: str | None = None, now: float | None = None) -> Snapshot:
+                 subtask: str | None = None, now: float | None = None, provenance: bool = False) -> Snapshot:
         """See :meth:`MemoryBoard.snapshot`."""
         check_access(scope, agent)
         with self._lock:
@@ -74,6 +74,8 @@ class InMemoryBoard:
                 wanted = list(dict.fromkeys(ids))
                 found = {i: state.cells[i] for i in wanted if i in state.cells}
                 missing = tuple(i for i in wanted if i not in state.cells)
+        if not provenance:
+            found = {i: replace(c, events=()) if c.events else c for i, c in found.items()}
         return Snapshot(scope=scope, tick=tick, missing=missing, source="memory",
                         cells=views(found, tick, self.config, scope, goal=goal, subtask=subtask, now=now))
 
@@ -91,11 +93,14 @@ class InMemoryBoard:
 
     def load(self, scope: str, tick: int, cells: Mapping[str, BoardCell]) -> None:
         """Overwrite ``cells`` and the tick of ``scope`` with what another board holds (a
-        mirror refreshing its local copy; not a batch: no ops, no provenance)."""
+        mirror refreshing its local copy; not a batch). A cell read without its events
+        keeps the events this copy has."""
         with self._lock:
             state = self._scope(scope)
             state.tick = tick
-            state.cells.update(cells)
+            for item, cell in cells.items():
+                old = state.cells.get(item)
+                state.cells[item] = replace(cell, events=old.events) if old and not cell.events else cell
 
     # ------------------------------------------------------------------ writes
     def apply(self, ops: Sequence[Op], *, batch_id: str | None = None) -> BatchResult:

@@ -99,7 +99,7 @@ class MirroredBoard:
 
     # ------------------------------------------------------------------ reads
     def snapshot(self, scope: str, ids: Iterable[str] | None = None, *, agent: str, goal: str | None = None,
-                 subtask: str | None = None, now: float | None = None) -> Snapshot:
+                 subtask: str | None = None, now: float | None = None, provenance: bool = False) -> Snapshot:
         """The remote snapshot (refreshing the local copy), or the local copy's when the
         remote cannot be reached; faults say which and why."""
         check_access(scope, agent)
@@ -107,18 +107,20 @@ class MirroredBoard:
         with self._lock:
             if self._flush():
                 try:
-                    snap = self.remote.snapshot(scope, wanted, agent=agent, goal=goal, subtask=subtask, now=now)
+                    snap = self.remote.snapshot(scope, wanted, agent=agent, goal=goal, subtask=subtask, now=now,
+                                               provenance=provenance)
                 except BoardUnavailableError as exc:
                     self.faults.append(f"board {self.name!r} unreachable: served the local copy of {scope!r} ({exc})")
                 else:
-                    return self._merge(snap, scope, agent, goal, subtask, now)
-            snap = self.local.snapshot(scope, wanted, agent=agent, goal=goal, subtask=subtask, now=now)
+                    return self._merge(snap, scope, agent, goal, subtask, now, provenance)
+            snap = self.local.snapshot(scope, wanted, agent=agent, goal=goal, subtask=subtask, now=now,
+                                      provenance=provenance)
             fault = (f"board {self.name!r} unreachable: {scope!r} read from the local copy "
                      f"({len(self.pending)} batch(es) not yet sent)")
             return replace(snap, source="local copy", faults=(*snap.faults, fault))
 
     def _merge(self, snap: Snapshot, scope: str, agent: str, goal: str | None, subtask: str | None,
-               now: float | None) -> Snapshot:
+               now: float | None, provenance: bool) -> Snapshot:
         """Refresh the local copy from a remote snapshot; put back what the server lost."""
         tick, known = snap.tick, self.local.tick(scope)
         fixes: list[Op] = []
@@ -130,7 +132,7 @@ class MirroredBoard:
         # a cell the server cannot give back (corrupt, or lost with a server that restarted
         # without its data) but the local copy holds: serve the copy and write it back
         lost = [*snap.corrupt, *snap.missing]
-        mine = self.local.snapshot(scope, lost, agent=agent).cells if lost else {}
+        mine = self.local.snapshot(scope, lost, agent=agent, provenance=True).cells if lost else {}
         repairs = [Repair(scope, i, mine[i].cell, agent) for i in lost if i in mine]
         fixes += repairs
         served = {r.id for r in repairs}
@@ -147,7 +149,7 @@ class MirroredBoard:
         if not fixes:
             self.faults.extend(faults)
             return replace(snap, faults=tuple(faults))
-        cells |= {r.id: r.cell for r in repairs}
+        cells |= {r.id: r.cell if provenance else replace(r.cell, events=()) for r in repairs}
         self.faults.extend(faults)
         return replace(snap, tick=tick, faults=tuple(faults),
                        cells=views(cells, tick, self.config, scope, goal=goal, subtask=subtask, now=now),

@@ -14,7 +14,7 @@ import math
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, Literal, TypeAlias
+from typing import Any, Literal, NamedTuple, TypeAlias
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
@@ -292,9 +292,12 @@ class BatchResult:
 
 
 # --------------------------------------------------------------------------- cells
-@dataclass(frozen=True, slots=True)
-class Event:
-    """One provenance event of an item: who did what, at which tick and time (seed 004 §4.1)."""
+class Event(NamedTuple):
+    """One provenance event of an item: who did what, at which tick and time (seed 004 §4.1).
+
+    ``op`` is ``add``, ``deposit:<score>``, ``reinforce``, ``use:<build>``, ``archived``,
+    ``forgotten``, ``superseded:<by>`` or ``restored``; ``amount`` the strength added;
+    ``at`` the caller's clock (seconds)."""
 
     agent: str
     op: str
@@ -403,8 +406,8 @@ def _key(value: Any) -> tuple[str, str] | None:
     return (str(a), str(b))
 
 
-def decode_cell(raw: str | bytes) -> BoardCell:
-    """Parse a stored cell.
+def decode_cell(raw: str | bytes, *, events: bool = True) -> BoardCell:
+    """Parse a stored cell (its provenance events only with ``events``).
 
     Raises:
         ValueError: the text is not a cell (bad JSON, a missing or mistyped field, an
@@ -434,11 +437,12 @@ def decode_cell(raw: str | bytes) -> BoardCell:
             memory=memory, producer=str(d["producer"]), created_at=_num(d.get("created", 0.0)),
             touched_at=_num(d.get("touched", 0.0)), status=status,  # type: ignore[arg-type]
             superseded_by=d.get("sup_by"), status_by=d.get("status_by"),
-            contributions={str(a): _num(v) for a, v in _map(d.get("contrib")).items()},
+            contributions={str(a): float(v) for a, v in _map(d.get("contrib")).items()},
             deposits=int(d.get("n_dep", 0)), reinforcements=int(d.get("n_rf", 0)),
             users={str(a): int(t) for a, t in _map(d.get("users")).items()},
             first_selected=None if first is None else (str(_seq(first)[0]), int(_seq(first)[1])),
-            events=tuple(Event(str(a), str(o), int(t), _num(x), _num(w)) for a, o, t, x, w in _seq(d.get("events"))),
+            events=tuple(Event(a, o, int(t), float(x), float(w)) for a, o, t, x, w in _seq(d.get("events")))
+            if events else (),
         )
     except (KeyError, TypeError, ValueError, IndexError) as exc:
         raise ValueError(f"corrupt cell: {exc}") from exc

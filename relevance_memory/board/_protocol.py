@@ -37,9 +37,13 @@ class MemoryBoard(Protocol):
         goal: str | None = None,
         subtask: str | None = None,
         now: float | None = None,
+        provenance: bool = False,
     ) -> Snapshot:
         """The cells of ``ids`` (every cell when ``None``) in ``scope`` as ``agent`` sees them
         for ``(goal, subtask)`` at the scope's tick; ``now`` (seconds) decides TTL expiry.
+        The cells' provenance events are read only with ``provenance=True`` (the hot path —
+        strengths for a build — does not pay for them); counts, contributions, users and
+        ``first_selected`` are always there.
 
         Raises:
             ScopeError: ``agent`` may not read ``scope``.

@@ -240,7 +240,7 @@ class RedisBoard:
 
     # ------------------------------------------------------------------ reads
     def snapshot(self, scope: str, ids: Iterable[str] | None = None, *, agent: str, goal: str | None = None,
-                 subtask: str | None = None, now: float | None = None) -> Snapshot:
+                 subtask: str | None = None, now: float | None = None, provenance: bool = False) -> Snapshot:
         """See :meth:`MemoryBoard.snapshot`: one pipelined round trip (tick + ``HMGET``)."""
         check_access(scope, agent)
         wanted = None if ids is None else list(dict.fromkeys(ids))
@@ -267,7 +267,7 @@ class RedisBoard:
                 missing.append(item)
                 continue
             try:
-                cells[item] = decode_cell(value)
+                cells[item] = decode_cell(value, events=provenance)
             except ValueError as exc:
                 corrupt.append(item)
                 faults.append(f"cell {item!r} in {scope!r} is corrupt on the board ({exc}); treated as missing")

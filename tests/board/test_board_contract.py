@@ -36,7 +36,7 @@ def test_add_is_idempotent_and_starts_at_the_kinds_strength(make_board: BoardFac
                        Add("shared", "m2", "tool_result", "coder", at=11.0),
                        Add("shared", "m1", "tool_result", "coder", at=12.0)])
     assert got.outcomes == ("added", "added", "exists")
-    snap = board.snapshot("shared", ["m1", "m2", "nope"], agent="reviewer")
+    snap = board.snapshot("shared", ["m1", "m2", "nope"], agent="reviewer", provenance=True)
     assert snap.tick == 0 and snap.missing == ("nope",) and snap.corrupt == ()
     m1, m2 = snap.cells["m1"], snap.cells["m2"]
     assert (m1.strength, m1.kind, m1.cell.producer, m1.cell.created_at) == (8.0, "user_instruction", "planner", 10.0)
@@ -147,8 +147,9 @@ def test_forget_and_archive_never_drop_an_item_another_agent_uses(make_board: Bo
     got = board.apply([Archive("shared", "m", "coder"), Forget("shared", "m", "coder"),
                        Restore("shared", "m", "planner"), Forget("shared", "m", "planner")])
     assert got.outcomes == ("archived", "conflict:archived", "restored", "forgotten")
-    view = board.snapshot("shared", ["m"], agent="coder").cells["m"]
+    view = board.snapshot("shared", ["m"], agent="coder", provenance=True).cells["m"]
     assert (view.status, view.active, view.cell.status_by) == ("forgotten", False, "planner")
+    assert board.snapshot("shared", ["m"], agent="coder").cells["m"].cell.events == ()
     assert [e.op for e in view.cell.events] == ["add", "use:3", "archived", "restored", "forgotten"]
 
 

@@ -92,7 +92,8 @@ def test_redis_and_memory_boards_agree_bit_for_bit(redis_url: str, batches: list
             assert (m.tick, m.missing) == (r.tick, r.missing)
             assert m.cells == r.cells  # floats, provenance, lifecycle: all equal
             assert memory.edges(sc) == redis.edges(sc)
-            assert memory.snapshot(sc, None, agent="coder").cells == redis.snapshot(sc, None, agent="coder").cells
+            assert memory.snapshot(sc, None, agent="coder", provenance=True).cells == \
+                redis.snapshot(sc, None, agent="coder", provenance=True).cells
     finally:
         redis.close()
 
