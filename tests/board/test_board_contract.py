@@ -226,3 +226,18 @@ def test_log_append_and_read_since_a_cursor(make_board: BoardFactory) -> None:
     again = board.append("shared", [{"id": "m4"}], agent="coder", append_id="once")
     assert board.append("shared", [{"id": "m4"}], agent="coder", append_id="once") == again
     assert [e.fields["id"] for e in board.read("shared", later[0], agent="coder")] == ["m4"]
+
+
+def test_redis_keys_are_namespaced_and_hash_tagged_into_one_slot(redis_url: str) -> None:
+    """Every key of a board carries its ``{name}`` hash tag, so the whole board (and so one
+    batch script's keys) lives in one Redis Cluster slot; boards and scopes never share keys."""
+    from redis.crc import key_slot
+
+    from relevance_memory.board import RedisBoard
+
+    one, two = RedisBoard.from_url(redis_url, "team-a"), RedisBoard.from_url(redis_url, "team-b")
+    keys = [one.key(kind, scope) for kind in ("cells", "meta", "edges", "log") for scope in ("shared", "private:x")]
+    assert all(k.startswith("relmem:{team-a}:") for k in keys) and len(set(keys)) == len(keys)
+    assert len({key_slot(k.encode()) for k in keys}) == 1
+    assert one.key("cells", "shared") != two.key("cells", "shared")
+    one.close(), two.close()
