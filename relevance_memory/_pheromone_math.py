@@ -29,11 +29,13 @@ rebuild of the same subtask sees what the build that deposited saw (:func:`task_
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
+from typing import NamedTuple
 
 from ._config import PheromoneConfig
 
 __all__ = [
     "Cell",
+    "Reading",
     "capped_deposit",
     "carried",
     "deposit",
@@ -198,6 +200,36 @@ def forgotten_for(cell: Cell, tick: int, config: PheromoneConfig, goal: str | No
 def carried(cell: Cell, tick: int, config: PheromoneConfig) -> bool:
     """Strength ≥ ``carry_threshold``: carry-over into ``working`` (SPEC §5)."""
     return settled_strength(cell, tick, config) >= config.carry_threshold
+
+
+class Reading(NamedTuple):
+    """What a build reads of one cell at one tick for one ``(goal, subtask)`` (:func:`read`)."""
+
+    strength: float
+    task_strength: float
+    score_before: int | None
+    forgotten: bool
+
+
+def read(cell: Cell, tick: int, config: PheromoneConfig, goal: str | None, subtask: str | None,
+         rate: float | None = None) -> Reading:
+    """:func:`settled_strength`, :func:`task_strength`, :func:`score_before` and
+    :func:`forgotten_for` in one pass (the same arithmetic, so the same floats);
+    ``rate`` is the kind's η when the caller has it at hand."""
+    ticks = evaporating_ticks(cell, tick, config)
+    if ticks > 0:
+        factor = (1.0 - (config.rate(cell.kind) if rate is None else rate)) ** ticks
+        current = cell.strength * factor
+    else:
+        factor, current = 1.0, cell.strength
+    if cell.latest_goal is not None and cell.latest_goal != goal:
+        ts = max(0.0, current - (cell.earned * factor if ticks > 0 else cell.earned))
+    elif subtask is not None and cell.last_key == (goal or "", subtask):
+        ts = max(0.0, current - (cell.last_deposit * factor if ticks > 0 else cell.last_deposit))
+    else:
+        ts = current
+    before = score_before(cell, goal, subtask or "")
+    return Reading(current, ts, before, before is not None and before <= 2 and ts < config.forget_threshold)
 
 
 def reinforce(

@@ -224,3 +224,27 @@ def test_reads_never_write(grow: list[int], scores: list[tuple[int, int]], ticks
     field.strengths(), field.to_dict(), field.to_json(), field.graphml()
     assert field._cells == cells and all(field._cells[k] is v for k, v in cells.items())
     assert (field.tick, field.history) == (tick, history)
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    kind=st.sampled_from(KINDS), scores=st.lists(st.tuples(st.integers(1, 5), st.integers(0, 2), st.integers(0, 1)),
+                                                  max_size=6),
+    ticks=st.integers(0, 40), goal=st.sampled_from(["g0", "g1", None]), subtask=st.sampled_from(["s0", "s1", None]),
+)
+def test_one_pass_read_equals_the_separate_functions(
+    kind: str, scores: list[tuple[int, int, int]], ticks: int, goal: str | None, subtask: str | None
+) -> None:
+    from relevance_memory import _pheromone_math as pm
+
+    cfg = PheromoneConfig()
+    cell = pm.new_cell(kind, 0, cfg)
+    for n, (score, sub, g) in enumerate(scores):
+        cell, _ = pm.deposit(cell, n, cfg, score, f"s{sub}", f"g{g}")
+    tick = len(scores) + ticks
+    got = pm.read(cell, tick, cfg, goal, subtask)
+    assert got.strength == pm.settled_strength(cell, tick, cfg)
+    assert got.task_strength == pm.task_strength(cell, tick, cfg, goal, subtask)
+    assert got.score_before == pm.score_before(cell, goal, subtask or "")
+    if subtask is not None:
+        assert got.forgotten == pm.forgotten_for(cell, tick, cfg, goal, subtask)

@@ -167,35 +167,39 @@ def view(item_id: str, cell: BoardCell, tick: int, config: BoardConfig, scope: s
     ``shared_strength`` equals ``task_strength`` here; :func:`views` applies the
     prominence cap across the items read together.
     """
-    pcfg = config.pheromone
-    memory = cell.memory
-    g, s = task_key(goal), task_key(subtask)
-    strength = pm.settled_strength(memory, tick, pcfg)
-    ts = pm.task_strength(memory, tick, pcfg, g, s)
-    holders = _leased_by(cell, tick, config)
-    ttl = config.ttl_seconds.get(scope)
-    expired = ttl is not None and now is not None and not holders and now - cell.touched_at > ttl
-    return CellView(
-        id=item_id, kind=memory.kind, strength=strength, task_strength=ts, shared_strength=ts,
-        score_before=pm.score_before(memory, g, s or ""),
-        forgotten=pm.forgotten_for(memory, tick, pcfg, g, s or ""),
-        carried=strength >= pcfg.carry_threshold, latest_score=memory.latest_score,
-        expired=expired, in_use_by=holders, cell=cell,
-    )
+    return views({item_id: cell}, tick, config, scope, goal=goal, subtask=subtask, now=now, cap=False)[item_id]
 
 
 def views(cells: Mapping[str, BoardCell] | Iterable[tuple[str, BoardCell]], tick: int, config: BoardConfig,
-          scope: str, *, goal: str | None = None, subtask: str | None = None, now: float | None = None
-          ) -> dict[str, CellView]:
-    """:func:`view` of every cell, then the per-item prominence cap (seed 000 §6.1): in a
-    non-private scope no active item's ``shared_strength`` exceeds
+          scope: str, *, goal: str | None = None, subtask: str | None = None, now: float | None = None,
+          cap: bool = True) -> dict[str, CellView]:
+    """:func:`view` of every cell (one pass of :func:`~relevance_memory._pheromone_math.read`
+    each), then the per-item prominence cap (seed 000 §6.1): in a non-private scope no
+    active item's ``shared_strength`` exceeds
     ``prominence × mean(task_strength of the active items read)``."""
+    pcfg = config.pheromone
+    rates = {k: pcfg.rate(k) for k in pcfg.half_life_steps}
+    g, s = task_key(goal), task_key(subtask)
+    ttl = config.ttl_seconds.get(scope)
+    lease, carry = config.lease_ticks, pcfg.carry_threshold
     items = cells.items() if isinstance(cells, Mapping) else cells
-    out = {i: view(i, c, tick, config, scope, goal=goal, subtask=subtask, now=now) for i, c in items}
-    if config.prominence is None or is_private(scope):
+    out: dict[str, CellView] = {}
+    for item_id, cell in items:
+        memory = cell.memory
+        r = pm.read(memory, tick, pcfg, g, s, rates[memory.kind])
+        holders = tuple(sorted(a for a, t in cell.users.items() if tick - t <= lease)) if cell.users else ()
+        expired = ttl is not None and now is not None and not holders and now - cell.touched_at > ttl
+        out[item_id] = CellView(
+            id=item_id, kind=memory.kind, strength=r.strength, task_strength=r.task_strength,
+            shared_strength=r.task_strength, score_before=r.score_before, forgotten=r.forgotten,
+            carried=r.strength >= carry, latest_score=memory.latest_score, expired=expired,
+            in_use_by=holders, cell=cell,
+        )
+    if not cap or config.prominence is None or is_private(scope):
         return out
     active = [v.task_strength for v in out.values() if v.active]
     if len(active) < 2:
         return out
-    cap = config.prominence * (sum(active) / len(active))
-    return {i: (replace(v, shared_strength=cap) if v.active and v.task_strength > cap else v) for i, v in out.items()}
+    limit = config.prominence * (sum(active) / len(active))
+    return {i: (replace(v, shared_strength=limit) if v.active and v.task_strength > limit else v)
+            for i, v in out.items()}
