@@ -19,6 +19,7 @@ from ._model import (
     Repair,
     Snapshot,
     check_access,
+    is_private,
 )
 
 __all__ = ["InMemoryBoard"]
@@ -160,12 +161,16 @@ class InMemoryBoard:
         with self._lock:
             if append_id is not None and append_id in self._appends:
                 return list(self._appends[append_id])
-            log = self._scope(scope).log
+            state = self._scope(scope)
+            log = state.log
+            every = None if is_private(scope) else self.config.log_tick_every
             out = []
             for entry in entries:
                 cursor = f"{len(log) + 1}-0"
                 log.append(LogEntry(cursor, dict(entry)))
                 out.append(cursor)
+                if every and len(log) % every == 0:
+                    state.tick += 1
             if append_id is not None:
                 self._appends[append_id] = tuple(out)
             return out

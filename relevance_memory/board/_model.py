@@ -8,6 +8,7 @@ exactly (Lua's ``cjson`` keeps only 14 digits of a number).
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import math
@@ -86,6 +87,7 @@ def check_access(scope: str, agent: str) -> None:
         raise ScopeError(f"agent {agent!r} may not use {scope!r}: a private scope belongs to its agent alone")
 
 
+@functools.lru_cache(maxsize=1024)
 def task_key(text: str | None) -> str | None:
     """The stored key of a final goal or subtask text (a 24-hex BLAKE2b digest; ``None`` stays ``None``).
 
@@ -118,6 +120,10 @@ class BoardConfig(BaseModel):
         events_kept: provenance events kept per item (newest last).
         batch_ttl_seconds: how long a server remembers an applied batch id, so a retried
             batch is applied exactly once.
+        log_tick_every: in a non-private scope, every this many entries appended to the
+            scope's log advance its tick by one (the shared board's clock is the shared
+            conversation, like a single agent's is its message count, SPEC §5
+            ``tick_every``); ``None`` = only explicit :class:`Advance` operations.
     """
 
     model_config = ConfigDict(frozen=True, extra="forbid")
@@ -129,6 +135,7 @@ class BoardConfig(BaseModel):
     ttl_seconds: dict[str, float] = Field(default_factory=dict)
     events_kept: int = Field(default=16, ge=0, le=1000)
     batch_ttl_seconds: int = Field(default=86_400, ge=1)
+    log_tick_every: int | None = Field(default=None, ge=1)
 
     @model_validator(mode="after")
     def _check(self) -> BoardConfig:

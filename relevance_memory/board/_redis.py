@@ -60,6 +60,7 @@ from ._model import (
     check_access,
     decode_cell,
     encode_cell,
+    is_private,
     task_key,
 )
 
@@ -68,14 +69,21 @@ __all__ = ["BoardRetry", "RedisBoard"]
 T = TypeVar("T")
 
 _APPEND_LUA = """
+-- KEYS: the append marker, the scope's log stream, its meta hash; ARGV: marker ttl,
+-- log_tick_every (0 = none), then one JSON [[field, value], ...] per entry
 local got = redis.call('GET', KEYS[1])
 if got then return got end
+local every = tonumber(ARGV[2])
 local ids = {}
-for i = 2, #ARGV do
+for i = 3, #ARGV do
   local entry = cjson.decode(ARGV[i])
   local args = {}
   for _, kv in ipairs(entry) do args[#args + 1] = kv[1]; args[#args + 1] = kv[2] end
   ids[#ids + 1] = redis.call('XADD', KEYS[2], '*', unpack(args))
+  if every > 0 then
+    local n = redis.call('HINCRBY', KEYS[3], 'logged', 1)
+    if n % every == 0 then redis.call('HINCRBY', KEYS[3], 'tick', 1) end
+  end
 end
 local out = cjson.encode(ids)
 redis.call('SET', KEYS[1], out, 'EX', ARGV[1])
@@ -328,10 +336,11 @@ class RedisBoard:
             if not entry:
                 raise BoardError("a log entry needs at least one field")
         append_id = append_id or uuid.uuid4().hex
-        args = [str(self.config.batch_ttl_seconds)] + [
+        every = 0 if is_private(scope) or self.config.log_tick_every is None else self.config.log_tick_every
+        args = [str(self.config.batch_ttl_seconds), str(every)] + [
             json.dumps([[str(k), str(v)] for k, v in entry.items()], ensure_ascii=False) for entry in entries
         ]
-        keys = [f"{self._base}:append:{append_id}", self.key("log", scope)]
+        keys = [f"{self._base}:append:{append_id}", self.key("log", scope), self.key("meta", scope)]
         reply = self._call(f"append to {scope!r}", lambda: self._append_script(keys=keys, args=args))
         return [str(c) for c in json.loads(_s(reply))]
 

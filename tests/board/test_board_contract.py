@@ -241,3 +241,13 @@ def test_redis_keys_are_namespaced_and_hash_tagged_into_one_slot(redis_url: str)
     assert len({key_slot(k.encode()) for k in keys}) == 1
     assert one.key("cells", "shared") != two.key("cells", "shared")
     one.close(), two.close()
+
+
+def test_the_shared_log_is_the_shared_scopes_clock(make_board: BoardFactory) -> None:
+    board = make_board(BoardConfig(log_tick_every=2))
+    board.apply([Add("shared", "m", "tool_result", "a")])
+    board.append("shared", [{"n": "1"}, {"n": "2"}, {"n": "3"}], agent="a")
+    board.append("shared", [{"n": "4"}], agent="b")
+    board.append("private:a", [{"n": "p1"}, {"n": "p2"}], agent="a")  # a private log is no clock
+    assert (board.tick("shared"), board.tick("private:a")) == (2, 0)
+    assert board.snapshot("shared", ["m"], agent="a").tick == 2
