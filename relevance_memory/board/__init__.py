@@ -15,6 +15,8 @@ batches of operations applied atomically. Backends:
 from __future__ import annotations
 
 from .._exceptions import BoardError, BoardUnavailableError, MissingExtraError, ScopeError
+from ._agent import AgentMemory
+from ._link import AgentLink
 from ._memory import InMemoryBoard
 from ._mirror import MirroredBoard
 from ._model import (
@@ -44,11 +46,14 @@ from ._model import (
     task_key,
 )
 from ._protocol import MemoryBoard
+from ._publish import PublishRule, imported_message, log_entry
 from ._redis import BoardRetry, RedisBoard  # imports redis-py only when a RedisBoard is made
 
 __all__ = [
     "Add",
     "Advance",
+    "AgentLink",
+    "AgentMemory",
     "Archive",
     "BatchResult",
     "BoardCell",
@@ -66,6 +71,7 @@ __all__ = [
     "MirroredBoard",
     "MissingExtraError",
     "Op",
+    "PublishRule",
     "RedisBoard",
     "Reinforce",
     "Repair",
@@ -77,7 +83,9 @@ __all__ = [
     "check_access",
     "decode_cell",
     "encode_cell",
+    "imported_message",
     "is_private",
+    "log_entry",
     "private_scope",
     "task_key",
 ]

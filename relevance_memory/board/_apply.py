@@ -57,6 +57,8 @@ def check_ops(ops: Sequence[Op]) -> None:
         if isinstance(op, Advance):
             if not isinstance(op.ticks, int) or op.ticks < 0:
                 raise BoardError(f"operation {n}: Advance.ticks must be an int ≥ 0, got {op.ticks!r}")
+            if op.to is not None and (not isinstance(op.to, int) or op.to < 0):
+                raise BoardError(f"operation {n}: Advance.to must be an int ≥ 0, got {op.to!r}")
             continue
         if not isinstance(op.id, str) or not op.id:
             raise BoardError(f"operation {n}: the item id must be a non-empty string, got {op.id!r}")

@@ -147,7 +147,7 @@ for i, op in ipairs(batch.ops) do
   local tick = sc.tick
   local outcome, amount = nil, 0.0
   if op.t == 'advance' then
-    sc.tick = tick + op.ticks
+    if op.to then sc.tick = math.max(tick, op.to) else sc.tick = tick + op.ticks end
     sc.ticked = true
     outcome = 'advanced'
   elseif op.t == 'repair' then
@@ -212,6 +212,9 @@ for i, op in ipairs(batch.ops) do
         outcome = 'deposited'
       end
       sc.dirty[op.id] = true
+    elseif op.t == 'reinforce' and op.source and (sc.edge_cache[op.id .. '\t' .. op.source] ~= nil
+        or redis.call('HEXISTS', sc.edges, op.id .. '\t' .. op.source) == 1) then
+      outcome = 'already'  -- once per (item, source)
     elseif op.t == 'reinforce' then
       local limit = limit_of(c, sc.cap, op.agent)
       settle(c, tick)

@@ -16,6 +16,7 @@ from ._model import (
     BoardConfig,
     LogEntry,
     Op,
+    Reinforce,
     Repair,
     Snapshot,
     check_access,
@@ -120,12 +121,18 @@ class InMemoryBoard:
                 state = self._scope(op.scope)
                 tick = ticks.get(op.scope, state.tick)
                 if isinstance(op, Advance):
-                    ticks[op.scope] = tick + op.ticks
+                    ticks[op.scope] = max(tick, op.to) if op.to is not None else tick + op.ticks
                     outcomes.append("advanced")
                     amounts.append(0.0)
                     continue
                 key = (op.scope, op.id)
                 cell = cells.get(key, state.cells.get(op.id))
+                if isinstance(op, Reinforce) and op.source is not None and cell is not None:
+                    ek = (op.scope, (op.id, op.source))
+                    if ek in edges or (op.id, op.source) in state.edges:
+                        outcomes.append("already")
+                        amounts.append(0.0)
+                        continue
                 if isinstance(op, Repair):
                     outcomes.append("readable" if cell is not None else "repaired")
                     if cell is None:

@@ -183,7 +183,9 @@ class Deposit:
 @dataclass(frozen=True, slots=True)
 class Reinforce:
     """Reinforcement on use (SPEC §5): ``delta`` (default ``reinforce_delta``) through the soft
-    cap; ``source`` (the later item that referenced it) gains an edge of ``edge_delta``."""
+    cap; ``source`` (the later item that referenced it) gains an edge of ``edge_delta``. With
+    a ``source``, once per (item, source) — a message references an earlier one once, so a
+    replayed history does not reinforce twice (outcome ``"already"``)."""
 
     scope: str
     id: str
@@ -195,11 +197,14 @@ class Reinforce:
 
 @dataclass(frozen=True, slots=True)
 class Advance:
-    """``ticks`` evaporation ticks of ``scope`` (settled lazily, in closed form, per cell)."""
+    """``ticks`` evaporation ticks of ``scope`` (settled lazily, in closed form, per cell);
+    with ``to``, the tick becomes ``max(tick, to)`` instead (idempotent: an agent mirroring
+    its own field's clock onto its private scope)."""
 
     scope: str
     agent: str
     ticks: int = 1
+    to: int | None = None
 
 
 @dataclass(frozen=True, slots=True)

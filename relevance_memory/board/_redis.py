@@ -129,7 +129,10 @@ def _f(x: float) -> str:
 def _op_json(op: Op, index: Mapping[str, int]) -> dict[str, Any]:
     base: dict[str, Any] = {"scope": index[op.scope]}
     if isinstance(op, Advance):
-        return {**base, "t": "advance", "ticks": op.ticks}
+        out: dict[str, Any] = {**base, "t": "advance", "ticks": op.ticks}
+        if op.to is not None:
+            out["to"] = op.to
+        return out
     base.update(id=op.id, agent=op.agent)
     if isinstance(op, Repair):
         return {**base, "t": "repair", "cell": encode_cell(op.cell)}

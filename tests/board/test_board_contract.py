@@ -93,14 +93,18 @@ def test_reinforcement_adds_through_the_cap_and_records_the_edge(make_board: Boa
     board = make_board()
     board.apply([Add("shared", "m1", "tool_result", "coder"), Add("shared", "m2", "assistant_reasoning", "rev")])
     got = board.apply([Reinforce("shared", "m1", "rev", source="m2", at=5.0),
-                       Reinforce("shared", "m1", "rev", source="m2", at=6.0),
+                       Reinforce("shared", "m1", "rev", at=6.0),
+                       Reinforce("shared", "m1", "coder", source="m2", at=7.0),  # once per (item, source)
                        Reinforce("shared", "zz", "rev")])
     first = pm.capped_deposit(3.0, 0.5, 10.0)
-    assert got.outcomes == ("reinforced", "reinforced", "missing")
-    assert got.amounts[:2] == (first, pm.capped_deposit(3.0 + first, 0.5, 10.0))
+    assert got.outcomes == ("reinforced", "reinforced", "already", "missing")
+    assert got.amounts[:3] == (first, pm.capped_deposit(3.0 + first, 0.5, 10.0), 0.0)
+    assert board.apply([Reinforce("shared", "m1", "rev", source="m2")]).outcomes == ("already",)
     view = board.snapshot("shared", ["m1"], agent="coder").cells["m1"]
     assert view.cell.reinforcements == 2 and view.cell.touched_at == 6.0
-    assert board.edges("shared") == {("m1", "m2"): 0.2 + 0.2}
+    assert board.edges("shared") == {("m1", "m2"): 0.2}
+    board.apply([Advance("shared", "rev", to=5), Advance("shared", "rev", to=3), Advance("shared", "rev", 2)])
+    assert board.tick("shared") == 7
 
 
 def test_one_agent_alone_cannot_push_a_shared_item_to_the_cap(make_board: BoardFactory) -> None:

@@ -122,7 +122,7 @@ def test_a_private_scope_keeps_the_fields_memory(steps: list[tuple[str, Any]]) -
         if kind == "add":
             k, refs = arg
             new = f"m{len(ids)}"
-            earlier = [ids[r % len(ids)] for r in refs] if ids else []
+            earlier = list(dict.fromkeys(ids[r % len(ids)] for r in refs)) if ids else []  # a message references an id once
             field._add(new, k, earlier)
             board.apply([Add(sc, new, k, "coder"), *(Reinforce(sc, e, "coder", source=new) for e in earlier)])
             ids.append(new)
