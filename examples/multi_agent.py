@@ -91,7 +91,7 @@ def run_agent(args: argparse.Namespace) -> None:
     """One role's process: take its turns, build before each, record the step."""
     system, task, steps = split_steps(load_transcript(args.run).messages)
     steps = steps[: args.steps] if args.steps else steps
-    board = RedisBoard.from_url(args.redis_url, args.board, BoardConfig(log_tick_every=5))
+    board = RedisBoard.from_url(args.redis_url, args.board, BoardConfig())
     turns = RedisBoard.from_url(args.redis_url, args.board)
     me = args.role
     memory = RelevanceMemoryManager(agent=me, board=board, max_input_tokens=args.budget, keep_recent=3)

@@ -24,11 +24,15 @@ from ._config import (
     rate_to_half_life,
 )
 from ._exceptions import (
+    BoardError,
+    BoardUnavailableError,
     ConfigError,
     ContextOverflowError,
     HistoryDivergedError,
     InvalidMessageError,
+    MissingExtraError,
     RelevanceMemoryError,
+    ScopeError,
     ScorerError,
     ScorerRequestError,
     ScorerTransportError,
@@ -41,7 +45,7 @@ from ._manager import BuiltContext, RelevanceMemoryManager
 from ._markers import GOAL_BLOCK_MARKER, SUMMARY_MARKER
 from ._models import Message, MessageType, RelevanceScore, ScoreSource, TaskGoal, ToolCall
 from ._pheromone import PheromoneField
-from ._record import DecisionRecord, MessageDecision, SummaryRecord
+from ._record import BoardReport, DecisionRecord, MessageDecision, SummaryRecord
 from ._scoring import (
     InMemoryScoreCache,
     OfflineScorer,
@@ -81,6 +85,9 @@ __all__ = [
     "GOAL_BLOCK_MARKER",
     "SUMMARY_MARKER",
     "AsyncManagedOpenAI",
+    "BoardError",
+    "BoardReport",
+    "BoardUnavailableError",
     "BuiltContext",
     "ConfigError",
     "ContextOverflowError",
@@ -97,6 +104,7 @@ __all__ = [
     "MessageDecision",
     "MessageStore",
     "MessageType",
+    "MissingExtraError",
     "OfflineScorer",
     "OfflineSummarizer",
     "PheromoneConfig",
@@ -104,6 +112,7 @@ __all__ = [
     "RelevanceMemoryError",
     "RelevanceMemoryManager",
     "RelevanceScore",
+    "ScopeError",
     "ScoreCache",
     "ScoreItem",
     "ScoreSource",

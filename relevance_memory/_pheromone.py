@@ -40,6 +40,7 @@ from ._pheromone_math import (
     carried,
     deposit,
     evaporate,
+    evaporating_ticks,
     forgotten,
     forgotten_for,
     new_cell,
@@ -260,7 +261,9 @@ class PheromoneField:
         tick, cfg = self.tick, self.config
         cells = self._cells
         for mid, cell in cells.items():
-            if cell.at_tick < tick:
+            # only cells that evaporate change (a protected or exempt cell's at_tick is
+            # not read again before a deposit settles it)
+            if cell.at_tick < tick and evaporating_ticks(cell, tick, cfg) > 0:
                 cells[mid] = settle(cell, tick, cfg)
         top = heapq.nlargest(cfg.history_top_n, cells.items(), key=lambda kv: kv[1].strength)
         self.history.append(

@@ -28,7 +28,6 @@ rebuild of the same subtask sees what the build that deposited saw (:func:`task_
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
 from typing import NamedTuple
 
 from ._config import PheromoneConfig
@@ -52,9 +51,10 @@ __all__ = [
 ]
 
 
-@dataclass(frozen=True, slots=True)
-class Cell:
+class Cell(NamedTuple):
     """One message's pheromone memory (immutable; the functions below return new cells).
+
+    A named tuple: building and replacing one is cheap (a build settles thousands).
 
     Attributes:
         kind: the pheromone kind (picks the half-life and the initial strength).
@@ -132,9 +132,9 @@ def settle(cell: Cell, tick: int, config: PheromoneConfig) -> Cell:
     ticks = evaporating_ticks(cell, tick, config)
     if ticks > 0:
         factor = (1.0 - config.rate(cell.kind)) ** ticks
-        return replace(cell, strength=cell.strength * factor, earned=cell.earned * factor,
+        return cell._replace(strength=cell.strength * factor, earned=cell.earned * factor,
                        last_deposit=cell.last_deposit * factor, at_tick=tick)
-    return replace(cell, at_tick=tick)
+    return cell._replace(at_tick=tick)
 
 
 def settled_strength(cell: Cell, tick: int, config: PheromoneConfig) -> float:
@@ -242,7 +242,7 @@ def reinforce(
     amount = capped_deposit(cell.strength, config.reinforce_delta if delta is None else delta, config.s_max)
     if limit is not None:
         amount = min(amount, limit)
-    return replace(cell, strength=cell.strength + amount), amount
+    return cell._replace(strength=cell.strength + amount), amount
 
 
 def deposit(
@@ -287,12 +287,12 @@ def deposit(
     if score_key != key:
         previous_score, score_key = latest_score, key
     if subtask in subtasks:
-        return replace(cell, strength=strength, earned=earned, last_deposit=last_deposit, last_key=last_key,
+        return cell._replace(strength=strength, earned=earned, last_deposit=last_deposit, last_key=last_key,
                        score_key=score_key, latest_score=score, previous_score=previous_score,
                        latest_goal=goal, subtasks=subtasks), None
     amount = capped_deposit(strength, config.deposits[score], config.s_max)
     if limit is not None:
         amount = min(amount, limit)
-    return replace(cell, strength=strength + amount, earned=earned + amount, last_deposit=amount,
+    return cell._replace(strength=strength + amount, earned=earned + amount, last_deposit=amount,
                    last_key=key, score_key=score_key, latest_score=score, previous_score=previous_score,
                    latest_goal=goal, subtasks=subtasks | {subtask}), amount

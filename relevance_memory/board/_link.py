@@ -20,13 +20,15 @@ from .._exceptions import BoardError
 from .._models import Message
 from .._pheromone import pheromone_kind
 from ._agent import AgentMemory
-from ._model import Add
+from ._model import Add, LogEntry
 from ._protocol import MemoryBoard
 from ._publish import PublishRule, imported_message, log_entry
 
 __all__ = ["AgentLink"]
 
 Adder = Callable[..., "Message | None"]
+CHUNK = 500
+"""Log entries per append or read call (bounded request and reply sizes)."""
 
 
 class AgentLink:
@@ -47,6 +49,8 @@ class AgentLink:
         """Messages of other agents imported so far."""
         self.published: set[str] = set()
         """Ids this agent has published (a resynced history does not publish them again)."""
+        self._journal: list[dict[str, str]] = []
+        self._batching = False
 
     def carry_over(self, other: AgentLink) -> None:
         """Take ``other``'s cursors, counts and published ids (a resync: the same agent)."""
@@ -84,10 +88,20 @@ class AgentLink:
                                                                                    default=str)}
         if cursor is not None:
             entry["cursor"], entry["from"] = cursor, message.scope
-        try:
-            self.board.append(self.memory.private, [entry], agent=self.agent)
-        except BoardError as exc:
-            self._note(f"journal entry for {message.id} not written", exc)
+        self._journal.append(entry)
+        if not self._batching:
+            self.flush()
+
+    def flush(self) -> None:
+        """Write the journal entries not yet written, in one append."""
+        if not self._journal:
+            return
+        entries, self._journal = self._journal, []
+        for lo in range(0, len(entries), CHUNK):
+            try:
+                self.board.append(self.memory.private, entries[lo:lo + CHUNK], agent=self.agent)
+            except BoardError as exc:
+                self._note(f"{len(entries[lo:lo + CHUNK])} journal entr(ies) not written", exc)
 
     def announce(self, message: Message, call: Mapping[str, str] | None) -> None:
         """Publish an own message to its shared scope's log."""
@@ -109,12 +123,22 @@ class AgentLink:
         ``add(message_dict, **metadata)`` ingests one message into the agent's store (the
         manager's own ``add``, which journals it)."""
         count = 0
+        self._batching = True
+        try:
+            count = self._import(add)
+        finally:
+            self._batching = False
+            self.flush()
+        self.imported += count
+        take = getattr(self.board, "take_faults", None)
+        if callable(take):
+            self.memory.faults.extend(take())
+        return count
+
+    def _import(self, add: Adder) -> int:
+        count = 0
         for scope in self.memory.scopes:
-            try:
-                entries = self.board.read(scope, self.cursors[scope], agent=self.agent)
-            except BoardError as exc:
-                self._note(f"{scope!r} not read", exc)
-                continue
+            entries = self._read_all(scope, self.cursors[scope])
             for entry in entries:
                 self.cursors[scope] = entry.cursor
                 fields = entry.fields
@@ -123,20 +147,25 @@ class AgentLink:
                 raw, meta = imported_message(fields)
                 add(raw, _cursor=entry.cursor, **meta)
                 count += 1
-        self.imported += count
-        take = getattr(self.board, "take_faults", None)
-        if callable(take):
-            self.memory.faults.extend(take())
         return count
+
+    def _read_all(self, scope: str, since: str | None) -> list[LogEntry]:
+        out: list[LogEntry] = []
+        while True:
+            try:
+                got = self.board.read(scope, since, agent=self.agent, count=CHUNK)
+            except BoardError as exc:
+                self._note(f"{scope!r} not read", exc)
+                return out
+            out += got
+            if len(got) < CHUNK:
+                return out
+            since = got[-1].cursor
 
     def replay(self) -> list[tuple[dict[str, Any], dict[str, Any]]]:
         """The journal, as ``(message dict, metadata)`` in order, and the scope cursors it
         had reached (a restarted agent re-ingests these without journaling them again)."""
-        try:
-            entries = self.board.read(self.memory.private, None, agent=self.agent)
-        except BoardError as exc:
-            self._note("journal not read: the agent starts empty", exc)
-            return []
+        entries = self._read_all(self.memory.private, None)
         out: list[tuple[dict[str, Any], dict[str, Any]]] = []
         for entry in entries:
             fields = entry.fields

@@ -123,7 +123,7 @@ class BoardConfig(BaseModel):
         log_tick_every: in a non-private scope, every this many entries appended to the
             scope's log advance its tick by one (the shared board's clock is the shared
             conversation, like a single agent's is its message count, SPEC §5
-            ``tick_every``); ``None`` = only explicit :class:`Advance` operations.
+            ``tick_every``, default 5); ``None`` = only explicit :class:`Advance` operations.
     """
 
     model_config = ConfigDict(frozen=True, extra="forbid")
@@ -135,7 +135,7 @@ class BoardConfig(BaseModel):
     ttl_seconds: dict[str, float] = Field(default_factory=dict)
     events_kept: int = Field(default=16, ge=0, le=1000)
     batch_ttl_seconds: int = Field(default=86_400, ge=1)
-    log_tick_every: int | None = Field(default=None, ge=1)
+    log_tick_every: int | None = Field(default=5, ge=1)
 
     @model_validator(mode="after")
     def _check(self) -> BoardConfig:

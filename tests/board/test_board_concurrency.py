@@ -22,14 +22,14 @@ M_ROUNDS = 150
 def test_no_lost_update_across_processes(redis_url: str) -> None:
     # no share cap: every reinforcement of "hot" is the same map S → S + δ(1 − S/S_max), so the
     # final value is exact whatever the interleaving (likewise the score-3 deposits on "deep")
-    config = BoardConfig(agent_share=None)
+    config = BoardConfig(agent_share=None, log_tick_every=None)  # the log appends must not tick
     name = f"c-{uuid.uuid4().hex[:10]}"
     board = RedisBoard.from_url(redis_url, name, config)
     board.apply([Add("shared", "hot", "tool_result", "setup"), Add("shared", "deep", "assistant_reasoning", "setup")])
     ctx = multiprocessing.get_context("fork")
     barrier = ctx.Barrier(N_PROCESSES)
     agents = [f"agent{i}" for i in range(N_PROCESSES)]
-    procs = [ctx.Process(target=hammer, args=(redis_url, name, a, M_ROUNDS, barrier, {"agent_share": None}))
+    procs = [ctx.Process(target=hammer, args=(redis_url, name, a, M_ROUNDS, barrier, {"agent_share": None, "log_tick_every": None}))
              for a in agents]
     for p in procs:
         p.start()

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import math
-from dataclasses import replace
 
 import pytest
 from hypothesis import given, settings
@@ -165,8 +164,8 @@ class _EagerField(PheromoneField):
                     cell.latest_score is not None and cell.latest_score >= cfg.exempt_score
                 )
                 f = 1.0 if keep else 1.0 - cfg.rate(cell.kind)
-                self._cells[mid] = replace(cell, strength=cell.strength * f, earned=cell.earned * f,
-                                           last_deposit=cell.last_deposit * f, at_tick=self.tick)
+                self._cells[mid] = cell._replace(strength=cell.strength * f, earned=cell.earned * f,
+                                                 last_deposit=cell.last_deposit * f, at_tick=self.tick)
 
 
 @settings(max_examples=60, deadline=None)
