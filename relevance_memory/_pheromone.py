@@ -40,13 +40,11 @@ from ._pheromone_math import (
     carried,
     deposit,
     evaporate,
-    evaporating_ticks,
     forgotten,
     forgotten_for,
     new_cell,
     reinforce,
     score_before,
-    settle,
     settled_strength,
     task_strength,
 )
@@ -248,9 +246,9 @@ class PheromoneField:
         """Run ``ticks`` evaporation ticks (importance-gated, cold-start protected).
 
         Evaporation is settled lazily per cell in closed form (reads compute it into the
-        value they return), so a tick is O(1) plus the history entry: while the field is
-        small (≤ :data:`HISTORY_FULL_MAX` cells) each tick records the top-N, settling the
-        cells to the new tick as it ranks them (a write that leaves every read unchanged).
+        value they return; a cell is stored settled only when a deposit or reinforcement
+        writes it), so a tick is O(1) plus the history entry: while the field is small
+        (≤ :data:`HISTORY_FULL_MAX` cells) each tick records the top-N strengths.
         """
         for _ in range(ticks):
             self.tick += 1
@@ -259,16 +257,9 @@ class PheromoneField:
 
     def _record_history(self) -> None:
         tick, cfg = self.tick, self.config
-        cells = self._cells
-        for mid, cell in cells.items():
-            # only cells that evaporate change (a protected or exempt cell's at_tick is
-            # not read again before a deposit settles it)
-            if cell.at_tick < tick and evaporating_ticks(cell, tick, cfg) > 0:
-                cells[mid] = settle(cell, tick, cfg)
-        top = heapq.nlargest(cfg.history_top_n, cells.items(), key=lambda kv: kv[1].strength)
-        self.history.append(
-            {"tick": tick, "messages": self._observed, "top": {k: round(c.strength, 4) for k, c in top}}
-        )
+        now = {mid: settled_strength(cell, tick, cfg) for mid, cell in self._cells.items()}
+        top = heapq.nlargest(cfg.history_top_n, now.items(), key=lambda kv: kv[1])
+        self.history.append({"tick": tick, "messages": self._observed, "top": {k: round(s, 4) for k, s in top}})
 
     # ----------------------------------------------------------------- export
     def to_dict(self) -> dict[str, Any]:

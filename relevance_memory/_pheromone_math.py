@@ -43,6 +43,7 @@ __all__ = [
     "forgotten",
     "forgotten_for",
     "new_cell",
+    "rate_of",
     "reinforce",
     "score_before",
     "settle",
@@ -83,6 +84,19 @@ class Cell(NamedTuple):
     subtasks: frozenset[str] = frozenset()
     score_key: tuple[str, str] | None = None
     previous_score: int | None = None
+
+
+_RATES: dict[int, tuple[PheromoneConfig, dict[str, float]]] = {}
+
+
+def rate_of(config: PheromoneConfig, kind: str) -> float:
+    """``config.rate(kind)`` (η per tick, SPEC §5), computed once per config and kind."""
+    got = _RATES.get(id(config))
+    if got is None or got[0] is not config:
+        if len(_RATES) > 64:
+            _RATES.clear()
+        got = _RATES[id(config)] = (config, {k: config.rate(k) for k in config.half_life_steps})
+    return got[1][kind]
 
 
 def capped_deposit(strength: float, delta: float, s_max: float) -> float:
@@ -131,9 +145,10 @@ def settle(cell: Cell, tick: int, config: PheromoneConfig) -> Cell:
         return cell
     ticks = evaporating_ticks(cell, tick, config)
     if ticks > 0:
-        factor = (1.0 - config.rate(cell.kind)) ** ticks
-        return cell._replace(strength=cell.strength * factor, earned=cell.earned * factor,
-                       last_deposit=cell.last_deposit * factor, at_tick=tick)
+        factor = (1.0 - rate_of(config, cell.kind)) ** ticks
+        return Cell(cell.kind, cell.born_tick, cell.strength * factor, tick, cell.latest_score, cell.latest_goal,
+                    cell.earned * factor, cell.last_key, cell.last_deposit * factor, cell.subtasks, cell.score_key,
+                    cell.previous_score)
     return cell._replace(at_tick=tick)
 
 
@@ -141,7 +156,7 @@ def settled_strength(cell: Cell, tick: int, config: PheromoneConfig) -> float:
     """S at ``tick`` (:func:`settle`'s strength, without building a cell)."""
     ticks = evaporating_ticks(cell, tick, config)
     if ticks > 0:
-        return cell.strength * (1.0 - config.rate(cell.kind)) ** ticks
+        return cell.strength * (1.0 - rate_of(config, cell.kind)) ** ticks
     return cell.strength
 
 
@@ -155,7 +170,7 @@ def task_strength(cell: Cell, tick: int, config: PheromoneConfig, goal: str | No
     as the build that made them.
     """
     ticks = evaporating_ticks(cell, tick, config)
-    factor = (1.0 - config.rate(cell.kind)) ** ticks if ticks > 0 else 1.0
+    factor = (1.0 - rate_of(config, cell.kind)) ** ticks if ticks > 0 else 1.0
     current = cell.strength * factor if ticks > 0 else cell.strength
     if cell.latest_goal is not None and cell.latest_goal != goal:
         earned = cell.earned * factor if ticks > 0 else cell.earned
@@ -218,7 +233,7 @@ def read(cell: Cell, tick: int, config: PheromoneConfig, goal: str | None, subta
     ``rate`` is the kind's η when the caller has it at hand."""
     ticks = evaporating_ticks(cell, tick, config)
     if ticks > 0:
-        factor = (1.0 - (config.rate(cell.kind) if rate is None else rate)) ** ticks
+        factor = (1.0 - (rate_of(config, cell.kind) if rate is None else rate)) ** ticks
         current = cell.strength * factor
     else:
         factor, current = 1.0, cell.strength
@@ -271,8 +286,14 @@ def deposit(
     Raises:
         KeyError: ``score`` is not 1–5.
     """
-    cell = settle(cell, tick, config)
-    strength, earned, last_deposit = cell.strength, cell.earned, cell.last_deposit
+    # settle (as :func:`settle` does), without building the intermediate cell
+    ticks = evaporating_ticks(cell, tick, config)
+    if ticks > 0:
+        factor = (1.0 - rate_of(config, cell.kind)) ** ticks
+        strength, earned, last_deposit = cell.strength * factor, cell.earned * factor, cell.last_deposit * factor
+    else:
+        strength, earned, last_deposit = cell.strength, cell.earned, cell.last_deposit
+    at_tick = tick if cell.at_tick < tick else cell.at_tick
     last_key, score_key = cell.last_key, cell.score_key
     latest_score, previous_score, subtasks = cell.latest_score, cell.previous_score, cell.subtasks
     if cell.latest_goal is not None and cell.latest_goal != goal:
@@ -287,12 +308,10 @@ def deposit(
     if score_key != key:
         previous_score, score_key = latest_score, key
     if subtask in subtasks:
-        return cell._replace(strength=strength, earned=earned, last_deposit=last_deposit, last_key=last_key,
-                       score_key=score_key, latest_score=score, previous_score=previous_score,
-                       latest_goal=goal, subtasks=subtasks), None
+        return Cell(cell.kind, cell.born_tick, strength, at_tick, score, goal, earned, last_key, last_deposit,
+                    subtasks, score_key, previous_score), None
     amount = capped_deposit(strength, config.deposits[score], config.s_max)
     if limit is not None:
         amount = min(amount, limit)
-    return cell._replace(strength=strength + amount, earned=earned + amount, last_deposit=amount,
-                   last_key=key, score_key=score_key, latest_score=score, previous_score=previous_score,
-                   latest_goal=goal, subtasks=subtasks | {subtask}), amount
+    return Cell(cell.kind, cell.born_tick, strength + amount, at_tick, score, goal, earned + amount, key, amount,
+                subtasks | {subtask}, score_key, previous_score), amount
