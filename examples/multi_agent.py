@@ -113,8 +113,11 @@ def run_agent(args: argparse.Namespace) -> None:
         memory.set_goal(subtask=_subtask(step["assistant"]))
         built = memory.build_context()
         record = built.record
-        board_items = (record.board.items if record.board else {})
-        keys = {i for i, it in board_items.items()
+        # the shared items in this agent's history that another agent marked as key
+        # (deposited with a score ≥ 4), from their provenance on the board
+        shared = [m.id for m in memory.messages if m.scope == "shared"]
+        items = memory.pheromone.provenance(shared)  # type: ignore[attr-defined]
+        keys = {i for i, it in items.items()
                 if any(e[0] != me and e[1] in ("deposit:4", "deposit:5") for e in it["events"])}
         from_board = []
         for d in record.messages:

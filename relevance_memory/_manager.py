@@ -330,7 +330,7 @@ class RelevanceMemoryManager:
             return built
         used = [d.id for d in built.record.messages if d.decision in ("kept", "recent")]
         memory.use(used, self._builds)
-        shared = [d.id for d in built.record.messages if d.scope in memory.scopes]
+        shared = [d.id for d in built.record.messages if d.scope in memory.scopes and d.decision in ("kept", "recent")]
         items = memory.provenance(shared)
         built.record.board = BoardReport(
             board=memory.board.name, agent=memory.agent, source=memory.source, scopes=list(memory.scopes),

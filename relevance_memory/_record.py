@@ -67,7 +67,7 @@ class BoardReport(BaseModel):
         scopes: the shared scopes the agent reads.
         imported: messages of other agents in this memory so far.
         faults: what went wrong with the board since the previous build, one sentence each.
-        items: per shared message in the history: ``scope``, ``producer``, ``status``,
+        items: per shared message in the context (kept or recent): ``scope``, ``producer``, ``status``,
             ``superseded_by``, ``contributions`` (agent → strength it added), ``deposits``,
             ``reinforcements``, ``users`` (agent → tick of its latest use),
             ``first_selected`` (``[agent, build]``) and the newest ``events``

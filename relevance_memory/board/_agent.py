@@ -172,9 +172,13 @@ class AgentMemory(PheromoneField):
         """:meth:`PheromoneField.deposit`, mirrored to the board (attributed to this agent)."""
         added = super().deposit(scores, subtask, goal)
         now = self._clock()
-        self._apply([Deposit(self._scope_of[i], i, s, subtask, goal, self.agent, at=now)
-                     for i, s in scores.items() if i in self._scope_of])
-        self.refresh()
+        # what this agent already deposited for this subtask, the board has (a queued batch
+        # included): only the new deposits travel
+        ops: list[Op] = [Deposit(self._scope_of[i], i, scores[i], subtask, goal, self.agent, at=now)
+                         for i in added if i in self._scope_of]
+        if ops:
+            self._apply(ops)
+            self.refresh()
         return added
 
     def use(self, ids: Iterable[str], build: int) -> None:
