@@ -95,14 +95,13 @@ class InMemoryBoard:
 
     def load(self, scope: str, tick: int, cells: Mapping[str, BoardCell]) -> None:
         """Overwrite ``cells`` and the tick of ``scope`` with what another board holds (a
-        mirror refreshing its local copy; not a batch). A cell read without its events
-        keeps the events this copy has."""
+        mirror refreshing its local copy; not a batch). Cells read without their events
+        replace this copy's with none: the local copy is a fallback for strengths and
+        lifecycle, the server keeps the provenance history."""
         with self._lock:
             state = self._scope(scope)
             state.tick = tick
-            for item, cell in cells.items():
-                old = state.cells.get(item)
-                state.cells[item] = replace(cell, events=old.events) if old and not cell.events else cell
+            state.cells.update(cells)
 
     # ------------------------------------------------------------------ writes
     def apply(self, ops: Sequence[Op], *, batch_id: str | None = None) -> BatchResult:

@@ -20,6 +20,7 @@ most once even when a reply was lost.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import time
 import uuid
@@ -207,6 +208,9 @@ class RedisBoard:
         self._append_script = client.register_script(_APPEND_LUA)
         self.retries = 0
         """Connection errors retried so far (for the decision record)."""
+        self._decoded: dict[tuple[str, str, bool], tuple[bytes, BoardCell]] = {}
+        # (scope, id, with events) → (digest of the stored JSON, its decoded cell): a
+        # snapshot decodes only the cells that changed since this client last read them
 
     @classmethod
     def from_url(cls, url: str, name: str = "board", config: BoardConfig | None = None, *,
@@ -277,8 +281,16 @@ class RedisBoard:
             if value is None:
                 missing.append(item)
                 continue
+            data: bytes = value.encode("utf-8") if isinstance(value, str) else bytes(value)
+            digest = hashlib.blake2b(data, digest_size=16).digest()
+            key = (scope, item, provenance)
+            known = self._decoded.get(key)
+            if known is not None and known[0] == digest:
+                cells[item] = known[1]
+                continue
             try:
-                cells[item] = decode_cell(value, events=provenance)
+                cells[item] = decode_cell(data, events=provenance)
+                self._decoded[key] = (digest, cells[item])
             except ValueError as exc:
                 corrupt.append(item)
                 faults.append(f"cell {item!r} in {scope!r} is corrupt on the board ({exc}); treated as missing")

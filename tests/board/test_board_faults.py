@@ -61,18 +61,20 @@ def test_redis_stopped_mid_run_then_restarted(own_redis: RedisServer) -> None:
     board.apply(third)
     assert [len(ops) for _, ops in board.pending] == [3, 2]
     queued = [batch_id for batch_id, _ in board.pending]
-    snap = board.snapshot("shared", IDS, agent="coder", goal="goal", provenance=True)
+    snap = board.snapshot("shared", IDS, agent="coder", goal="goal")
     assert snap.source == "local copy" and "unreachable" in snap.faults[-1]
-    ref = _reference().snapshot("shared", IDS, agent="coder", goal="goal", provenance=True)
+    ref = _reference().snapshot("shared", IDS, agent="coder", goal="goal")
     assert snap.cells == ref.cells  # nothing written locally is lost
     assert any("unreachable" in f for f in board.take_faults())
     with pytest.raises(BoardUnavailableError, match="after 3 tries"):
         board.remote.snapshot("shared", IDS, agent="coder")
 
     own_redis.start()  # back, with its data (append-only file)
-    back = board.snapshot("shared", IDS, agent="coder", goal="goal", provenance=True)
+    back = board.snapshot("shared", IDS, agent="coder", goal="goal")
     assert back.source == "redis" and board.reachable
     assert back.cells == ref.cells and back.tick == 6  # every batch applied exactly once
+    with_events = board.remote.snapshot("shared", IDS, agent="coder", goal="goal", provenance=True)
+    assert with_events.cells == _reference().snapshot("shared", IDS, agent="coder", goal="goal", provenance=True).cells
     assert any("reached again" in f for f in board.take_faults())
     assert all(board.remote.apply(ops, batch_id=b).duplicate for b, ops in zip(queued, (second, third), strict=True))
     board.close()
@@ -84,11 +86,11 @@ def test_redis_restarted_without_its_data(own_redis: RedisServer) -> None:
     for ops in _batches():
         board.apply(ops)
     redis.Redis.from_url(own_redis.url).flushall()  # the server lost everything
-    snap = board.snapshot("shared", IDS, agent="coder", goal="goal", provenance=True)
-    ref = _reference().snapshot("shared", IDS, agent="coder", goal="goal", provenance=True)
+    snap = board.snapshot("shared", IDS, agent="coder", goal="goal")
+    ref = _reference().snapshot("shared", IDS, agent="coder", goal="goal")
     assert snap.cells == ref.cells and snap.tick == 6 and snap.missing == ()
     assert any("lost on the server" in f for f in snap.faults) and any("tick restored" in f for f in snap.faults)
-    again = board.remote.snapshot("shared", IDS, agent="coder", goal="goal", provenance=True)  # written back
+    again = board.remote.snapshot("shared", IDS, agent="coder", goal="goal")  # written back
     assert again.cells == ref.cells and again.tick == 6
     board.close()
 
@@ -106,12 +108,12 @@ def test_a_slow_link_times_out_then_every_batch_lands_once(own_redis: RedisServe
         proxy.delay = 1.0  # slower than the 0.3 s timeout: the server applies, the reply is late
         board.apply(third)
         assert len(board.pending) == 1
-        slow = board.snapshot("shared", IDS, agent="coder", goal="goal", provenance=True)
+        slow = board.snapshot("shared", IDS, agent="coder", goal="goal")
         assert slow.source == "local copy"
         assert board.remote.retries > 0
         proxy.delay = 0.0
-        fine = board.snapshot("shared", IDS, agent="coder", goal="goal", provenance=True)
-        ref = _reference().snapshot("shared", IDS, agent="coder", goal="goal", provenance=True)
+        fine = board.snapshot("shared", IDS, agent="coder", goal="goal")
+        ref = _reference().snapshot("shared", IDS, agent="coder", goal="goal")
         assert fine.source == "redis" and fine.cells == ref.cells  # retried under its id: applied once
         assert fine.cells["m1"].cell.reinforcements == 1
         board.close()
@@ -130,11 +132,11 @@ def test_a_corrupt_cell_is_reported_served_from_the_copy_and_repaired(redis_url:
     plain = remote.snapshot("shared", IDS, agent="coder")
     assert plain.corrupt == ("m2",) and "m2" not in plain.cells and "corrupt" in plain.faults[0]
     assert remote.apply([Reinforce("shared", "m2", "coder")]).outcomes == ("corrupt",)  # skipped, not crashed
-    healed = board.snapshot("shared", IDS, agent="coder", goal="goal", provenance=True)
-    ref = _reference().snapshot("shared", IDS, agent="coder", goal="goal", provenance=True)
+    healed = board.snapshot("shared", IDS, agent="coder", goal="goal")
+    ref = _reference().snapshot("shared", IDS, agent="coder", goal="goal")
     assert healed.corrupt == () and healed.cells == ref.cells
     assert any("served from the local copy" in f for f in healed.faults)
-    assert remote.snapshot("shared", IDS, agent="coder", goal="goal", provenance=True).cells == ref.cells  # repaired on the server
+    assert remote.snapshot("shared", IDS, agent="coder", goal="goal").cells == ref.cells  # repaired on the server
     board.close()
 
 
