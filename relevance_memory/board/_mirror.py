@@ -31,7 +31,8 @@ class MirroredBoard:
 
     Args:
         remote: the shared board (typically a :class:`~relevance_memory.board.RedisBoard`).
-        local: the local copy (default: a new :class:`InMemoryBoard` with the remote's config).
+        local: the local copy (default: a new :class:`InMemoryBoard` with the remote's config,
+            except that log appends do not tick it).
 
     Attributes:
         pending: batches (id, ops) not yet known applied remotely, oldest first.
@@ -40,7 +41,9 @@ class MirroredBoard:
 
     def __init__(self, remote: MemoryBoard, local: InMemoryBoard | None = None) -> None:
         self.remote = remote
-        self.local = local or InMemoryBoard(remote.name, remote.config)
+        # the copy's clock is the server's (loaded with every snapshot) plus explicit
+        # Advance ops: its own log appends must not tick it (it sees only this agent's)
+        self.local = local or InMemoryBoard(remote.name, remote.config.model_copy(update={"log_tick_every": None}))
         self.name = remote.name
         self.config = remote.config
         self.pending: list[tuple[str, tuple[Op, ...]]] = []

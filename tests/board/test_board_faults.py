@@ -155,3 +155,15 @@ def test_missing_extra_error_names_the_extra(monkeypatch: pytest.MonkeyPatch) ->
     monkeypatch.setattr(builtins, "__import__", no_redis)
     with pytest.raises(MissingExtraError, match=r"relevance-memory\[redis\]"):
         RedisBoard.from_url("redis://127.0.0.1:1/0")
+
+
+def test_the_local_copy_never_runs_the_shared_clock_ahead(redis_url: str) -> None:
+    """Two mirrored agents appending to one shared log: the scope ticks once per 5 entries
+    on the server, and no agent's copy (which sees only its own appends) pushes it on."""
+    name = f"f-{uuid.uuid4().hex[:8]}"
+    a, b = MirroredBoard(_remote(redis_url, name)), MirroredBoard(_remote(redis_url, name))
+    a.apply([Add("shared", "m", "tool_result", "a")])
+    for n in range(12):
+        (a if n % 3 else b).append("shared", [{"n": str(n)}], agent="a" if n % 3 else "b")
+        a.snapshot("shared", ["m"], agent="a"), b.snapshot("shared", ["m"], agent="b")
+    assert a.remote.tick("shared") == 2 and not any("tick restored" in f for f in a.take_faults() + b.take_faults())
