@@ -12,7 +12,7 @@ import pytest
 from board_support import RedisServer
 
 from relevance_memory import RelevanceMemoryManager
-from relevance_memory.board import BoardRetry, InMemoryBoard, RedisBoard, ScopeError
+from relevance_memory.board import Advance, BoardRetry, InMemoryBoard, RedisBoard, ScopeError
 
 pytestmark = pytest.mark.block_network(allowed_hosts=["127.0.0.1"])
 
@@ -172,3 +172,22 @@ def test_the_build_completes_when_redis_is_down_and_says_so(own_redis: RedisServ
     built = reviewer.build_context()
     assert built.record.board is not None and built.record.board.source == "redis"
     assert built.record.board.items["coder:m3"]["users"].get("reviewer") is not None  # the queued use arrived
+
+
+def test_explicit_publish_and_an_archived_item_leaves_the_others_contexts() -> None:
+    board = InMemoryBoard("team")
+    planner, coder, reviewer = _team(board)
+    note = planner.add({"role": "assistant", "content": "Decision: keep the ISO calendar, patch parse_iso_week."},
+                       scope="shared")
+    assert note.scope == "shared" and note.producer == "planner"
+    reviewer.add({"role": "user", "content": "What did the planner decide about parse_iso_week?"})
+    built = reviewer.build_context()
+    assert built.record.decision_for(note.id).decision in ("kept", "recent")
+    assert planner.forget(note.id, archive=True) == "in_use:reviewer"  # the reviewer just used it
+    board.apply([Advance("shared", "planner", to=board.tick("shared") + board.config.lease_ticks + 1)])
+    assert planner.forget(note.id, archive=True) == "archived"
+    coder.add({"role": "user", "content": "Go on."})
+    built = coder.build_context()
+    decision = built.record.decision_for(note.id)
+    assert decision.decision not in ("kept", "recent") or decision.tier == "recent"  # archived: not carried
+    assert coder.pheromone.forgotten_for(note.id, coder.goal.final, coder.goal.effective_subtask)
