@@ -191,3 +191,19 @@ def test_explicit_publish_and_an_archived_item_leaves_the_others_contexts() -> N
     decision = built.record.decision_for(note.id)
     assert decision.decision not in ("kept", "recent") or decision.tier == "recent"  # archived: not carried
     assert coder.pheromone.forgotten_for(note.id, coder.goal.final, coder.goal.effective_subtask)
+
+
+def test_relmem_explain_shows_where_the_shared_items_came_from(tmp_path: Any) -> None:
+    from typer.testing import CliRunner
+
+    from relevance_memory.cli import app
+
+    board = InMemoryBoard("team")
+    _planner, _coder, reviewer = _team(board)
+    reviewer.add({"role": "user", "content": "Review week 53."})
+    path = tmp_path / "record.json"
+    path.write_text(reviewer.build_context().record.to_json())
+    got = CliRunner().invoke(app, ["explain", str(path)], env={"COLUMNS": "200"})
+    assert got.exit_code == 0, got.output
+    assert "board 'team', agent 'reviewer': shared strengths from memory, 2 message(s) of other agents imported" in got.output
+    assert "coder:m3: by coder (shared, active)" in got.output and "first selected: reviewer build 1" in got.output
