@@ -130,11 +130,15 @@ class ScorerError(RelevanceMemoryError):
     Attributes:
         attempts: how many calls were made before giving up.
         last_reply: the last raw completion text, when there was one.
+        status: the HTTP status that ended the request, when there was one.
     """
 
-    def __init__(self, message: str, *, attempts: int = 0, last_reply: str | None = None) -> None:
+    def __init__(
+        self, message: str, *, attempts: int = 0, last_reply: str | None = None, status: int | None = None
+    ) -> None:
         self.attempts = attempts
         self.last_reply = last_reply
+        self.status = status
         super().__init__(message)
 
 

@@ -18,6 +18,7 @@ from ._text import asks_when, has_constraint, has_time_expression, identifiers, 
 
 __all__ = [
     "InMemoryScoreCache",
+    "LLMCall",
     "OfflineScorer",
     "ScoreCache",
     "ScoreItem",
@@ -97,12 +98,52 @@ class ScorerUsage(BaseModel):
         self.fallbacks += other.fallbacks
 
 
+class LLMCall(BaseModel):
+    """One HTTP request an LLM scorer sent (issue 14: per-call latency and tokens).
+
+    Attributes:
+        batch: index of the batch the request belongs to (0-based, in item order).
+        kind: ``ask`` (first request of a batch), ``reask`` (only the ids not yet validly
+            scored, with a short fixed correction), ``split`` (half of a request whose
+            reply was cut at the token cap), ``retry`` (transport re-send of the same
+            request) or ``format`` (re-sent with a simpler ``response_format`` after the
+            endpoint rejected one).
+        ids: message ids the request asked to score.
+        outcome: ``parsed`` (a score list was read), ``unparsed`` (no usable JSON, or an
+            ambiguous reply), ``cut`` (reply cut at the token cap), ``timeout``, ``error``
+            (connection error or HTTP status; see ``status``).
+        status: HTTP status, when there was a response.
+        taken: ids this reply scored validly.
+        latency_s: wall time of the request (seconds).
+        prompt_tokens / completion_tokens: as the server reported them (tokens); for a
+            request that got no reply (timeout, reset) ``prompt_tokens`` is the scorer's own
+            count of what it sent and ``estimated`` is true.
+        max_tokens: the completion cap sent (tokens), ``None`` when none was sent.
+        finish_reason: as the server reported it.
+    """
+
+    batch: int
+    kind: str
+    ids: int
+    outcome: str
+    status: int | None = None
+    taken: int = 0
+    latency_s: float = 0.0
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    estimated: bool = False
+    max_tokens: int | None = None
+    finish_reason: str | None = None
+
+
 class ScoringResult(BaseModel):
-    """What a scorer returns: one score per requested id, usage, warnings."""
+    """What a scorer returns: one score per requested id, usage, warnings, and (LLM
+    scorers) one :class:`LLMCall` per HTTP request sent."""
 
     scores: list[RelevanceScore]
     usage: ScorerUsage = Field(default_factory=ScorerUsage)
     warnings: list[str] = Field(default_factory=list)
+    calls: list[LLMCall] = Field(default_factory=list)
 
 
 @runtime_checkable
