@@ -7,9 +7,10 @@ import uuid
 from collections.abc import Iterator
 
 import pytest
-from board_support import BoardFactory, RedisServer
 
 from relevance_memory.board import BoardConfig, InMemoryBoard, MemoryBoard, MirroredBoard, RedisBoard
+
+from .board_support import BoardFactory, RedisServer
 
 MUST_RUN = bool(os.environ.get("RELMEM_REQUIRE_REDIS") or os.environ.get("CI"))
 

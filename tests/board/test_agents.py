@@ -9,10 +9,11 @@ from datetime import datetime, timedelta, timezone
 from typing import Any
 
 import pytest
-from board_support import RedisServer
 
 from relevance_memory import RelevanceMemoryManager
 from relevance_memory.board import Advance, BoardRetry, InMemoryBoard, RedisBoard, ScopeError
+
+from .board_support import RedisServer
 
 pytestmark = pytest.mark.block_network(allowed_hosts=["127.0.0.1"])
 

@@ -8,10 +8,11 @@ import multiprocessing
 import uuid
 
 import pytest
-from board_support import hammer, race
 
 from relevance_memory import _pheromone_math as pm
 from relevance_memory.board import Add, BoardConfig, RedisBoard
+
+from .board_support import hammer, race
 
 pytestmark = pytest.mark.block_network(allowed_hosts=["127.0.0.1"])
 

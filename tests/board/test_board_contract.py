@@ -4,7 +4,6 @@ in the style of LangGraph's checkpointer conformance suite: same operations, sam
 from __future__ import annotations
 
 import pytest
-from board_support import BoardFactory
 
 from relevance_memory import _pheromone_math as pm
 from relevance_memory._config import PheromoneConfig
@@ -24,6 +23,8 @@ from relevance_memory.board import (
     private_scope,
     task_key,
 )
+
+from .board_support import BoardFactory
 
 pytestmark = pytest.mark.block_network(allowed_hosts=["127.0.0.1"])
 

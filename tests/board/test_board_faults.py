@@ -9,7 +9,6 @@ import uuid
 
 import pytest
 import redis
-from board_support import DelayProxy, RedisServer
 
 from relevance_memory.board import (
     Add,
@@ -22,6 +21,8 @@ from relevance_memory.board import (
     RedisBoard,
     Reinforce,
 )
+
+from .board_support import DelayProxy, RedisServer
 
 pytestmark = pytest.mark.block_network(allowed_hosts=["127.0.0.1"])
 
