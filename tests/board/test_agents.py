@@ -9,6 +9,7 @@ from datetime import datetime, timedelta, timezone
 from typing import Any
 
 import pytest
+from invariants import assert_invariants
 
 from relevance_memory import RelevanceMemoryManager
 from relevance_memory.board import Advance, BoardRetry, InMemoryBoard, RedisBoard, ScopeError
@@ -72,6 +73,9 @@ def test_agents_publish_by_rule_and_read_the_shared_scope() -> None:
     assert imported[1].content.startswith('[coder · tool result of bash({"command": "python -m pytest')
     texts = " ".join(str(m.get("content")) for m in built.messages)
     assert "ValueError: week 53" in texts and TASK in texts
+    for agent in (planner, coder, reviewer):  # SPEC §9 on every agent's build, imported messages included
+        got = agent.build_context(budget=600)
+        assert_invariants([m.to_openai() for m in agent.messages], got, 600, agent.tokenizer)
     report = built.record.board
     assert report is not None and report.agent == "reviewer" and report.source == "memory" and report.imported == 2
     item = report.items["coder:m3"]
