@@ -46,6 +46,7 @@ from ._markers import GOAL_BLOCK_MARKER, SUMMARY_MARKER
 from ._models import Message, MessageType, RelevanceScore, ScoreSource, TaskGoal, ToolCall
 from ._pheromone import PheromoneField
 from ._record import BoardReport, DecisionRecord, MessageDecision, SummaryRecord
+from ._restore import RESTORE_TOOL_NAME, RestoreHandler, restore_tool_definition
 from ._scoring import (
     InMemoryScoreCache,
     OfflineScorer,
@@ -60,7 +61,7 @@ from ._scoring import (
 from ._session import message_to_dict
 from ._store import MessageStore
 from ._summary import LLMSummarizer, OfflineSummarizer, Summarizer, SummaryDraft, SummaryItem
-from ._tokenizer import TiktokenCounter, TokenCounter, image_tokens
+from ._tokenizer import TiktokenCounter, TokenCounter, image_tokens, tools_tokens
 from .pipeline.assemble import check_context
 
 if TYPE_CHECKING:
@@ -83,6 +84,7 @@ __version__ = "0.1.0"
 
 __all__ = [
     "GOAL_BLOCK_MARKER",
+    "RESTORE_TOOL_NAME",
     "SUMMARY_MARKER",
     "AsyncManagedOpenAI",
     "BoardError",
@@ -112,6 +114,7 @@ __all__ = [
     "RelevanceMemoryError",
     "RelevanceMemoryManager",
     "RelevanceScore",
+    "RestoreHandler",
     "ScopeError",
     "ScoreCache",
     "ScoreItem",
@@ -148,5 +151,7 @@ __all__ = [
     "message_to_dict",
     "parse_transcript",
     "rate_to_half_life",
+    "restore_tool_definition",
     "score_cache_key",
+    "tools_tokens",
 ]

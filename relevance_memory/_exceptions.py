@@ -13,7 +13,7 @@ so ``except RelevanceMemoryError`` catches them all. The tree::
     ├── BoardError                                     a memory board refused or failed an operation
     │   ├── ScopeError              (also PermissionError) an agent asked for another agent's private scope
     │   └── BoardUnavailableError                      the board could not be reached after retries
-    ├── MissingExtraError           (also ImportError) an optional dependency (extra) is not installed
+    ├── MissingExtraError           (also ImportError) an optional dependency is missing: names the extra
     └── ScorerError                                    the relevance scorer failed (see below)
         ├── ScorerTransportError                       timeouts, resets, 429/5xx after retries
         ├── ScorerRequestError                         a 4xx (not 429) from the endpoint: fail fast
@@ -120,6 +120,20 @@ class ContextOverflowError(RelevanceMemoryError):
         )
 
 
+class MissingExtraError(RelevanceMemoryError, ImportError):
+    """An optional dependency is not installed; the message names the extra that installs it.
+
+    Attributes:
+        module: the missing module (``matplotlib`` …).
+        extra: the ``pyproject.toml`` extra that installs it (``plot`` …).
+    """
+
+    def __init__(self, module: str, extra: str, feature: str) -> None:
+        self.module = module
+        self.extra = extra
+        super().__init__(f"{feature} needs {module}, which is not installed: pip install 'relevance-memory[{extra}]'")
+
+
 class TokenizerError(RelevanceMemoryError):
     """The offline token encoding could not be loaded or failed its checksum."""
 
@@ -175,8 +189,3 @@ class BoardUnavailableError(BoardError):
     def __init__(self, message: str, *, attempts: int = 0) -> None:
         self.attempts = attempts
         super().__init__(message)
-
-
-class MissingExtraError(RelevanceMemoryError, ImportError):
-    """An optional dependency is not installed; the message names the extra to install
-    (e.g. ``pip install 'relevance-memory[redis]'``)."""

@@ -8,22 +8,26 @@ caches, the pheromone memory, the prefilter's index and the build count. A build
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping, Sequence
+import asyncio
+import contextlib
+import threading
+from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Mapping, Sequence
 from datetime import datetime, timezone
 from typing import Any
 
 from . import pipeline
 from ._cache import DiskScoreCache
 from ._capabilities import ScorerCapabilities
-from ._config import MemoryConfig
+from ._config import MemoryConfig, warn_once
 from ._exceptions import ConfigError
 from ._models import Message, TaskGoal, content_text
 from ._pheromone import PheromoneField
 from ._record import BoardReport
+from ._restore import RESTORE_TOOL_NAME, RestoreHandler, restore_tool_definition
 from ._scoring import InMemoryScoreCache, OfflineScorer, ScoreCache, Scorer
 from ._store import MessageStore
 from ._summary import OfflineSummarizer, Summarizer, SummaryCache
-from ._tokenizer import TiktokenCounter, TokenCounter
+from ._tokenizer import TiktokenCounter, TokenCounter, tools_tokens
 from .board import AgentLink, AgentMemory, MemoryBoard, MirroredBoard, PublishRule, RedisBoard
 from .pipeline import BuildState, BuiltContext, Seams
 from .pipeline._bm25 import PrefilterIndex
@@ -106,6 +110,18 @@ class RelevanceMemoryManager:
         self.tokenizer: TokenCounter = tokenizer or TiktokenCounter(
             self.config.resolved_encoding, image_tokens=self.config.image_tokens
         )
+        # what this memory only guesses (unknown model: approximate counts, assumed window);
+        # warned once per model, and every decision record says so
+        self.approximations: tuple[str, ...] = tuple(
+            note for kind, note in self.config.approximations() if kind != "tokens" or tokenizer is None
+        )
+        for kind, note in self.config.approximations():
+            if kind != "tokens" or tokenizer is None:
+                warn_once(self.config.model, kind, note, stacklevel=3)
+        self._build_lock = threading.Lock()
+        self.restore_tool_offered: str | None = None
+        """Name of the restore tool once :meth:`restore_tool` handed it out: the goal block then
+        tells the model it can fetch archived messages with it."""
         self._clock = clock or (lambda: datetime.now(timezone.utc))
         self.store = MessageStore(
             self.tokenizer,
@@ -148,13 +164,14 @@ class RelevanceMemoryManager:
             return self.store.add(message, **metadata)
         cursor = metadata.pop("_cursor", None)
         meta = {"id": f"{self.agent}:m{len(self.store)}", "producer": self.agent, **metadata}
-        added = self.store.add(message, **meta)
         link = self._link
+        if link is not None and cursor is None and "scope" not in metadata:
+            # the rule reads the type the store will give it (messages are frozen once stored)
+            meta["scope"] = link.scope_for(self.store.message_type(message, metadata.get("msg_type")).value)
+        added = self.store.add(message, **meta)
         if link is None:
             return added
-        if cursor is None and "scope" not in metadata:
-            added.scope = link.scope_for(added)  # the rule reads the type the store gave it
-        link.journal(added, message, {**meta, "scope": added.scope}, cursor)
+        link.journal(added, message, meta, cursor)
         if cursor is None:
             link.announce(added, self._call_of(added))
         return added
@@ -222,6 +239,43 @@ class RelevanceMemoryManager:
         """Every stored message, oldest first (the append-only store)."""
         return self.store.messages
 
+    def get(self, message_id: str) -> Message:
+        """The stored message with ``message_id`` — any message ever added, whatever a build kept.
+
+        Raises:
+            KeyError: no message has that id (the message names it).
+        """
+        return self.store.get(message_id)
+
+    def restore(self, ids: Sequence[str]) -> list[dict[str, Any]]:
+        """The OpenAI dicts of the messages ``ids`` name, in store order, each once (plain
+        copies, exactly as given on ingest). Ids may be spans as contexts write them
+        (``m12–m20``, ``from m12 to m20``).
+
+        Raises:
+            KeyError: an id or span names no stored message (all unknown ones are listed).
+        """
+        found, missing = RestoreHandler(self.store).resolve(ids)
+        if missing:
+            raise KeyError(f"no message with id {', '.join(repr(m) for m in missing)}")
+        return [m.to_openai() for m in found]
+
+    def restore_tool(self, name: str = RESTORE_TOOL_NAME) -> dict[str, Any]:
+        """The ``tools=`` entry that lets the model fetch archived messages by id
+        (:func:`restore_tool_definition`); answer its calls with :meth:`restore_handler`.
+
+        From the next build on, the goal block tells the model to call it (before, it only
+        says the summaries name the archived ids: a promise the model cannot act on is not made).
+        """
+        definition = restore_tool_definition(name)
+        self.restore_tool_offered = name
+        return definition
+
+    def restore_handler(self, *, max_tokens: int = 4000, name: str = RESTORE_TOOL_NAME) -> RestoreHandler:
+        """A :class:`RestoreHandler` over this memory: ``handler.handles(call)`` /
+        ``handler.answer(call)`` turn the model's restore calls into tool messages."""
+        return RestoreHandler(self.store, max_tokens=max_tokens, name=name, counter=self.tokenizer)
+
     def fresh(self, messages: Iterable[Mapping[str, Any]] = ()) -> RelevanceMemoryManager:
         """A new manager like this one, holding ``messages`` (OpenAI chat dicts, ingested in order).
 
@@ -254,6 +308,7 @@ class RelevanceMemoryManager:
             other._link.carry_over(link)
             other._link.reset_journal()
         other._history_scores = self._history_scores
+        other.restore_tool_offered = self.restore_tool_offered
         other.summary_cache = self.summary_cache
         other.set_goal(final=self._final, subtask=self._subtask)
         other.extend(messages)
@@ -291,11 +346,17 @@ class RelevanceMemoryManager:
         return TaskGoal(final="", subtask=self._subtask, source="none")
 
     # ------------------------------------------------------------------ build
-    def build_context(self, *, budget: int | None = None) -> BuiltContext:
+    def build_context(self, *, budget: int | None = None, tools: Sequence[Any] | None = None) -> BuiltContext:
         """Build the context for the next LLM call (SPEC §3, :mod:`relevance_memory.pipeline`).
+
+        Safe under concurrency: the build reads a snapshot of the store (messages added
+        meanwhile by other threads or tasks wait for the next build) and builds of one memory
+        run one at a time.
 
         Args:
             budget: token budget for this build (tokens); default from the config.
+            tools: the ``tools=`` you will send with the request; their schema's tokens
+                (:func:`tools_tokens`) are taken from the budget, as the managed client does.
 
         Returns:
             A :class:`BuiltContext` with valid OpenAI messages within the budget.
@@ -304,23 +365,59 @@ class RelevanceMemoryManager:
             ConfigError: ``budget`` is not a positive number of tokens.
             ContextOverflowError: the pinned prompt plus the newest step cannot fit.
             InvalidMessageError: tool calls have no result (with ``on_invalid="raise"``).
+            RuntimeError: called from inside an event loop while an :meth:`abuild_context`
+                of this memory is running on it (waiting would deadlock; await that instead).
         """
         if self._link is not None:
             self.sync()
-        state = self._state(budget)
-        built = pipeline.build(state, self._seams())
-        self._builds = state.build_number
-        return self._after_build(built)
+        with self._sync_build():
+            state = self._state(budget, tools)
+            built = pipeline.build(state, self._seams())
+            self._builds = state.build_number
+            return self._after_build(built)
 
-    async def abuild_context(self, *, budget: int | None = None) -> BuiltContext:
+    async def abuild_context(self, *, budget: int | None = None, tools: Sequence[Any] | None = None) -> BuiltContext:
         """Async :meth:`build_context`: awaits the scorer's ``ascore`` when it has one
-        (:class:`AsyncScorer`), otherwise runs its blocking ``score`` in a worker thread."""
+        (:class:`AsyncScorer`), otherwise runs its blocking ``score`` in a worker thread.
+        Concurrent builds of one memory (tasks or threads) wait their turn without blocking
+        the event loop."""
         if self._link is not None:
             self.sync()
-        state = self._state(budget)
-        built = await pipeline.abuild(state, self._seams())
-        self._builds = state.build_number
-        return self._after_build(built)
+        async with self._async_build():
+            state = self._state(budget, tools)
+            built = await pipeline.abuild(state, self._seams())
+            self._builds = state.build_number
+            return self._after_build(built)
+
+    @contextlib.contextmanager
+    def _sync_build(self) -> Iterator[None]:
+        lock = self._build_lock
+        if not lock.acquire(blocking=False):
+            try:
+                asyncio.get_running_loop()
+            except RuntimeError:
+                lock.acquire()  # another thread builds: wait for it
+            else:
+                raise RuntimeError(
+                    "build_context() was called inside an event loop while another build of this memory "
+                    "is running; await abuild_context() instead (waiting here would block the loop)"
+                )
+        try:
+            yield
+        finally:
+            lock.release()
+
+    @contextlib.asynccontextmanager
+    async def _async_build(self) -> AsyncIterator[None]:
+        lock = self._build_lock
+        delay = 0.0005
+        while not lock.acquire(blocking=False):  # never block the loop: poll with backoff
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, 0.02)
+        try:
+            yield
+        finally:
+            lock.release()
 
     def _after_build(self, built: BuiltContext) -> BuiltContext:
         """With a board: lease the shared items this build uses, and put their provenance
@@ -342,18 +439,22 @@ class RelevanceMemoryManager:
         return built
 
     # ------------------------------------------------------------------ wiring
-    def _state(self, budget: int | None) -> BuildState:
+    def _state(self, budget: int | None, tools: Sequence[Any] | None = None) -> BuildState:
         budget = budget if budget is not None else self.config.token_budget()
-        if budget <= 0:
-            raise ConfigError(f"budget must be a positive number of tokens, got {budget}")
-        return BuildState(budget=budget, goal=self.goal, build_number=self._builds + 1)
+        schema = tools_tokens(self.tokenizer, tools)
+        if budget - schema <= 0:
+            raise ConfigError(
+                f"budget must be a positive number of tokens, got {budget}"
+                + (f" minus {schema} tokens of the tools schema" if schema else "")
+            )
+        return BuildState(budget=budget - schema, goal=self.goal, build_number=self._builds + 1)
 
     def _seams(self) -> Seams:
         """The build's seams; the scorer's capabilities are read afresh (it may be replaced)."""
         capabilities = ScorerCapabilities.of(self.scorer)
         return Seams(
             config=self.config,
-            store=self.store,
+            store=self.store.snapshot(),  # a consistent view: concurrent writes wait for the next build
             scorer=self.scorer,
             capabilities=capabilities,
             fallback=self._offline,
@@ -368,6 +469,8 @@ class RelevanceMemoryManager:
             clock=self._clock,
             prefilter_index=self._prefilter_index,
             order=self.order,
+            approximations=self.approximations,
+            restore_tool=self.restore_tool_offered,
         )
 
 

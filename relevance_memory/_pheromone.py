@@ -33,6 +33,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ._config import PheromoneConfig
+from ._extras import require
+from ._io import json_safe
 from ._models import Message, MessageType
 from ._pheromone_math import (
     Cell,
@@ -282,8 +284,8 @@ class PheromoneField:
         }
 
     def to_json(self, *, indent: int | None = 2) -> str:
-        """:meth:`to_dict` as JSON text."""
-        return json.dumps(self.to_dict(), indent=indent, ensure_ascii=False)
+        """:meth:`to_dict` as standard JSON text (an infinite half-life — never evaporates — is ``null``)."""
+        return json.dumps(json_safe(self.to_dict()), indent=indent, ensure_ascii=False, allow_nan=False)
 
     def history_json(self, *, indent: int | None = 2) -> str:
         """The strength history (top-N per tick) as JSON text."""
@@ -291,8 +293,8 @@ class PheromoneField:
 
     def to_graph(self) -> Any:
         """The field as a ``networkx.DiGraph``: nodes carry ``kind``/``strength``/``latest_score``,
-        edges (earlier → later reference) carry ``weight``."""
-        import networkx as nx
+        edges (earlier → later reference) carry ``weight``. Needs the ``graph`` extra."""
+        nx = require("networkx", "the pheromone graph export")
 
         graph = nx.DiGraph()
         for mid, c in self._cells.items():
@@ -302,7 +304,7 @@ class PheromoneField:
         return graph
 
     def graphml(self) -> str:
-        """The field as GraphML text (via ``networkx``)."""
-        import networkx as nx
+        """The field as GraphML text (via ``networkx``, the ``graph`` extra)."""
+        nx = require("networkx", "the pheromone graph export")
 
         return "\n".join(nx.generate_graphml(self.to_graph()))

@@ -140,6 +140,9 @@ class DecisionRecord(BaseModel):
     goal: TaskGoal
     budget: int
     encoding: str
+    tokens_approximate: bool = Field(
+        default=False, description="token counts use an OpenAI encoding for a model whose tokenizer is unknown"
+    )
     tokens_before: int
     tokens_after: int
     messages_before: int

@@ -349,40 +349,44 @@ class OfflineScorer:
             )
         score = _BASE_PRIOR.get(item.msg_type, 2)
         weight = coverage * min(1.0, math.sqrt(WEIGHT_LENGTH_TOKENS / max(item.token_count, 1)))
-        reasons: list[str] = [f"{item.msg_type} prior {score}"]
+        # the reason reads as the sum it is: "base 2 for a tool result; +1 quotes …; = 4"
+        reasons: list[str] = [f"base {score} for a {item.msg_type.replace('_', ' ')}"]
         fired = False
         if item.msg_type in _CHAT_TYPES and weight < coverage:
             coverage = weight  # a long chat message must match densely, not by sheer length
         if coverage >= LEXICAL_STRONG:
             score += 2
-            reasons.append(f"covers {coverage:.0%} of the goal's terms")
+            reasons.append(f"+2 covers {coverage:.0%} of the goal's terms")
             fired = True
         elif coverage >= LEXICAL_WEAK:
             score += 1
-            reasons.append(f"covers {coverage:.0%} of the goal's terms")
+            reasons.append(f"+1 covers {coverage:.0%} of the goal's terms")
             fired = True
         item_ids = item.identifiers if item.identifiers is not None else identifiers(item.text)
         if features.identifiers and features.identifiers & item_ids:
             score += 1
             weight += IDENTIFIER_WEIGHT
-            reasons.append("quotes an identifier of the goal")
+            reasons.append("+1 quotes an identifier of the goal")
             fired = True
         if features.asks_when and coverage >= LEXICAL_WEAK and has_time_expression(item.text):
             score += 1
             weight += TIME_WEIGHT
-            reasons.append("states a time the goal asks for")
+            reasons.append("+1 states a time the goal asks for")
         if item.referenced_by and (item.msg_type not in _CHAT_TYPES or coverage >= LEXICAL_WEAK):
             score += 1
-            reasons.append(f"referenced by {item.referenced_by} later message(s)")
+            reasons.append(f"+1 referenced by {item.referenced_by} later message(s)")
             fired = True
         if item.msg_type == MessageType.TOOL_RESULT.value and is_error_output(item.text):
             score += 1
-            reasons.append("error output")
+            reasons.append("+1 error output")
             fired = True
         if not fired and item.msg_type not in _BASE_PRIOR:
             score -= 1
-            reasons.append("unrelated to the goal")
+            reasons.append("−1 unrelated to the goal")
+        total = score
         score = max(1, min(5, score))
+        if len(reasons) > 1:
+            reasons.append(f"= {score}" + (f" (clipped from {total})" if total != score else ""))
         # chat: the best match wins; tool runs: only clearly better matches jump ahead, and
         # recency breaks near-ties (the latest file state / output usually matters most)
         digits = 4 if item.msg_type in _CHAT_TYPES else 1

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import warnings
 from collections import Counter
 from pathlib import Path
 from typing import Annotated, Literal
@@ -43,7 +44,7 @@ def build(
     index: Annotated[int, typer.Option(help="Which run to take from a file holding many (τ-bench).")] = 0,
     repair: Annotated[bool, typer.Option(help="Keep orphan tool messages / unanswered calls in the store but out of the context, instead of failing.")] = False,
     out: Annotated[Path | None, typer.Option(help="Where to write the context (JSON list of OpenAI messages). Default: <name>.context.json")] = None,
-    record: Annotated[Path | None, typer.Option(help="Where to write the decision record. Default: <name>.record.json")] = None,
+    record: Annotated[Path | None, typer.Option(help="Where to write the decision record. Default: <name>.record.json next to --out (else in the current directory).")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print the decision record as JSON instead of the table.")] = False,
     scorer: Annotated[str, typer.Option(help="offline, llm, or auto (default): the LLM only when asked for — --base-url given or RELMEM_SCORER=llm; an API key alone never sends the transcript anywhere.")] = "auto",
     scorer_model: ScorerModel = None,
@@ -82,7 +83,9 @@ def build(
         # the first line says which scorer runs and why (issue 13 item 10), before any request is sent
         (err if as_json else console).print(f"scorer: {scorer_note}", soft_wrap=True, highlight=False)
         loaded = load_transcript(transcript, index=index)
-        memory = RelevanceMemoryManager(config, scorer=chosen)
+        with warnings.catch_warnings():  # the record's warnings are printed below, once, as "warning: …"
+            warnings.simplefilter("ignore", UserWarning)
+            memory = RelevanceMemoryManager(config, scorer=chosen)
         if not loaded.messages:
             raise fail(f"{transcript} holds no messages: nothing to build")
         memory.extend(loaded.messages)
@@ -94,8 +97,8 @@ def build(
     stem = transcript.name.removesuffix(".jsonl").removesuffix(".json")
     if loaded.count > 1:
         stem = f"{stem}.{index}"
+    record_path = record or (out.parent if out else Path()) / f"{stem}.record.json"  # next to the context
     out = out or Path(f"{stem}.context.json")
-    record_path = record or Path(f"{stem}.record.json")
     out.parent.mkdir(parents=True, exist_ok=True)
     record_path.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(built.messages, ensure_ascii=False, indent=2) + "\n", encoding="utf-8")

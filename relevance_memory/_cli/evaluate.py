@@ -19,9 +19,11 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import typer
+from rich.markup import escape
 from rich.table import Table
 
 from .._exceptions import RelevanceMemoryError
+from .._extras import MissingExtraError
 from ._common import console, err, fail
 from ._scorer_options import (
     BaseUrl,
@@ -144,8 +146,12 @@ def _run_eval(
     if details:
         payload["results"] = results_as_dicts(results)
     write_json(json_path, payload)
-    plot_recall(summary, budgets, png_path, title=f"{name} ({len(evaluable):,} questions)")
-    console.print(f"{elapsed:.0f} s · results → [bold]{json_path}[/] · plot → [bold]{png_path}[/]")
+    try:
+        plot_recall(summary, budgets, png_path, title=f"{name} ({len(evaluable):,} questions)")
+        plotted = f" · plot → [bold]{png_path}[/]"
+    except MissingExtraError as exc:  # the numbers are in the JSON: a missing plot library costs only the PNG
+        plotted = f" · no plot: {escape(str(exc))}"
+    console.print(f"{elapsed:.0f} s · results → [bold]{json_path}[/]{plotted}")
 
 
 _BUDGETS = typer.Option("--budgets", help="Comma-separated token budgets. Default: 1000,2000,4000 (LoCoMo), 2000,4000,8000 (LongMemEval).")
