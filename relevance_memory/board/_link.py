@@ -76,9 +76,10 @@ class AgentLink:
         meta.setdefault("producer", self.agent)
         return meta
 
-    def scope_for(self, message: Message) -> str:
-        """The board scope of a new own message (explicit shared scope, else the rule)."""
-        scope = self.publish.scope_for(message, self.agent)
+    def scope_for(self, msg_type: str) -> str:
+        """The board scope of a new own message of type ``msg_type`` by the publish rule
+        (a scope this agent does not use falls back to its private scope)."""
+        scope = self.publish.scope_for(msg_type, self.agent)
         return scope if scope in self.memory.scopes else self.memory.private
 
     def journal(self, message: Message, raw: Mapping[str, Any], meta: Mapping[str, Any],

@@ -35,12 +35,10 @@ class PublishRule:
     shared_types: frozenset[str] = frozenset({"tool_result", "user_instruction"})
     scope: str = "shared"
 
-    def scope_for(self, message: Message, agent: str) -> str:
-        """``message``'s scope: an explicit non-private ``message.scope`` wins, then the rule,
-        else ``private:<agent>``."""
-        if message.scope not in ("", "private") and not message.scope.startswith("private:"):
-            return message.scope
-        if message.msg_type.value in self.shared_types:
+    def scope_for(self, msg_type: str, agent: str) -> str:
+        """The scope of an agent's new message of type ``msg_type``: the rule's scope for
+        :attr:`shared_types`, else ``private:<agent>``."""
+        if msg_type in self.shared_types:
             return self.scope
         return f"private:{agent}"
 

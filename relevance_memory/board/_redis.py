@@ -96,9 +96,7 @@ def _redis() -> Any:
     try:
         import redis
     except ImportError as exc:  # pragma: no cover - exercised where the extra is absent
-        raise MissingExtraError(
-            "RedisBoard needs the redis extra: pip install 'relevance-memory[redis]'"
-        ) from exc
+        raise MissingExtraError("redis", "redis", "RedisBoard (a memory board on Redis)") from exc
     return redis
 
 
