@@ -18,12 +18,15 @@ from ._capabilities import AsyncScorer
 from ._client import AsyncManagedOpenAI, ManagedOpenAI, manage
 from ._config import MemoryConfig, PheromoneConfig
 from ._exceptions import (
+    BoardError,
+    BoardUnavailableError,
     ConfigError,
     ContextOverflowError,
     HistoryDivergedError,
     InvalidMessageError,
     MissingExtraError,
     RelevanceMemoryError,
+    ScopeError,
     ScorerError,
     ScorerRequestError,
     ScorerTransportError,
@@ -36,7 +39,7 @@ from ._manager import BuiltContext, RelevanceMemoryManager
 from ._markers import GOAL_BLOCK_MARKER, SUMMARY_MARKER
 from ._models import Message, MessageType, RelevanceScore, ScoreSource, TaskGoal, ToolCall
 from ._pheromone import PheromoneField
-from ._record import BudgetBreakdown, DecisionRecord, MessageDecision, SummaryRecord
+from ._record import BoardReport, BudgetBreakdown, DecisionRecord, MessageDecision, SummaryRecord
 from ._restore import RESTORE_TOOL_NAME, RestoreHandler, restore_tool_definition
 from ._scoring import (
     InMemoryScoreCache,
@@ -82,6 +85,9 @@ __all__ = [
     "SUMMARY_MARKER",
     "AsyncManagedOpenAI",
     "AsyncScorer",
+    "BoardError",
+    "BoardReport",
+    "BoardUnavailableError",
     "BudgetBreakdown",
     "BuiltContext",
     "ConfigError",
@@ -108,6 +114,7 @@ __all__ = [
     "RelevanceMemoryManager",
     "RelevanceScore",
     "RestoreHandler",
+    "ScopeError",
     "ScoreCache",
     "ScoreItem",
     "ScoreSource",
