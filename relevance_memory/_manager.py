@@ -23,12 +23,14 @@ from ._embedding import VectorIndex, default_embedder
 from ._exceptions import ConfigError
 from ._models import Message, TaskGoal, content_text
 from ._pheromone import PheromoneField
+from ._record import BoardReport
 from ._restore import RESTORE_TOOL_NAME, RestoreHandler, restore_tool_definition
 from ._scoring import InMemoryScoreCache, OfflineScorer, ScoreCache, Scorer
 from ._semantic import SemanticScorer
 from ._store import MessageStore
 from ._summary import OfflineSummarizer, Summarizer, SummaryCache
 from ._tokenizer import TiktokenCounter, TokenCounter, tools_tokens
+from .board import AgentLink, AgentMemory, MemoryBoard, MirroredBoard, PublishRule, RedisBoard
 from .pipeline import BuildState, BuiltContext, Seams
 from .pipeline._bm25 import PrefilterIndex
 from .pipeline._deposits import DepositLog
@@ -55,6 +57,15 @@ class RelevanceMemoryManager:
         vectors: the message-vector index to keep vectors in (by content hash; shared by
             :meth:`fresh` so a resync embeds nothing twice); default a new one on the bundled
             model when ``config.embeddings``, ``None`` otherwise.
+        agent: the agent this memory belongs to (SPEC §10): its messages get ids unique
+            across agents (``<agent>:m<n>``) and ``producer=agent``.
+        board: a memory board (:mod:`relevance_memory.board`; needs ``agent``): the
+            agent's journal and pheromone memory live there, it publishes to and reads from
+            ``scopes``, and a restarted agent resumes from it. A :class:`RedisBoard` is
+            wrapped in a :class:`MirroredBoard`, so builds go on when Redis is unreachable.
+        scopes: the shared scopes the agent reads and publishes to (default ``("shared",)``).
+        publish: which messages go to a shared scope (default :class:`PublishRule`: tool
+            results and user instructions); an explicit ``scope=`` on :meth:`add` wins.
         **overrides: any :class:`MemoryConfig` field, e.g. ``max_input_tokens=8000``.
 
     Raises:
@@ -80,6 +91,11 @@ class RelevanceMemoryManager:
         summarizer: Summarizer | None = None,
         order: OrderPolicy | None = None,
         vectors: VectorIndex | None = None,
+        agent: str | None = None,
+        board: MemoryBoard | None = None,
+        scopes: Sequence[str] = ("shared",),
+        publish: PublishRule | None = None,
+        _resume: bool = True,
         **overrides: Any,
     ) -> None:
         if overrides:
@@ -135,6 +151,19 @@ class RelevanceMemoryManager:
         self._final: str | None = None
         self._subtask: str = ""
         self._builds = 0
+        self.agent = agent
+        self._link: AgentLink | None = None
+        if board is not None:
+            if agent is None:
+                raise ConfigError("a memory board needs agent=<name>: whose memory it holds")
+            if isinstance(board, RedisBoard):
+                board = MirroredBoard(board)
+            clock_s = self._clock
+            self.pheromone = AgentMemory(self.config.pheromone, board, agent, scopes=scopes,
+                                         clock=lambda: clock_s().timestamp())
+            self._link = AgentLink(self.pheromone, publish or PublishRule())
+            if _resume:
+                self._resume()
 
     # ------------------------------------------------------------------ messages
     def add(self, message: Mapping[str, Any], **metadata: Any) -> Message:
@@ -143,14 +172,86 @@ class RelevanceMemoryManager:
         Keyword metadata: ``id``, ``msg_type``, ``trace_id``, ``parent_id``,
         ``producer``, ``scope``, ``timestamp``.
 
+        With an ``agent``, the id defaults to ``<agent>:m<n>`` and the producer to the agent;
+        with a board, the message is journaled and, when its scope is shared (explicitly
+        or by the publish rule), published.
+
         Raises:
             InvalidMessageError: the message is invalid (see :class:`MessageStore`).
         """
-        return self.store.add(message, **metadata)
+        if self.agent is None:
+            return self.store.add(message, **metadata)
+        cursor = metadata.pop("_cursor", None)
+        meta = {"id": f"{self.agent}:m{len(self.store)}", "producer": self.agent, **metadata}
+        link = self._link
+        if link is not None and cursor is None and "scope" not in metadata:
+            # the rule reads the type the store will give it (messages are frozen once stored)
+            meta["scope"] = link.scope_for(self.store.message_type(message, metadata.get("msg_type")).value)
+        added = self.store.add(message, **meta)
+        if link is None:
+            return added
+        link.journal(added, message, meta, cursor)
+        if cursor is None:
+            link.announce(added, self._call_of(added))
+        return added
 
     def extend(self, messages: Iterable[Mapping[str, Any]]) -> list[Message]:
         """Ingest many OpenAI chat dicts in order. Raises :class:`InvalidMessageError`."""
-        return self.store.extend(messages)
+        if self.agent is None:
+            return self.store.extend(messages)
+        return [self.add(m) for m in messages]
+
+    def _call_of(self, message: Message) -> dict[str, str] | None:
+        if message.role != "tool" or message.tool_call_id is None:
+            return None
+        for other in reversed(self.store.messages):
+            for call in other.tool_calls:
+                if call.id == message.tool_call_id:
+                    return {"name": call.name, "arguments": call.arguments}
+        return None
+
+    def _resume(self) -> None:
+        """Rebuild the store from the agent's journal on the board (a restarted agent)."""
+        link = self._link
+        if link is None:
+            return
+        entries = link.replay()
+        for raw, meta in entries:
+            self.store.add(raw, **meta)
+        if entries:
+            self.pheromone.resume_from_board()  # type: ignore[attr-defined]
+
+    def sync(self) -> int:
+        """Import what other agents published to this agent's scopes since the last sync
+        (each a ``user`` message named after its producer); returns how many. Builds sync
+        first on their own; 0 without a board."""
+        if self._link is None:
+            return 0
+        known = {m.id for m in self.store.messages}
+
+        def take(raw: Mapping[str, Any], **meta: Any) -> Message | None:
+            return self.add(raw, **meta) if meta["id"] not in known else None
+
+        return self._link.sync(take)
+
+    def forget(self, message_id: str, *, archive: bool = False, reason: str = "") -> str:
+        """Forget (or archive) a shared item on the board for every agent; refused while
+        another agent uses it (SPEC §10 lifetimes). Returns the board's outcome.
+
+        Raises:
+            ConfigError: this memory has no board.
+        """
+        memory = self.pheromone
+        if not isinstance(memory, AgentMemory):
+            raise ConfigError("forget() needs a memory board")
+        from .board import Archive, Forget
+
+        held = next((m for m in self.store.messages if m.id == message_id), None)
+        scope = memory.scope_of(message_id) or (memory.board_scope(held) if held is not None else memory.private)
+        op = (Archive if archive else Forget)(scope, message_id, memory.agent, reason)
+        outcome = memory.board.apply([op]).outcomes[0]
+        memory.refresh()
+        return outcome
 
     @property
     def messages(self) -> list[Message]:
@@ -208,15 +309,23 @@ class RelevanceMemoryManager:
         - the pheromone memory of the leading messages that are the same as here (id, role,
           content, tool calls): this memory's deposits are replayed for them onto the new
           field, so their strengths and latest scores carry over (SPEC §5); messages from the
-          first changed one on start afresh.
+          first changed one on start afresh;
+        - with a board, the agent and its board memory: shared strengths stay on the board,
+          the journal restarts from the new history, nothing published is published again.
 
         Raises:
             InvalidMessageError: a message of ``messages`` is invalid.
         """
+        link = self._link
         other = RelevanceMemoryManager(
             self.config, scorer=self.scorer, score_cache=self.score_cache, tokenizer=self.tokenizer, clock=self._clock,
-            summarizer=self.summarizer, order=self.order, vectors=self.vectors,
+            summarizer=self.summarizer, order=self.order, vectors=self.vectors, agent=self.agent,
+            board=link.board if link else None, scopes=link.memory.scopes if link else ("shared",),
+            publish=link.publish if link else None, _resume=False,
         )
+        if link is not None and other._link is not None:  # the same agent: its board memory stays
+            other._link.carry_over(link)
+            other._link.reset_journal()
         other._history_scores = self._history_scores
         other.restore_tool_offered = self.restore_tool_offered
         other.summary_cache = self.summary_cache
@@ -278,22 +387,26 @@ class RelevanceMemoryManager:
             RuntimeError: called from inside an event loop while an :meth:`abuild_context`
                 of this memory is running on it (waiting would deadlock; await that instead).
         """
+        if self._link is not None:
+            self.sync()
         with self._sync_build():
             state = self._state(budget, tools)
             built = pipeline.build(state, self._seams())
             self._builds = state.build_number
-            return built
+            return self._after_build(built)
 
     async def abuild_context(self, *, budget: int | None = None, tools: Sequence[Any] | None = None) -> BuiltContext:
         """Async :meth:`build_context`: awaits the scorer's ``ascore`` when it has one
         (:class:`AsyncScorer`), otherwise runs its blocking ``score`` in a worker thread.
         Concurrent builds of one memory (tasks or threads) wait their turn without blocking
         the event loop."""
+        if self._link is not None:
+            self.sync()
         async with self._async_build():
             state = self._state(budget, tools)
             built = await pipeline.abuild(state, self._seams())
             self._builds = state.build_number
-            return built
+            return self._after_build(built)
 
     @contextlib.contextmanager
     def _sync_build(self) -> Iterator[None]:
@@ -324,6 +437,25 @@ class RelevanceMemoryManager:
             yield
         finally:
             lock.release()
+
+    def _after_build(self, built: BuiltContext) -> BuiltContext:
+        """With a board: lease the shared items this build uses, and put their provenance
+        and the board's faults in the record (SPEC §8, §10)."""
+        memory = self.pheromone
+        if not isinstance(memory, AgentMemory) or self._link is None:
+            return built
+        used = [d.id for d in built.record.messages if d.decision in ("kept", "recent")]
+        memory.use(used, self._builds)
+        shared = [d.id for d in built.record.messages if d.scope in memory.scopes and d.decision in ("kept", "recent")]
+        items = memory.provenance(shared)
+        built.record.board = BoardReport(
+            board=memory.board.name, agent=memory.agent, source=memory.source, scopes=list(memory.scopes),
+            imported=self._link.imported, faults=memory.take_faults(), items=items,
+        )
+        if built.record.board.faults:
+            built.record.warnings.append(
+                f"memory board {memory.board.name!r}: {len(built.record.board.faults)} fault(s), see record.board")
+        return built
 
     # ------------------------------------------------------------------ wiring
     def _state(self, budget: int | None, tools: Sequence[Any] | None = None) -> BuildState:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections import Counter
 from datetime import datetime
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
@@ -38,6 +38,8 @@ class MessageDecision(BaseModel):
             message is never deleted), ``None`` when nothing does.
         supersede_reason: why (``"the same call (bash …) returned a newer result at step 31"``).
         supersedes: ids of the older messages this one supersedes (the other end of the link).
+        producer: the agent that produced the message (SPEC §8 provenance), or ``None``.
+        scope: its visibility scope (``private``, ``private:<agent>``, ``shared``, ``global`` …).
     """
 
     id: str
@@ -57,6 +59,35 @@ class MessageDecision(BaseModel):
     superseded_by: str | None = None
     supersede_reason: str = ""
     supersedes: list[str] = Field(default_factory=list)
+    producer: str | None = None
+    scope: str = "private"
+
+
+class BoardReport(BaseModel):
+    """What a build read from and did on its memory board (SPEC §8, §10).
+
+    Attributes:
+        board: the board's name.
+        agent: the agent whose build this is.
+        source: where the shared strengths came from: ``memory``, ``redis`` or
+            ``local copy`` (the server was unreachable).
+        scopes: the shared scopes the agent reads.
+        imported: messages of other agents in this memory so far.
+        faults: what went wrong with the board since the previous build, one sentence each.
+        items: per shared message in the context (kept or recent): ``scope``, ``producer``, ``status``,
+            ``superseded_by``, ``contributions`` (agent → strength it added), ``deposits``,
+            ``reinforcements``, ``users`` (agent → tick of its latest use),
+            ``first_selected`` (``[agent, build]``) and the newest ``events``
+            (``[agent, op, tick, amount, time]``).
+    """
+
+    board: str
+    agent: str
+    source: str
+    scopes: list[str] = Field(default_factory=list)
+    imported: int = 0
+    faults: list[str] = Field(default_factory=list)
+    items: dict[str, dict[str, Any]] = Field(default_factory=dict)
 
 
 class SummaryRecord(BaseModel):
@@ -144,6 +175,7 @@ class DecisionRecord(BaseModel):
     budget_breakdown: BudgetBreakdown | None = Field(
         default=None, description="where the budget went, by purpose (None in records written before it existed)"
     )
+    board: BoardReport | None = Field(default=None, description="the memory board's part (None without a board)")
     messages: list[MessageDecision] = Field(default_factory=list)
 
     @property

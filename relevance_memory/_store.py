@@ -303,6 +303,17 @@ class MessageStore:
         except KeyError:
             raise KeyError(f"no message with id {message_id!r}") from None
 
+    def message_type(self, message: Mapping[str, Any], msg_type: MessageType | str | None = None) -> MessageType:
+        """The type :meth:`add` would give ``message`` if it were added now (a publish rule
+        reads it before the message is stored; the store is append-only and frozen).
+
+        Raises:
+            InvalidMessageError: an unknown ``msg_type`` or malformed ``tool_calls``.
+        """
+        calls = message.get("tool_calls") or []
+        return self._classify(str(message.get("role")), message.get("content"),
+                              calls if isinstance(calls, list) else [], len(self.messages), msg_type, self._first_user)
+
     @property
     def first_user_index(self) -> int | None:
         """Index of the first user message (the task statement of an agent run)."""

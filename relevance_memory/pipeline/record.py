@@ -26,6 +26,7 @@ def _common(seams: Seams, message: Message) -> dict[str, Any]:
     out: dict[str, Any] = {
         "id": message.id, "index": message.index, "step": message.step, "role": message.role,
         "msg_type": message.msg_type.value, "tokens": message.token_count, "strength": strength,
+        "producer": message.producer, "scope": message.scope,
     }
     store = seams.store
     link = store.superseded_by.get(message.id)
