@@ -49,7 +49,14 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from relevance_memory import ContextOverflowError, RelevanceMemoryManager, TiktokenCounter, load_transcript
+from relevance_memory import (
+    BuiltContext,
+    ContextOverflowError,
+    RelevanceMemoryManager,
+    TiktokenCounter,
+    check_context,
+    load_transcript,
+)
 from relevance_memory._cache_policy import CachePolicy, decide_build_mode
 from relevance_memory._config import context_window_for
 from relevance_memory._models import content_text
@@ -72,8 +79,8 @@ class Run:
 
 
 def load_runs(swe_dirs: Sequence[Path], tau_path: Path | None, tau_n: int) -> list[Run]:
-    """SWE runs from ``swe_dirs`` (deduplicated by file name and content) and the first
-    ``tau_n`` τ-bench trajectories of ``tau_path`` (file order)."""
+    """SWE runs from ``swe_dirs`` (deduplicated by file name and content) and the ``tau_n``
+    longest τ-bench trajectories of ``tau_path`` (most messages; file order among equals)."""
     runs: list[Run] = []
     seen: dict[str, str] = {}
     for directory in swe_dirs:
@@ -89,7 +96,8 @@ def load_runs(swe_dirs: Sequence[Path], tau_path: Path | None, tau_n: int) -> li
             runs.append(Run(path.stem, "swe", load_transcript(path).messages))
     if tau_path is not None and tau_path.is_file() and tau_n > 0:
         items = json.loads(tau_path.read_text(encoding="utf-8"))
-        for item in items[:tau_n]:
+        longest = sorted(items, key=lambda item: -len(item["traj"]))  # stable: file order among equals
+        for item in longest[:tau_n]:
             runs.append(Run(f"tau-{item['task_id']}-{item['trial']}", "tau", list(item["traj"])))
     return runs
 
@@ -226,9 +234,14 @@ class PrototypeMemory:
     rebuild). The decision comes from :func:`decide_build_mode`.
     """
 
-    def __init__(self, memory: RelevanceMemoryManager, policy: CachePolicy) -> None:
+    def __init__(
+        self, memory: RelevanceMemoryManager, policy: CachePolicy, *, stable_head: bool = True,
+        core_from_budget: bool = True,
+    ) -> None:
         self.memory = memory
         self.policy = policy
+        self.stable_head = stable_head
+        self.core_from_budget = core_from_budget
         self.messages: list[dict[str, Any]] = []
         self.tokens = 0
         self.next_index = 0
@@ -237,6 +250,7 @@ class PrototypeMemory:
         self.has_previous = False
         self.last_mode = ""
         self.last_why = ""
+        self.last_identity = False
 
     def build(self, budget: int) -> tuple[list[dict[str, Any]], int, str]:
         store = self.memory.store
@@ -261,21 +275,75 @@ class PrototypeMemory:
             self.tokens = appended
             self.next_index = plan.next_index
             return self.messages, self.tokens, decision.mode
-        try:
-            built = self.memory.build_context(budget=decision.target)
-        except ContextOverflowError:  # the target cannot hold the newest step: the whole budget can
-            built = self.memory.build_context(budget=budget)
-        self.messages = built.messages
+        built = self._compact(decision.target, budget)
+        self.last_identity = built.record.identity
+        self.messages = self._head_first(built) if self.stable_head else built.messages
         self.tokens = built.record.tokens_after
         self.next_index = len(store)
         self.final, self.budget, self.has_previous = goal, budget, True
         return self.messages, self.tokens, decision.mode
 
+    def _compact(self, target: int, budget: int) -> BuiltContext:
+        """Build within ``target``; with ``core_from_budget``, grow the target once (up to the
+        whole budget) by what the build left out that must stay verbatim: the task statement
+        and user messages scored ≥ 4 (SPEC §7), older repeats of a kept message aside."""
+        grown = False
+        while True:
+            try:
+                built = self.memory.build_context(budget=target)
+            except ContextOverflowError:  # the target cannot hold the newest step: the whole budget can
+                target = budget
+                continue
+            if not self.core_from_budget or target >= budget or grown:
+                return built
+            record = built.record
+            first = self.memory.store.first_user_index
+            lost = sum(  # the task statement and user constraints scored ≥ 4 (not older repeats)
+                d.tokens for d in record.messages
+                if d.role == "user" and d.decision not in ("kept", "recent") and "repeat of" not in d.note
+                and (d.index == first or (d.score or 0) >= 4)
+            )
+            if not lost:
+                return built
+            target, grown = min(budget, target + lost + 64), True
+
+    @staticmethod
+    def _head_first(built: BuiltContext) -> list[dict[str, Any]]:
+        """The kept messages older than everything left out go right after the pinned
+        prompt, before the goal block and the summaries: they are the stablest content
+        after the system prompt (the task statement, typically), and their place keeps the
+        original order."""
+        record = built.record
+        out = built.messages
+        generated = [n for n, m in enumerate(out) if str(m.get("content") or "").startswith("[relevance-memory")]
+        if not generated:
+            return out
+        gone = [d.index for d in record.messages if d.decision in ("summarised", "dropped")]
+        first_gone = min(gone) if gone else None
+        pinned = [d.index for d in record.messages if d.tier == "pinned"]
+        verbatim = sorted(d.index for d in record.messages if d.decision in ("kept", "recent") and d.tier != "pinned")
+        head = {i for i in verbatim if first_gone is None or i < first_gone}
+        if not head:
+            return out
+        by_position = [n for n, m in enumerate(out) if n not in generated]
+        # verbatim messages appear in store order after the generated ones
+        index_of = dict(zip(by_position, pinned + verbatim, strict=True))
+        head_pos = [n for n in by_position if index_of[n] in head]
+        pinned_pos = [n for n in by_position if index_of[n] in set(pinned)]
+        rest = [n for n in range(len(out)) if n not in set(head_pos) | set(pinned_pos)]
+        order = pinned_pos + head_pos + rest
+        result = [out[n] for n in order]
+        assert not check_context(result), check_context(result)
+        return result
+
+
+PROTOTYPE_OPTIONS: dict[str, bool] = {"stable_head": True, "core_from_budget": True}
+
 
 def prototype(run: Run, budget: int, counter: Counter, window: int, policy: CachePolicy | None = None) -> Iterator[Step]:
     """Append between compactions (:class:`PrototypeMemory`, default :class:`CachePolicy`)."""
     memory = RelevanceMemoryManager(max_input_tokens=budget, keep_recent=4)
-    proto = PrototypeMemory(memory, policy or CachePolicy())
+    proto = PrototypeMemory(memory, policy or CachePolicy(), **PROTOTYPE_OPTIONS)
     done = 0
     for k in request_points(run.messages):
         memory.extend(run.messages[done:k])
@@ -283,7 +351,7 @@ def prototype(run: Run, budget: int, counter: Counter, window: int, policy: Cach
         start = time.perf_counter()
         messages, tokens, mode = proto.build(budget)
         seconds = time.perf_counter() - start
-        yield Step(list(messages), tokens, compacted=mode != "appended", seconds=seconds)
+        yield Step(list(messages), tokens, compacted=mode != "appended" and not proto.last_identity, seconds=seconds)
 
 
 METHOD_FUNCS: dict[str, Callable[..., Iterator[Step]]] = {
@@ -317,7 +385,10 @@ def measure(
     task, constraints = constraints_of(run)
     previous: list[dict[str, Any]] | None = None
     points = request_points(run.messages)
-    for k, step in zip(points, METHOD_FUNCS[method](run, budget, counter, window), strict=True):
+    steps = METHOD_FUNCS[method](run, budget, counter, window, policy=policy) if method == "prototype" else (
+        METHOD_FUNCS[method](run, budget, counter, window)
+    )
+    for k, step in zip(points, steps, strict=True):
         sent = counter.request(step.messages)
         if step.tokens != sent:
             raise AssertionError(f"{run.name} {method}: reported {step.tokens} tokens, counted {sent}")
@@ -372,7 +443,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--swe", type=Path, action="append", default=None,
                         help="directory of SWE runs (repeatable; default ../shared/data/swebench_trajectories and fixtures/)")
-    parser.add_argument("--tau", type=int, default=20, help="τ-bench trajectories to replay (first N of the file)")
+    parser.add_argument("--tau", type=int, default=20, help="τ-bench trajectories to replay (the N longest)")
     parser.add_argument("--tau-file", type=Path, default=ROOT.parent / "shared" / "data" / "tau_bench" / "gpt-4o-airline.json")
     parser.add_argument("--budgets", default="8000,16000,32000")
     parser.add_argument("--methods", default=",".join(METHODS))
@@ -382,7 +453,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--window", type=int, default=None, help="model window (tokens); default the model's")
     parser.add_argument("--out", type=Path, default=None, help="write every row as JSON here")
     parser.add_argument("--quiet", action="store_true", help="totals only")
+    parser.add_argument("--no-stable-head", action="store_true", help="prototype: keep today's assembly order")
+    parser.add_argument("--no-core-from-budget", action="store_true", help="prototype: core limited by the target")
     args = parser.parse_args(argv)
+    PROTOTYPE_OPTIONS.update(stable_head=not args.no_stable_head, core_from_budget=not args.no_core_from_budget)
 
     swe_dirs = args.swe or [ROOT.parent / "shared" / "data" / "swebench_trajectories", ROOT / "fixtures"]
     runs = load_runs(swe_dirs, args.tau_file, args.tau)
