@@ -284,17 +284,18 @@ class PrototypeMemory:
         return self.messages, self.tokens, decision.mode
 
     def _compact(self, target: int, budget: int) -> BuiltContext:
-        """Build within ``target``; with ``core_from_budget``, grow the target once (up to the
-        whole budget) by what the build left out that must stay verbatim: the task statement
-        and user messages scored ≥ 4 (SPEC §7), older repeats of a kept message aside."""
-        grown = False
+        """Build within ``target``; with ``core_from_budget``, grow the target (up to the whole
+        budget, at most three times) by what the build left out that must stay verbatim: the
+        task statement and user messages scored ≥ 4 (SPEC §7), older repeats of a kept message
+        aside."""
+        grown = 0
         while True:
             try:
                 built = self.memory.build_context(budget=target)
             except ContextOverflowError:  # the target cannot hold the newest step: the whole budget can
                 target = budget
                 continue
-            if not self.core_from_budget or target >= budget or grown:
+            if not self.core_from_budget or target >= budget or grown == 3:
                 return built
             record = built.record
             first = self.memory.store.first_user_index
@@ -305,7 +306,7 @@ class PrototypeMemory:
             )
             if not lost:
                 return built
-            target, grown = min(budget, target + lost + 64), True
+            target, grown = min(budget, target + lost + 64), grown + 1
 
     @staticmethod
     def _head_first(built: BuiltContext) -> list[dict[str, Any]]:

@@ -9,22 +9,23 @@ from relevance_memory._cache_policy import CachePolicy, compaction_target, decid
 
 
 def decide(policy: CachePolicy | None = None, **overrides: object) -> tuple[str, str, int]:
+    """decide_build_mode with a 0.6 target (4,800 of 8,000 tokens) unless ``policy`` is given."""
     values: dict[str, object] = {
         "has_previous": True, "goal_changed": False, "previous_budget": 8000, "budget": 8000,
         "appended_tokens": 6000, "new_messages": 2,
     }
     values.update(overrides)
-    d = decide_build_mode(policy or CachePolicy(), **values)  # type: ignore[arg-type]
+    d = decide_build_mode(policy or CachePolicy(target_fraction=0.6), **values)  # type: ignore[arg-type]
     return d.mode, d.why, d.target
 
 
 def test_defaults_are_documented_values() -> None:
     policy = CachePolicy()
     assert (policy.always_rebuild, policy.target_fraction, policy.clear_at_least, policy.cached_price) == (
-        False, 0.6, 1024, 0.1,
+        False, 0.5, 1024, 0.1,
     )
     assert (policy.cache_min_tokens, policy.cache_step_tokens, policy.subtask_at_end) == (1024, 128, False)
-    assert policy.target_tokens(8000) == 4800
+    assert policy.target_tokens(8000) == 4000
 
 
 @pytest.mark.parametrize(
@@ -59,7 +60,7 @@ def test_cost_units() -> None:
 
 
 def test_compaction_target_frees_clear_at_least() -> None:
-    policy = CachePolicy(clear_at_least=3000)
+    policy = CachePolicy(target_fraction=0.6, clear_at_least=3000)
     assert compaction_target(policy, 8000) == 4800
     assert compaction_target(policy, 8000, appended_tokens=8100) == 4800
     assert compaction_target(policy, 8000, appended_tokens=7000) == 4000  # frees 3,000 against 7,000
