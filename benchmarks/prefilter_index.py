@@ -16,7 +16,7 @@ import time
 
 import bm25s
 
-from relevance_memory._prefilter import ChunkedBM25
+from relevance_memory.pipeline.prefilter import ChunkedBM25
 
 
 def main(n: int = 100_000) -> None:

@@ -13,9 +13,8 @@ chains, a token budget filled by score, and a decision record saying why.
 
 from typing import TYPE_CHECKING, Any
 
-from ._assemble import GOAL_BLOCK_MARKER, SUMMARY_MARKER, check_context
 from ._cache import DiskScoreCache
-from ._client import AsyncManagedOpenAI, ManagedOpenAI, manage, message_to_dict
+from ._client import AsyncManagedOpenAI, ManagedOpenAI, manage
 from ._config import (
     MemoryConfig,
     PheromoneConfig,
@@ -39,6 +38,7 @@ from ._exceptions import (
 )
 from ._io import Transcript, load_transcript, parse_transcript
 from ._manager import BuiltContext, RelevanceMemoryManager
+from ._markers import GOAL_BLOCK_MARKER, SUMMARY_MARKER
 from ._models import Message, MessageType, RelevanceScore, ScoreSource, TaskGoal, ToolCall
 from ._pheromone import PheromoneField
 from ._record import DecisionRecord, MessageDecision, SummaryRecord
@@ -53,9 +53,11 @@ from ._scoring import (
     ScoringResult,
     score_cache_key,
 )
+from ._session import message_to_dict
 from ._store import MessageStore
 from ._summary import LLMSummarizer, OfflineSummarizer, Summarizer, SummaryDraft, SummaryItem
 from ._tokenizer import TiktokenCounter, TokenCounter, image_tokens
+from .pipeline.assemble import check_context
 
 if TYPE_CHECKING:
     from ._llm_scorer import LLMScorer, TransportPolicy, extract_json_reply

@@ -16,114 +16,23 @@ Everything else — other resources (the Responses API among them), other keywor
 This module is a thin seam: it imports nothing from ``openai`` (the client is duck-typed)
 and all context logic stays in :class:`RelevanceMemoryManager`.
 
-Sync rule (by prefix). The caller passes its whole, growing history on every call. The
-memory holds every message recorded so far (earlier inputs and the replies recorded
-here). Messages are compared by role, content, tool calls (id, name, arguments),
-``tool_call_id`` and ``name`` — so a reply appended as the SDK's message object, its
-``model_dump()`` or a hand-written dict all match the recorded one; ``content`` ``None``
-and ``""`` are equal. Then:
-
-- the history starts with every recorded message → the rest is new and is recorded;
-- otherwise the history *diverged* (an edited, trimmed or reordered message, or a reply
-  that was not appended, e.g. a retry). With ``on_divergence="resync"`` (default) the
-  memory starts over from the given history (:meth:`RelevanceMemoryManager.fresh`:
-  same config, scorer, score cache — unchanged messages are not re-scored — and goal)
-  and a :class:`RuntimeWarning` names the first differing position; with ``"raise"``,
-  :class:`HistoryDivergedError` is raised before any request is sent. A message is
-  never recorded twice or out of place.
-
-One wrapper manages one conversation; do not share it between concurrent conversations.
+The history is synced with the memory by prefix (:mod:`relevance_memory._session`: an
+edited or trimmed history resyncs, or raises :class:`HistoryDivergedError` with
+``on_divergence="raise"``). One wrapper manages one conversation; do not share it between
+concurrent conversations.
 """
 
 from __future__ import annotations
 
 import inspect
-import json
-import warnings
-from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Mapping
-from typing import Any, Literal, TypeVar
+from collections.abc import AsyncIterator, Callable, Iterable, Iterator
+from typing import Any
 
-from ._exceptions import HistoryDivergedError, InvalidMessageError, RelevanceMemoryError
 from ._manager import BuiltContext, RelevanceMemoryManager
-from ._models import TaskGoal
 from ._record import DecisionRecord
+from ._session import MemorySession, OnDivergence, SessionView, field_of
 
-__all__ = ["AsyncManagedOpenAI", "ManagedOpenAI", "manage", "message_to_dict"]
-
-OnDivergence = Literal["resync", "raise"]
-T = TypeVar("T")
-
-
-# --------------------------------------------------------------------------- messages
-def _get(obj: Any, key: str, default: Any = None) -> Any:
-    if isinstance(obj, Mapping):
-        return obj.get(key, default)
-    return getattr(obj, key, default)
-
-
-def _tool_call_dict(call: Any) -> dict[str, Any]:
-    function = _get(call, "function")
-    kind = _get(call, "type") or "function"
-    if function is None and kind != "function":  # a custom tool call: keep its own payload
-        payload = _get(call, kind)
-        return {"id": _get(call, "id"), "type": kind, kind: _plain(payload)}
-    return {
-        "id": _get(call, "id"),
-        "type": kind,
-        "function": {"name": _get(function, "name"), "arguments": _get(function, "arguments") or ""},
-    }
-
-
-def _plain(value: Any) -> Any:
-    dump = getattr(value, "model_dump", None)
-    return dump(exclude_none=True) if callable(dump) else value
-
-
-def message_to_dict(message: Any) -> dict[str, Any]:
-    """An OpenAI chat message as a request dict.
-
-    Dicts are returned as they are (copied shallowly); SDK message objects (e.g.
-    ``response.choices[0].message``) become ``{role, content, tool_calls?, name?,
-    tool_call_id?}`` — response-only fields (``refusal``, ``annotations``, ``audio``)
-    are left out. A reply with no content and no tool calls gets ``content=""`` (its
-    refusal text when it has one).
-
-    Raises:
-        TypeError: ``message`` is neither a mapping nor an object with a ``role``.
-    """
-    if isinstance(message, Mapping):
-        return dict(message)
-    role = getattr(message, "role", None)
-    if role is None:
-        raise TypeError(f"expected an OpenAI chat message (dict or SDK object), got {type(message).__name__}")
-    out: dict[str, Any] = {"role": role, "content": _plain(getattr(message, "content", None))}
-    calls = getattr(message, "tool_calls", None)
-    if calls:
-        out["tool_calls"] = [_tool_call_dict(c) for c in calls]
-    for key in ("name", "tool_call_id"):
-        value = getattr(message, key, None)
-        if value:
-            out[key] = value
-    if out["content"] is None and not calls:
-        out["content"] = getattr(message, "refusal", None) or ""
-    return out
-
-
-def _fingerprint(message: Mapping[str, Any]) -> str:
-    """Comparison key of a message for the prefix sync (see the module doc)."""
-    content = message.get("content")
-    key: dict[str, Any] = {
-        "role": message.get("role"),
-        "content": None if content in (None, "") else content,
-        "tool_calls": [
-            [_get(c, "id"), _get(_get(c, "function"), "name"), _get(_get(c, "function"), "arguments") or ""]
-            for c in (message.get("tool_calls") or ())
-        ],
-    }
-    for field in ("tool_call_id", "name"):
-        if message.get(field):
-            key[field] = message[field]
-    return json.dumps(key, sort_keys=True, ensure_ascii=False, default=str)
+__all__ = ["AsyncManagedOpenAI", "ManagedOpenAI", "manage"]
 
 
 class _ReplyAccumulator:
@@ -136,29 +45,29 @@ class _ReplyAccumulator:
         self.seen = False
 
     def feed(self, chunk: Any) -> None:
-        for choice in _get(chunk, "choices") or ():
-            if (_get(choice, "index") or 0) != 0:
+        for choice in field_of(chunk, "choices") or ():
+            if (field_of(choice, "index") or 0) != 0:
                 continue
-            delta = _get(choice, "delta")
+            delta = field_of(choice, "delta")
             if delta is None:
                 continue
             self.seen = True
-            if _get(delta, "content"):
-                self.content.append(_get(delta, "content"))
-            if _get(delta, "refusal"):
-                self.refusal.append(_get(delta, "refusal"))
-            for call in _get(delta, "tool_calls") or ():
+            if field_of(delta, "content"):
+                self.content.append(field_of(delta, "content"))
+            if field_of(delta, "refusal"):
+                self.refusal.append(field_of(delta, "refusal"))
+            for call in field_of(delta, "tool_calls") or ():
                 slot = self.calls.setdefault(
-                    _get(call, "index") or 0, {"id": None, "type": "function", "name": "", "arguments": ""}
+                    field_of(call, "index") or 0, {"id": None, "type": "function", "name": "", "arguments": ""}
                 )
-                if _get(call, "id"):
-                    slot["id"] = _get(call, "id")
-                if _get(call, "type"):
-                    slot["type"] = _get(call, "type")
-                function = _get(call, "function")
+                if field_of(call, "id"):
+                    slot["id"] = field_of(call, "id")
+                if field_of(call, "type"):
+                    slot["type"] = field_of(call, "type")
+                function = field_of(call, "function")
                 if function is not None:
-                    slot["name"] += _get(function, "name") or ""
-                    slot["arguments"] += _get(function, "arguments") or ""
+                    slot["name"] += field_of(function, "name") or ""
+                    slot["arguments"] += field_of(function, "arguments") or ""
 
     def message(self) -> dict[str, Any] | None:
         """The accumulated reply as a request dict, or ``None`` when no delta arrived."""
@@ -174,171 +83,6 @@ class _ReplyAccumulator:
         elif content is None:
             out["content"] = "".join(self.refusal)
         return out
-
-
-# --------------------------------------------------------------------------- core
-class _Session:
-    """State shared by the sync and async wrappers: the memory, the sync, the last build."""
-
-    def __init__(
-        self,
-        memory: RelevanceMemoryManager | None,
-        *,
-        on_build: Callable[[BuiltContext], None] | None,
-        on_divergence: OnDivergence,
-        overrides: dict[str, Any],
-        quiet: bool = False,
-    ) -> None:
-        if on_divergence not in ("resync", "raise"):
-            raise ValueError(f"on_divergence must be 'resync' or 'raise', got {on_divergence!r}")
-        self._memory = memory
-        self._overrides = overrides
-        self._pending_goal: tuple[str | None, str | None] | None = None
-        self.on_build = on_build
-        self.on_divergence: OnDivergence = on_divergence
-        self._fingerprints: list[str] = []
-        self.last_build: BuiltContext | None = None
-        self.quiet = quiet  # resync without a warning (the history was edited through an API of ours)
-
-    def memory_for(self, model: str | None) -> RelevanceMemoryManager:
-        if self._memory is None:
-            overrides = dict(self._overrides)
-            if model and "model" not in overrides:
-                overrides["model"] = model
-            self._memory = RelevanceMemoryManager(**overrides)
-            if self._pending_goal is not None:
-                self._memory.set_goal(*self._pending_goal)
-                self._pending_goal = None
-        return self._memory
-
-    def set_goal(self, final: str | None, subtask: str | None) -> TaskGoal | None:
-        if self._memory is not None:
-            return self._memory.set_goal(final=final, subtask=subtask)
-        old_final, old_subtask = self._pending_goal or (None, None)
-        self._pending_goal = (final if final is not None else old_final, subtask if subtask is not None else old_subtask)
-        return None
-
-    def _recorded(self, memory: RelevanceMemoryManager) -> list[str]:
-        stored = memory.messages
-        if len(self._fingerprints) > len(stored):  # the memory was replaced by the caller
-            self._fingerprints = []
-        for message in stored[len(self._fingerprints) :]:
-            self._fingerprints.append(_fingerprint(message.raw))
-        return self._fingerprints
-
-    def sync(self, history: Iterable[Any], model: str | None) -> RelevanceMemoryManager:
-        """Record the new messages of ``history`` (see the module doc); returns the memory."""
-        messages = [message_to_dict(m) for m in history]
-        memory = self.memory_for(model)
-        recorded = self._recorded(memory)
-        prints = [_fingerprint(m) for m in messages]
-        n = len(recorded)
-        diverged_at = next((i for i in range(min(n, len(prints))) if prints[i] != recorded[i]), None)
-        if diverged_at is None and len(prints) < n:
-            diverged_at = len(prints)
-        if diverged_at is None:
-            memory.extend(messages[n:])
-            self._recorded(memory)
-            return memory
-        expected = memory.messages[diverged_at].to_openai()
-        got = messages[diverged_at] if diverged_at < len(messages) else None
-        what = (
-            f"the history has {len(messages)} message(s) but the memory already holds {n} "
-            "(trimmed, or the recorded reply was not appended)"
-            if got is None
-            else f"message {diverged_at} of the history differs from the recorded one "
-            f"({expected.get('role')} → {got.get('role')})"
-        )
-        if self.on_divergence == "raise":
-            raise HistoryDivergedError(
-                f"history diverged from the memory: {what}; pass the full history with every earlier "
-                "message unchanged, or use on_divergence='resync'",
-                index=diverged_at,
-                expected=expected,
-                got=got,
-            )
-        if not self.quiet:
-            warnings.warn(
-                f"history diverged from the memory: {what}; the memory starts over from this history "
-                "(scores are reused from the cache)",
-                RuntimeWarning,
-                stacklevel=4,
-            )
-        self._memory = memory.fresh(messages)
-        self._fingerprints = list(prints)
-        return self._memory
-
-    def budget(self, memory: RelevanceMemoryManager, kwargs: Mapping[str, Any]) -> int:
-        """The build budget: the memory's budget minus the tokens of the ``tools`` schema."""
-        budget = memory.config.token_budget()
-        tools = kwargs.get("tools")
-        if tools:
-            budget -= memory.tokenizer.count_text(json.dumps([_plain(t) for t in tools], default=str))
-        return budget
-
-    def built(self, built: BuiltContext) -> list[dict[str, Any]]:
-        self.last_build = built
-        if self.on_build is not None:
-            self.on_build(built)
-        return built.messages
-
-    def record_reply(self, memory: RelevanceMemoryManager, reply: Mapping[str, Any] | None) -> None:
-        """Record the model's reply unless the memory was replaced meanwhile.
-
-        A reply the store rejects is not recorded (a :class:`RuntimeWarning` says why)
-        rather than losing the caller's response; when the caller appends it to the
-        history, the next call's sync raises the :class:`InvalidMessageError` before sending.
-        """
-        if reply is None or memory is not self._memory:
-            return
-        try:
-            memory.add(reply)
-        except InvalidMessageError as exc:
-            warnings.warn(f"the model's reply was not recorded: {exc}", RuntimeWarning, stacklevel=3)
-        self._recorded(memory)
-
-    def record_response(self, memory: RelevanceMemoryManager, response: Any) -> None:
-        choices = _get(response, "choices") or ()
-        if choices:
-            message = _get(choices[0], "message")
-            if message is not None:
-                self.record_reply(memory, message_to_dict(message))
-
-
-class SessionView:
-    """What every managed wrapper exposes about its memory (client, LangChain hook, Agents session).
-
-    Subclasses set ``self._session`` (a ``_Session``).
-    """
-
-    _session: _Session
-
-    @property
-    def memory(self) -> RelevanceMemoryManager:
-        """The memory in force (created on first use with the configured or first-called model).
-
-        After a resync (a diverging history) this is a new manager; do not hold on to an old one.
-        """
-        return self._session.memory_for(None)
-
-    @property
-    def last_build(self) -> BuiltContext | None:
-        """The latest :class:`BuiltContext` (OpenAI dicts and the decision record; ``None`` before the first)."""
-        return self._session.last_build
-
-    @property
-    def last_record(self) -> DecisionRecord | None:
-        """The decision record of the latest build (``None`` before the first)."""
-        build = self._session.last_build
-        return build.record if build is not None else None
-
-    def set_goal(self, final: str | None = None, subtask: str | None = None) -> None:
-        """Set the final goal and/or the current subtask (``None`` leaves a layer as it is).
-
-        Until a final goal is set, the first user message is the goal. Call this whenever
-        the agent's plan advances; the next build is for the new subtask.
-        """
-        self._session.set_goal(final, subtask)
 
 
 class _Passthrough:
@@ -357,7 +101,7 @@ class _Recorded(_Passthrough):
     """What every recording stream shares: the wrapped SDK stream, the context sent with the
     request, and a record-once guard (:meth:`_claim`)."""
 
-    def __init__(self, stream: Any, session: _Session, memory: RelevanceMemoryManager, build: BuiltContext) -> None:
+    def __init__(self, stream: Any, session: MemorySession, memory: RelevanceMemoryManager, build: BuiltContext) -> None:
         self._wrapped = stream
         self._session = session
         self._memory = memory
@@ -380,7 +124,7 @@ class _StreamBase(_Recorded):
     """What the sync and async ``create(stream=True)`` streams share: the reply accumulator
     and the record-once step run when the stream is exhausted."""
 
-    def __init__(self, stream: Any, session: _Session, memory: RelevanceMemoryManager, build: BuiltContext) -> None:
+    def __init__(self, stream: Any, session: MemorySession, memory: RelevanceMemoryManager, build: BuiltContext) -> None:
         super().__init__(stream, session, memory, build)
         self._acc = _ReplyAccumulator()
 
@@ -469,7 +213,7 @@ class _HelperStreamManager:
 
 
 class _Completions(_Passthrough):
-    def __init__(self, wrapped: Any, session: _Session) -> None:
+    def __init__(self, wrapped: Any, session: MemorySession) -> None:
         self._wrapped = wrapped
         self._session = session
 
@@ -507,11 +251,11 @@ class _Completions(_Passthrough):
         return _HelperStreamManager(manager, lambda stream: _HelperStream(stream, session, memory, built))
 
 
-_CompletionsFactory = Callable[[Any, _Session], _Passthrough]
+_CompletionsFactory = Callable[[Any, MemorySession], _Passthrough]
 
 
 class _Chat(_Passthrough):
-    def __init__(self, wrapped: Any, session: _Session, completions: _CompletionsFactory) -> None:
+    def __init__(self, wrapped: Any, session: MemorySession, completions: _CompletionsFactory) -> None:
         self._wrapped = wrapped
         self.completions = completions(wrapped.completions, session)
 
@@ -528,7 +272,7 @@ class _ManagedBase(SessionView, _Passthrough):
         completions: _CompletionsFactory,
     ) -> None:
         self._wrapped = client
-        self._session = _Session(memory, on_build=on_build, on_divergence=on_divergence, overrides=overrides)
+        self._session = MemorySession(memory, on_build=on_build, on_divergence=on_divergence, overrides=overrides)
         self.chat = _Chat(client.chat, self._session, completions)
 
     @property
@@ -630,7 +374,7 @@ class _AsyncHelperStream(_Recorded):
 
 
 class _AsyncCompletions(_Passthrough):
-    def __init__(self, wrapped: Any, session: _Session) -> None:
+    def __init__(self, wrapped: Any, session: MemorySession) -> None:
         self._wrapped = wrapped
         self._session = session
 
@@ -728,34 +472,3 @@ def manage(
     )
     cls = AsyncManagedOpenAI if is_async else ManagedOpenAI
     return cls(client, memory, on_build=on_build, on_divergence=on_divergence, **config)
-
-
-# --------------------------------------------------------------------------- adapters' seam
-def project_built(
-    built: BuiltContext, memory: RelevanceMemoryManager, sources: list[T], synthetic: Callable[[dict[str, Any]], T]
-) -> list[T]:
-    """Map a built context back onto the caller's own message objects.
-
-    ``sources[i]`` is the caller's object for the memory's message ``i`` (after a prefix
-    sync the history *is* aligned with the store). Emitted store messages come back as
-    their source objects (identity, ids and metadata preserved); messages the build made
-    (the goal block, summaries) go through ``synthetic`` (an OpenAI dict in, an object out).
-
-    Raises:
-        RelevanceMemoryError: the built messages do not match the decision record.
-    """
-    emitted = sorted(d.index for d in built.record.messages if d.decision in ("kept", "recent"))
-    stored = memory.messages
-    out: list[T] = []
-    n = 0
-    for message in built.messages:
-        if n < len(emitted) and message == stored[emitted[n]].raw:
-            out.append(sources[emitted[n]])
-            n += 1
-        else:
-            out.append(synthetic(message))
-    if n != len(emitted):
-        raise RelevanceMemoryError(
-            f"internal error: {len(emitted) - n} kept message(s) not found in the built context; please report this"
-        )
-    return out

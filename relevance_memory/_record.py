@@ -11,7 +11,7 @@ from pydantic import BaseModel, Field
 from ._models import ScoreSource, TaskGoal
 from ._scoring import ScorerUsage
 
-__all__ = ["DecisionRecord", "MessageDecision", "SummaryRecord"]
+__all__ = ["BudgetBreakdown", "BudgetLine", "DecisionRecord", "MessageDecision", "SummaryRecord"]
 
 Tier = Literal["pinned", "recent", "core", "working", "archive"]
 Decision = Literal["kept", "recent", "summarised", "dropped"]
@@ -61,11 +61,47 @@ class SummaryRecord(BaseModel):
     exact_values: list[str] = Field(default_factory=list)
 
 
+class BudgetLine(BaseModel):
+    """One line of a build's budget ledger (see :mod:`relevance_memory.pipeline.ledger`).
+
+    Attributes:
+        purpose: ``reply_priming``, ``pinned``, ``goal_block``, ``working_memory``,
+            ``task_statement``, ``core``, ``working`` or ``summaries``.
+        tokens: how many tokens (tokens).
+        kind: ``spend``, ``release`` (tokens spent earlier given back) or ``reserve`` (held
+            back for a later purpose while another filled the rest; an accounting note).
+        note: why, in words.
+    """
+
+    purpose: str
+    tokens: int
+    kind: Literal["spend", "release", "reserve"]
+    note: str = ""
+
+
+class BudgetBreakdown(BaseModel):
+    """Where a build's budget went (SPEC §8: the budget breakdown by purpose).
+
+    Attributes:
+        budget: the build's budget (tokens).
+        spent: purpose → tokens in the context, net of releases, in spending order;
+            ``sum(spent.values()) + unused == budget``.
+        unused: tokens of the budget left (tokens).
+        lines: the ledger's lines in the order the stages wrote them.
+    """
+
+    budget: int
+    spent: dict[str, int] = Field(default_factory=dict)
+    unused: int = 0
+    lines: list[BudgetLine] = Field(default_factory=list)
+
+
 class DecisionRecord(BaseModel):
     """The account of one build (SPEC §8); serialises to JSON and back.
 
     Token fields are in tokens of the configured encoding, including the 3 tokens that
-    prime the reply; ``budget`` is the limit ``tokens_after`` never exceeds.
+    prime the reply; ``budget`` is the limit ``tokens_after`` never exceeds, and
+    ``budget_breakdown`` says where it went (``spent`` per purpose sums to ``tokens_after``).
     """
 
     build_id: str
@@ -91,6 +127,9 @@ class DecisionRecord(BaseModel):
     chains_total: int = 0
     summaries: list[SummaryRecord] = Field(default_factory=list)
     warnings: list[str] = Field(default_factory=list)
+    budget_breakdown: BudgetBreakdown | None = Field(
+        default=None, description="where the budget went, by purpose (None in records written before it existed)"
+    )
     messages: list[MessageDecision] = Field(default_factory=list)
 
     @property

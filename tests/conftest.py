@@ -7,6 +7,7 @@
   recorded match fails with ``CannotOverwriteExistingCassetteException``.
 - Credentials never reach cassettes: ``vcr_config`` drops auth headers.
 - Endpoint environment variables are cleared so nothing picks the LLM scorer by accident.
+- Cassettes are read from ``tests/cassettes/<test module name>/`` (``vcr_cassette_dir``).
 - ``data_dir`` finds the real data sets (``../shared/data``) or skips the test.
 - Hypothesis runs derandomized with no per-example deadline: a property test explores the same
   examples on every run and a slow, loaded CI machine cannot fail it on time.
@@ -36,6 +37,12 @@ SCRUBBED_HEADERS = [
     "cookie",
     "set-cookie",
 ]
+
+
+@pytest.fixture(scope="module")
+def vcr_cassette_dir(request: pytest.FixtureRequest) -> str:
+    """Cassettes live in ``tests/cassettes/<test module name>/`` whatever folder the module is in."""
+    return str(REPO / "tests" / "cassettes" / request.module.__name__.rsplit(".", 1)[-1])
 
 
 @pytest.fixture(scope="session")

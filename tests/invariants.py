@@ -30,6 +30,11 @@ def assert_invariants(
     counted = REPLY_PRIMING_TOKENS + sum(counter.count_message(m) for m in out)
     assert counted == record.tokens_after
     assert counted <= budget, (counted, budget)
+    # the budget breakdown accounts for every token: spent per purpose + unused = budget
+    breakdown = record.budget_breakdown
+    assert breakdown is not None and breakdown.budget == record.budget
+    assert sum(breakdown.spent.values()) == record.tokens_after
+    assert sum(breakdown.spent.values()) + breakdown.unused == record.budget
     # the original system message is first, exactly once, byte for byte
     if history and history[0].get("role") == "system":
         assert json.dumps(out[0], sort_keys=True) == json.dumps(history[0], sort_keys=True)

@@ -26,8 +26,8 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from .._client import OnDivergence, SessionView, _Session, project_built
 from .._manager import BuiltContext, RelevanceMemoryManager
+from .._session import MemorySession, OnDivergence, SessionView, project_built
 
 if TYPE_CHECKING:
     from langchain_core.messages import BaseMessage
@@ -91,7 +91,7 @@ class ManagedContextHook(SessionView):
         _messages_module()
         if memory is not None and config:
             raise ValueError("pass either memory= or MemoryConfig fields, not both")
-        self._session = _Session(memory, on_build=None, on_divergence=on_divergence, overrides=config)
+        self._session = MemorySession(memory, on_build=None, on_divergence=on_divergence, overrides=config)
         self.budget = budget
 
     def _prepare(self, value: Any) -> tuple[list[Any], RelevanceMemoryManager, int]:

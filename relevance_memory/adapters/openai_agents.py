@@ -38,8 +38,8 @@ import json
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from .._client import OnDivergence, SessionView, _Session, project_built
 from .._manager import RelevanceMemoryManager
+from .._session import MemorySession, OnDivergence, SessionView, project_built
 
 if TYPE_CHECKING:
     from agents.items import TResponseInputItem
@@ -193,7 +193,7 @@ class ManagedSession(SessionView):
         self.budget = budget
         if memory is None:
             config.setdefault("on_invalid", "repair")
-        self._session = _Session(memory, on_build=None, on_divergence=on_divergence, overrides=config)
+        self._session = MemorySession(memory, on_build=None, on_divergence=on_divergence, overrides=config)
 
     async def all_items(self) -> list[TResponseInputItem]:
         """Every stored item, oldest first (the inner session's full history)."""

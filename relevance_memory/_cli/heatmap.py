@@ -14,11 +14,12 @@ from typing import Annotated, Any
 
 import typer
 
-from ._exceptions import ContextOverflowError, RelevanceMemoryError
-from ._io import load_transcript
-from ._manager import RelevanceMemoryManager
+from .._exceptions import ContextOverflowError, RelevanceMemoryError
+from .._io import load_transcript
+from .._manager import RelevanceMemoryManager
+from ._common import console, fail
 
-__all__ = ["register", "render_heatmap", "replay_strengths"]
+__all__ = ["heatmap", "render_heatmap", "replay_strengths"]
 
 
 def replay_strengths(
@@ -102,17 +103,15 @@ def heatmap(
     history: Annotated[Path | None, typer.Option(help="Also write the strength history (top-N per tick) as JSON.")] = None,
 ) -> None:
     """Replay RUN step by step and render a PNG heat map of pheromone strength over steps."""
-    from .cli import _fail, console
-
     try:
         transcript = load_transcript(run, index=index)
         memory, steps, snapshots = replay_strengths(
             transcript.messages, budget=budget, keep_recent=keep_recent, goal=transcript.task
         )
     except OSError as exc:
-        raise _fail(f"cannot read {run}: {exc.strerror or exc}") from None
+        raise fail(f"cannot read {run}: {exc.strerror or exc}") from None
     except RelevanceMemoryError as exc:
-        raise _fail(str(exc)) from None
+        raise fail(str(exc)) from None
     labels = {
         m.id: f"{m.id} {m.msg_type.value[:12]} {' '.join(m.text.split())[:28]}" for m in memory.store.messages
     }
@@ -132,7 +131,3 @@ def heatmap(
         f"wrote {target} ({run.name}{which}: {len(chosen)} messages × {len(snapshots)} builds, {field.tick} ticks)"
     )
 
-
-def register(app: typer.Typer) -> None:
-    """Add the pheromone commands to the ``relmem`` app."""
-    app.command()(heatmap)

@@ -13,7 +13,7 @@ from relevance_memory import ContextOverflowError, OfflineScorer, RelevanceMemor
 from relevance_memory._models import TaskGoal, content_text
 from relevance_memory._scoring import ScoreItem, ScoringContext, ScoringResult
 
-FIXTURE = Path(__file__).resolve().parents[1] / "fixtures" / "django__django-15280.json"
+FIXTURE = Path(__file__).resolve().parents[2] / "fixtures" / "django__django-15280.json"
 
 
 class CountingScorer:

@@ -6,15 +6,17 @@ Skipped with a reason when ../shared/data is absent (a user's fresh clone).
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+import goldens
 import pytest
 from invariants import assert_invariants
 
-from relevance_memory import GOAL_BLOCK_MARKER, ContextOverflowError, RelevanceMemoryManager, load_transcript
+from relevance_memory import GOAL_BLOCK_MARKER, BuiltContext, ContextOverflowError, RelevanceMemoryManager, TokenCounter
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 DATA = REPO.parent / "shared" / "data"
 SWE = sorted((DATA / "swebench_trajectories").glob("*.json")) if DATA.is_dir() else []
 TAU = DATA / "tau_bench" / "gpt-4o-airline.json"
@@ -23,21 +25,21 @@ BUDGETS = (4000, 8000, 16000)
 pytestmark = pytest.mark.skipif(not DATA.is_dir(), reason=f"real data not found at {DATA} (../shared/data)")
 
 
-def check_run(messages: list[dict[str, Any]], budget: int) -> str:
-    """Build at ``budget``; assert the invariants and that the task statement is kept.
+def outcome(
+    messages: list[dict[str, Any]], builds: Sequence[BuiltContext | ContextOverflowError], budget: int, counter: TokenCounter
+) -> str:
+    """Assert on a build and its rebuild: the invariants, a stable rebuild, the task statement kept.
 
     Returns ``"verbatim"``, ``"excerpt"`` (the task is in the goal block), or
     ``"overflow"`` (the newest step alone exceeds the budget: SPEC's clear error).
     """
-    memory = RelevanceMemoryManager(max_input_tokens=budget, keep_recent=4)
-    memory.extend(messages)
-    try:
-        built = memory.build_context()
-    except ContextOverflowError as err:
-        assert err.pinned_tokens + err.newest_step_tokens > budget
+    built, rebuilt = builds
+    if isinstance(built, ContextOverflowError):
+        assert built.pinned_tokens + built.newest_step_tokens > budget
         return "overflow"
-    assert_invariants(messages, built, budget, memory.tokenizer)
-    assert memory.build_context().messages == built.messages  # a rebuild with nothing new is stable
+    assert isinstance(rebuilt, BuiltContext)
+    assert_invariants(messages, built, budget, counter)
+    assert rebuilt.messages == built.messages  # a rebuild with nothing new is stable
     task = next(m for m in messages if m["role"] == "user")
     if task in built.messages:
         return "verbatim"
@@ -47,11 +49,35 @@ def check_run(messages: list[dict[str, Any]], budget: int) -> str:
     return "excerpt"
 
 
+def check_run(key: str) -> str:
+    """:func:`outcome` of golden ``key`` (built once per test session, see ``tests/goldens.py``)."""
+    golden = goldens.run(key)
+    return outcome(golden.history, golden.builds, int(key.rsplit("|", 1)[1]), golden.memory.tokenizer)
+
+
+def build_run(messages: list[dict[str, Any]], budget: int) -> str:
+    """:func:`outcome` of a history that is no golden input."""
+    memory = RelevanceMemoryManager(max_input_tokens=budget, keep_recent=4)
+    memory.extend(messages)
+    builds: list[BuiltContext | ContextOverflowError] = []
+    for _ in range(2):
+        try:
+            builds.append(memory.build_context())
+        except ContextOverflowError as err:
+            builds.append(err)
+    return outcome(messages, builds, budget, memory.tokenizer)
+
+
+def swe_key(path: Path, budget: int) -> str:
+    """The golden key of a SWE-bench run (the shipped fixtures are copies of two of them)."""
+    kind = "fixture" if (goldens.FIXTURES / path.name).is_file() else "swe"
+    return f"{kind}/{path.stem}|default|{budget}"
+
+
 @pytest.mark.data
 @pytest.mark.parametrize("path", SWE, ids=lambda p: p.stem)
 def test_swe_runs_at_every_budget(path: Path) -> None:
-    messages = load_transcript(path).messages
-    outcomes = {budget: check_run(messages, budget) for budget in BUDGETS}
+    outcomes = {budget: check_run(swe_key(path, budget)) for budget in BUDGETS}
     # at 8k and 16k every run builds with the task statement verbatim
     assert outcomes[8000] in ("verbatim", "excerpt") and outcomes[16000] == "verbatim"
 
@@ -63,8 +89,7 @@ def test_swe_outcomes_are_as_measured() -> None:
     goal block carries an excerpt of them; every other run keeps the task verbatim."""
     outcomes = {}
     for path in SWE:
-        messages = load_transcript(path).messages
-        outcomes[path.stem] = check_run(messages, 4000)
+        outcomes[path.stem] = check_run(swe_key(path, 4000))
     assert [k for k, v in outcomes.items() if v == "overflow"] == ["sympy__sympy-13091"]
     assert [k for k, v in outcomes.items() if v == "excerpt"] == ["django__django-15973", "pytest-dev__pytest-7490"]
 
@@ -75,9 +100,9 @@ def test_tau_bench_runs_at_every_budget() -> None:
         pytest.skip(f"{TAU} not found")
     runs = json.loads(TAU.read_text(encoding="utf-8"))
     outcomes: dict[str, int] = {}
-    for run in runs:
+    for n, run in enumerate(runs):
         for budget in BUDGETS:
-            outcome = check_run(run["traj"], budget)
+            outcome = check_run(f"tau/{n}|default|{budget}") if n < goldens.TAU_RUNS else build_run(run["traj"], budget)
             outcomes[outcome] = outcomes.get(outcome, 0) + 1
     assert outcomes.get("overflow", 0) == 0
     assert sum(outcomes.values()) == len(runs) * len(BUDGETS) == 600

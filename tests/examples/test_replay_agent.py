@@ -8,7 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 EXAMPLE = ROOT / "examples" / "replay_agent.py"
 TOTAL = re.compile(
     r"^TOTAL calls=(\d+) history_tokens=(\d+) sent_tokens=(\d+) saved=([\d.]+)% max_sent=(\d+) budget=(\d+) "

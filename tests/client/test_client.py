@@ -2,7 +2,7 @@
 
 Cassette tests replay ``tests/cassettes/test_client/*.yaml`` with vcrpy (record mode
 ``none``: no network). The cassettes are hand-made, not recorded from a live endpoint:
-``python tests/test_client.py`` regenerates them by running the same calls against a
+``python tests/client/test_client.py`` regenerates them by running the same calls against a
 scripted model (``examples/replay_agent.py``'s ``ScriptedModel``, which answers with the
 assistant messages of the real SWE-bench run in ``fixtures/``) while vcrpy records;
 the Authorization header is filtered out. Logic tests use an ``httpx`` mock transport.
@@ -38,7 +38,7 @@ try:  # openai>=3 talks through httpx2; older versions through httpx
 except ImportError:  # pragma: no cover
     import httpx  # type: ignore[no-redef]
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 FIXTURE = ROOT / "fixtures" / "django__django-15280.json"
 BASE_URL = "https://api.openai.com/v1"
 BUDGET = 4000
@@ -420,7 +420,7 @@ def _make_cassettes() -> None:  # pragma: no cover - a developer tool, see the m
 
     example = _example()
     opening, steps, tools = _run()
-    where = Path(__file__).parent / "cassettes" / "test_client"
+    where = ROOT / "tests" / "cassettes" / "test_client"
     recorder = vcr.VCR(record_mode="all", filter_headers=["authorization", "api-key"])
 
     def scripted(replies: list[dict[str, Any]], asynchronous: bool = False) -> Any:
@@ -468,7 +468,7 @@ def _make_cassettes() -> None:  # pragma: no cover - a developer tool, see the m
     with recorder.use_cassette(str(where / name)):
         asyncio.run(record_async())
 
-    note = "# Hand-made cassette: written by `python tests/test_client.py` against a scripted model, not a live endpoint.\n"
+    note = "# Hand-made cassette: written by `python tests/client/test_client.py` against a scripted model, not a live endpoint.\n"
     for path in where.glob("*.yaml"):
         text = path.read_text(encoding="utf-8")
         if not text.startswith("#"):

@@ -1,7 +1,8 @@
-"""Assembly (SPEC §3 step 8) and the output validity check (SPEC §9).
+"""Assemble (SPEC §3 step 8) and the output validity check (SPEC §9).
 
 Order: original system prompt(s) unchanged → goal block → summaries → kept older
-messages in original order → working memory verbatim.
+messages in original order → working memory verbatim. :func:`assemble` is the stage;
+:func:`check_context` the API-validity check every build passes before it is returned.
 """
 
 from __future__ import annotations
@@ -9,15 +10,15 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from ._models import TaskGoal
+from .._exceptions import RelevanceMemoryError
+from .._markers import GOAL_BLOCK_MARKER, SUMMARY_MARKER
+from .._models import TaskGoal
+from .._tokenizer import REPLY_PRIMING_TOKENS
+from ._state import Assembled, BuildState, Seams, required
+from .ledger import Purpose
 
-__all__ = ["GOAL_BLOCK_MARKER", "SUMMARY_MARKER", "check_context", "goal_block_text"]
+__all__ = ["GOAL_BLOCK_MARKER", "SUMMARY_MARKER", "assemble", "check_context", "goal_block_text"]
 
-GOAL_BLOCK_MARKER = "[relevance-memory: task goal]"
-"""First line of the goal block, so a reader (or a test) can tell it from user text."""
-
-SUMMARY_MARKER = "[relevance-memory: summary"
-"""Start of every summary message (SPEC §7: clearly marked), so readers and tests can tell it apart."""
 
 
 def goal_block_text(goal: TaskGoal, *, final_excerpt: str | None, task_statement_id: str | None) -> str:
@@ -88,3 +89,43 @@ def check_context(messages: Sequence[Mapping[str, Any]]) -> list[str]:
                 owner = n
     close_block()
     return problems
+
+
+def assemble(state: BuildState, seams: Seams) -> Assembled:
+    """The assemble stage: the context in SPEC §3 step 8 order, checked (SPEC §9).
+
+    Reads the partition (pinned prompt, working memory, chains) and, after a compaction,
+    the summarise stage (kept chains, summaries, the goal block in the end). When the whole
+    history fits, the context is the history.
+
+    Raises:
+        RelevanceMemoryError: an internal error made the context invalid or over budget
+            (never expected; the message asks for a report with the decision record).
+    """
+    part = required(state.partition, "partition")
+    store = seams.store
+    summarised = state.summarised
+    out: list[dict[str, Any]] = [store[i].to_openai() for i in part.pinned]
+    kept_roots = set(part.recent)
+    if summarised is not None:
+        if summarised.goal_text is not None:
+            out.append({"role": seams.config.context_role, "content": summarised.goal_text})
+        out.extend(dict(s.message) for s in summarised.pyramid.summaries)
+        kept_roots |= summarised.selection.kept
+    kept_indices = sorted(i for r in kept_roots for i in part.chains[r].members)
+    out.extend(store[i].to_openai() for i in kept_indices)
+    ledger = summarised.ledger if summarised is not None else part.ledger
+    tokens = (
+        REPLY_PRIMING_TOKENS
+        + sum(store[i].token_count for i in part.pinned)
+        + sum(store[i].token_count for i in kept_indices)
+        + (ledger.spent_on(Purpose.GOAL_BLOCK) if summarised is not None else 0)
+        + (summarised.pyramid.tokens if summarised is not None else 0)
+    )
+    problems = check_context(out)
+    if problems or tokens > state.budget or tokens != ledger.spent:
+        raise RelevanceMemoryError(
+            f"internal error: built context is invalid ({problems}) or over budget "
+            f"({tokens} > {state.budget}, ledger {ledger.spent}); please report this with the decision record"
+        )
+    return Assembled(messages=out, kept_roots=frozenset(kept_roots), tokens=tokens)

@@ -12,10 +12,8 @@ import httpx
 import pytest
 from scorers import WrappedOfflineScorer
 
-from relevance_memory import RelevanceMemoryManager, RelevanceScore, check_context
-from relevance_memory._assemble import SUMMARY_MARKER
+from relevance_memory import SUMMARY_MARKER, RelevanceMemoryManager, RelevanceScore, check_context
 from relevance_memory._cache import DiskScoreCache
-from relevance_memory._prefilter import ChunkedBM25, prefilter_chains
 from relevance_memory._summary import (
     LLMSummarizer,
     OfflineSummarizer,
@@ -26,6 +24,7 @@ from relevance_memory._summary import (
     render_summary,
 )
 from relevance_memory._tokenizer import TiktokenCounter
+from relevance_memory.pipeline.prefilter import ChunkedBM25, prefilter_chains
 
 COUNTER = TiktokenCounter("o200k_base")
 
@@ -301,7 +300,7 @@ def test_cli_heatmap_writes_png_and_exports(tmp_path: Path) -> None:
 
     from relevance_memory.cli import app
 
-    run = Path(__file__).resolve().parents[1] / "fixtures" / "sympy__sympy-20590.json"
+    run = Path(__file__).resolve().parents[2] / "fixtures" / "sympy__sympy-20590.json"
     out = tmp_path / "hm.png"
     result = CliRunner().invoke(app, [
         "heatmap", str(run), "--out", str(out), "--top", "10", "--budget", "6000",

@@ -12,7 +12,7 @@ from relevance_memory import RelevanceMemoryManager, TranscriptFormatError, load
 from relevance_memory._text import has_constraint
 from relevance_memory.cli import app
 
-FIXTURE = Path(__file__).resolve().parents[1] / "fixtures" / "django__django-15280.json"
+FIXTURE = Path(__file__).resolve().parents[2] / "fixtures" / "django__django-15280.json"
 runner = CliRunner()
 
 

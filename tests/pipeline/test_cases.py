@@ -24,8 +24,8 @@ from relevance_memory import (
 )
 from relevance_memory._tokenizer import IMAGE_TOKENS_MAX, REPLY_PRIMING_TOKENS, load_encoding
 
-HERE = Path(__file__).parent / "cases"
-SHARED = Path(__file__).resolve().parents[1].parent / "shared" / "cases"
+HERE = Path(__file__).resolve().parents[1] / "cases"
+SHARED = Path(__file__).resolve().parents[2].parent / "shared" / "cases"
 
 
 def load_case(name: str) -> dict[str, Any]:

@@ -18,15 +18,12 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import typer
-from rich.console import Console
 from rich.table import Table
 
-from ._exceptions import RelevanceMemoryError
+from .._exceptions import RelevanceMemoryError
+from ._common import console, err, fail
 
 __all__ = ["eval_app", "rubric_app"]
-
-console = Console()
-err = Console(stderr=True)
 
 eval_app = typer.Typer(help="Evidence recall at a token budget on LoCoMo / LongMemEval, baselines side by side.",
                        no_args_is_help=True)
@@ -36,18 +33,13 @@ rubric_app = typer.Typer(help="Rubric iteration: score a labelled set, compare t
 DEFAULT_BUDGETS = {"locomo": "1000,2000,4000", "longmemeval": "2000,4000,8000"}
 
 
-def _fail(message: str) -> typer.Exit:
-    err.print(f"[bold red]error:[/] {message}")
-    return typer.Exit(code=2)
-
-
 def _ints(text: str, what: str) -> tuple[int, ...]:
     try:
         values = tuple(int(x) for x in text.replace(" ", "").split(",") if x)
     except ValueError:
-        raise _fail(f"{what} must be comma-separated integers, got {text!r}") from None
+        raise fail(f"{what} must be comma-separated integers, got {text!r}") from None
     if not values or any(v <= 0 for v in values):
-        raise _fail(f"{what} must be positive integers, got {text!r}")
+        raise fail(f"{what} must be positive integers, got {text!r}")
     return values
 
 
@@ -73,7 +65,7 @@ def _run_eval(
 ) -> None:
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-    from .evaluation import (
+    from ..evaluation import (
         RecallRun,
         load_dataset,
         make_scorer,
@@ -90,7 +82,7 @@ def _run_eval(
     try:
         dataset = load_dataset(name, path)
     except (OSError, ValueError) as exc:
-        raise _fail(f"cannot load {name} from {path}: {exc}") from None
+        raise fail(f"cannot load {name} from {path}: {exc}") from None
     if categories:
         wanted = {c.strip() for c in categories.split(",") if c.strip()}
         for conv in dataset.conversations:
@@ -98,7 +90,7 @@ def _run_eval(
     select_questions(dataset, [q.strip() for q in questions.split(",")] if questions else None, limit)
     evaluable = [q for q in dataset.questions if q.evaluable]
     if not evaluable:
-        raise _fail("no question with evidence selected (check --questions / --categories / --limit)")
+        raise fail("no question with evidence selected (check --questions / --categories / --limit)")
     if dataset.unresolved:
         console.print(f"[yellow]{len(dataset.unresolved)} evidence id(s) could not be resolved[/] "
                       f"(dropped from their question): {', '.join(f'{q} {raw!r}' for q, raw in dataset.unresolved)}")
@@ -120,7 +112,7 @@ def _run_eval(
                 advance = functools.partial(bar.advance, task)
                 results.extend(run_recall(dataset, run, jobs=jobs, progress=advance))
     except RelevanceMemoryError as exc:
-        raise _fail(str(exc)) from None
+        raise fail(str(exc)) from None
     elapsed = time.perf_counter() - started
     summary = summarise_results(results)
     title = f"{name}: evidence recall at a token budget ({len(evaluable):,} questions, cl100k)"
@@ -200,12 +192,12 @@ def rubric_build(
     limit: Annotated[int | None, typer.Option(help="At most N examples.")] = None,
 ) -> None:
     """Derive a labelled set from LoCoMo / LongMemEval: evidence turns gold 5, sampled others gold 1."""
-    from .evaluation import build_labelled_set, load_dataset
+    from ..evaluation import build_labelled_set, load_dataset
 
     try:
         data = load_dataset(dataset, path)
     except (OSError, ValueError) as exc:
-        raise _fail(f"cannot load {dataset} from {path}: {exc}") from None
+        raise fail(f"cannot load {dataset} from {path}: {exc}") from None
     labelled = build_labelled_set(data, negatives=negatives, seed=seed, limit=limit)
     labelled.save(out)
     n = sum(len(e.gold) for e in labelled.examples)
@@ -213,14 +205,14 @@ def rubric_build(
 
 
 def _load_set(path: Path) -> Any:
-    from .evaluation import LabelledSet
+    from ..evaluation import LabelledSet
 
     try:
         return LabelledSet.load(path)
     except OSError as exc:
-        raise _fail(f"cannot read {path}: {exc.strerror or exc}") from None
+        raise fail(f"cannot read {path}: {exc.strerror or exc}") from None
     except ValueError as exc:
-        raise _fail(f"{path} is not a labelled set: {str(exc).splitlines()[0]}") from None
+        raise fail(f"{path} is not a labelled set: {str(exc).splitlines()[0]}") from None
 
 
 def _report_rows(reports: list[Any]) -> Table:
@@ -250,7 +242,7 @@ def _report_rows(reports: list[Any]) -> Table:
 
 
 def _evaluate(set_path: Path, specs: list[str], repeats: int, json_out: Path | None) -> None:
-    from .evaluation import evaluate_rubric, make_scorer, write_json
+    from ..evaluation import evaluate_rubric, make_scorer, write_json
 
     labelled = _load_set(set_path)
     reports = []
@@ -258,7 +250,7 @@ def _evaluate(set_path: Path, specs: list[str], repeats: int, json_out: Path | N
         for spec in specs:
             reports.append(evaluate_rubric(labelled, make_scorer(spec), repeats=repeats))
     except RelevanceMemoryError as exc:
-        raise _fail(str(exc)) from None
+        raise fail(str(exc)) from None
     console.print(_report_rows(reports))
     if json_out is not None:
         write_json(json_out, {"set": str(set_path), **_provenance(), "reports": [r.model_dump() for r in reports]})

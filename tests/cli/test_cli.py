@@ -10,7 +10,7 @@ from typer.testing import CliRunner
 from relevance_memory import DecisionRecord, check_context
 from relevance_memory.cli import app
 
-FIXTURE = Path(__file__).resolve().parents[1] / "fixtures" / "django__django-15280.json"
+FIXTURE = Path(__file__).resolve().parents[2] / "fixtures" / "django__django-15280.json"
 runner = CliRunner()
 
 
@@ -66,7 +66,7 @@ def test_heatmap_takes_index_and_build_table_separates_the_system_prompt(tmp_pat
     assert result.exit_code == 0, result.output
     assert "run 3 of 200" in " ".join(result.output.split())
     assert out.read_bytes()[:4] == b"\x89PNG"
-    swe = Path(__file__).resolve().parents[1] / "fixtures" / "sympy__sympy-20590.json"
+    swe = Path(__file__).resolve().parents[2] / "fixtures" / "sympy__sympy-20590.json"
     built = runner.invoke(app, ["build", str(swe), "--budget", "4000", "--out", str(tmp_path / "c.json"),
                                      "--record", str(tmp_path / "r.json")])
     assert built.exit_code == 0, built.output

@@ -10,10 +10,9 @@ from typing import Any
 
 import pytest
 
-from relevance_memory import GOAL_BLOCK_MARKER, RelevanceMemoryManager, TiktokenCounter, check_context
-from relevance_memory._assemble import SUMMARY_MARKER
+from relevance_memory import GOAL_BLOCK_MARKER, SUMMARY_MARKER, RelevanceMemoryManager, TiktokenCounter, check_context
 
-CASES = Path(__file__).resolve().parents[2] / "shared" / "cases"
+CASES = Path(__file__).resolve().parents[3] / "shared" / "cases"
 if not CASES.is_dir():
     CASES = Path("/work/shared/cases")
 

@@ -22,7 +22,8 @@ from relevance_memory._config import PheromoneConfig
 from relevance_memory._models import Message, MessageType
 from relevance_memory._pheromone import PheromoneField
 from relevance_memory._scoring import message_cache_key
-from relevance_memory._select import Chain, select_chains
+from relevance_memory.pipeline import Chain
+from relevance_memory.pipeline.select import select_chains
 
 
 def _field_with(kind: str = "tool_result") -> PheromoneField:

@@ -1,0 +1,81 @@
+"""What every ``relmem`` command shares: the consoles, the one error helper, small formatters."""
+
+from __future__ import annotations
+
+import typer
+from rich import box
+from rich.console import Console
+from rich.table import Table
+
+from .._record import BudgetBreakdown
+
+__all__ = ["budget_line", "budget_notes", "budget_table", "console", "err", "fail", "plural", "short"]
+
+console = Console()
+"""Standard output (tables, results)."""
+err = Console(stderr=True)
+"""Standard error (errors, progress)."""
+
+
+def fail(message: str) -> typer.Exit:
+    """Print ``error: message`` on standard error; return the exit (code 2) to raise.
+
+    Usage: ``raise fail(f"cannot read {path}")``.
+    """
+    err.print(f"[bold red]error:[/] {message}", soft_wrap=True)
+    return typer.Exit(code=2)
+
+
+def plural(count: int, noun: str) -> str:
+    """``"1 message"``, ``"3 messages"`` (with thousands separators)."""
+    return f"{count:,} {noun}{'' if count == 1 else 's'}"
+
+
+def short(text: str, n: int) -> str:
+    """``text`` on one line, cut to ``n`` characters with an ellipsis."""
+    text = " ".join(text.split())
+    return text if len(text) <= n else text[: n - 1] + "…"
+
+
+_PURPOSE_LABEL = {
+    "reply_priming": "reply priming",
+    "pinned": "system prompt (pinned)",
+    "goal_block": "goal block",
+    "working_memory": "working memory (last steps)",
+    "core": "core tier (kept by score)",
+    "working": "working tier",
+    "summaries": "summaries",
+    "task_statement": "task statement",
+}
+
+
+def budget_table(breakdown: BudgetBreakdown) -> Table:
+    """Where a build's budget went: tokens and share per purpose, and what is left (SPEC §8)."""
+    budget = breakdown.budget
+    table = Table(title=f"where the {budget:,}-token budget went", box=box.SIMPLE_HEAD, pad_edge=False,
+                  title_justify="left")
+    table.add_column("purpose")
+    table.add_column("tokens", justify="right")
+    table.add_column("share", justify="right")
+    rows = [(k, v) for k, v in breakdown.spent.items() if v] + [("unused", breakdown.unused)]
+    for purpose, tokens in rows:
+        share = f"{tokens / budget:.0%}" if budget else ""
+        table.add_row(_PURPOSE_LABEL.get(purpose, purpose), f"{tokens:,}", share)
+    return table
+
+
+def budget_notes(breakdown: BudgetBreakdown) -> list[str]:
+    """The ledger's reserves and releases in words, e.g. ``reserved 800 tokens for summaries (…)``."""
+    verbs = {"reserve": "reserved", "release": "released"}
+    return [
+        f"{verbs[line.kind]} {line.tokens:,} tokens for {_PURPOSE_LABEL.get(line.purpose, line.purpose).split(' (')[0]}"
+        + (f" ({line.note})" if line.note else "")
+        for line in breakdown.lines
+        if line.kind in verbs
+    ]
+
+
+def budget_line(breakdown: BudgetBreakdown) -> str:
+    """The breakdown on one line: ``pinned 412 · goal block 60 · … · unused 303`` (tokens)."""
+    parts = [f"{_PURPOSE_LABEL.get(k, k).split(' (')[0]} {v:,}" for k, v in breakdown.spent.items() if v]
+    return " · ".join([*parts, f"unused {breakdown.unused:,}"])

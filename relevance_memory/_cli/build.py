@@ -1,0 +1,131 @@
+"""``relmem build``: build the context from a transcript and write it with its decision record."""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+from pathlib import Path
+from typing import Annotated, Literal
+
+import typer
+from rich.table import Table
+
+from .._exceptions import RelevanceMemoryError
+from .._io import load_transcript
+from .._manager import RelevanceMemoryManager
+from .._record import DecisionRecord
+from ._common import budget_line, console, fail, plural, short
+
+__all__ = ["build"]
+
+
+def build(
+    transcript: Annotated[Path, typer.Argument(help="Transcript: OpenAI chat JSON/JSONL, a SWE-bench run, or τ-bench results.")],
+    goal: Annotated[str | None, typer.Option(help="Final goal. Default: the first user message.")] = None,
+    subtask: Annotated[str | None, typer.Option(help="Current subtask.")] = None,
+    budget: Annotated[int | None, typer.Option(min=1, help="Token budget of the built context (tokens). Default: 60% of the model's window.")] = None,
+    keep_recent: Annotated[int, typer.Option("--keep-recent", min=0, help="Working memory: last K steps kept verbatim (the newest user message is always kept).")] = 4,
+    model: Annotated[str, typer.Option(help="Model name; picks the tokenizer (o200k/cl100k) and the default window.")] = "gpt-4o",
+    index: Annotated[int, typer.Option(help="Which run to take from a file holding many (τ-bench).")] = 0,
+    repair: Annotated[bool, typer.Option(help="Keep orphan tool messages / unanswered calls in the store but out of the context, instead of failing.")] = False,
+    out: Annotated[Path | None, typer.Option(help="Where to write the context (JSON list of OpenAI messages). Default: <name>.context.json")] = None,
+    record: Annotated[Path | None, typer.Option(help="Where to write the decision record. Default: <name>.record.json")] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print the decision record as JSON instead of the table.")] = False,
+    scorer: Annotated[str, typer.Option(help="auto (LLM when OPENAI_API_KEY / OPENAI_BASE_URL / --base-url is set, else offline), llm or offline.")] = "auto",
+    scorer_model: Annotated[str | None, typer.Option(help="Model the LLM scorer calls. Default: $RELMEM_MODEL, else --model.")] = None,
+    base_url: Annotated[str | None, typer.Option(help="OpenAI-compatible endpoint for the LLM scorer. Default: $OPENAI_BASE_URL.")] = None,
+) -> None:
+    """Build the context for the next LLM call from TRANSCRIPT and write it with its decision record."""
+    if scorer not in ("auto", "llm", "offline"):
+        raise fail(f"--scorer must be auto, llm or offline, not {scorer!r}")
+    try:
+        from .._config import MemoryConfig
+        from .._llm_scorer import resolve_scorer  # imports openai only when building
+
+        logging.getLogger("instructor").addHandler(logging.NullHandler())  # failures show as warnings below
+
+        config = MemoryConfig.create(
+            model=model, keep_recent=keep_recent, max_input_tokens=budget, on_invalid="repair" if repair else "raise"
+        )
+        chosen, scorer_note = resolve_scorer(
+            _scorer_kind(scorer), model=scorer_model or os.environ.get("RELMEM_MODEL") or model, base_url=base_url,
+            config=config,
+        )
+        loaded = load_transcript(transcript, index=index)
+        memory = RelevanceMemoryManager(config, scorer=chosen)
+        if not loaded.messages:
+            raise fail(f"{transcript} holds no messages: nothing to build")
+        memory.extend(loaded.messages)
+        memory.set_goal(final=goal, subtask=subtask)
+        built = memory.build_context()
+    except RelevanceMemoryError as exc:
+        message = str(exc).replace("set on_invalid='repair'", "pass --repair")
+        raise fail(message) from None
+    stem = transcript.name.removesuffix(".jsonl").removesuffix(".json")
+    if loaded.count > 1:
+        stem = f"{stem}.{index}"
+    out = out or Path(f"{stem}.context.json")
+    record_path = record or Path(f"{stem}.record.json")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    record_path.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(built.messages, ensure_ascii=False, indent=2) + "\n", encoding="utf-8")
+    record_path.write_text(built.record.to_json() + "\n", encoding="utf-8")
+    if as_json:
+        typer.echo(built.record.to_json())
+        return
+    _print_summary(transcript, loaded.format, loaded.count, index, built.record, scorer_note)
+    console.print(f"context → [bold]{out}[/]   decision record → [bold]{record_path}[/]")
+    console.print(f"see why: [cyan]relmem explain {record_path}[/]")
+
+
+def _scorer_kind(value: str) -> Literal["auto", "llm", "offline"]:
+    return "llm" if value == "llm" else "offline" if value == "offline" else "auto"
+
+
+def _print_summary(path: Path, fmt: str, count: int, index: int, rec: DecisionRecord, scorer_note: str = "") -> None:
+    which = f", run {index} of {count}" if count > 1 else ""
+    console.print(f"[bold]relmem build[/] {path} ({fmt}{which}, {plural(rec.messages_before, 'message')})")
+    goal = rec.goal
+    if goal.source == "first_user_message":
+        console.print("final goal: [italic]the first user message[/] (pass --goal to set it)")
+    elif goal.final:
+        console.print(f"final goal: {short(goal.final, 100)}")
+    if goal.subtask:
+        console.print(f"subtask: {short(goal.subtask, 100)}")
+    scorer = "offline (deterministic, no API key)" if rec.scorer == "offline" else f"{rec.scorer} ({rec.scorer_model})"
+    console.print(f"scorer: {scorer_note or scorer}, rubric {rec.rubric_version}")
+    counts = rec.decision_counts()
+    table = Table(show_header=True, header_style="bold")
+    table.add_column("")
+    table.add_column("before", justify="right")
+    table.add_column("after", justify="right")
+    table.add_row("messages", f"{rec.messages_before:,}", f"{rec.messages_after:,}")
+    table.add_row("tokens", f"{rec.tokens_before:,}", f"{rec.tokens_after:,} (budget {rec.budget:,})")
+    table.add_row(
+        "recent (working memory)", "",
+        f"{plural(counts['recent'], 'msg')} in {plural(rec.working_steps, 'step')} (keep-recent {rec.keep_recent} + newest user msg)",
+    )
+    pinned = sum(1 for d in rec.messages if d.decision == "kept" and d.tier == "pinned")
+    if pinned:
+        table.add_row("system prompt (pinned)", "", f"{plural(pinned, 'msg')}")
+    table.add_row("kept older (by score)", "", f"{counts['kept'] - pinned:,} msgs")
+    archived = counts["dropped"] + counts["summarised"]
+    table.add_row("archived", "", f"{archived:,} msgs ({counts['summarised']:,} summarised)")
+    table.add_row("trace chains kept", "", f"{rec.chains_kept:,} of {rec.chains_total:,}")
+    if rec.goal_block:
+        table.add_row("goal block", "", "added")
+    if rec.usage.llm_calls or rec.cache_hits:
+        table.add_row("LLM calls / tokens", "", f"{rec.usage.llm_calls} / {rec.usage.prompt_tokens + rec.usage.completion_tokens:,}")
+        table.add_row("cache hit rate", "", f"{rec.cache_hit_rate:.0%}")
+    if rec.usage.llm_calls:
+        table.add_row("LLM latency", "", f"{rec.usage.latency_s:.1f} s")
+    if rec.usage.retries or rec.usage.fallbacks:
+        table.add_row("LLM retries / fallbacks", "", f"{rec.usage.retries} / {rec.usage.fallbacks} msgs")
+    if rec.identity:
+        table.caption = "the whole history fits the budget: the context equals the input"
+    console.print(table)
+    if rec.budget_breakdown is not None:
+        console.print(f"budget: {budget_line(rec.budget_breakdown)} tokens")
+    for warning in rec.warnings:
+        console.print(f"[yellow]warning:[/] {warning}")

@@ -1,0 +1,75 @@
+"""``relmem explain``: the per-message decisions of a build, from its decision record."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich import box
+from rich.table import Table
+
+from .._record import DecisionRecord
+from ._common import budget_notes, budget_table, console, fail
+
+__all__ = ["explain"]
+
+_TYPE_ABBREV = {
+    "user_instruction": "instruction",
+    "user_chat": "chat",
+    "assistant_reasoning": "reasoning",
+    "tool_call": "call",
+    "tool_result": "result",
+}
+
+
+def explain(
+    record: Annotated[Path, typer.Argument(help="A decision record written by `relmem build`.")],
+    decision: Annotated[str | None, typer.Option(help="Only messages with this decision: kept, recent, summarised, dropped.")] = None,
+    limit: Annotated[int, typer.Option(help="Show at most this many rows (0 = all).")] = 0,
+    full: Annotated[bool, typer.Option("--full", help="Wrap each reason over several lines instead of cutting it.")] = False,
+) -> None:
+    """Show the per-message decisions of a build (score, source, tier, decision, reason) and where the budget went."""
+    try:
+        rec = DecisionRecord.from_json(record.read_bytes())
+    except OSError as exc:
+        raise fail(f"cannot read {record}: {exc.strerror or exc}") from None
+    except ValueError as exc:
+        raise fail(f"{record} is not a decision record: {str(exc).splitlines()[0]}") from None
+    if decision is not None and decision not in ("kept", "recent", "summarised", "dropped"):
+        raise fail(f"--decision must be kept, recent, summarised or dropped, not {decision!r}")
+    rows = [d for d in rec.messages if decision is None or d.decision == decision]
+    shown = rows[:limit] if limit else rows
+    table = Table(
+        title=f"build {rec.build_id}: {rec.tokens_before:,} → {rec.tokens_after:,} tokens (budget {rec.budget:,})",
+        box=box.SIMPLE_HEAD,
+        expand=True,
+        pad_edge=False,
+    )
+    wide = console.width >= 120  # narrow terminals: drop step and tier so the reason has room
+    columns = [("id", "left"), ("step", "right"), ("type", "left"), ("tokens", "right"), ("score", "left"), ("decision", "left")]
+    for col, justify in columns if wide else [c for c in columns if c[0] != "step"]:
+        table.add_column(col, justify=justify, no_wrap=True)  # type: ignore[arg-type]
+    # one line per message unless --full; the full reasons are also in the JSON record
+    table.add_column("reason", ratio=1, min_width=24, no_wrap=not full, overflow="fold" if full else "ellipsis")
+    style = {"kept": "green", "recent": "cyan", "summarised": "yellow", "dropped": "red"}
+    for d in shown:
+        reason = d.reason + (f" — {d.note}" if d.note else "")
+        score = "" if d.score is None else f"{d.score} {d.score_source.value if d.score_source else ''}"
+        if not wide:
+            score = "" if d.score is None else str(d.score)
+        tier = f" ({d.tier})" if wide and d.tier in ("core", "working", "archive") else ""
+        cells = [d.id, str(d.step), _TYPE_ABBREV.get(d.msg_type, d.msg_type), f"{d.tokens:,}", score,
+                 f"[{style[d.decision]}]{d.decision}[/]{tier}", reason]
+        table.add_row(*(cells if wide else cells[:1] + cells[2:]))
+    console.print(table)
+    if limit and len(rows) > limit:
+        console.print(f"… {len(rows) - limit} more rows (use --limit 0 for all)")
+    counts = rec.decision_counts()
+    console.print(", ".join(f"{k}: {v}" for k, v in counts.items()))
+    if rec.budget_breakdown is not None:
+        console.print(budget_table(rec.budget_breakdown))
+        for note in budget_notes(rec.budget_breakdown):
+            console.print(f"  {note}")
+    for warning in rec.warnings:
+        console.print(f"[yellow]warning:[/] {warning}")

@@ -1,0 +1,329 @@
+"""One managed conversation: the memory kept in sync with the caller's growing history.
+
+Used by every wrapper — the managed OpenAI client (:mod:`relevance_memory._client`), the
+LangChain hook and the OpenAI Agents session (:mod:`relevance_memory.adapters`):
+
+- :class:`MemorySession` holds the memory, records the new messages of each call's
+  history (sync by prefix), keeps the latest build and records the model's reply;
+- :class:`SessionView` is what each wrapper exposes about it (``memory``, ``last_build``,
+  ``last_record``, ``set_goal``);
+- :func:`message_to_dict` turns SDK message objects into request dicts, and
+  :func:`project_built` maps a built context back onto the caller's own objects.
+
+Sync rule (by prefix). The caller passes its whole, growing history on every call. The
+memory holds every message recorded so far (earlier inputs and the replies recorded
+here). Messages are compared by role, content, tool calls (id, name, arguments),
+``tool_call_id`` and ``name`` — so a reply appended as the SDK's message object, its
+``model_dump()`` or a hand-written dict all match the recorded one; ``content`` ``None``
+and ``""`` are equal. Then:
+
+- the history starts with every recorded message → the rest is new and is recorded;
+- otherwise the history *diverged* (an edited, trimmed or reordered message, or a reply
+  that was not appended, e.g. a retry). With ``on_divergence="resync"`` (default) the
+  memory starts over from the given history (:meth:`RelevanceMemoryManager.fresh`:
+  same config, scorer and goal; the score and summary caches and the pheromone memory of
+  the unchanged leading messages are kept, so they are not re-scored nor forgotten)
+  and a :class:`RuntimeWarning` names the first differing position; with ``"raise"``,
+  :class:`HistoryDivergedError` is raised before any request is sent. A message is
+  never recorded twice or out of place.
+
+One session manages one conversation; do not share it between concurrent conversations.
+"""
+
+from __future__ import annotations
+
+import json
+import warnings
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any, Literal, TypeVar
+
+from ._exceptions import HistoryDivergedError, InvalidMessageError, RelevanceMemoryError
+from ._manager import BuiltContext, RelevanceMemoryManager
+from ._models import TaskGoal
+from ._record import DecisionRecord
+
+__all__ = ["MemorySession", "OnDivergence", "SessionView", "field_of", "message_to_dict", "project_built"]
+
+OnDivergence = Literal["resync", "raise"]
+T = TypeVar("T")
+
+
+# --------------------------------------------------------------------------- messages
+def field_of(obj: Any, key: str, default: Any = None) -> Any:
+    """``obj[key]`` for a mapping, else ``obj.key``; ``default`` when absent (dicts and SDK objects alike)."""
+    if isinstance(obj, Mapping):
+        return obj.get(key, default)
+    return getattr(obj, key, default)
+
+
+def _tool_call_dict(call: Any) -> dict[str, Any]:
+    function = field_of(call, "function")
+    kind = field_of(call, "type") or "function"
+    if function is None and kind != "function":  # a custom tool call: keep its own payload
+        payload = field_of(call, kind)
+        return {"id": field_of(call, "id"), "type": kind, kind: _plain(payload)}
+    return {
+        "id": field_of(call, "id"),
+        "type": kind,
+        "function": {"name": field_of(function, "name"), "arguments": field_of(function, "arguments") or ""},
+    }
+
+
+def _plain(value: Any) -> Any:
+    dump = getattr(value, "model_dump", None)
+    return dump(exclude_none=True) if callable(dump) else value
+
+
+def message_to_dict(message: Any) -> dict[str, Any]:
+    """An OpenAI chat message as a request dict.
+
+    Dicts are returned as they are (copied shallowly); SDK message objects (e.g.
+    ``response.choices[0].message``) become ``{role, content, tool_calls?, name?,
+    tool_call_id?}`` — response-only fields (``refusal``, ``annotations``, ``audio``)
+    are left out. A reply with no content and no tool calls gets ``content=""`` (its
+    refusal text when it has one).
+
+    Raises:
+        TypeError: ``message`` is neither a mapping nor an object with a ``role``.
+    """
+    if isinstance(message, Mapping):
+        return dict(message)
+    role = getattr(message, "role", None)
+    if role is None:
+        raise TypeError(f"expected an OpenAI chat message (dict or SDK object), got {type(message).__name__}")
+    out: dict[str, Any] = {"role": role, "content": _plain(getattr(message, "content", None))}
+    calls = getattr(message, "tool_calls", None)
+    if calls:
+        out["tool_calls"] = [_tool_call_dict(c) for c in calls]
+    for key in ("name", "tool_call_id"):
+        value = getattr(message, key, None)
+        if value:
+            out[key] = value
+    if out["content"] is None and not calls:
+        out["content"] = getattr(message, "refusal", None) or ""
+    return out
+
+
+def _fingerprint(message: Mapping[str, Any]) -> str:
+    """Comparison key of a message for the prefix sync (see the module doc)."""
+    content = message.get("content")
+    key: dict[str, Any] = {
+        "role": message.get("role"),
+        "content": None if content in (None, "") else content,
+        "tool_calls": [
+            [field_of(c, "id"), field_of(field_of(c, "function"), "name"), field_of(field_of(c, "function"), "arguments") or ""]
+            for c in (message.get("tool_calls") or ())
+        ],
+    }
+    for field in ("tool_call_id", "name"):
+        if message.get(field):
+            key[field] = message[field]
+    return json.dumps(key, sort_keys=True, ensure_ascii=False, default=str)
+
+
+# --------------------------------------------------------------------------- session
+class MemorySession:
+    """The memory of one conversation, its sync with the caller's history, and the last build (module doc).
+
+    Args:
+        memory: the memory to use; ``None`` makes one on first use from ``overrides``
+            (plus the first request's model unless ``overrides`` names one).
+        on_build: called with each :class:`BuiltContext` before its request is sent.
+        on_divergence: ``"resync"`` or ``"raise"`` (module doc).
+        overrides: :class:`MemoryConfig` fields for the default memory.
+        quiet: resync without a warning (the history was edited through an API of ours).
+
+    Raises:
+        ValueError: ``on_divergence`` is neither ``"resync"`` nor ``"raise"``.
+    """
+
+    def __init__(
+        self,
+        memory: RelevanceMemoryManager | None,
+        *,
+        on_build: Callable[[BuiltContext], None] | None,
+        on_divergence: OnDivergence,
+        overrides: dict[str, Any],
+        quiet: bool = False,
+    ) -> None:
+        if on_divergence not in ("resync", "raise"):
+            raise ValueError(f"on_divergence must be 'resync' or 'raise', got {on_divergence!r}")
+        self._memory = memory
+        self._overrides = overrides
+        self._pending_goal: tuple[str | None, str | None] | None = None
+        self.on_build = on_build
+        self.on_divergence: OnDivergence = on_divergence
+        self._fingerprints: list[str] = []
+        self.last_build: BuiltContext | None = None
+        self.quiet = quiet  # resync without a warning (the history was edited through an API of ours)
+
+    def memory_for(self, model: str | None) -> RelevanceMemoryManager:
+        if self._memory is None:
+            overrides = dict(self._overrides)
+            if model and "model" not in overrides:
+                overrides["model"] = model
+            self._memory = RelevanceMemoryManager(**overrides)
+            if self._pending_goal is not None:
+                self._memory.set_goal(*self._pending_goal)
+                self._pending_goal = None
+        return self._memory
+
+    def set_goal(self, final: str | None, subtask: str | None) -> TaskGoal | None:
+        if self._memory is not None:
+            return self._memory.set_goal(final=final, subtask=subtask)
+        old_final, old_subtask = self._pending_goal or (None, None)
+        self._pending_goal = (final if final is not None else old_final, subtask if subtask is not None else old_subtask)
+        return None
+
+    def _recorded(self, memory: RelevanceMemoryManager) -> list[str]:
+        stored = memory.messages
+        if len(self._fingerprints) > len(stored):  # the memory was replaced by the caller
+            self._fingerprints = []
+        for message in stored[len(self._fingerprints) :]:
+            self._fingerprints.append(_fingerprint(message.raw))
+        return self._fingerprints
+
+    def sync(self, history: Iterable[Any], model: str | None) -> RelevanceMemoryManager:
+        """Record the new messages of ``history`` (see the module doc); returns the memory."""
+        messages = [message_to_dict(m) for m in history]
+        memory = self.memory_for(model)
+        recorded = self._recorded(memory)
+        prints = [_fingerprint(m) for m in messages]
+        n = len(recorded)
+        diverged_at = next((i for i in range(min(n, len(prints))) if prints[i] != recorded[i]), None)
+        if diverged_at is None and len(prints) < n:
+            diverged_at = len(prints)
+        if diverged_at is None:
+            memory.extend(messages[n:])
+            self._recorded(memory)
+            return memory
+        expected = memory.messages[diverged_at].to_openai()
+        got = messages[diverged_at] if diverged_at < len(messages) else None
+        what = (
+            f"the history has {len(messages)} message(s) but the memory already holds {n} "
+            "(trimmed, or the recorded reply was not appended)"
+            if got is None
+            else f"message {diverged_at} of the history differs from the recorded one "
+            f"({expected.get('role')} → {got.get('role')})"
+        )
+        if self.on_divergence == "raise":
+            raise HistoryDivergedError(
+                f"history diverged from the memory: {what}; pass the full history with every earlier "
+                "message unchanged, or use on_divergence='resync'",
+                index=diverged_at,
+                expected=expected,
+                got=got,
+            )
+        if not self.quiet:
+            warnings.warn(
+                f"history diverged from the memory: {what}; the memory starts over from this history "
+                "(scores are reused from the cache)",
+                RuntimeWarning,
+                stacklevel=4,
+            )
+        self._memory = memory.fresh(messages)
+        self._fingerprints = list(prints)
+        return self._memory
+
+    def budget(self, memory: RelevanceMemoryManager, kwargs: Mapping[str, Any]) -> int:
+        """The build budget: the memory's budget minus the tokens of the ``tools`` schema."""
+        budget = memory.config.token_budget()
+        tools = kwargs.get("tools")
+        if tools:
+            budget -= memory.tokenizer.count_text(json.dumps([_plain(t) for t in tools], default=str))
+        return budget
+
+    def built(self, built: BuiltContext) -> list[dict[str, Any]]:
+        self.last_build = built
+        if self.on_build is not None:
+            self.on_build(built)
+        return built.messages
+
+    def record_reply(self, memory: RelevanceMemoryManager, reply: Mapping[str, Any] | None) -> None:
+        """Record the model's reply unless the memory was replaced meanwhile.
+
+        A reply the store rejects is not recorded (a :class:`RuntimeWarning` says why)
+        rather than losing the caller's response; when the caller appends it to the
+        history, the next call's sync raises the :class:`InvalidMessageError` before sending.
+        """
+        if reply is None or memory is not self._memory:
+            return
+        try:
+            memory.add(reply)
+        except InvalidMessageError as exc:
+            warnings.warn(f"the model's reply was not recorded: {exc}", RuntimeWarning, stacklevel=3)
+        self._recorded(memory)
+
+    def record_response(self, memory: RelevanceMemoryManager, response: Any) -> None:
+        choices = field_of(response, "choices") or ()
+        if choices:
+            message = field_of(choices[0], "message")
+            if message is not None:
+                self.record_reply(memory, message_to_dict(message))
+
+
+class SessionView:
+    """What every managed wrapper exposes about its memory (client, LangChain hook, Agents session).
+
+    Subclasses set ``self._session`` (a :class:`MemorySession`).
+    """
+
+    _session: MemorySession
+
+    @property
+    def memory(self) -> RelevanceMemoryManager:
+        """The memory in force (created on first use with the configured or first-called model).
+
+        After a resync (a diverging history) this is a new manager; do not hold on to an old one.
+        """
+        return self._session.memory_for(None)
+
+    @property
+    def last_build(self) -> BuiltContext | None:
+        """The latest :class:`BuiltContext` (OpenAI dicts and the decision record; ``None`` before the first)."""
+        return self._session.last_build
+
+    @property
+    def last_record(self) -> DecisionRecord | None:
+        """The decision record of the latest build (``None`` before the first)."""
+        build = self._session.last_build
+        return build.record if build is not None else None
+
+    def set_goal(self, final: str | None = None, subtask: str | None = None) -> None:
+        """Set the final goal and/or the current subtask (``None`` leaves a layer as it is).
+
+        Until a final goal is set, the first user message is the goal. Call this whenever
+        the agent's plan advances; the next build is for the new subtask.
+        """
+        self._session.set_goal(final, subtask)
+
+
+# --------------------------------------------------------------------------- projection
+def project_built(
+    built: BuiltContext, memory: RelevanceMemoryManager, sources: list[T], synthetic: Callable[[dict[str, Any]], T]
+) -> list[T]:
+    """Map a built context back onto the caller's own message objects.
+
+    ``sources[i]`` is the caller's object for the memory's message ``i`` (after a prefix
+    sync the history *is* aligned with the store). Emitted store messages come back as
+    their source objects (identity, ids and metadata preserved); messages the build made
+    (the goal block, summaries) go through ``synthetic`` (an OpenAI dict in, an object out).
+
+    Raises:
+        RelevanceMemoryError: the built messages do not match the decision record.
+    """
+    emitted = sorted(d.index for d in built.record.messages if d.decision in ("kept", "recent"))
+    stored = memory.messages
+    out: list[T] = []
+    n = 0
+    for message in built.messages:
+        if n < len(emitted) and message == stored[emitted[n]].raw:
+            out.append(sources[emitted[n]])
+            n += 1
+        else:
+            out.append(synthetic(message))
+    if n != len(emitted):
+        raise RelevanceMemoryError(
+            f"internal error: {len(emitted) - n} kept message(s) not found in the built context; please report this"
+        )
+    return out

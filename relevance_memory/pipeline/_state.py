@@ -1,0 +1,361 @@
+"""What flows through a build: the seams it reads (:class:`Seams`) and the build state
+(:class:`BuildState`) that every stage reads and adds its own output to.
+
+A stage is a function ``stage(state, seams) -> Output``; the runner
+(:mod:`relevance_memory.pipeline._run`) stores the output in the stage's slot of the state.
+A stage reads the slots of earlier stages and never writes another stage's slot. The seams
+are the only way out of the pure core: the store view, the scorer (the one I/O call, the
+only await point of an async build), the score and summary caches, the pheromone memory,
+the summarizer, the tokenizer and the clock.
+
+To add a stage output: add a frozen dataclass here, a slot for it in :class:`BuildState`,
+the stage function in its own module, and one line in the runner.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any, Protocol, TypeVar
+
+from .._capabilities import ScorerCapabilities
+from .._config import MemoryConfig
+from .._models import Message, RelevanceScore, TaskGoal
+from .._pheromone import PheromoneField
+from .._record import DecisionRecord
+from .._scoring import OfflineScorer, ScoreCache, Scorer, ScoringResult
+from .._summary import PyramidResult, Summarizer, SummaryCache
+from .._tokenizer import TokenCounter
+from ._bm25 import PrefilterIndex
+from ._deposits import DepositLog
+from .ledger import BudgetLedger
+from .order import OrderPolicy
+
+__all__ = [
+    "Assembled",
+    "BuildState",
+    "BuiltContext",
+    "Chain",
+    "Partitioned",
+    "Prefiltered",
+    "Ranked",
+    "ScoreRequest",
+    "Scored",
+    "Seams",
+    "Selection",
+    "StoreView",
+    "Summarised",
+    "required",
+]
+
+T = TypeVar("T")
+
+
+def required(value: T | None, stage: str) -> T:
+    """``value``, the output of ``stage``; raises ``RuntimeError`` when that stage has not run."""
+    if value is None:
+        raise RuntimeError(f"internal error: the {stage} stage has not run before a stage that reads it")
+    return value
+
+
+class StoreView(Protocol):
+    """What the stages read of the append-only store (:class:`MessageStore` satisfies it).
+
+    Stages only read; ingest (SPEC §3 step 1) is the store's own work, on ``add``.
+    """
+
+    @property
+    def messages(self) -> Sequence[Message]: ...
+
+    @property
+    def excluded(self) -> Mapping[str, str]: ...
+
+    @property
+    def referenced_by(self) -> Mapping[str, Sequence[str]]: ...
+
+    @property
+    def terms(self) -> Sequence[frozenset[str]]: ...
+
+    @property
+    def idents(self) -> Sequence[frozenset[str]]: ...
+
+    @property
+    def doc_freq(self) -> Mapping[str, int]: ...
+
+    @property
+    def first_user_index(self) -> int | None: ...
+
+    @property
+    def step_count(self) -> int: ...
+
+    @property
+    def pending_calls(self) -> list[int]: ...
+
+    def __len__(self) -> int: ...
+
+    def __getitem__(self, index: int) -> Message: ...
+
+    def get(self, message_id: str) -> Message: ...
+
+    def chain_root(self, index: int) -> int: ...
+
+    def unanswered_calls(self, index: int) -> list[str]: ...
+
+
+@dataclass(frozen=True)
+class Seams:
+    """The one context object of a build: configuration and every seam the stages use.
+
+    Attributes:
+        config: the validated :class:`MemoryConfig`.
+        store: the store view (read-only for the stages).
+        scorer: the relevance scorer (SPEC §4), with its declared ``capabilities``.
+        fallback: the offline scorer used when ``scorer`` fails or leaves ids out.
+        score_cache: where this scorer's scores are cached (the shared cache, or the
+            manager's own for a context-dependent scorer; SPEC §6).
+        pheromone: the pheromone memory (SPEC §5); read and written only through its methods.
+        deposit_log: the deposits made so far (replayed by a resync, :class:`DepositLog`).
+        summarizer: the archive's summarizer (SPEC §7) and ``summary_cache`` its drafts.
+        tokenizer: counts tokens (the same counter the store counted with).
+        clock: "now", timezone-aware (the record's ``created_at``).
+        prefilter_index: the BM25 index over the store's terms (grows with the store).
+        order: how selection orders each tier (:mod:`relevance_memory.pipeline.order`).
+    """
+
+    config: MemoryConfig
+    store: StoreView
+    scorer: Scorer
+    capabilities: ScorerCapabilities
+    fallback: OfflineScorer
+    score_cache: ScoreCache
+    pheromone: PheromoneField
+    deposit_log: DepositLog
+    summarizer: Summarizer
+    summary_cache: SummaryCache
+    tokenizer: TokenCounter
+    clock: Callable[[], datetime]
+    prefilter_index: PrefilterIndex
+    order: OrderPolicy
+
+
+# --------------------------------------------------------------------------- outputs
+@dataclass(frozen=True)
+class Chain:
+    """A trace chain: messages kept or dropped together (SPEC §2).
+
+    Attributes:
+        root: index of its first message; ``members`` are indices in original order.
+        tokens: total tokens of the members (tokens).
+    """
+
+    root: int
+    members: tuple[int, ...]
+    tokens: int
+
+    @property
+    def last(self) -> int:
+        """Index of the chain's newest message (its recency)."""
+        return self.members[-1]
+
+
+@dataclass
+class Selection:
+    """Which candidate chains a fill keeps.
+
+    Attributes:
+        tier: chain root → ``core`` / ``working`` / ``archive``.
+        kept: chain roots kept verbatim.
+        notes: chain root → why it was not kept although its tier asked for it.
+        used: tokens the kept chains take (tokens).
+        repeats: chain root → index of the newer, kept copy it repeats (such chains are
+            neither kept nor summarised).
+    """
+
+    tier: dict[int, str] = field(default_factory=dict)
+    kept: set[int] = field(default_factory=set)
+    notes: dict[int, str] = field(default_factory=dict)
+    used: int = 0
+    repeats: dict[int, int] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Partitioned:
+    """Output of :func:`~relevance_memory.pipeline.partition.partition` (SPEC §3 step 2).
+
+    Attributes:
+        excluded: message index → why it is kept out of every context (invalid on ingest,
+            or an unanswered tool call under ``on_invalid="repair"``).
+        pinned: indices of the leading system/developer messages.
+        chains: chain root → :class:`Chain` for every message neither pinned nor excluded.
+        recent: roots of the chains kept as working memory (verbatim).
+        candidates: root → chain of everything else, in store order (scored and selected).
+        task_root: root of the task statement's chain (the first user message), if any.
+        goal_text: the goal block's text, or ``None`` when there is none.
+        identity: the whole history fits the budget: the context is the history.
+        ledger: pinned, reply priming, goal block and working memory spent.
+        warnings: what the partition had to give up (for the record).
+    """
+
+    excluded: Mapping[int, str]
+    pinned: tuple[int, ...]
+    chains: Mapping[int, Chain]
+    recent: frozenset[int]
+    candidates: Mapping[int, Chain]
+    task_root: int | None
+    goal_text: str | None
+    identity: bool
+    ledger: BudgetLedger
+    warnings: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class Prefiltered:
+    """Output of :func:`~relevance_memory.pipeline.prefilter.prefilter` (SPEC §3 step 3).
+
+    Attributes:
+        skipped: candidate root → why it is archived without a score (forgotten, or
+            prefiltered out by BM25).
+        to_score: indices of the candidate members that need a score, in store order.
+    """
+
+    skipped: Mapping[int, str]
+    to_score: tuple[int, ...]
+
+
+@dataclass(frozen=True)
+class ScoreRequest:
+    """The score stage before its I/O: cache hits and the misses for the scorer.
+
+    Attributes:
+        cached: message index → score read from the cache.
+        misses: indices sent to the scorer, in store order.
+        items: the scorer's view of ``misses`` (:class:`ScoreItem` list).
+    """
+
+    cached: Mapping[int, RelevanceScore]
+    misses: tuple[int, ...]
+    items: tuple[Any, ...]
+
+
+@dataclass(frozen=True)
+class Scored:
+    """Output of the score stage (SPEC §3 step 4).
+
+    Attributes:
+        scores: message index → score for every candidate member that needed one.
+        from_cache: indices whose score came from the cache.
+        result: what the scorer returned (usage, warnings), or ``None`` when nothing was asked.
+        hits: cache hits counted for the record; ``misses`` = ``len`` of the request's misses.
+    """
+
+    scores: Mapping[int, RelevanceScore]
+    from_cache: frozenset[int]
+    result: ScoringResult | None
+    hits: int
+    misses: int
+
+
+@dataclass(frozen=True)
+class Ranked:
+    """Output of :func:`~relevance_memory.pipeline.select.select` (SPEC §3 step 6, ranking).
+
+    Attributes:
+        tier: chain root → ``core`` / ``working`` / ``archive`` for every scored candidate.
+        order: the roots to keep, in the order they are tried (core by the core order, then
+            working by the working order); archive roots are not in it.
+        tokens: chain root → tokens.
+        repeat_keys: root → (content hash, name) of a single-message user chain that may
+            repeat a later copy (the task statement never does).
+        shown_by: root → ((content hash, name), index) of every user message of the chain.
+        recent_shown: (content hash, name) → newest index of a user message in working memory.
+        recent_roots: roots of the working-memory chains (shown verbatim whatever the fill).
+    """
+
+    tier: Mapping[int, str]
+    order: tuple[int, ...]
+    tokens: Mapping[int, int]
+    repeat_keys: Mapping[int, tuple[str, str | None]]
+    shown_by: Mapping[int, tuple[tuple[tuple[str, str | None], int], ...]]
+    recent_shown: Mapping[tuple[str, str | None], int]
+    recent_roots: frozenset[int]
+
+
+@dataclass(frozen=True)
+class Summarised:
+    """Output of :func:`~relevance_memory.pipeline.summarise.summarise` (SPEC §3 steps 6–7).
+
+    The summary reserve is negotiated over the ledger here, so this holds the final fill.
+
+    Attributes:
+        selection: which candidate chains are kept verbatim (after the summary reserve).
+        pyramid: the summaries, in context order.
+        held: user messages scored ≥ ``core_score`` that could only be summarised.
+        goal_text: the goal block's text in the end (``None`` when it yielded to a summary).
+        ledger: the partition's ledger plus core, working and summaries (and a released goal block).
+        warnings: what had to give (for the record).
+    """
+
+    selection: Selection
+    pyramid: PyramidResult
+    held: frozenset[int]
+    goal_text: str | None
+    ledger: BudgetLedger
+    warnings: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class Assembled:
+    """Output of :func:`~relevance_memory.pipeline.assemble.assemble` (SPEC §3 step 8).
+
+    Attributes:
+        messages: the OpenAI chat dicts to send, in context order.
+        kept_roots: roots of every chain emitted verbatim (working memory and kept candidates).
+        tokens: tokens of ``messages`` including reply priming (tokens); equals the ledger's spend.
+    """
+
+    messages: list[dict[str, Any]]
+    kept_roots: frozenset[int]
+    tokens: int
+
+
+@dataclass(frozen=True)
+class BuiltContext:
+    """The result of one build.
+
+    Attributes:
+        messages: OpenAI chat dicts to send, valid for the API and within the budget.
+        record: the :class:`DecisionRecord` of the build.
+    """
+
+    messages: list[dict[str, Any]]
+    record: DecisionRecord
+
+    @property
+    def token_count(self) -> int:
+        """Tokens of ``messages`` including reply priming (tokens); ≤ ``record.budget``."""
+        return self.record.tokens_after
+
+
+@dataclass
+class BuildState:
+    """One build's state: its inputs, then one slot per stage, filled in stage order.
+
+    Attributes:
+        budget: the build's token budget (tokens, > 0).
+        goal: the task goal in force (SPEC §2).
+        build_number: this manager's count of builds, this one included (part of the build id).
+        partition … record: each stage's output (``None`` until the stage ran; the stages
+            after ``partition`` do not run when the whole history fits).
+    """
+
+    budget: int
+    goal: TaskGoal
+    build_number: int
+    partition: Partitioned | None = None
+    prefilter: Prefiltered | None = None
+    scored: Scored | None = None
+    ranked: Ranked | None = None
+    summarised: Summarised | None = None
+    assembled: Assembled | None = None
+    record: DecisionRecord | None = None

@@ -1,0 +1,134 @@
+"""Tier order as named, composable order keys (SPEC §3 step 6: "by strength then recency").
+
+Selection keeps candidate chains in an order: core chains first, then working chains, each
+tier sorted by an :class:`Order` — a sequence of named :class:`OrderKey` s compared in turn,
+like a tuple sort key. Keys compose with ``+``:
+
+    from relevance_memory.pipeline.order import RECENCY, SCORE, STRENGTH_BAND, WEIGHT, OrderPolicy
+
+    DEFAULT_ORDER.working          # strength band + weight + recency
+    ablation = OrderPolicy(core=DEFAULT_ORDER.core, working=RECENCY)   # one-line policy swap
+    RelevanceMemoryManager(order=ablation)
+
+Every key sorts the chain that should be kept first *lowest*; all keys read a
+:class:`ChainFacts`, the per-chain numbers selection computes once per build.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+__all__ = [
+    "DEFAULT_ORDER",
+    "FIRST",
+    "RECENCY",
+    "SCORE",
+    "STRENGTH_BAND",
+    "WEIGHT",
+    "ChainFacts",
+    "Order",
+    "OrderKey",
+    "OrderPolicy",
+]
+
+
+@dataclass(frozen=True, slots=True)
+class ChainFacts:
+    """What order keys read about one candidate chain.
+
+    Attributes:
+        root: index of the chain's first message.
+        last: index of its newest message (recency).
+        score: the chain's score (max of its members', 1–5).
+        weight: the scorer's finer match within that score (max over the members with it).
+        strength: the chain's pheromone strength (max of its members'; 0 without the field).
+        band: ``floor(strength / order_resolution)``: strength in bands of one score-3
+            deposit, so that small differences (initial strength, one reinforcement, a few
+            ticks of evaporation) do not outrank the weight.
+        priority: position among the roots tried before any other (the task statement
+            first), or the number of such roots for every other chain.
+    """
+
+    root: int
+    last: int
+    score: int
+    weight: float
+    strength: float
+    band: int
+    priority: int
+
+
+@dataclass(frozen=True)
+class OrderKey:
+    """One named sort criterion: ``key(facts)`` is lower for the chain to keep first."""
+
+    name: str
+    key: Callable[[ChainFacts], float]
+
+    def __add__(self, other: OrderKey | Order) -> Order:
+        return Order((self,)) + other
+
+    def __repr__(self) -> str:
+        return self.name
+
+
+@dataclass(frozen=True)
+class Order:
+    """Order keys compared in turn (a lexicographic sort key)."""
+
+    keys: tuple[OrderKey, ...]
+
+    def __add__(self, other: OrderKey | Order) -> Order:
+        return Order(self.keys + (other.keys if isinstance(other, Order) else (other,)))
+
+    def __call__(self, facts: ChainFacts) -> tuple[float, ...]:
+        return tuple(k.key(facts) for k in self.keys)
+
+    def __repr__(self) -> str:
+        return " + ".join(k.name for k in self.keys)
+
+
+FIRST = OrderKey("first", lambda c: c.priority)
+"""Roots the build names to try first (the task statement) before any other."""
+SCORE = OrderKey("score", lambda c: -c.score)
+"""Higher score first."""
+STRENGTH_BAND = OrderKey("strength band", lambda c: -c.band)
+"""Stronger pheromone band first (SPEC §5 memory from earlier subtasks)."""
+WEIGHT = OrderKey("weight", lambda c: -c.weight)
+"""The scorer's better match within one score first."""
+RECENCY = OrderKey("recency", lambda c: -c.last)
+"""Newer first."""
+
+
+@dataclass(frozen=True)
+class OrderPolicy:
+    """How each tier is ordered when selection fills the budget.
+
+    Attributes:
+        core: order of core chains (always kept while they fit).
+        working: order of working chains (fill what core left).
+    """
+
+    core: Order | OrderKey
+    working: Order | OrderKey
+
+    def core_key(self, facts: ChainFacts) -> tuple[float, ...]:
+        """Sort key of a core chain."""
+        return _as_order(self.core)(facts)
+
+    def working_key(self, facts: ChainFacts) -> tuple[float, ...]:
+        """Sort key of a working chain."""
+        return _as_order(self.working)(facts)
+
+
+def _as_order(value: Order | OrderKey) -> Order:
+    return value if isinstance(value, Order) else Order((value,))
+
+
+DEFAULT_ORDER = OrderPolicy(
+    core=FIRST + SCORE + STRENGTH_BAND + WEIGHT + RECENCY,
+    working=STRENGTH_BAND + WEIGHT + RECENCY,
+)
+"""SPEC §3 step 6: core by the task statement first, then score, strength band, weight and
+recency; working by strength band, weight, then recency (issue 5 added the weight)."""

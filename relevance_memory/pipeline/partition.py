@@ -1,0 +1,276 @@
+"""Partition (SPEC §3 step 2): pinned prompt, working memory and candidates, and what they cost.
+
+The stage splits the history into the pinned system prompt(s), working memory (the last
+``keep_recent`` steps, newest first while they fit, plus the newest user message's chain,
+which always stays) and the candidates (everything older, grouped in trace chains), and
+spends the budget on what is kept whatever the scores say: the reply priming, the pinned
+prompt, the goal block and working memory. When the whole history fits, the context is
+the history (SPEC §9) and no later stage runs. When the pinned prompt plus the newest step
+cannot fit, :class:`ContextOverflowError` names the numbers.
+
+The pure split is :func:`split_history`; :func:`partition` is the stage.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from .._exceptions import ContextOverflowError, InvalidMessageError
+from .._models import Message, TaskGoal
+from .._tokenizer import REPLY_PRIMING_TOKENS, TokenCounter
+from ._state import BuildState, Chain, Partitioned, Seams, StoreView
+from .assemble import goal_block_text
+from .ledger import BudgetLedger, Purpose
+
+__all__ = ["GOAL_EXCERPT_SHARE", "Chain", "Split", "clip_to_tokens", "group_chains", "partition", "split_history"]
+
+GOAL_EXCERPT_SHARE = 0.5
+"""Share of the remaining budget a goal-block excerpt of an oversized task statement may take."""
+
+
+def group_chains(messages: Sequence[Message], roots: Sequence[int], skip: set[int] | frozenset[int] = frozenset()) -> dict[int, Chain]:
+    """Group message indices by chain root, skipping ``skip``; returns root → :class:`Chain`."""
+    members: dict[int, list[int]] = {}
+    for message in messages:
+        if message.index in skip:
+            continue
+        members.setdefault(roots[message.index], []).append(message.index)
+    return {
+        root: Chain(root, tuple(idx), sum(messages[i].token_count for i in idx)) for root, idx in members.items()
+    }
+
+
+@dataclass
+class Split:
+    """The pinned / working / candidate split of a history (:func:`split_history`).
+
+    Attributes:
+        pinned: indices of the leading system/developer messages, emitted unchanged.
+        forced: chain roots that must be kept: the newest user message's chain and,
+            when ``keep_recent ≥ 1``, the newest step's chain.
+        working: chain roots of the rest of working memory, newest first.
+        candidates: chain roots of everything older.
+        chains: root → :class:`Chain` for every non-pinned, non-excluded message.
+    """
+
+    pinned: list[int]
+    forced: list[int]
+    working: list[int]
+    candidates: list[int]
+    chains: dict[int, Chain]
+
+
+def split_history(
+    messages: Sequence[Message],
+    roots: Sequence[int],
+    *,
+    keep_recent: int,
+    step_count: int,
+    excluded: set[int],
+    newest_user: int | None,
+) -> Split:
+    """Split the history into pinned prompt, working memory and candidates (pure).
+
+    Working memory is every chain with a member in the last ``keep_recent`` steps
+    (so an unfinished chain is never split); the newest user message's chain is always
+    forced in (SPEC §9).
+    """
+    pinned = [m.index for m in messages if m.step == -1 and m.index not in excluded]
+    chains = group_chains(messages, roots, excluded | set(pinned))
+    first_recent_step = step_count - keep_recent
+    working_roots: set[int] = set()
+    newest_step_root: int | None = None
+    for message in reversed(messages):
+        if message.step == -1 or message.index in excluded:
+            continue
+        root = roots[message.index]
+        if newest_step_root is None:
+            newest_step_root = root
+        if message.step < first_recent_step:
+            break
+        working_roots.add(root)
+    forced: list[int] = []
+    if newest_user is not None and newest_user not in excluded:
+        forced.append(roots[newest_user])
+    if keep_recent > 0 and newest_step_root is not None and newest_step_root not in forced:
+        forced.append(newest_step_root)
+    working = sorted((r for r in working_roots if r not in forced), key=lambda r: -chains[r].last)
+    taken = set(forced) | working_roots
+    candidates = [r for r in chains if r not in taken]
+    return Split(pinned=pinned, forced=forced, working=working, candidates=candidates, chains=chains)
+
+
+def excluded_messages(store: StoreView, on_invalid: str) -> dict[int, str]:
+    """Message index → why it stays out of the context: invalid on ingest, or (with
+    ``on_invalid="repair"``) a chain whose tool call has no result yet.
+
+    Raises:
+        InvalidMessageError: a tool call has no result and ``on_invalid`` is ``"raise"``.
+    """
+    excluded = {store.get(mid).index: why for mid, why in store.excluded.items()}
+    for pending in store.pending_calls:  # kept incrementally on ingest: no scan per build
+        message = store[pending]
+        missing = store.unanswered_calls(pending)
+        if on_invalid == "raise":
+            raise InvalidMessageError(
+                f"tool call(s) {', '.join(missing)} have no result; add the tool results before "
+                "building, or set on_invalid='repair' to leave the unanswered call out of the context",
+                index=message.index,
+            )
+        root = store.chain_root(message.index)
+        for other in store.messages[root:]:
+            if store.chain_root(other.index) == root:
+                excluded[other.index] = f"tool call(s) {', '.join(missing)} have no result"
+    return excluded
+
+
+def clip_to_tokens(counter: TokenCounter, text: str, max_tokens: int) -> str:
+    """Head and tail of ``text`` within about ``max_tokens`` tokens, with a cut marker."""
+    if counter.count_text(text) <= max_tokens:
+        return text
+    marker = " […cut…] "
+    low, high = 0, len(text)
+    best = ""
+    while low <= high:  # binary search on characters; counts are monotone enough for this
+        mid = (low + high) // 2
+        head = mid * 2 // 3
+        candidate = text[:head] + marker + text[len(text) - (mid - head):] if mid else marker.strip()
+        if counter.count_text(candidate) <= max_tokens:
+            best, low = candidate, mid + 1
+        else:
+            high = mid - 1
+    return best
+
+
+def _goal_block(
+    goal: TaskGoal,
+    seams: Seams,
+    ledger: BudgetLedger,
+    warnings: list[str],
+    *,
+    final_excerpt: str | None,
+) -> tuple[str | None, BudgetLedger]:
+    """The goal block's text and the ledger with it spent; ``None`` when there is none or it
+    does not fit (said in ``warnings``). Without an excerpt, a goal taken from the first user
+    message points at it instead of repeating it."""
+    config = seams.config
+    if not config.goal_block or (not goal.final and not goal.subtask):
+        return None, ledger
+    first_user = seams.store.first_user_index
+    pointer = final_excerpt is None and goal.source == "first_user_message"
+    text = goal_block_text(
+        goal,
+        final_excerpt=None if pointer else (final_excerpt if final_excerpt is not None else goal.final),
+        task_statement_id=seams.store[first_user].id if first_user is not None else None,
+    )
+    tokens = seams.tokenizer.count_message({"role": config.context_role, "content": text})
+    if not ledger.fits(tokens):
+        warnings.append(f"goal block ({tokens} tokens) left out: it does not fit the budget")
+        return None, ledger
+    return text, ledger.spend(Purpose.GOAL_BLOCK, tokens, "excerpt of the task statement" if final_excerpt else "")
+
+
+def partition(state: BuildState, seams: Seams) -> Partitioned:
+    """The partition stage (module doc): reads the store and the budget; spends the budget
+    on reply priming, the pinned prompt, the goal block and working memory.
+
+    Raises:
+        ContextOverflowError: the pinned prompt plus the newest step cannot fit.
+        InvalidMessageError: a tool call has no result (with ``on_invalid="raise"``).
+    """
+    store, config, goal, budget = seams.store, seams.config, state.goal, state.budget
+    excluded = excluded_messages(store, config.on_invalid)
+    roots = [store.chain_root(i) for i in range(len(store))]
+    newest_user = next(
+        (m.index for m in reversed(store.messages) if m.role == "user" and m.index not in excluded), None
+    )
+    split = split_history(
+        store.messages,
+        roots,
+        keep_recent=config.keep_recent,
+        step_count=store.step_count,
+        excluded=set(excluded),
+        newest_user=newest_user,
+    )
+    chains = split.chains
+    pinned_tokens = sum(store[i].token_count for i in split.pinned)
+    ledger = BudgetLedger(budget).spend(Purpose.REPLY_PRIMING, REPLY_PRIMING_TOKENS).spend(Purpose.PINNED, pinned_tokens)
+    history_tokens = sum(c.tokens for c in chains.values())
+    if ledger.fits(history_tokens):  # SPEC §9: under budget with nothing to drop, output == input
+        return Partitioned(
+            excluded=excluded, pinned=tuple(split.pinned), chains=chains, recent=frozenset(chains), candidates={},
+            task_root=None, goal_text=None, identity=True,
+            ledger=ledger.spend(Purpose.WORKING_MEMORY, history_tokens, "the whole history fits the budget"),
+        )
+    forced_tokens = sum(chains[r].tokens for r in split.forced)
+    if not ledger.fits(forced_tokens):
+        raise ContextOverflowError(
+            budget=budget, pinned_tokens=pinned_tokens, newest_step_tokens=forced_tokens + REPLY_PRIMING_TOKENS
+        )
+    ledger = ledger.spend(Purpose.WORKING_MEMORY, forced_tokens, "the newest step and the newest user message")
+    recent = set(split.forced)
+    warnings: list[str] = []
+    first_user = store.first_user_index
+    # the first user message is the task statement of an agent run, also when the caller
+    # states the goal in other words (--goal must add to it, not replace it)
+    task_root = roots[first_user] if first_user is not None and first_user not in excluded else None
+    goal_text, ledger = _goal_block(goal, seams, ledger, warnings, final_excerpt=None)
+    # the task statement outranks older working memory: keep room for it when it can fit
+    reserve = 0
+    if task_root is not None and task_root in split.candidates:
+        task_tokens = chains[task_root].tokens
+        reserve = task_tokens if ledger.fits(task_tokens) else 0
+    if reserve:
+        ledger = ledger.reserve(Purpose.TASK_STATEMENT, reserve, "room kept for the task statement")
+    # the rest of working memory, newest first, while it fits
+    candidates = list(split.candidates)
+    working_tokens = 0
+    for n, root in enumerate(split.working):
+        tokens = chains[root].tokens
+        if not ledger.fits(working_tokens + tokens, keep=reserve):
+            shed = split.working[n:]
+            warnings.append(
+                f"working memory reduced: {len(shed)} older recent chain(s) did not fit the budget "
+                "and were scored like older messages"
+            )
+            candidates.extend(shed)
+            break
+        working_tokens += tokens
+        recent.add(root)
+    if working_tokens:
+        ledger = ledger.spend(Purpose.WORKING_MEMORY, working_tokens, "the last steps")
+    candidate_chains = {r: chains[r] for r in candidates}
+    # an oversized task statement is shown as an excerpt inside the goal block
+    if (
+        goal.source == "first_user_message"
+        and task_root is not None
+        and task_root in candidate_chains
+        and config.goal_block
+    ):
+        task_tokens = candidate_chains[task_root].tokens
+        goal_tokens = ledger.spent_on(Purpose.GOAL_BLOCK)
+        if not ledger.fits(task_tokens) and ledger.fits(task_tokens - goal_tokens):
+            # leaving the goal block out makes room for the task statement itself
+            ledger = ledger.release(Purpose.GOAL_BLOCK, goal_tokens, "left out to keep the task statement verbatim")
+            goal_text = None
+            warnings.append("goal block left out to keep the task statement verbatim")
+        elif not ledger.fits(task_tokens):
+            room = ledger.left + goal_tokens
+            excerpt = clip_to_tokens(seams.tokenizer, goal.final, max(0, int(room * GOAL_EXCERPT_SHARE)))
+            if goal_tokens:
+                ledger = ledger.release(Purpose.GOAL_BLOCK, goal_tokens, "replaced by an excerpt of the task statement")
+            goal_text, ledger = _goal_block(goal, seams, ledger, warnings, final_excerpt=excerpt)
+            warnings.append(f"task statement ({task_tokens} tokens) does not fit; the goal block carries an excerpt")
+    return Partitioned(
+        excluded=excluded,
+        pinned=tuple(split.pinned),
+        chains=chains,
+        recent=frozenset(recent),
+        candidates=candidate_chains,
+        task_root=task_root,
+        goal_text=goal_text,
+        identity=False,
+        ledger=ledger,
+        warnings=tuple(warnings),
+    )

@@ -1,0 +1,193 @@
+"""Prefilter (SPEC §3 step 3, §5 forgetting): which candidate chains the scorer sees.
+
+Two things keep a candidate chain from being scored, and it is archived instead
+(summarised like any archived message, restorable from the store):
+
+- **forgetting** (SPEC §5): every member scored ≤ 2 by an earlier subtask of this task
+  and weaker than ``forget_threshold`` (not re-scored);
+- **the BM25 prefilter**: when the candidates outnumber ``prefilter_top_n``, chains are
+  ranked by the best BM25 score of their members for a query made of goal + subtask + the
+  recent steps, and admitted until they hold ``top_n`` messages (and at least twice the
+  budget left in tokens). The task statement, user instructions and chains with a
+  high-strength member or a member scored core by an earlier subtask always pass.
+  Rejected chains are noted ``"prefiltered out"`` (they can pass on a later build when
+  the query changes). With ``prefilter="auto"`` a local scorer (the offline one) sees
+  every candidate up to :data:`~relevance_memory._config.LOCAL_PREFILTER_MIN`.
+The BM25 index itself lives in :mod:`._bm25` (built in chunks, grown with the store).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Mapping, Sequence
+from dataclasses import dataclass
+
+from .._config import LOCAL_PREFILTER_MIN
+from .._text import lexical_terms
+from ._bm25 import ChunkedBM25, PrefilterIndex
+from ._state import BuildState, Prefiltered, Seams, required
+
+__all__ = ["ChunkedBM25", "PrefilterIndex", "PrefilterResult", "prefilter", "prefilter_chains"]
+
+PREFILTER_RECENT_WEIGHT = 0.3
+"""Weight of recent-step terms against goal + subtask terms in the prefilter's BM25."""
+PREFILTER_QUERY_TERMS = 256
+"""Most distinct terms in the prefilter's BM25 query (goal terms first, then recent steps)."""
+
+@dataclass(frozen=True)
+class PrefilterResult:
+    """Outcome of :func:`prefilter_chains`.
+
+    Attributes:
+        admitted: chain roots the scorer will see (or whose scores are cached).
+        rejected: chain roots left out, with their best BM25 score.
+    """
+
+    admitted: list[int]
+    rejected: dict[int, float]
+
+
+def prefilter_chains(
+    chains: Mapping[int, Sequence[int]],
+    doc_scores: Sequence[float],
+    *,
+    top_n: int,
+    always: Collection[int],
+    tokens: Mapping[int, int] | None = None,
+    min_tokens: int = 0,
+) -> PrefilterResult:
+    """Pick chains for the scorer (pure).
+
+    Args:
+        chains: candidate root → member message indices.
+        doc_scores: BM25 score per message index.
+        top_n: messages admitted by rank; every chain counts, ``always`` ones included.
+        tokens: chain root → tokens, for ``min_tokens``.
+        min_tokens: keep admitting by rank until the admitted chains hold at least this
+            many tokens (the manager passes twice the budget left), so the prefilter
+            bounds scoring without starving a large budget (tokens).
+        always: roots that pass regardless of rank.
+
+    Returns:
+        A :class:`PrefilterResult`; ties in BM25 go to the newer chain.
+    """
+    best = {root: max(doc_scores[i] for i in members) for root, members in chains.items()}
+    # every chain consumes the quota in rank order, always-pass ones included, so the
+    # admitted set does not slide when more chains become always-pass between builds
+    admitted: list[int] = []
+    room = top_n
+    rejected: dict[int, float] = {}
+    held = 0
+    for root in sorted(chains, key=lambda r: (-best[r], -max(chains[r]))):
+        if room > 0 or root in always or held < min_tokens:
+            admitted.append(root)
+        else:
+            rejected[root] = best[root]
+        room -= len(chains[root])
+        held += (tokens or {}).get(root, 0)
+    return PrefilterResult(admitted=sorted(admitted), rejected=rejected)
+
+
+def _query(texts: Sequence[str]) -> list[str]:
+    """Distinct lexical terms of ``texts`` in order, at most :data:`PREFILTER_QUERY_TERMS`."""
+    query: list[str] = []
+    for text in texts:
+        query.extend(lexical_terms(text[:4_000]))
+    return list(dict.fromkeys(query))[:PREFILTER_QUERY_TERMS]
+
+
+def _forgotten(state: BuildState, seams: Seams) -> dict[int, str]:
+    """SPEC §5 forget threshold: candidate roots to archive without re-scoring.
+
+    Strengths and latest scores were earned under a final goal; a different final goal (a
+    new task, a new question) starts from fresh scores, so forgetting applies within one
+    task only. The task statement and a chain raised by references (SPEC §3 step 6) are
+    never forgotten.
+    """
+    config = seams.config
+    if not config.pheromone.enabled:
+        return {}
+    part = required(state.partition, "partition")
+    store, goal = seams.store, state.goal
+    threshold = config.pheromone.forget_threshold
+    promote = config.promote_after_references
+    forgotten: dict[int, str] = {}
+    for root, chain in part.candidates.items():
+        if (
+            root != part.task_root
+            and all(seams.pheromone.forgotten_for(store[i].id, goal.final, goal.effective_subtask) for i in chain.members)
+            and not any(len(store.referenced_by.get(store[i].id, ())) >= promote for i in chain.members)
+        ):
+            forgotten[root] = f"forgotten: strength < {threshold} with score ≤ 2 (not re-scored)"
+    return forgotten
+
+
+def _bm25_rejected(state: BuildState, seams: Seams) -> dict[int, float]:
+    """Candidate roots the BM25 prefilter leaves out, with their best BM25 score (module doc).
+
+    Every live candidate chain is ranked, scored or not, forgotten or not (they keep
+    consuming the quota but stay archived, so chains forgotten after a build do not slide
+    the window on the next), and the quota counts every message, so the same history and
+    goal always admit the same chains: a rebuild with nothing new is stable and sends
+    nothing to the scorer. Score and strength are the message's own memory from *before*
+    the current subtask (:meth:`PheromoneField.score_before`, ``strength_for``), not a
+    cache hit through identical content nor this subtask's own deposit, so what a build
+    admits never depends on cache state.
+    """
+    config, store, goal = seams.config, seams.store, state.goal
+    part = required(state.partition, "partition")
+    candidates = sum(len(c.members) for c in part.candidates.values())
+    if config.prefilter is False or candidates <= config.prefilter_top_n:
+        return {}
+    if config.prefilter == "auto" and seams.capabilities.local and candidates <= LOCAL_PREFILTER_MIN:
+        return {}
+    ranked = {r: c.members for r, c in part.candidates.items()}
+    subtask = goal.effective_subtask
+    pheromone = seams.pheromone
+    always = {
+        r
+        for r, members in ranked.items()
+        if r == part.task_root
+        or any(store[i].msg_type.value == "user_instruction" for i in members)
+        or (
+            config.pheromone.enabled
+            and any(
+                (pheromone.score_before(store[i].id, goal.final, subtask) or 0) >= config.core_score
+                or pheromone.strength_for(store[i].id, goal.final, subtask) >= config.pheromone.prefilter_pass
+                for i in members
+            )
+        )
+    }
+    # the goal and subtask lead; recent steps add context at a lower weight (their text
+    # can be unrelated to the goal, e.g. the newest chat turn)
+    goal_query = _query([goal.final, goal.subtask])
+    in_goal = set(goal_query)
+    recent_query = [
+        t for t in _query([store[i].text for r in part.recent for i in part.chains[r].members]) if t not in in_goal
+    ]
+    index = seams.prefilter_index
+    doc_scores = index.scores(store.terms, goal_query) if goal_query else [0.0] * len(store)
+    if recent_query:
+        recent_scores = index.scores(store.terms, recent_query)
+        doc_scores = [g + PREFILTER_RECENT_WEIGHT * r for g, r in zip(doc_scores, recent_scores, strict=True)]
+    result = prefilter_chains(
+        ranked,
+        doc_scores,
+        top_n=config.prefilter_top_n,
+        always=always,
+        tokens={r: part.candidates[r].tokens for r in ranked},
+        min_tokens=2 * max(0, part.ledger.left),
+    )
+    return result.rejected
+
+
+def prefilter(state: BuildState, seams: Seams) -> Prefiltered:
+    """The prefilter stage (module doc): reads the partition's candidates, the pheromone
+    memory and the BM25 index; writes which chains are skipped and which members need a score."""
+    part = required(state.partition, "partition")
+    skipped = _forgotten(state, seams)
+    for root, best in _bm25_rejected(state, seams).items():
+        skipped.setdefault(
+            root, f"prefiltered out (BM25 {best:.2f} below the top {seams.config.prefilter_top_n})"
+        )
+    to_score = sorted(i for root, chain in part.candidates.items() if root not in skipped for i in chain.members)
+    return Prefiltered(skipped=skipped, to_score=tuple(to_score))

@@ -1,0 +1,160 @@
+"""Record (SPEC §8): the decision record of a build — per message what was decided and why.
+
+The stage reads every earlier stage's output and the pheromone memory (each message's
+strength) and writes the :class:`DecisionRecord`: per message its score and source, tier,
+decision (``kept | recent | summarised | dropped``) and the reason; the build's budget,
+tokens before and after, where the budget went (the ledger's breakdown by purpose), scorer
+usage, cache hits and warnings.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from typing import Any
+
+from .._models import Message, ScoreSource
+from .._record import DecisionRecord, MessageDecision, SummaryRecord
+from .._scoring import ScorerUsage
+from .._tokenizer import REPLY_PRIMING_TOKENS
+from ._state import BuildState, Partitioned, Seams, required
+
+__all__ = ["record"]
+
+
+def _common(seams: Seams, message: Message) -> dict[str, Any]:
+    strength = round(seams.pheromone.strength(message.id), 4) if seams.config.pheromone.enabled else None
+    return {
+        "id": message.id, "index": message.index, "step": message.step, "role": message.role,
+        "msg_type": message.msg_type.value, "tokens": message.token_count, "strength": strength,
+    }
+
+
+def _decisions(state: BuildState, seams: Seams, part: Partitioned) -> list[MessageDecision]:
+    store, config = seams.store, seams.config
+    roots = {i: root for root, chain in part.chains.items() for i in chain.members}
+    summarised = state.summarised
+    selection = summarised.selection if summarised is not None else None
+    covered = summarised.pyramid.covered if summarised is not None else set()
+    held = summarised.held if summarised is not None else frozenset()
+    skipped = state.prefilter.skipped if state.prefilter is not None else {}
+    scored = state.scored
+    first_recent_step = store.step_count - config.keep_recent
+    last_steps = {m.index for m in store.messages if m.step >= first_recent_step}
+    newest_user_root = next(
+        (roots.get(m.index) for m in reversed(store.messages) if m.role == "user" and m.index not in part.excluded),
+        None,
+    )
+    decisions: list[MessageDecision] = []
+    for message in store.messages:
+        i = message.index
+        common = _common(seams, message)
+        if i in part.excluded:
+            decisions.append(MessageDecision(
+                **common, tier="archive", decision="dropped", chain_id=store[store.chain_root(i)].id,
+                reason="excluded on ingest", note=part.excluded[i],
+            ))
+            continue
+        if i in part.pinned:
+            decisions.append(MessageDecision(
+                **common, tier="pinned", decision="kept", score_source=ScoreSource.PINNED,
+                reason="system prompt (pinned)", chain_id=message.id,
+            ))
+            continue
+        root = roots[i]
+        chain_id = store[root].id
+        if root in part.recent:
+            if part.identity:
+                reason = "the whole history fits the budget"
+            elif newest_user_root == root and store[i].role == "user" and i not in last_steps:
+                reason = "newest user message (always kept verbatim)"
+            else:
+                reason = "working memory (last steps)"
+            decisions.append(MessageDecision(
+                **common, tier="recent", decision="recent", score_source=ScoreSource.RECENT,
+                reason=reason, chain_id=chain_id,
+            ))
+            continue
+        assert selection is not None and scored is not None
+        summarised_here = message.id in covered
+        gone = "summarised" if summarised_here else "dropped"
+        if root in skipped:
+            latest = seams.pheromone.latest_score(message.id) if root not in selection.tier else None
+            decisions.append(MessageDecision(
+                **common, score=latest, reason=skipped[root], tier="archive",
+                decision=gone, chain_id=chain_id,  # type: ignore[arg-type]
+                note="in a summary; original restorable from the store" if summarised_here
+                else "archived; restorable from the store",
+            ))
+            continue
+        score = scored.scores[i]
+        tier = selection.tier[root]
+        kept = root in selection.kept
+        if kept:
+            note = selection.notes.get(root, "")
+        elif i in held and summarised_here:
+            note = "over budget: a user message scored ≥ 4 is only in a summary (restorable from the store)"
+        elif i in held:
+            note = "over budget; restorable from the store"
+        elif summarised_here:
+            note = selection.notes.get(root, "archived") + "; in a summary, original restorable from the store"
+        else:
+            note = selection.notes.get(root, "archived; restorable from the store")
+        decisions.append(MessageDecision(
+            **common, score=score.score,
+            score_source=ScoreSource.CACHE if i in scored.from_cache else score.source, reason=score.reason,
+            tier=tier,  # type: ignore[arg-type]
+            decision="kept" if kept else gone, chain_id=chain_id,  # type: ignore[arg-type]
+            note=note,
+        ))
+    return decisions
+
+
+def record(state: BuildState, seams: Seams) -> DecisionRecord:
+    """The record stage (module doc): reads every stage's output; writes the decision record."""
+    part = required(state.partition, "partition")
+    assembled = required(state.assembled, "assemble")
+    store, config, scorer = seams.store, seams.config, seams.scorer
+    decisions = _decisions(state, seams, part)
+    scored, summarised = state.scored, state.summarised
+    result = scored.result if scored is not None else None
+    warnings = list(part.warnings) + (list(summarised.warnings) if summarised is not None else [])
+    warnings += list(result.warnings) if result is not None else []
+    warnings += summarised.pyramid.warnings if summarised is not None else []
+    goal = state.goal
+    build_id = hashlib.sha256(
+        f"{state.build_number}|{len(store)}|{goal.final}|{goal.subtask}|{state.budget}".encode()
+    ).hexdigest()[:12]
+    tokens_before = REPLY_PRIMING_TOKENS + sum(m.token_count for m in store.messages if m.index not in part.excluded)
+    pyramid = summarised.pyramid if summarised is not None else None
+    return DecisionRecord(
+        build_id=build_id,
+        created_at=seams.clock(),
+        goal=goal,
+        budget=state.budget,
+        encoding=seams.tokenizer.name,
+        tokens_before=tokens_before,
+        tokens_after=assembled.tokens,
+        messages_before=len(store),
+        messages_after=len(assembled.messages),
+        keep_recent=config.keep_recent,
+        working_steps=len({store[i].step for r in part.recent for i in part.chains[r].members}),
+        identity=part.identity and not part.excluded,
+        goal_block=summarised is not None and summarised.goal_text is not None,
+        scorer=scorer.name,
+        scorer_model=scorer.model,
+        rubric_version=scorer.rubric_version,
+        usage=result.usage if result is not None else ScorerUsage(),
+        cache_hits=scored.hits if scored is not None else 0,
+        cache_misses=scored.misses if scored is not None else 0,
+        chains_kept=len(assembled.kept_roots),
+        chains_total=len(part.chains),
+        summaries=[
+            SummaryRecord(
+                level=s.level, covered_ids=list(s.covered_ids), tokens=s.tokens, exact_values=list(s.exact_values)
+            )
+            for s in (pyramid.summaries if pyramid is not None else [])
+        ],
+        warnings=warnings,
+        budget_breakdown=(summarised.ledger if summarised is not None else part.ledger).breakdown(),
+        messages=decisions,
+    )

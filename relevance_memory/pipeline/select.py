@@ -1,0 +1,244 @@
+"""Select (SPEC §3 step 6): tiers for the scored candidate chains, and the order that fills the budget.
+
+Selection is two pure steps. :func:`rank` gives each chain a tier and puts the chains to
+keep in order (once per build); :func:`fill` walks that order and keeps what fits a number
+of tokens (cheap, so the summary reserve can be negotiated over it without ranking again).
+
+- A chain's score is the max of its members' scores.
+- score ≥ ``core_score`` → core; ≤ ``archive_score`` → archive; between → working. A chain
+  holding a message referenced by ≥ ``promote_after_references`` later messages is raised
+  one tier. With a pheromone field, an archive chain whose strength ≥ ``carry_threshold``
+  joins working (carry-over, SPEC §5).
+- Core chains are tried first, then working chains, each tier in its
+  :class:`~relevance_memory.pipeline.order.OrderPolicy` order (default: core by the task
+  statement first, score, strength band, weight, recency; working by strength band,
+  weight, recency). A chain that does not fit is skipped (smaller later ones may still
+  fit) and noted ``over budget``.
+- Older copies of a user message whose newest copy is shown verbatim give their room back
+  (:func:`fill_ranked`): agent harnesses repeat a notice many times.
+
+Nothing here does I/O or reads a clock; :func:`select` (the stage) reads the pheromone
+memory through its methods only.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Mapping, Sequence
+
+from .._models import RelevanceScore
+from ._state import BuildState, Chain, Ranked, Seams, Selection, StoreView, required
+from .order import DEFAULT_ORDER, ChainFacts, OrderPolicy
+
+__all__ = ["Selection", "fill", "fill_ranked", "rank", "select", "select_chains"]
+
+
+def rank(
+    chains: Mapping[int, Chain],
+    scores: Mapping[int, RelevanceScore],
+    *,
+    core_score: int,
+    archive_score: int,
+    referenced_by: Mapping[int, int],
+    promote_after_references: int,
+    strengths: Mapping[int, float] | None = None,
+    carry_threshold: float | None = None,
+    strength_resolution: float = 1.0,
+    first: Sequence[int] = (),
+    order: OrderPolicy = DEFAULT_ORDER,
+) -> tuple[dict[int, str], tuple[int, ...]]:
+    """Tiers of ``chains`` and the order their core and working chains are tried in (module doc).
+
+    Args:
+        chains: candidate root → chain.
+        scores: message index → score (every member must have one).
+        referenced_by: message index → number of later messages referencing it.
+        strengths: message index → pheromone strength, or ``None`` without the field.
+        carry_threshold: strength that carries an archive chain into working (strength units).
+        strength_resolution: width of a strength band when ordering (strength units).
+        first: roots to try before any other core chain (e.g. the task statement).
+        order: the tier order policy.
+
+    Returns:
+        ``(tier, order)``: root → tier for every chain, and the core then working roots in
+        the order to try them.
+    """
+    tier: dict[int, str] = {}
+    facts: dict[int, ChainFacts] = {}
+    priority = {root: n for n, root in enumerate(first)}
+    for root, chain in chains.items():
+        score = max(scores[i].score for i in chain.members)
+        weight = max(scores[i].weight for i in chain.members if scores[i].score == score)
+        strength = max((strengths or {}).get(i, 0.0) for i in chain.members)
+        kind = "core" if score >= core_score else "archive" if score <= archive_score else "working"
+        if any(referenced_by.get(i, 0) >= promote_after_references for i in chain.members):
+            kind = {"archive": "working", "working": "core"}.get(kind, kind)
+        if kind == "archive" and strengths is not None and carry_threshold is not None and strength >= carry_threshold:
+            kind = "working"
+        tier[root] = kind
+        facts[root] = ChainFacts(
+            root=root, last=chain.last, score=score, weight=weight, strength=strength,
+            band=math.floor(strength / strength_resolution), priority=priority.get(root, len(priority)),
+        )
+    core = sorted((r for r, t in tier.items() if t == "core"), key=lambda r: order.core_key(facts[r]))
+    working = sorted((r for r, t in tier.items() if t == "working"), key=lambda r: order.working_key(facts[r]))
+    return tier, (*core, *working)
+
+
+def fill(
+    tier: Mapping[int, str],
+    order: Iterable[int],
+    tokens: Mapping[int, int],
+    available: int,
+    *,
+    skip: frozenset[int] | set[int] = frozenset(),
+) -> Selection:
+    """Keep chains in ``order`` while they fit ``available`` tokens (greedy; pure).
+
+    A chain that does not fit is noted ``over budget`` and skipped; a smaller later one may
+    still fit. Roots in ``skip`` are passed over (and not noted).
+    """
+    selection = Selection(tier=dict(tier))
+    for root in order:
+        if root in skip:
+            continue
+        size = tokens[root]
+        if selection.used + size <= available:
+            selection.kept.add(root)
+            selection.used += size
+        else:
+            selection.notes[root] = "over budget"
+    return selection
+
+
+def select_chains(
+    chains: Mapping[int, Chain],
+    scores: Mapping[int, RelevanceScore],
+    *,
+    available: int,
+    core_score: int,
+    archive_score: int,
+    referenced_by: Mapping[int, int],
+    promote_after_references: int,
+    strengths: Mapping[int, float] | None = None,
+    carry_threshold: float | None = None,
+    strength_resolution: float = 1.0,
+    first: Sequence[int] = (),
+    order: OrderPolicy = DEFAULT_ORDER,
+) -> Selection:
+    """:func:`rank` then :func:`fill` ``available`` tokens (arguments as there; tokens)."""
+    tier, ordered = rank(
+        chains, scores, core_score=core_score, archive_score=archive_score, referenced_by=referenced_by,
+        promote_after_references=promote_after_references, strengths=strengths, carry_threshold=carry_threshold,
+        strength_resolution=strength_resolution, first=first, order=order,
+    )
+    return fill(tier, ordered, {r: c.tokens for r, c in chains.items()}, available)
+
+
+def fill_ranked(ranked: Ranked, available: int, store: StoreView) -> Selection:
+    """Fill ``available`` tokens from a ranking, letting repeated user messages yield.
+
+    A single-message user chain repeats when a later user message with the same content and
+    ``name`` (the speaker) is shown verbatim — in working memory or kept here. Agent
+    harnesses repeat the same notice many times (the SWE-bench runs here repeat "Please
+    always provide EXACTLY ONE action …" up to 8 times); each copy reads as a hard
+    constraint. The older copies give their room back, and the fill is redone without them;
+    it is kept only if every newest copy is still shown (a greedy fill could, in principle,
+    displace one). Repeats are neither kept nor summarised, and restorable from the store.
+
+    Args:
+        ranked: the select stage's output.
+        available: tokens the kept chains may take (tokens).
+        store: the store view (message ids for the repeat notes).
+    """
+    first = fill(ranked.tier, ranked.order, ranked.tokens, available)
+    repeats = _repeats(ranked, first.kept)
+    if not repeats:
+        return first
+    second = fill(ranked.tier, ranked.order, ranked.tokens, available, skip=set(repeats))
+    shown = second.kept | set(ranked.recent_roots)
+    if not all(newest in shown for newest in set(repeats.values())):
+        return first
+    for root, newest in repeats.items():
+        second.notes[root] = f"repeat of {store[newest].id}, which is kept verbatim"
+    second.repeats = repeats
+    return second
+
+
+def _repeats(ranked: Ranked, kept: Iterable[int]) -> dict[int, int]:
+    """Repeat chain root → index of the newest shown copy (see :func:`fill_ranked`)."""
+    shown = dict(ranked.recent_shown)
+    for root in kept:
+        for key, index in ranked.shown_by.get(root, ()):
+            if index > shown.get(key, -1):
+                shown[key] = index
+    repeats: dict[int, int] = {}
+    for root, key in ranked.repeat_keys.items():
+        newest = shown.get(key)
+        if newest is not None and newest > root:
+            repeats[root] = newest
+    return repeats
+
+
+def select(state: BuildState, seams: Seams) -> Ranked:
+    """The select stage: rank the scored candidate chains (skipped ones stay archived).
+
+    Reads the partition, the prefilter's skipped chains, the scores and the pheromone
+    memory (strength as memory of this task, from before the current subtask); writes the
+    :class:`Ranked` output. The budget is filled later, by :func:`fill_ranked`, while the
+    summary reserve is negotiated (:mod:`relevance_memory.pipeline.summarise`).
+    """
+    part = required(state.partition, "partition")
+    skipped = required(state.prefilter, "prefilter").skipped
+    scores = required(state.scored, "score").scores
+    config = seams.config
+    store = seams.store
+    goal = state.goal
+    chains = {r: c for r, c in part.candidates.items() if r not in skipped}
+    referenced = {i: len(store.referenced_by.get(store[i].id, ())) for c in chains.values() for i in c.members}
+    strengths = None
+    if config.pheromone.enabled:
+        # memory earned under another final goal (another task or question) does not
+        # order or carry this one's working tier
+        strengths = {
+            i: seams.pheromone.strength_for(store[i].id, goal.final, goal.effective_subtask)
+            for c in chains.values()
+            for i in c.members
+        }
+    tier, order = rank(
+        chains,
+        scores,
+        core_score=config.core_score,
+        archive_score=config.archive_score,
+        referenced_by=referenced,
+        promote_after_references=config.promote_after_references,
+        strengths=strengths,
+        carry_threshold=config.pheromone.carry_threshold if strengths is not None else None,
+        strength_resolution=config.pheromone.order_resolution,
+        first=[part.task_root] if part.task_root is not None else (),
+        order=seams.order,
+    )
+    repeat_keys: dict[int, tuple[str, str | None]] = {}
+    shown_by: dict[int, tuple[tuple[tuple[str, str | None], int], ...]] = {}
+    for root, chain in chains.items():
+        users = tuple(((store[i].content_hash, store[i].name), i) for i in chain.members if store[i].role == "user")
+        if users:
+            shown_by[root] = users
+        if root != part.task_root and len(chain.members) == 1 and store[root].role == "user":
+            repeat_keys[root] = users[0][0]
+    recent_shown: dict[tuple[str, str | None], int] = {}
+    for root in part.recent:
+        for i in part.chains[root].members:
+            message = store[i]
+            key = (message.content_hash, message.name)
+            if message.role == "user" and i > recent_shown.get(key, -1):
+                recent_shown[key] = i
+    return Ranked(
+        tier=tier,
+        order=order,
+        tokens={r: c.tokens for r, c in chains.items()},
+        repeat_keys=repeat_keys,
+        shown_by=shown_by,
+        recent_shown=recent_shown,
+        recent_roots=part.recent,
+    )

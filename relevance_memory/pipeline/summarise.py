@@ -1,0 +1,208 @@
+"""Summarise (SPEC §3 step 7, §7): the archive folded into the summary pyramid, within a reserve.
+
+Summaries need room, and that room comes from the candidates selection would otherwise
+keep: the stage negotiates a **summary reserve** over the ledger (:func:`summarise`), fills
+the rest from the select stage's ranking (:func:`~relevance_memory.pipeline.select.fill_ranked`,
+a cheap greedy pass: the chains are ranked once per build), and summarises every run of
+consecutive archived messages (:func:`summarise_archive`, through the summarizer seam and
+its cache).
+
+The reserve (``summary_budget``, or :data:`SUMMARY_RESERVE_SHARE` of the budget, at least
+:data:`MIN_SUMMARY_RESERVE` tokens) is never taken from the task statement or from user
+messages scored ≥ ``core_score`` (SPEC §7: a user constraint is never only in a summary);
+other chains yield to it, lowest priority first. When the summaries do not fit it, the
+reserve grows to what they need at most (working-tier chains yield first, they are then
+summarised too), and a goal block that only points at the kept task statement yields its
+room last.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from .._models import Message, RelevanceScore, content_text
+from .._summary import PyramidResult, SummaryItem, build_pyramid
+from ._state import BuildState, Partitioned, Ranked, Seams, Selection, Summarised, required
+from .ledger import BudgetLedger, Purpose
+from .select import fill_ranked
+
+__all__ = ["MIN_SUMMARY_RESERVE", "SUMMARY_RESERVE_SHARE", "summarise", "summarise_archive"]
+
+SUMMARY_RESERVE_SHARE = 0.1
+"""Share of the budget reserved for summaries when ``summary_budget`` is 0."""
+MIN_SUMMARY_RESERVE = 64
+"""Least tokens reserved for summaries when ``summary_budget`` is 0 (room for one small summary)."""
+RESERVE_GROWTH_STEPS = 3
+"""How many times the reserve may grow to what the summaries need."""
+
+
+def _tool_name(seams: Seams, message: Message) -> str:
+    """The tool a tool result answers (from its call), else the message's source label."""
+    if message.role == "tool" and message.parent_id is not None:
+        parent = seams.store.get(message.parent_id)
+        for call in parent.tool_calls:
+            if call.id == message.tool_call_id:
+                return call.name
+    return message.source
+
+
+def summarise_archive(
+    seams: Seams,
+    part: Partitioned,
+    scores: Mapping[int, RelevanceScore],
+    kept_roots: set[int] | frozenset[int],
+    cap: int,
+    repeats: Mapping[int, int] | None = None,
+) -> tuple[PyramidResult, set[int]]:
+    """Runs of consecutive archived messages → the summary pyramid within ``cap`` tokens.
+
+    Archived: neither pinned, excluded, a repeat, nor in a chain of ``kept_roots``.
+
+    Returns:
+        The pyramid and the user messages scored ≥ ``core_score`` that had to be summarised
+        (SPEC §7 wants them verbatim; when they cannot fit, their values in a summary beat
+        dropping them, and the pyramid's warnings say so).
+    """
+    store, config = seams.store, seams.config
+    runs: list[list[SummaryItem]] = [[]]
+    held: set[int] = set()
+    for message in store.messages:
+        i = message.index
+        if i in part.excluded or i in part.pinned or (repeats and i in repeats):
+            continue
+        if store.chain_root(i) in kept_roots:
+            if runs[-1]:
+                runs.append([])
+            continue
+        score = scores.get(i)
+        if message.role == "user" and score is not None and score.score >= config.core_score:
+            held.add(i)
+        runs[-1].append(
+            SummaryItem(
+                id=message.id,
+                role=message.role,
+                msg_type=message.msg_type.value,
+                text=content_text(message.content),
+                content_hash=message.content_hash,
+                tool_calls=tuple((c.name, c.arguments) for c in message.tool_calls),
+                source=_tool_name(seams, message),
+            )
+        )
+    pyramid = build_pyramid(
+        runs,
+        summarizer=seams.summarizer,
+        cache=seams.summary_cache,
+        count=seams.tokenizer.count_message,
+        role=config.context_role,
+        cap=cap,
+    )
+    if held:
+        covered = pyramid.covered
+        in_summary = [store[i].id for i in sorted(held) if store[i].id in covered]
+        dropped = [store[i].id for i in sorted(held) if store[i].id not in covered]
+        core = config.core_score
+        if in_summary:
+            pyramid.warnings.append(
+                f"{len(in_summary)} user message(s) scored ≥ {core} ({', '.join(in_summary)}) did not fit the "
+                "budget verbatim; they are only in a summary — raise the budget to keep them whole"
+            )
+        if dropped:
+            pyramid.warnings.append(
+                f"{len(dropped)} user message(s) scored ≥ {core} ({', '.join(dropped)}) did not fit the "
+                "budget verbatim nor in a summary; they are out of this context (restorable from the store) "
+                "— raise the budget to keep them"
+            )
+    return pyramid, held
+
+
+def _protected(seams: Seams, part: Partitioned, scores: Mapping[int, RelevanceScore], selection: Selection) -> int:
+    """Tokens of kept core chains that never yield to summaries: the task statement and user
+    messages scored ≥ ``core_score`` (tokens)."""
+    store, core = seams.store, seams.config.core_score
+    return sum(
+        part.candidates[r].tokens
+        for r in selection.kept
+        if selection.tier[r] == "core"
+        and (r == part.task_root or any(store[i].role == "user" and scores[i].score >= core for i in part.candidates[r].members))
+    )
+
+
+def _goal_block_is_pointer(state: BuildState, part: Partitioned, goal_text: str | None, kept_roots: set[int]) -> bool:
+    """The goal block only points at the task statement, which is kept, and names no subtask."""
+    goal = state.goal
+    return (
+        goal_text is not None
+        and goal.source == "first_user_message"
+        and not goal.subtask
+        and part.task_root is not None
+        and part.task_root in kept_roots
+    )
+
+
+def _spend_selection(ledger: BudgetLedger, ranked: Ranked, selection: Selection, pyramid: PyramidResult) -> BudgetLedger:
+    for purpose, tier in ((Purpose.CORE, "core"), (Purpose.WORKING, "working")):
+        chains = [r for r in selection.kept if selection.tier[r] == tier]
+        tokens = sum(ranked.tokens[r] for r in chains)
+        if tokens:
+            ledger = ledger.spend(purpose, tokens, f"{len(chains)} chain(s) kept verbatim")
+    if pyramid.summaries:
+        ledger = ledger.spend(Purpose.SUMMARIES, pyramid.tokens, f"{len(pyramid.summaries)} summary message(s)")
+    return ledger
+
+
+def summarise(state: BuildState, seams: Seams) -> Summarised:
+    """The summarise stage: negotiate the summary reserve over the ledger, fill the rest from
+    the ranking, summarise the archive (module doc).
+
+    Reads the partition (ledger, candidates, goal block), the scores and the ranking; writes
+    the final :class:`Selection`, the pyramid and the ledger with core, working and summaries.
+    """
+    part = required(state.partition, "partition")
+    scores = required(state.scored, "score").scores
+    ranked = required(state.ranked, "select")
+    config, store = seams.config, seams.store
+    ledger = part.ledger
+    available = ledger.left
+    goal_text = part.goal_text
+    selection = fill_ranked(ranked, available, store)
+    if not config.summaries or len(selection.kept) == len(part.candidates):
+        return Summarised(selection, PyramidResult(), frozenset(), goal_text, _spend_selection(ledger, ranked, selection, PyramidResult()))
+    most = max(0, available - _protected(seams, part, scores, selection))
+    share = max(MIN_SUMMARY_RESERVE, int(state.budget * SUMMARY_RESERVE_SHARE))
+    reserve = min(most, config.summary_budget or share)
+
+    def attempt(reserve: int, extra: int = 0) -> tuple[Selection, PyramidResult, set[int]]:
+        chosen = fill_ranked(ranked, available - reserve, store) if reserve > 0 else selection
+        room = available - chosen.used + extra
+        cap = min(room, config.summary_budget) if config.summary_budget else room
+        pyramid, held = summarise_archive(seams, part, scores, part.recent | chosen.kept, cap, chosen.repeats)
+        return chosen, pyramid, held
+
+    chosen, pyramid, held = attempt(reserve)
+    for _ in range(RESERVE_GROWTH_STEPS):  # grow the reserve to what the summaries need
+        if pyramid.summaries or reserve >= most:
+            break
+        probe, _ = summarise_archive(seams, part, scores, part.recent | chosen.kept, most, chosen.repeats)
+        if not probe.summaries:
+            break
+        reserve = min(most, max(reserve + 1, probe.tokens))
+        chosen, pyramid, held = attempt(reserve)
+    warnings: list[str] = []
+    if reserve:
+        ledger = ledger.reserve(Purpose.SUMMARIES, reserve, "candidates filled the rest")
+    if not pyramid.summaries and _goal_block_is_pointer(state, part, goal_text, set(part.recent | chosen.kept)):
+        freed = ledger.spent_on(Purpose.GOAL_BLOCK)
+        ledger = ledger.release(Purpose.GOAL_BLOCK, freed, "yielded to the summary: it only pointed at the kept task statement")
+        goal_text = None
+        chosen, pyramid, held = attempt(reserve, extra=freed)
+        warnings.append(
+            f"goal block ({freed} tokens) left out to make room for the summary; it only pointed at the kept task statement"
+        )
+    return Summarised(
+        selection=chosen,
+        pyramid=pyramid,
+        held=frozenset(held),
+        goal_text=goal_text,
+        ledger=_spend_selection(ledger, ranked, chosen, pyramid),
+        warnings=tuple(warnings),
+    )

@@ -1,0 +1,55 @@
+"""Tier order as named, composable order keys: an ablation is a one-line policy swap."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from relevance_memory import RelevanceMemoryManager, RelevanceScore, ScoreSource, load_transcript
+from relevance_memory.pipeline import Chain, OrderPolicy
+from relevance_memory.pipeline.order import DEFAULT_ORDER, FIRST, RECENCY, SCORE, STRENGTH_BAND, WEIGHT, ChainFacts
+from relevance_memory.pipeline.select import rank, select_chains
+
+FIXTURE = Path(__file__).resolve().parents[2] / "fixtures" / "django__django-15280.json"
+
+
+def _score(i: int, score: int, weight: float = 0.0) -> RelevanceScore:
+    return RelevanceScore(id=f"m{i}", score=score, reason="", source=ScoreSource.OFFLINE, weight=weight)
+
+
+def test_keys_compose_and_name_themselves() -> None:
+    order = STRENGTH_BAND + WEIGHT + RECENCY
+    assert repr(order) == "strength band + weight + recency"
+    assert repr(DEFAULT_ORDER.core) == "first + score + strength band + weight + recency"
+    facts = ChainFacts(root=3, last=5, score=4, weight=0.5, strength=2.5, band=2, priority=1)
+    assert order(facts) == (-2, -0.5, -5)
+    assert (SCORE + order)(facts) == (-4, -2, -0.5, -5)
+    assert (FIRST + SCORE)(facts) == (1, -4)
+
+
+def test_default_working_order_is_strength_band_then_weight_then_recency() -> None:
+    chains = {i: Chain(i, (i,), 10) for i in range(4)}
+    scores = {0: _score(0, 3, 0.9), 1: _score(1, 3, 0.1), 2: _score(2, 3, 0.1), 3: _score(3, 3, 0.5)}
+    strengths = {0: 0.5, 1: 2.2, 2: 2.9, 3: 0.2}
+    common = dict(core_score=4, archive_score=2, referenced_by={}, promote_after_references=2, strengths=strengths)
+    _, order = rank(chains, scores, **common)  # type: ignore[arg-type]
+    assert order == (2, 1, 0, 3)  # band 2 (newer first), then band 0 by weight
+    _, by_recency = rank(chains, scores, **common, order=OrderPolicy(core=DEFAULT_ORDER.core, working=RECENCY))  # type: ignore[arg-type]
+    assert by_recency == (3, 2, 1, 0)
+    kept = select_chains(chains, scores, available=20, **common).kept  # type: ignore[arg-type]
+    assert kept == {2, 1}
+
+
+def test_an_ablation_is_a_one_line_policy_swap() -> None:
+    history = load_transcript(FIXTURE).messages
+    default = RelevanceMemoryManager(max_input_tokens=6000)
+    recency = RelevanceMemoryManager(max_input_tokens=6000, order=OrderPolicy(core=FIRST + RECENCY, working=RECENCY))
+    for memory in (default, recency):
+        memory.extend(history)
+    a, b = default.build_context().record, recency.build_context().record
+    kept_a = [d.index for d in a.messages if d.decision == "kept" and d.tier == "core"]
+    kept_b = [d.index for d in b.messages if d.decision == "kept" and d.tier == "core"]
+    assert kept_a != kept_b
+    # with recency alone the kept core chains are the newest ones that fit
+    assert sum(kept_b) / len(kept_b) > sum(kept_a) / len(kept_a)
+    # the fresh() copy keeps the policy
+    assert recency.fresh(history).order is recency.order
