@@ -26,6 +26,7 @@ __all__ = [
     "PrefixDecision",
     "compaction_target",
     "decide_build_mode",
+    "least_freed",
 ]
 
 BuildMode = Literal["appended", "compacted", "full_rebuild"]
@@ -48,12 +49,11 @@ class CachePolicy(BaseModel):
             history at 8k and 0.59× at 16k with no run above 1.0×; 0.6 costs 0.48× / 0.64×
             with one run at 1.01×. The task statement and user constraints scored ≥ 4 are
             not bound by the target (they may use the whole budget).
-        clear_at_least: least tokens a compaction must free against the appended context
-            to be worth a cache miss (Anthropic's context editing calls this
-            ``clear_at_least``). A compaction's target is at most the appended size minus
-            this; a compaction the caller asks for that cannot free this many tokens is
-            not run (the build appends and says why). Default 1,024 tokens = OpenAI's
-            smallest cacheable prefix.
+        clear_at_least: least tokens a compaction the caller asks for must free to be worth
+            a cache miss (Anthropic's context editing calls this ``clear_at_least``); one
+            that would free less is not run (the build appends and says why). Capped at
+            ``(1 − target_fraction) × budget``, what a compaction at the high-water mark
+            always frees. Default 1,024 tokens = OpenAI's smallest cacheable prefix.
         cached_price: price of a cached input token as a share of an uncached one, used
             for the cost units in the decision record (OpenAI up to 0.1 on recent models,
             Anthropic cache reads 0.1, Mistral 0.1; 0.5 on older OpenAI models).
@@ -130,27 +130,25 @@ class PrefixDecision:
     target: int
 
 
-def compaction_target(policy: CachePolicy, budget: int, appended_tokens: int | None = None) -> int:
-    """Budget a compaction builds within (tokens).
+def compaction_target(policy: CachePolicy, budget: int) -> int:
+    """Budget a compaction fills (tokens): ``floor(target_fraction × budget)``, in ``[1, budget]``.
 
-    ``min(target_fraction × budget, appended_tokens − clear_at_least)``, at least 1 and at
-    most ``budget``: the compaction frees at least ``clear_at_least`` tokens against what
-    appending would have sent, and leaves room for steps to be appended after it.
-
-    Args:
-        policy: the cache policy.
-        budget: the build's token budget (tokens, > 0).
-        appended_tokens: size the appended context would have (tokens), when known.
+    What is left, ``budget − target``, is room for the steps appended until the next
+    compaction. (The task statement and user constraints scored ≥ 4 may still use the
+    whole budget: the manager grows the target when a compaction left them out.)
 
     Raises:
         ValueError: ``budget`` is not positive.
     """
     if budget <= 0:
         raise ValueError(f"budget must be a positive number of tokens, got {budget}")
-    target = policy.target_tokens(budget)
-    if appended_tokens is not None:
-        target = min(target, appended_tokens - policy.clear_at_least)
-    return max(1, min(budget, target))
+    return max(1, min(budget, policy.target_tokens(budget)))
+
+
+def least_freed(policy: CachePolicy, budget: int) -> int:
+    """Tokens a requested compaction must free to run: ``clear_at_least``, capped at what a
+    compaction at the high-water mark frees, ``budget − target`` (tokens)."""
+    return min(policy.clear_at_least, budget - compaction_target(policy, budget))
 
 
 def decide_build_mode(
@@ -172,8 +170,8 @@ def decide_build_mode(
     3. The final goal changed since the last compaction → full rebuild (a new task or
        question gets today's build; LoCoMo / LongMemEval recall is unaffected).
     4. The budget changed → full rebuild.
-    5. The caller asked for a compaction → compaction, unless it cannot free
-       ``clear_at_least`` tokens (then append, and say so).
+    5. The caller asked for a compaction → compaction, unless it would free fewer than
+       :func:`least_freed` tokens (then append, and say so).
     6. The previous context cannot be extended verbatim (``append_blocked`` says why,
        e.g. a held-back tool chain was answered after later messages) → compaction.
     7. The appended context would exceed the budget (the high-water mark) → compaction.
@@ -207,16 +205,16 @@ def decide_build_mode(
         return PrefixDecision("full_rebuild", "the final goal changed", budget)
     if previous_budget is not None and previous_budget != budget:
         return PrefixDecision("full_rebuild", f"the budget changed ({previous_budget} → {budget} tokens)", budget)
-    target = compaction_target(policy, budget, appended_tokens)
+    target = compaction_target(policy, budget)
     if requested:
-        freed = appended_tokens - policy.target_tokens(budget)
-        if freed >= policy.clear_at_least:
+        freed, least = appended_tokens - target, least_freed(policy, budget)
+        if freed >= least:
             return PrefixDecision("compacted", "compaction requested by the caller", target)
         if appended_tokens <= budget and append_blocked is None:
             return PrefixDecision(
                 "appended",
                 f"compaction requested, but it would free about {max(0, freed)} tokens "
-                f"(< clear_at_least {policy.clear_at_least}); appended {new_messages} message(s) instead",
+                f"(< {least}, clear_at_least); appended {new_messages} message(s) instead",
                 budget,
             )
     if append_blocked is not None:
@@ -225,7 +223,7 @@ def decide_build_mode(
         return PrefixDecision(
             "compacted",
             f"appending {new_messages} message(s) would exceed the budget ({appended_tokens} > {budget} tokens); "
-            f"compacted to at most {target}",
+            f"compacted to a target of {target}",
             target,
         )
     return PrefixDecision(

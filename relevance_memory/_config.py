@@ -7,6 +7,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from ._cache_policy import CachePolicy
 from ._exceptions import ConfigError
 
 __all__ = [
@@ -114,6 +115,9 @@ class MemoryConfig(BaseModel):
         score_cache_dir: directory of the on-disk score cache (SPEC §6); ``None`` keeps
             the cache in process only.
         pheromone: the pheromone field's parameters (:class:`PheromoneConfig`, SPEC §5).
+        cache_policy: when a build appends to the previous context, compacts or rebuilds
+            (:class:`CachePolicy`, SPEC §3.1: prefix-stable by default, so the provider's
+            prompt cache keeps hitting; ``CachePolicy(always_rebuild=True)`` rebuilds every call).
     """
 
     model_config = ConfigDict(frozen=True, extra="forbid")
@@ -142,6 +146,7 @@ class MemoryConfig(BaseModel):
     summaries: bool = True
     score_cache_dir: str | None = None
     pheromone: PheromoneConfig = Field(default_factory=lambda: PheromoneConfig())
+    cache_policy: CachePolicy = Field(default_factory=CachePolicy)
 
     @model_validator(mode="after")
     def _consistent(self) -> MemoryConfig:

@@ -16,7 +16,7 @@ from . import pipeline
 from ._cache import DiskScoreCache
 from ._capabilities import ScorerCapabilities
 from ._config import MemoryConfig
-from ._exceptions import ConfigError
+from ._exceptions import ConfigError, ContextOverflowError
 from ._models import Message, TaskGoal, content_text
 from ._pheromone import PheromoneField
 from ._scoring import InMemoryScoreCache, OfflineScorer, ScoreCache, Scorer
@@ -24,8 +24,10 @@ from ._store import MessageStore
 from ._summary import OfflineSummarizer, Summarizer, SummaryCache
 from ._tokenizer import TiktokenCounter, TokenCounter
 from .pipeline import BuildState, BuiltContext, Seams
+from .pipeline import append as prefix_builds
 from .pipeline._bm25 import PrefilterIndex
 from .pipeline._deposits import DepositLog
+from .pipeline.append import BuildStep, PrefixState
 from .pipeline.order import DEFAULT_ORDER, OrderPolicy
 
 __all__ = ["BuiltContext", "RelevanceMemoryManager"]
@@ -100,6 +102,7 @@ class RelevanceMemoryManager:
         self._final: str | None = None
         self._subtask: str = ""
         self._builds = 0
+        self._prefix: PrefixState | None = None
 
     # ------------------------------------------------------------------ messages
     def add(self, message: Mapping[str, Any], **metadata: Any) -> Message:
@@ -183,11 +186,21 @@ class RelevanceMemoryManager:
         return TaskGoal(final="", subtask=self._subtask, source="none")
 
     # ------------------------------------------------------------------ build
-    def build_context(self, *, budget: int | None = None) -> BuiltContext:
-        """Build the context for the next LLM call (SPEC §3, :mod:`relevance_memory.pipeline`).
+    def build_context(self, *, budget: int | None = None, compact: bool = False) -> BuiltContext:
+        """Build the context for the next LLM call (SPEC §3 and §3.1).
+
+        Prefix-stable by default (``config.cache_policy``, :mod:`relevance_memory.pipeline.append`):
+        the previous context is sent unchanged plus the new messages while that fits the
+        budget (``record.mode == "appended"``, O(new messages)); otherwise the pipeline
+        (:mod:`relevance_memory.pipeline`) compacts down to the policy's target
+        (``"compacted"``), or rebuilds within the whole budget on the first build, a new
+        final goal, a new budget or with ``CachePolicy(always_rebuild=True)``
+        (``"full_rebuild"``). ``record.mode_reason`` says why.
 
         Args:
             budget: token budget for this build (tokens); default from the config.
+            compact: compact now (unless it would free fewer than
+                ``cache_policy.clear_at_least`` tokens; the record says so).
 
         Returns:
             A :class:`BuiltContext` with valid OpenAI messages within the budget.
@@ -197,25 +210,99 @@ class RelevanceMemoryManager:
             ContextOverflowError: the pinned prompt plus the newest step cannot fit.
             InvalidMessageError: tool calls have no result (with ``on_invalid="raise"``).
         """
-        state = self._state(budget)
-        built = pipeline.build(state, self._seams())
-        self._builds = state.build_number
-        return built
+        budget, step, seams = self._plan(budget, compact)
+        if step.decision.mode == "appended":
+            return self._appended(step, seams, budget)
+        target, limit = self._first_target(step, budget)
+        while True:
+            state = self._state(budget, target, limit, step)
+            try:
+                built = pipeline.build(state, seams)
+            except ContextOverflowError:
+                if target >= budget:
+                    raise
+                target, limit = budget, None
+                continue
+            grown = self._grown(built, target, budget)
+            if grown is None:
+                return self._finish(state, built, step, seams, budget)
+            target, limit = grown, (budget if grown < budget else None)
 
-    async def abuild_context(self, *, budget: int | None = None) -> BuiltContext:
+    async def abuild_context(self, *, budget: int | None = None, compact: bool = False) -> BuiltContext:
         """Async :meth:`build_context`: awaits the scorer's ``ascore`` when it has one
         (:class:`AsyncScorer`), otherwise runs its blocking ``score`` in a worker thread."""
-        state = self._state(budget)
-        built = await pipeline.abuild(state, self._seams())
-        self._builds = state.build_number
-        return built
+        budget, step, seams = self._plan(budget, compact)
+        if step.decision.mode == "appended":
+            return self._appended(step, seams, budget)
+        target, limit = self._first_target(step, budget)
+        while True:
+            state = self._state(budget, target, limit, step)
+            try:
+                built = await pipeline.abuild(state, seams)
+            except ContextOverflowError:
+                if target >= budget:
+                    raise
+                target, limit = budget, None
+                continue
+            grown = self._grown(built, target, budget)
+            if grown is None:
+                return self._finish(state, built, step, seams, budget)
+            target, limit = grown, (budget if grown < budget else None)
+
+    @property
+    def prefix(self) -> PrefixState | None:
+        """The latest request this memory built, which the next build may extend (SPEC §3.1)."""
+        return self._prefix
 
     # ------------------------------------------------------------------ wiring
-    def _state(self, budget: int | None) -> BuildState:
+    def _plan(self, budget: int | None, compact: bool) -> tuple[int, BuildStep, Seams]:
         budget = budget if budget is not None else self.config.token_budget()
         if budget <= 0:
             raise ConfigError(f"budget must be a positive number of tokens, got {budget}")
-        return BuildState(budget=budget, goal=self.goal, build_number=self._builds + 1)
+        seams = self._seams()
+        return budget, prefix_builds.plan(self._prefix, seams, goal=self.goal, budget=budget, requested=compact), seams
+
+    @staticmethod
+    def _first_target(step: BuildStep, budget: int) -> tuple[int, int | None]:
+        """``(target, limit)`` of a pipeline build: a compaction fills its target (the whole
+        budget stays the limit), a full rebuild the whole budget."""
+        target = step.decision.target
+        return (target, budget) if step.decision.mode == "compacted" and target < budget else (budget, None)
+
+    def _state(self, budget: int, target: int, limit: int | None, step: BuildStep) -> BuildState:
+        reason = step.decision.why
+        if target != step.decision.target and step.decision.mode == "compacted":
+            reason += f"; target grown to {target} tokens to keep the task statement and user constraints verbatim"
+        return BuildState(
+            budget=target, goal=self.goal, build_number=self._builds + 1, limit=limit,
+            mode=step.decision.mode, mode_reason=reason,
+        )
+
+    def _grown(self, built: BuiltContext, target: int, budget: int) -> int | None:
+        """The next target of a compaction that left out must-keep messages, or ``None``."""
+        if target >= budget:
+            return None
+        return prefix_builds.grown_target(
+            built.record, first_user=self.store.first_user_index, core_score=self.config.core_score,
+            target=target, budget=budget,
+        )
+
+    def _appended(self, step: BuildStep, seams: Seams, budget: int) -> BuiltContext:
+        assert self._prefix is not None
+        if self.config.pheromone.enabled:  # O(new): the field takes in what arrived
+            self.pheromone.observe(self.store.messages)
+        goal = self.goal
+        built = prefix_builds.append(self._prefix, step, seams, goal=goal, build_number=self._builds + 1)
+        self._builds += 1
+        self._prefix = prefix_builds.remember(self._prefix, built, step, seams, final_goal=goal.final, budget=budget)
+        return built
+
+    def _finish(self, state: BuildState, built: BuiltContext, step: BuildStep, seams: Seams, budget: int) -> BuiltContext:
+        self._builds = state.build_number
+        self._prefix = prefix_builds.remember(
+            self._prefix, built, step, seams, final_goal=state.goal.final, budget=budget
+        )
+        return built
 
     def _seams(self) -> Seams:
         """The build's seams; the scorer's capabilities are read afresh (it may be replaced)."""

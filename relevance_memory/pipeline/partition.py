@@ -20,7 +20,7 @@ from .._exceptions import ContextOverflowError, InvalidMessageError
 from .._models import Message, TaskGoal
 from .._tokenizer import REPLY_PRIMING_TOKENS, TokenCounter
 from ._state import BuildState, Chain, Partitioned, Seams, StoreView
-from .assemble import goal_block_text
+from .assemble import goal_block_text, subtask_note
 from .ledger import BudgetLedger, Purpose
 
 __all__ = ["GOAL_EXCERPT_SHARE", "Chain", "Split", "clip_to_tokens", "group_chains", "partition", "split_history"]
@@ -155,7 +155,7 @@ def _goal_block(
     does not fit (said in ``warnings``). Without an excerpt, a goal taken from the first user
     message points at it instead of repeating it."""
     config = seams.config
-    if not config.goal_block or (not goal.final and not goal.subtask):
+    if not config.goal_block or not goal.final:
         return None, ledger
     first_user = seams.store.first_user_index
     pointer = final_excerpt is None and goal.source == "first_user_message"
@@ -211,6 +211,12 @@ def partition(state: BuildState, seams: Seams) -> Partitioned:
     ledger = ledger.spend(Purpose.WORKING_MEMORY, forced_tokens, "the newest step and the newest user message")
     recent = set(split.forced)
     warnings: list[str] = []
+    if config.cache_policy.subtask_at_end and goal.subtask and goal.subtask != goal.final:
+        note_tokens = seams.tokenizer.count_message(subtask_note(goal.subtask, config.context_role))
+        if ledger.fits(note_tokens):
+            ledger = ledger.spend(Purpose.SUBTASK, note_tokens, "the current subtask, shown at the end")
+        else:
+            warnings.append(f"subtask note ({note_tokens} tokens) left out: it does not fit the budget")
     first_user = store.first_user_index
     # the first user message is the task statement of an agent run, also when the caller
     # states the goal in other words (--goal must add to it, not replace it)

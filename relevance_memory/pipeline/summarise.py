@@ -128,12 +128,11 @@ def _protected(seams: Seams, part: Partitioned, scores: Mapping[int, RelevanceSc
 
 
 def _goal_block_is_pointer(state: BuildState, part: Partitioned, goal_text: str | None, kept_roots: set[int]) -> bool:
-    """The goal block only points at the task statement, which is kept, and names no subtask."""
+    """The goal block only points at the task statement, which is kept (it never names the subtask)."""
     goal = state.goal
     return (
         goal_text is not None
         and goal.source == "first_user_message"
-        and not goal.subtask
         and part.task_root is not None
         and part.task_root in kept_roots
     )

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from pydantic import ValidationError
 
-from relevance_memory._cache_policy import CachePolicy, compaction_target, decide_build_mode
+from relevance_memory._cache_policy import CachePolicy, compaction_target, decide_build_mode, least_freed
 
 
 def decide(policy: CachePolicy | None = None, **overrides: object) -> tuple[str, str, int]:
@@ -59,12 +59,12 @@ def test_cost_units() -> None:
         policy.cost(100, 200)
 
 
-def test_compaction_target_frees_clear_at_least() -> None:
+def test_compaction_target_and_least_freed() -> None:
     policy = CachePolicy(target_fraction=0.6, clear_at_least=3000)
     assert compaction_target(policy, 8000) == 4800
-    assert compaction_target(policy, 8000, appended_tokens=8100) == 4800
-    assert compaction_target(policy, 8000, appended_tokens=7000) == 4000  # frees 3,000 against 7,000
-    assert compaction_target(policy, 8000, appended_tokens=100) == 1
+    assert compaction_target(CachePolicy(target_fraction=0.0001), 100) == 1
+    assert least_freed(policy, 8000) == 3000
+    assert least_freed(policy, 1000) == 400  # capped at what a compaction at the high-water mark frees
     with pytest.raises(ValueError, match="positive"):
         compaction_target(policy, 0)
 
@@ -78,7 +78,7 @@ def test_append_while_it_fits() -> None:
 def test_compact_at_the_high_water_mark() -> None:
     mode, why, target = decide(appended_tokens=8001)
     assert (mode, target) == ("compacted", 4800)
-    assert "would exceed the budget (8001 > 8000 tokens)" in why
+    assert why == "appending 2 message(s) would exceed the budget (8001 > 8000 tokens); compacted to a target of 4800"
     assert decide(appended_tokens=8000)[0] == "appended"
 
 
@@ -102,7 +102,7 @@ def test_requested_compaction_respects_clear_at_least() -> None:
     assert decide(requested=True, appended_tokens=6000)[:2] == ("compacted", "compaction requested by the caller")
     mode, why, _ = decide(requested=True, appended_tokens=5000)  # 5000 − 4800 = 200 < 1024
     assert mode == "appended"
-    assert "would free about 200 tokens (< clear_at_least 1024)" in why
+    assert "would free about 200 tokens (< 1024, clear_at_least)" in why
     # over budget, the request cannot be declined
     assert decide(requested=True, appended_tokens=9000)[0] == "compacted"
 
