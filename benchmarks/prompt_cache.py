@@ -11,12 +11,11 @@ the way a provider's prompt cache compares them. Methods:
   steps are counted in ``trimmed``;
 - ``trim``: ``trim_messages(strategy="last", include_system=True, start_on=("human", "ai"))``
   at the budget (the usual one-liner);
-- ``rebuild``: relevance-memory building every call from scratch (the behaviour before
-  issue 10: ``CachePolicy(always_rebuild=True)`` once that exists);
-- ``prototype``: append between compactions on top of the rebuild API — the previous
-  request verbatim plus the new messages while that fits the budget, else
-  ``build_context(budget=target)`` with the target from :class:`CachePolicy`
-  (``relevance_memory._cache_policy``, ``relevance_memory._prefix``).
+- ``rebuild``: relevance-memory building every call from scratch,
+  ``CachePolicy(always_rebuild=True)`` (the behaviour before issue 10, with its layout);
+- ``default``: relevance-memory's default, prefix-stable builds: the previous request
+  verbatim plus the new messages while that fits the budget, else a compaction down to
+  ``CachePolicy.target_fraction`` of it (``--target`` sets it).
 
 Per run, budget and method: requests, tokens sent, the reusable prefix (exact prefix match
 with the previous request, tokens; counted as cached only from 1,024 tokens on and in
@@ -50,23 +49,20 @@ from pathlib import Path
 from typing import Any
 
 from relevance_memory import (
-    BuiltContext,
-    ContextOverflowError,
     RelevanceMemoryManager,
     TiktokenCounter,
-    check_context,
     load_transcript,
 )
-from relevance_memory._cache_policy import CachePolicy, decide_build_mode
+from relevance_memory._cache_policy import CachePolicy
 from relevance_memory._config import context_window_for
 from relevance_memory._models import content_text
-from relevance_memory._prefix import TailItem, message_key, plan_append, shared_prefix_tokens
+from relevance_memory._prefix import message_key, shared_prefix_tokens
 from relevance_memory._text import has_constraint
 from relevance_memory._tokenizer import REPLY_PRIMING_TOKENS
 
 ROOT = Path(__file__).resolve().parents[1]
 PRICES = (0.1, 0.5)
-METHODS = ("full", "trim", "rebuild", "prototype")
+METHODS = ("full", "trim", "rebuild", "default")
 
 
 @dataclass
@@ -212,8 +208,9 @@ class _LangChain:
 
 
 def rebuilt(run: Run, budget: int, counter: Counter, window: int) -> Iterator[Step]:
-    """relevance-memory building every request from scratch (offline scorer, keep_recent 4)."""
-    memory = RelevanceMemoryManager(max_input_tokens=budget, keep_recent=4)
+    """relevance-memory building every request from scratch (``CachePolicy(always_rebuild=True)``;
+    offline scorer, keep_recent 4)."""
+    memory = RelevanceMemoryManager(max_input_tokens=budget, keep_recent=4, cache_policy=CachePolicy(always_rebuild=True))
     done = 0
     for k in request_points(run.messages):
         memory.extend(run.messages[done:k])
@@ -224,139 +221,26 @@ def rebuilt(run: Run, budget: int, counter: Counter, window: int) -> Iterator[St
         yield Step(built.messages, built.record.tokens_after, compacted=not built.record.identity, seconds=seconds)
 
 
-class PrototypeMemory:
-    """Append between compactions on top of :meth:`RelevanceMemoryManager.build_context`.
-
-    The previous context is kept; a build appends the new stored messages verbatim (a
-    trailing tool chain whose results are missing waits for the next build) while that
-    fits the budget and the final goal and budget are unchanged; otherwise it calls
-    ``build_context`` with the :class:`CachePolicy`'s target (the whole budget for a full
-    rebuild). The decision comes from :func:`decide_build_mode`.
-    """
-
-    def __init__(
-        self, memory: RelevanceMemoryManager, policy: CachePolicy, *, stable_head: bool = True,
-        core_from_budget: bool = True,
-    ) -> None:
-        self.memory = memory
-        self.policy = policy
-        self.stable_head = stable_head
-        self.core_from_budget = core_from_budget
-        self.messages: list[dict[str, Any]] = []
-        self.tokens = 0
-        self.next_index = 0
-        self.final: str | None = None
-        self.budget: int | None = None
-        self.has_previous = False
-        self.last_mode = ""
-        self.last_why = ""
-        self.last_identity = False
-
-    def build(self, budget: int) -> tuple[list[dict[str, Any]], int, str]:
-        store = self.memory.store
-        items = []
-        for message in store.messages[self.next_index:]:
-            items.append(TailItem(
-                index=message.index, tokens=message.token_count, role=message.role,
-                call_ids=tuple(c.id for c in message.tool_calls), tool_call_id=message.tool_call_id,
-                excluded=message.id in store.excluded,
-            ))
-        plan = plan_append(items, self.next_index)
-        appended = self.tokens + plan.tokens
-        goal = self.memory.goal.final
-        decision = decide_build_mode(
-            self.policy, has_previous=self.has_previous, goal_changed=goal != self.final,
-            previous_budget=self.budget, budget=budget, appended_tokens=appended,
-            new_messages=len(plan.indices), append_blocked=plan.blocked,
-        )
-        self.last_mode, self.last_why = decision.mode, decision.why
-        if decision.mode == "appended":
-            self.messages = self.messages + [store[i].to_openai() for i in plan.indices]
-            self.tokens = appended
-            self.next_index = plan.next_index
-            return self.messages, self.tokens, decision.mode
-        built = self._compact(decision.target, budget)
-        self.last_identity = built.record.identity
-        self.messages = self._head_first(built) if self.stable_head else built.messages
-        self.tokens = built.record.tokens_after
-        self.next_index = len(store)
-        self.final, self.budget, self.has_previous = goal, budget, True
-        return self.messages, self.tokens, decision.mode
-
-    def _compact(self, target: int, budget: int) -> BuiltContext:
-        """Build within ``target``; with ``core_from_budget``, grow the target (up to the whole
-        budget, at most three times) by what the build left out that must stay verbatim: the
-        task statement and user messages scored ≥ 4 (SPEC §7), older repeats of a kept message
-        aside."""
-        grown = 0
-        while True:
-            try:
-                built = self.memory.build_context(budget=target)
-            except ContextOverflowError:  # the target cannot hold the newest step: the whole budget can
-                target = budget
-                continue
-            if not self.core_from_budget or target >= budget or grown == 3:
-                return built
-            record = built.record
-            first = self.memory.store.first_user_index
-            lost = sum(  # the task statement and user constraints scored ≥ 4 (not older repeats)
-                d.tokens for d in record.messages
-                if d.role == "user" and d.decision not in ("kept", "recent") and "repeat of" not in d.note
-                and (d.index == first or (d.score or 0) >= 4)
-            )
-            if not lost:
-                return built
-            target, grown = min(budget, target + lost + 64), grown + 1
-
-    @staticmethod
-    def _head_first(built: BuiltContext) -> list[dict[str, Any]]:
-        """The kept messages older than everything left out go right after the pinned
-        prompt, before the goal block and the summaries: they are the stablest content
-        after the system prompt (the task statement, typically), and their place keeps the
-        original order."""
-        record = built.record
-        out = built.messages
-        generated = [n for n, m in enumerate(out) if str(m.get("content") or "").startswith("[relevance-memory")]
-        if not generated:
-            return out
-        gone = [d.index for d in record.messages if d.decision in ("summarised", "dropped")]
-        first_gone = min(gone) if gone else None
-        pinned = [d.index for d in record.messages if d.tier == "pinned"]
-        verbatim = sorted(d.index for d in record.messages if d.decision in ("kept", "recent") and d.tier != "pinned")
-        head = {i for i in verbatim if first_gone is None or i < first_gone}
-        if not head:
-            return out
-        by_position = [n for n, m in enumerate(out) if n not in generated]
-        # verbatim messages appear in store order after the generated ones
-        index_of = dict(zip(by_position, pinned + verbatim, strict=True))
-        head_pos = [n for n in by_position if index_of[n] in head]
-        pinned_pos = [n for n in by_position if index_of[n] in set(pinned)]
-        rest = [n for n in range(len(out)) if n not in set(head_pos) | set(pinned_pos)]
-        order = pinned_pos + head_pos + rest
-        result = [out[n] for n in order]
-        assert not check_context(result), check_context(result)
-        return result
-
-
-PROTOTYPE_OPTIONS: dict[str, bool] = {"stable_head": True, "core_from_budget": True}
-
-
-def prototype(run: Run, budget: int, counter: Counter, window: int, policy: CachePolicy | None = None) -> Iterator[Step]:
-    """Append between compactions (:class:`PrototypeMemory`, default :class:`CachePolicy`)."""
-    memory = RelevanceMemoryManager(max_input_tokens=budget, keep_recent=4)
-    proto = PrototypeMemory(memory, policy or CachePolicy(), **PROTOTYPE_OPTIONS)
+def managed(run: Run, budget: int, counter: Counter, window: int, policy: CachePolicy | None = None) -> Iterator[Step]:
+    """relevance-memory's default, prefix-stable builds (``policy``: default :class:`CachePolicy`):
+    the previous request plus the new messages while that fits, else a compaction."""
+    memory = RelevanceMemoryManager(max_input_tokens=budget, keep_recent=4, cache_policy=policy or CachePolicy())
     done = 0
     for k in request_points(run.messages):
         memory.extend(run.messages[done:k])
         done = k
         start = time.perf_counter()
-        messages, tokens, mode = proto.build(budget)
+        built = memory.build_context()
         seconds = time.perf_counter() - start
-        yield Step(list(messages), tokens, compacted=mode != "appended" and not proto.last_identity, seconds=seconds)
+        record = built.record
+        if record.mode == "appended" and record.prefix_tokens != counter.request(built.messages[: len(built.messages) - len(record.appended_ids)]) - REPLY_PRIMING_TOKENS:
+            raise AssertionError(f"{run.name}: an appended build does not extend the previous request")
+        compacted = record.mode != "appended" and not record.identity
+        yield Step(built.messages, record.tokens_after, compacted=compacted, seconds=seconds)
 
 
 METHOD_FUNCS: dict[str, Callable[..., Iterator[Step]]] = {
-    "full": full_history, "trim": trimmed_history, "rebuild": rebuilt, "prototype": prototype,
+    "full": full_history, "trim": trimmed_history, "rebuild": rebuilt, "default": managed,
 }
 
 
@@ -386,7 +270,7 @@ def measure(
     task, constraints = constraints_of(run)
     previous: list[dict[str, Any]] | None = None
     points = request_points(run.messages)
-    steps = METHOD_FUNCS[method](run, budget, counter, window, policy=policy) if method == "prototype" else (
+    steps = METHOD_FUNCS[method](run, budget, counter, window, policy=policy) if method == "default" else (
         METHOD_FUNCS[method](run, budget, counter, window)
     )
     for k, step in zip(points, steps, strict=True):
@@ -449,15 +333,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--budgets", default="8000,16000,32000")
     parser.add_argument("--methods", default=",".join(METHODS))
     parser.add_argument("--runs", default="", help="only runs whose name contains one of these (comma-separated)")
-    parser.add_argument("--target", type=float, default=None, help="CachePolicy.target_fraction")
+    parser.add_argument("--target", type=float, default=None, help="CachePolicy.target_fraction of the default method")
     parser.add_argument("--model", default="gpt-4o", help="model whose window bounds the full history")
     parser.add_argument("--window", type=int, default=None, help="model window (tokens); default the model's")
     parser.add_argument("--out", type=Path, default=None, help="write every row as JSON here")
     parser.add_argument("--quiet", action="store_true", help="totals only")
-    parser.add_argument("--no-stable-head", action="store_true", help="prototype: keep today's assembly order")
-    parser.add_argument("--no-core-from-budget", action="store_true", help="prototype: core limited by the target")
     args = parser.parse_args(argv)
-    PROTOTYPE_OPTIONS.update(stable_head=not args.no_stable_head, core_from_budget=not args.no_core_from_budget)
 
     swe_dirs = args.swe or [ROOT.parent / "shared" / "data" / "swebench_trajectories", ROOT / "fixtures"]
     runs = load_runs(swe_dirs, args.tau_file, args.tau)

@@ -166,7 +166,8 @@ def decide_build_mode(
     """Append, compact or rebuild (SPEC §3.1) — the first rule that applies wins.
 
     1. ``always_rebuild`` → full rebuild.
-    2. No previous context (first build, or the memory was reset) → full rebuild.
+    2. No previous context (first build, or the memory was reset) → full rebuild, or a
+       compaction when the caller asks for one.
     3. The final goal changed since the last compaction → full rebuild (a new task or
        question gets today's build; LoCoMo / LongMemEval recall is unaffected).
     4. The budget changed → full rebuild.
@@ -200,6 +201,8 @@ def decide_build_mode(
     if policy.always_rebuild:
         return PrefixDecision("full_rebuild", "cache policy always_rebuild", budget)
     if not has_previous:
+        if requested:  # no cached prefix to lose: compact as asked
+            return PrefixDecision("compacted", "compaction requested by the caller", compaction_target(policy, budget))
         return PrefixDecision("full_rebuild", "first build: no previous context to append to", budget)
     if goal_changed:
         return PrefixDecision("full_rebuild", "the final goal changed", budget)

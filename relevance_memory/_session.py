@@ -42,7 +42,16 @@ from ._manager import BuiltContext, RelevanceMemoryManager
 from ._models import TaskGoal
 from ._record import DecisionRecord
 
-__all__ = ["MemorySession", "OnDivergence", "SessionView", "field_of", "message_to_dict", "project_built"]
+__all__ = [
+    "MemorySession",
+    "OnDivergence",
+    "SessionView",
+    "field_of",
+    "message_to_dict",
+    "project_built",
+    "provider_cached_tokens",
+    "record_usage",
+]
 
 OnDivergence = Literal["resync", "raise"]
 T = TypeVar("T")
@@ -254,12 +263,43 @@ class MemorySession:
             warnings.warn(f"the model's reply was not recorded: {exc}", RuntimeWarning, stacklevel=3)
         self._recorded(memory)
 
-    def record_response(self, memory: RelevanceMemoryManager, response: Any) -> None:
+    def record_response(self, memory: RelevanceMemoryManager, response: Any, built: BuiltContext | None = None) -> None:
+        """Record choice 0's message of ``response``, and the provider's cached prompt tokens
+        (from its ``usage``) in the record of ``built``, the context it answered."""
+        if built is not None:
+            record_usage(built, field_of(response, "usage"))
         choices = field_of(response, "choices") or ()
         if choices:
             message = field_of(choices[0], "message")
             if message is not None:
                 self.record_reply(memory, message_to_dict(message))
+
+
+def provider_cached_tokens(usage: Any) -> int | None:
+    """Cached prompt tokens a provider reports in a response's ``usage``, or ``None``.
+
+    Read, first found: ``usage.prompt_tokens_details.cached_tokens`` (OpenAI and compatible
+    servers), ``usage.cache_read_input_tokens`` (Anthropic-style, e.g. through a proxy),
+    ``usage.prompt_cache_hit_tokens`` (DeepSeek). Works on SDK objects and plain dicts.
+    """
+    if usage is None:
+        return None
+    details = field_of(usage, "prompt_tokens_details")
+    if details is not None and field_of(details, "cached_tokens") is not None:
+        return int(field_of(details, "cached_tokens"))
+    for key in ("cache_read_input_tokens", "prompt_cache_hit_tokens"):
+        value = field_of(usage, key)
+        if value is not None:
+            return int(value)
+    return None
+
+
+def record_usage(built: BuiltContext, usage: Any) -> None:
+    """Put the provider's cached prompt tokens (:func:`provider_cached_tokens`) into the
+    decision record of ``built`` (``provider_cached_tokens``); nothing when ``usage`` has none."""
+    cached = provider_cached_tokens(usage)
+    if cached is not None:
+        built.record.provider_cached_tokens = cached
 
 
 class SessionView:
@@ -312,8 +352,10 @@ def project_built(
     Raises:
         RelevanceMemoryError: the built messages do not match the decision record.
     """
-    emitted = sorted(d.index for d in built.record.messages if d.decision in ("kept", "recent"))
     stored = memory.messages
+    if built.sources and len(built.sources) == len(built.messages):  # O(context): no per-message record needed
+        return [sources[i] if i is not None else synthetic(m) for m, i in zip(built.messages, built.sources, strict=True)]
+    emitted = sorted(d.index for d in built.record.messages if d.decision in ("kept", "recent"))
     out: list[T] = []
     n = 0
     for message in built.messages:

@@ -7,6 +7,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from relevance_memory import BuiltContext, TokenCounter, check_context
+from relevance_memory._markers import SUBTASK_MARKER
 from relevance_memory._tokenizer import REPLY_PRIMING_TOKENS
 
 GENERATED_PREFIX = "[relevance-memory"
@@ -59,10 +60,25 @@ def assert_invariants(
             assert any(
                 history[j].get("role") == "tool" and history[j].get("tool_call_id") == call["id"] for j in kept
             )
-    # a goal block that points at the task statement ("kept below") tells the truth
+    # a goal block that points at the task statement ("kept verbatim here") tells the truth
     for m in out:
-        if is_generated(m) and "kept below" in str(m.get("content")):
+        if is_generated(m) and "kept verbatim here" in str(m.get("content")):
             assert users and history[users[0]] in out
+    # the subtask never rewrites the prefix: a subtask note is the very last message
+    notes = [n for n, m in enumerate(out) if is_generated(m) and str(m.get("content")).startswith(SUBTASK_MARKER)]
+    assert notes in ([], [len(out) - 1])
+    # BuiltContext.sources names, per message, the stored message it copies (None: generated)
+    if built.sources:
+        assert len(built.sources) == len(out)
+        for message, source in zip(out, built.sources, strict=True):
+            assert (source is None) == is_generated(message)
+            if source is not None:
+                assert message == history[source]
+    # an appended build extends the previous request: its prefix is the context before the new messages
+    if record.mode == "appended":
+        assert record.base_build_id is not None
+        new = len(record.appended_ids) + len(notes)
+        assert record.prefix_tokens == sum(counter.count_message(m) for m in out[: len(out) - new])
     # under budget with nothing to drop, output == input
     if record.identity:
         assert out == list(history)

@@ -24,6 +24,7 @@ from .ledger import Purpose
 
 __all__ = [
     "GOAL_BLOCK_MARKER",
+    "GOAL_POINTER",
     "SUBTASK_MARKER",
     "SUMMARY_MARKER",
     "assemble",
@@ -33,6 +34,10 @@ __all__ = [
     "subtask_note",
 ]
 
+
+
+GOAL_POINTER = "kept verbatim here"
+"""How a goal block that points at the kept task statement says so (instead of repeating it)."""
 
 
 def goal_block_text(goal: TaskGoal, *, final_excerpt: str | None, task_statement_id: str | None) -> str:
@@ -54,7 +59,7 @@ def goal_block_text(goal: TaskGoal, *, final_excerpt: str | None, task_statement
         "goal; the rest are archived and restorable by message id.",
     ]
     if final_excerpt is None:
-        lines.append(f"Final goal: as stated in the first user message ({task_statement_id}), kept verbatim here.")
+        lines.append(f"Final goal: as stated in the first user message ({task_statement_id}), {GOAL_POINTER}.")
     else:
         lines.append(f"Final goal: {final_excerpt}")
     return "\n".join(lines)

@@ -171,3 +171,19 @@ async def test_a_call_still_waiting_for_its_output_is_left_out_not_fatal() -> No
     record = session.last_record
     assert record is not None
     assert [d.note for d in record.messages if d.decision == "dropped"] == ["tool call(s) call_wait have no result"]
+
+
+async def test_the_session_is_prefix_stable_by_default() -> None:
+    """Between compactions each turn's items are the previous turn's plus the new ones (SPEC §3.1)."""
+    session = ManagedSession("s2", max_input_tokens=3000, keep_recent=2)
+    turns, modes = [], []
+    for n in range(16):
+        await session.add_items(step_items(n) if n else history(1))
+        turns.append(await session.get_items())
+        record = session.last_record
+        assert record is not None and record.tokens_after <= 3000
+        modes.append(record.mode)
+    assert "compacted" in modes and modes.count("appended") >= len(modes) // 2
+    for n, mode in enumerate(modes):
+        if mode == "appended":
+            assert turns[n][: len(turns[n - 1])] == turns[n - 1]

@@ -115,3 +115,7 @@ def test_blocked_append_compacts() -> None:
 def test_bad_budget_is_rejected() -> None:
     with pytest.raises(ValueError, match="positive"):
         decide(budget=0)
+
+
+def test_a_requested_first_build_compacts() -> None:
+    assert decide(has_previous=False, requested=True) == ("compacted", "compaction requested by the caller", 4800)
