@@ -23,6 +23,7 @@ from ._tokenizer import TOKENS_PER_MESSAGE
 
 __all__ = [
     "AppendPlan",
+    "CacheMeter",
     "TailItem",
     "message_key",
     "plan_append",
@@ -220,3 +221,52 @@ def plan_append(items: Sequence[TailItem], start: int) -> AppendPlan:
             "while later messages follow",
         )
     return AppendPlan(tuple(take), tokens, start + count, skipped=tuple(skipped))
+
+
+@dataclass
+class CacheMeter:
+    """Running totals of consecutive requests against sending the full history each time.
+
+    Feed it one request at a time (:meth:`add`): the tokens sent and how many of them a
+    provider bills as cached, and the same for the full history at that point. Cost units
+    are ``uncached + p × cached`` (tokens of uncached input; ``p`` the cached-price ratio).
+
+    Attributes:
+        requests: requests added.
+        sent, cached: tokens sent and cached over all requests (tokens).
+        full_sent, full_cached: the same for the full history (tokens).
+    """
+
+    requests: int = 0
+    sent: int = 0
+    cached: int = 0
+    full_sent: int = 0
+    full_cached: int = 0
+
+    def add(self, sent: int, cached: int, full_sent: int, full_cached: int) -> None:
+        """Add one request (tokens). Raises ``ValueError`` when cached exceeds sent."""
+        if not (0 <= cached <= sent and 0 <= full_cached <= full_sent):
+            raise ValueError(f"cached tokens must lie in [0, sent]: {cached}/{sent}, {full_cached}/{full_sent}")
+        self.requests += 1
+        self.sent += sent
+        self.cached += cached
+        self.full_sent += full_sent
+        self.full_cached += full_cached
+
+    @property
+    def share(self) -> float:
+        """Share of the tokens sent that were cached (0..1)."""
+        return self.cached / self.sent if self.sent else 0.0
+
+    def cost(self, cached_price: float) -> float:
+        """Cost units of the requests: ``(sent − cached) + p × cached``."""
+        return (self.sent - self.cached) + cached_price * self.cached
+
+    def full_cost(self, cached_price: float) -> float:
+        """Cost units of sending the full history instead."""
+        return (self.full_sent - self.full_cached) + cached_price * self.full_cached
+
+    def ratio(self, cached_price: float) -> float:
+        """:meth:`cost` / :meth:`full_cost` (< 1: cheaper than the full history; 0 when empty)."""
+        full = self.full_cost(cached_price)
+        return self.cost(cached_price) / full if full else 0.0

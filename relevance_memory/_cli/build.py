@@ -15,7 +15,7 @@ from .._exceptions import RelevanceMemoryError
 from .._io import load_transcript
 from .._manager import RelevanceMemoryManager
 from .._record import DecisionRecord
-from ._common import budget_line, console, fail, plural, short
+from ._common import budget_line, console, fail, mode_lines, plural, short
 
 __all__ = ["build"]
 
@@ -35,6 +35,8 @@ def build(
     scorer: Annotated[str, typer.Option(help="auto (LLM when OPENAI_API_KEY / OPENAI_BASE_URL / --base-url is set, else offline), llm or offline.")] = "auto",
     scorer_model: Annotated[str | None, typer.Option(help="Model the LLM scorer calls. Default: $RELMEM_MODEL, else --model.")] = None,
     base_url: Annotated[str | None, typer.Option(help="OpenAI-compatible endpoint for the LLM scorer. Default: $OPENAI_BASE_URL.")] = None,
+    compact: Annotated[bool, typer.Option("--compact", help="Build as a compaction: down to --target of the budget (what an agent loop sends when its context outgrows the budget), not the whole budget.")] = False,
+    target: Annotated[float, typer.Option(min=0.01, max=1.0, help="Share of the budget a compaction fills (CachePolicy.target_fraction).")] = 0.5,
 ) -> None:
     """Build the context for the next LLM call from TRANSCRIPT and write it with its decision record."""
     if scorer not in ("auto", "llm", "offline"):
@@ -46,7 +48,8 @@ def build(
         logging.getLogger("instructor").addHandler(logging.NullHandler())  # failures show as warnings below
 
         config = MemoryConfig.create(
-            model=model, keep_recent=keep_recent, max_input_tokens=budget, on_invalid="repair" if repair else "raise"
+            model=model, keep_recent=keep_recent, max_input_tokens=budget, on_invalid="repair" if repair else "raise",
+            cache_policy={"target_fraction": target},
         )
         chosen, scorer_note = resolve_scorer(
             _scorer_kind(scorer), model=scorer_model or os.environ.get("RELMEM_MODEL") or model, base_url=base_url,
@@ -58,7 +61,7 @@ def build(
             raise fail(f"{transcript} holds no messages: nothing to build")
         memory.extend(loaded.messages)
         memory.set_goal(final=goal, subtask=subtask)
-        built = memory.build_context()
+        built = memory.build_context(compact=compact)
     except RelevanceMemoryError as exc:
         message = str(exc).replace("set on_invalid='repair'", "pass --repair")
         raise fail(message) from None
@@ -127,5 +130,6 @@ def _print_summary(path: Path, fmt: str, count: int, index: int, rec: DecisionRe
     console.print(table)
     if rec.budget_breakdown is not None:
         console.print(f"budget: {budget_line(rec.budget_breakdown)} tokens")
+    console.print(mode_lines(rec)[0], soft_wrap=True)
     for warning in rec.warnings:
         console.print(f"[yellow]warning:[/] {warning}")

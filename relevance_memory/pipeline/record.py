@@ -177,6 +177,6 @@ def compaction_breakdown(breakdown: BudgetBreakdown, limit: int) -> BudgetBreakd
     room = limit - breakdown.budget
     lines = [*breakdown.lines, BudgetLine(
         purpose=Purpose.APPENDED.value, tokens=room, kind="reserve",
-        note=f"compaction target {breakdown.budget} of {limit}: room for the steps appended until the next compaction",
+        note=f"the compaction filled {breakdown.budget:,} of {limit:,}; the rest takes the steps appended until the next one",
     )]
     return BudgetBreakdown(budget=limit, spent=dict(breakdown.spent), unused=breakdown.unused + room, lines=lines)
