@@ -196,12 +196,21 @@ class MemorySession:
         """Record the new messages of ``history`` (see the module doc); returns the memory."""
         messages = [message_to_dict(m) for m in history]
         memory = self.memory_for(model)
-        recorded = self._recorded(memory)
-        prints = [_fingerprint(m) for m in messages]
-        n = len(recorded)
-        diverged_at = next((i for i in range(min(n, len(prints))) if prints[i] != recorded[i]), None)
-        if diverged_at is None and len(prints) < n:
-            diverged_at = len(prints)
+        stored = memory.messages
+        n = len(stored)
+        # an unchanged message equals its recorded dict exactly (a cheap comparison); only
+        # the others are compared by fingerprint, so a long history costs little per call
+        diverged_at = None
+        recorded: list[str] | None = None
+        for i in range(min(n, len(messages))):
+            if messages[i] == stored[i].raw:
+                continue
+            recorded = recorded if recorded is not None else self._recorded(memory)
+            if _fingerprint(messages[i]) != recorded[i]:
+                diverged_at = i
+                break
+        if diverged_at is None and len(messages) < n:
+            diverged_at = len(messages)
         if diverged_at is None:
             memory.extend(messages[n:])
             self._recorded(memory)
@@ -231,7 +240,7 @@ class MemorySession:
                 stacklevel=4,
             )
         self._memory = memory.fresh(messages)
-        self._fingerprints = list(prints)
+        self._fingerprints = [_fingerprint(m) for m in messages]
         return self._memory
 
     def budget(self, memory: RelevanceMemoryManager, kwargs: Mapping[str, Any]) -> int:
