@@ -194,27 +194,31 @@ class MemorySession:
 
     def sync(self, history: Iterable[Any], model: str | None) -> RelevanceMemoryManager:
         """Record the new messages of ``history`` (see the module doc); returns the memory."""
-        messages = [message_to_dict(m) for m in history]
+        given = list(history)
         memory = self.memory_for(model)
         stored = memory.messages
         n = len(stored)
-        # an unchanged message equals its recorded dict exactly (a cheap comparison); only
-        # the others are compared by fingerprint, so a long history costs little per call
+        # an unchanged message equals its recorded dict exactly (one cheap comparison, no
+        # copy); only the others are converted and compared by fingerprint, so a long
+        # history costs little per call
         diverged_at = None
         recorded: list[str] | None = None
-        for i in range(min(n, len(messages))):
-            if messages[i] == stored[i].raw:
+        for i in range(min(n, len(given))):
+            item = given[i]
+            raw = stored[i].raw
+            if (isinstance(item, dict) and item == raw) or (not isinstance(item, dict) and message_to_dict(item) == raw):
                 continue
             recorded = recorded if recorded is not None else self._recorded(memory)
-            if _fingerprint(messages[i]) != recorded[i]:
+            if _fingerprint(message_to_dict(item)) != recorded[i]:
                 diverged_at = i
                 break
-        if diverged_at is None and len(messages) < n:
-            diverged_at = len(messages)
+        if diverged_at is None and len(given) < n:
+            diverged_at = len(given)
         if diverged_at is None:
-            memory.extend(messages[n:])
+            memory.extend([message_to_dict(m) for m in given[n:]])
             self._recorded(memory)
             return memory
+        messages = [message_to_dict(m) for m in given]
         expected = memory.messages[diverged_at].to_openai()
         got = messages[diverged_at] if diverged_at < len(messages) else None
         what = (
