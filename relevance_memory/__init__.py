@@ -14,6 +14,7 @@ chains, a token budget filled by score, and a decision record saying why.
 from typing import TYPE_CHECKING, Any
 
 from ._cache import DiskScoreCache
+from ._cache_policy import CachePolicy
 from ._client import AsyncManagedOpenAI, ManagedOpenAI, manage
 from ._config import (
     MemoryConfig,
@@ -82,6 +83,7 @@ __all__ = [
     "SUMMARY_MARKER",
     "AsyncManagedOpenAI",
     "BuiltContext",
+    "CachePolicy",
     "ConfigError",
     "ContextOverflowError",
     "DecisionRecord",

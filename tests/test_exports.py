@@ -17,7 +17,7 @@ def test_core_names_are_exported() -> None:
         "RelevanceMemoryManager", "MemoryConfig", "BuiltContext", "DecisionRecord", "MessageDecision",
         "Message", "MessageType", "TaskGoal", "RelevanceScore", "ScoreSource", "Scorer", "OfflineScorer",
         "ScoreItem", "ScoringResult", "TokenCounter", "TiktokenCounter", "load_transcript", "check_context",
-        "RelevanceMemoryError", "InvalidMessageError", "ContextOverflowError", "ConfigError",
+        "RelevanceMemoryError", "InvalidMessageError", "ContextOverflowError", "ConfigError", "CachePolicy",
     ]:
         assert name in relevance_memory.__all__
 

@@ -26,14 +26,14 @@ from dataclasses import dataclass
 from typing import Any
 
 from .._cache_policy import PrefixDecision, decide_build_mode
-from .._exceptions import InvalidMessageError
+from .._exceptions import InvalidMessageError, RelevanceMemoryError
 from .._models import ScoreSource, TaskGoal
 from .._prefix import AppendPlan, TailItem, plan_append, shared_prefix_tokens
 from .._record import BudgetBreakdown, BudgetLine, DecisionRecord, MessageDecision
 from .._scoring import ScorerUsage
 from .._tokenizer import REPLY_PRIMING_TOKENS
 from ._state import BuiltContext, Seams, StoreView
-from .assemble import subtask_note
+from .assemble import check_context, subtask_note
 from .ledger import Purpose
 
 __all__ = ["BuildStep", "PrefixState", "append", "grown_target", "plan", "remember", "tail_start"]
@@ -197,6 +197,12 @@ def append(previous: PrefixState, step: BuildStep, seams: Seams, *, goal: TaskGo
         messages.append(dict(step.note))
         sources.append(None)
     tokens = previous.tokens + steps.tokens + step.note_tokens
+    problems = check_context(messages)  # O(context), not O(history): the budget bounds it
+    if problems or tokens > previous.budget:  # plan_append and the decision rule this out
+        raise RelevanceMemoryError(
+            f"internal error: appended context is invalid ({problems}) or over budget ({tokens} > "
+            f"{previous.budget}); please report this with the decision record"
+        )
     prefix = previous.tokens - REPLY_PRIMING_TOKENS
     base = previous.base
     history, _ = _history_tokens(previous, store)
