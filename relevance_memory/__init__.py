@@ -25,11 +25,15 @@ from ._config import (
     rate_to_half_life,
 )
 from ._exceptions import (
+    BoardError,
+    BoardUnavailableError,
     ConfigError,
     ContextOverflowError,
     HistoryDivergedError,
     InvalidMessageError,
+    MissingExtraError,
     RelevanceMemoryError,
+    ScopeError,
     ScorerError,
     ScorerRequestError,
     ScorerTransportError,
@@ -42,7 +46,8 @@ from ._manager import BuiltContext, RelevanceMemoryManager
 from ._markers import GOAL_BLOCK_MARKER, SUMMARY_MARKER
 from ._models import Message, MessageType, RelevanceScore, ScoreSource, TaskGoal, ToolCall
 from ._pheromone import PheromoneField
-from ._record import DecisionRecord, MessageDecision, SummaryRecord
+from ._record import BoardReport, DecisionRecord, MessageDecision, SummaryRecord
+from ._restore import RESTORE_TOOL_NAME, RestoreHandler, restore_tool_definition
 from ._scoring import (
     InMemoryScoreCache,
     OfflineScorer,
@@ -57,7 +62,7 @@ from ._scoring import (
 from ._session import message_to_dict
 from ._store import MessageStore
 from ._summary import LLMSummarizer, OfflineSummarizer, Summarizer, SummaryDraft, SummaryItem
-from ._tokenizer import TiktokenCounter, TokenCounter, image_tokens
+from ._tokenizer import TiktokenCounter, TokenCounter, image_tokens, tools_tokens
 from .pipeline.assemble import check_context
 
 if TYPE_CHECKING:
@@ -80,8 +85,12 @@ __version__ = "0.1.0"
 
 __all__ = [
     "GOAL_BLOCK_MARKER",
+    "RESTORE_TOOL_NAME",
     "SUMMARY_MARKER",
     "AsyncManagedOpenAI",
+    "BoardError",
+    "BoardReport",
+    "BoardUnavailableError",
     "BuiltContext",
     "CachePolicy",
     "ConfigError",
@@ -99,6 +108,7 @@ __all__ = [
     "MessageDecision",
     "MessageStore",
     "MessageType",
+    "MissingExtraError",
     "OfflineScorer",
     "OfflineSummarizer",
     "PheromoneConfig",
@@ -106,6 +116,8 @@ __all__ = [
     "RelevanceMemoryError",
     "RelevanceMemoryManager",
     "RelevanceScore",
+    "RestoreHandler",
+    "ScopeError",
     "ScoreCache",
     "ScoreItem",
     "ScoreSource",
@@ -141,5 +153,7 @@ __all__ = [
     "message_to_dict",
     "parse_transcript",
     "rate_to_half_life",
+    "restore_tool_definition",
     "score_cache_key",
+    "tools_tokens",
 ]

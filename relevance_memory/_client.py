@@ -18,8 +18,9 @@ and all context logic stays in :class:`RelevanceMemoryManager`.
 
 The history is synced with the memory by prefix (:mod:`relevance_memory._session`: an
 edited or trimmed history resyncs, or raises :class:`HistoryDivergedError` with
-``on_divergence="raise"``). One wrapper manages one conversation; do not share it between
-concurrent conversations.
+``on_divergence="raise"``). One wrapper manages one conversation (concurrent requests of it,
+from threads or asyncio tasks, are safe: see :mod:`relevance_memory._session`); do not share
+it between different conversations.
 """
 
 from __future__ import annotations
@@ -223,8 +224,7 @@ class _Completions(_Passthrough):
 
     def _build(self, messages: Iterable[Any], kwargs: dict[str, Any]) -> tuple[RelevanceMemoryManager, BuiltContext]:
         """Record the new messages of ``messages`` and build the context for this request."""
-        memory = self._session.sync(messages, kwargs.get("model"))
-        return memory, memory.build_context(budget=self._session.budget(memory, kwargs))
+        return self._session.prepare(messages, kwargs.get("model"), kwargs.get("tools"))
 
     def _call(self, method: str, *, messages: Iterable[Any], **kwargs: Any) -> Any:
         session = self._session
@@ -388,8 +388,7 @@ class _AsyncCompletions(_Passthrough):
 
     async def _call(self, method: str, *, messages: Iterable[Any], **kwargs: Any) -> Any:
         session = self._session
-        memory = session.sync(messages, kwargs.get("model"))
-        built = await self._abuild(memory, kwargs)
+        memory, built = await session.aprepare(messages, kwargs.get("model"), kwargs.get("tools"))
         out = await getattr(self._wrapped, method)(messages=session.built(built), **kwargs)
         if kwargs.get("stream"):
             return _AsyncRecordingStream(out, session, memory, built)

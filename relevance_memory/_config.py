@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import warnings
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
@@ -14,9 +15,12 @@ __all__ = [
     "MemoryConfig",
     "PheromoneConfig",
     "context_window_for",
+    "context_window_is_known",
     "encoding_for",
+    "encoding_is_exact",
     "half_life_to_rate",
     "rate_to_half_life",
+    "warn_once",
 ]
 
 # Context windows (tokens) of common model families, from the providers' model pages.
@@ -58,6 +62,32 @@ def encoding_for(model: str) -> Literal["o200k_base", "cl100k_base"]:
     if name.startswith(_CL100K_PREFIXES):
         return "cl100k_base"
     return "o200k_base"
+
+
+def encoding_is_exact(model: str) -> bool:
+    """Whether ``model`` is an OpenAI model family whose tokenizer is known exactly
+    (tiktoken's prefix table); other models' counts with an OpenAI encoding are approximate."""
+    return model.lower().split("/")[-1].startswith(_O200K_PREFIXES + _CL100K_PREFIXES)
+
+
+def context_window_is_known(model: str) -> bool:
+    """Whether ``model`` matches a family of the context-window table (else 128,000 is a guess)."""
+    name = model.lower().split("/")[-1]
+    return any(name.startswith(prefix) for prefix in _CONTEXT_WINDOWS)
+
+
+_WARNED: set[tuple[str, str]] = set()
+
+
+def warn_once(model: str, what: str, message: str, *, stacklevel: int = 3) -> bool:
+    """Warn (:class:`UserWarning`) about ``what`` for ``model`` once per process; returns
+    whether it warned now."""
+    key = (model, what)
+    if key in _WARNED:
+        return False
+    _WARNED.add(key)
+    warnings.warn(f"{message} (shown once per model)", UserWarning, stacklevel=stacklevel)
+    return True
 
 
 def context_window_for(model: str) -> int:
@@ -160,6 +190,34 @@ class MemoryConfig(BaseModel):
                 f"archive_score ({self.archive_score}) must be below core_score ({self.core_score})"
             )
         return self
+
+    def approximations(self) -> list[tuple[str, str]]:
+        """What this config only guesses, as ``(kind, sentence)`` (pure): ``("tokens", …)``
+        when ``model`` is not an OpenAI family (its tokenizer is unknown; an OpenAI encoding
+        approximates it), ``("window", …)`` when the budget comes from a context window
+        assumed for an unknown model. Empty when nothing is guessed. The manager warns once
+        per model and puts them in the decision record.
+        """
+        out: list[tuple[str, str]] = []
+        if not encoding_is_exact(self.model):
+            chosen = "chosen" if self.encoding else "assumed"
+            out.append((
+                "tokens",
+                f"token counts are approximate: {self.model!r} is not an OpenAI model family, so its tokenizer is "
+                f"unknown and {self.resolved_encoding} ({chosen}) stands in for it; pass tokenizer= for exact counts",
+            ))
+        if self.max_input_tokens is None and self.context_window is None and not context_window_is_known(self.model):
+            out.append((
+                "window",
+                f"context window of {self.model!r} is unknown; {DEFAULT_CONTEXT_WINDOW:,} tokens is assumed — "
+                "pass context_window= or max_input_tokens=",
+            ))
+        return out
+
+    @property
+    def token_counts_exact(self) -> bool:
+        """Whether the tiktoken counts are exact for ``model`` (an OpenAI family); see :meth:`approximations`."""
+        return encoding_is_exact(self.model)
 
     @classmethod
     def create(cls, **values: object) -> MemoryConfig:

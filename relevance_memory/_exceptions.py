@@ -10,6 +10,10 @@ so ``except RelevanceMemoryError`` catches them all. The tree::
     │   └── HistoryDivergedError                       a managed client's history no longer extends the memory
     ├── ContextOverflowError                           pinned prompt + newest step exceed the budget
     ├── TokenizerError                                 the offline encoding could not be loaded
+    ├── BoardError                                     a memory board refused or failed an operation
+    │   ├── ScopeError              (also PermissionError) an agent asked for another agent's private scope
+    │   └── BoardUnavailableError                      the board could not be reached after retries
+    ├── MissingExtraError           (also ImportError) an optional dependency is missing: names the extra
     └── ScorerError                                    the relevance scorer failed (see below)
         ├── ScorerTransportError                       timeouts, resets, 429/5xx after retries
         ├── ScorerRequestError                         a 4xx (not 429) from the endpoint: fail fast
@@ -25,11 +29,15 @@ see it when they call a scorer directly.
 from __future__ import annotations
 
 __all__ = [
+    "BoardError",
+    "BoardUnavailableError",
     "ConfigError",
     "ContextOverflowError",
     "HistoryDivergedError",
     "InvalidMessageError",
+    "MissingExtraError",
     "RelevanceMemoryError",
+    "ScopeError",
     "ScorerError",
     "ScorerRequestError",
     "ScorerTransportError",
@@ -112,6 +120,20 @@ class ContextOverflowError(RelevanceMemoryError):
         )
 
 
+class MissingExtraError(RelevanceMemoryError, ImportError):
+    """An optional dependency is not installed; the message names the extra that installs it.
+
+    Attributes:
+        module: the missing module (``matplotlib`` …).
+        extra: the ``pyproject.toml`` extra that installs it (``plot`` …).
+    """
+
+    def __init__(self, module: str, extra: str, feature: str) -> None:
+        self.module = module
+        self.extra = extra
+        super().__init__(f"{feature} needs {module}, which is not installed: pip install 'relevance-memory[{extra}]'")
+
+
 class TokenizerError(RelevanceMemoryError):
     """The offline token encoding could not be loaded or failed its checksum."""
 
@@ -122,11 +144,15 @@ class ScorerError(RelevanceMemoryError):
     Attributes:
         attempts: how many calls were made before giving up.
         last_reply: the last raw completion text, when there was one.
+        status: the HTTP status that ended the request, when there was one.
     """
 
-    def __init__(self, message: str, *, attempts: int = 0, last_reply: str | None = None) -> None:
+    def __init__(
+        self, message: str, *, attempts: int = 0, last_reply: str | None = None, status: int | None = None
+    ) -> None:
         self.attempts = attempts
         self.last_reply = last_reply
+        self.status = status
         super().__init__(message)
 
 
@@ -140,3 +166,26 @@ class ScorerRequestError(ScorerError):
 
 class ScorerValidationError(ScorerError):
     """Replies never validated (ids, score range, JSON) within the retry budget."""
+
+
+class BoardError(RelevanceMemoryError):
+    """A memory board (SPEC §10) refused or failed an operation."""
+
+
+class ScopeError(BoardError, PermissionError):
+    """An agent read or wrote a scope it may not: another agent's ``private:<agent>`` scope,
+    or a scope name that is not ``[A-Za-z0-9_.-]+`` optionally followed by ``:<agent>``."""
+
+
+class BoardUnavailableError(BoardError):
+    """The board's server could not be reached, or kept timing out, after the retry policy.
+
+    A :class:`~relevance_memory.board.MirroredBoard` catches it and serves its local copy.
+
+    Attributes:
+        attempts: how many tries were made.
+    """
+
+    def __init__(self, message: str, *, attempts: int = 0) -> None:
+        self.attempts = attempts
+        super().__init__(message)

@@ -8,23 +8,30 @@ caches, the pheromone memory, the prefilter's index and the build count. A build
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping
+import asyncio
+import contextlib
+import threading
+from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Mapping, Sequence
 from datetime import datetime, timezone
 from typing import Any
 
 from . import pipeline
 from ._cache import DiskScoreCache
 from ._capabilities import ScorerCapabilities
-from ._config import MemoryConfig
+from ._config import MemoryConfig, warn_once
 from ._exceptions import ConfigError, ContextOverflowError
 from ._models import Message, TaskGoal, content_text
 from ._pheromone import PheromoneField
+from ._record import BoardReport
+from ._restore import RESTORE_TOOL_NAME, RestoreHandler, restore_tool_definition
 from ._scoring import InMemoryScoreCache, OfflineScorer, ScoreCache, Scorer
 from ._store import MessageStore
 from ._summary import OfflineSummarizer, Summarizer, SummaryCache
-from ._tokenizer import TiktokenCounter, TokenCounter
+from ._tokenizer import TiktokenCounter, TokenCounter, tools_tokens
+from .board import AgentLink, AgentMemory, MemoryBoard, MirroredBoard, PublishRule, RedisBoard
 from .pipeline import BuildState, BuiltContext, Seams
 from .pipeline import append as prefix_builds
+from .pipeline import pheromone as pheromone_stage
 from .pipeline._bm25 import PrefilterIndex
 from .pipeline._deposits import DepositLog
 from .pipeline.append import BuildStep, PrefixState
@@ -45,6 +52,15 @@ class RelevanceMemoryManager:
         clock: returns "now" (timezone-aware); injected for tests.
         order: how selection orders each tier (:class:`OrderPolicy`; default
             :data:`~relevance_memory.pipeline.order.DEFAULT_ORDER`, SPEC §3 step 6).
+        agent: the agent this memory belongs to (SPEC §10): its messages get ids unique
+            across agents (``<agent>:m<n>``) and ``producer=agent``.
+        board: a memory board (:mod:`relevance_memory.board`; needs ``agent``): the
+            agent's journal and pheromone memory live there, it publishes to and reads from
+            ``scopes``, and a restarted agent resumes from it. A :class:`RedisBoard` is
+            wrapped in a :class:`MirroredBoard`, so builds go on when Redis is unreachable.
+        scopes: the shared scopes the agent reads and publishes to (default ``("shared",)``).
+        publish: which messages go to a shared scope (default :class:`PublishRule`: tool
+            results and user instructions); an explicit ``scope=`` on :meth:`add` wins.
         **overrides: any :class:`MemoryConfig` field, e.g. ``max_input_tokens=8000``.
 
     Raises:
@@ -69,6 +85,11 @@ class RelevanceMemoryManager:
         clock: Callable[[], datetime] | None = None,
         summarizer: Summarizer | None = None,
         order: OrderPolicy | None = None,
+        agent: str | None = None,
+        board: MemoryBoard | None = None,
+        scopes: Sequence[str] = ("shared",),
+        publish: PublishRule | None = None,
+        _resume: bool = True,
         **overrides: Any,
     ) -> None:
         if overrides:
@@ -92,6 +113,18 @@ class RelevanceMemoryManager:
         self.tokenizer: TokenCounter = tokenizer or TiktokenCounter(
             self.config.resolved_encoding, image_tokens=self.config.image_tokens
         )
+        # what this memory only guesses (unknown model: approximate counts, assumed window);
+        # warned once per model, and every decision record says so
+        self.approximations: tuple[str, ...] = tuple(
+            note for kind, note in self.config.approximations() if kind != "tokens" or tokenizer is None
+        )
+        for kind, note in self.config.approximations():
+            if kind != "tokens" or tokenizer is None:
+                warn_once(self.config.model, kind, note, stacklevel=3)
+        self._build_lock = threading.Lock()
+        self.restore_tool_offered: str | None = None
+        """Name of the restore tool once :meth:`restore_tool` handed it out: the goal block then
+        tells the model it can fetch archived messages with it."""
         self._clock = clock or (lambda: datetime.now(timezone.utc))
         self.store = MessageStore(
             self.tokenizer,
@@ -103,6 +136,19 @@ class RelevanceMemoryManager:
         self._subtask: str = ""
         self._builds = 0
         self._prefix: PrefixState | None = None
+        self.agent = agent
+        self._link: AgentLink | None = None
+        if board is not None:
+            if agent is None:
+                raise ConfigError("a memory board needs agent=<name>: whose memory it holds")
+            if isinstance(board, RedisBoard):
+                board = MirroredBoard(board)
+            clock_s = self._clock
+            self.pheromone = AgentMemory(self.config.pheromone, board, agent, scopes=scopes,
+                                         clock=lambda: clock_s().timestamp())
+            self._link = AgentLink(self.pheromone, publish or PublishRule())
+            if _resume:
+                self._resume()
 
     # ------------------------------------------------------------------ messages
     def add(self, message: Mapping[str, Any], **metadata: Any) -> Message:
@@ -111,19 +157,128 @@ class RelevanceMemoryManager:
         Keyword metadata: ``id``, ``msg_type``, ``trace_id``, ``parent_id``,
         ``producer``, ``scope``, ``timestamp``.
 
+        With an ``agent``, the id defaults to ``<agent>:m<n>`` and the producer to the agent;
+        with a board, the message is journaled and, when its scope is shared (explicitly
+        or by the publish rule), published.
+
         Raises:
             InvalidMessageError: the message is invalid (see :class:`MessageStore`).
         """
-        return self.store.add(message, **metadata)
+        if self.agent is None:
+            return self.store.add(message, **metadata)
+        cursor = metadata.pop("_cursor", None)
+        meta = {"id": f"{self.agent}:m{len(self.store)}", "producer": self.agent, **metadata}
+        link = self._link
+        if link is not None and cursor is None and "scope" not in metadata:
+            # the rule reads the type the store will give it (messages are frozen once stored)
+            meta["scope"] = link.scope_for(self.store.message_type(message, metadata.get("msg_type")).value)
+        added = self.store.add(message, **meta)
+        if link is None:
+            return added
+        link.journal(added, message, meta, cursor)
+        if cursor is None:
+            link.announce(added, self._call_of(added))
+        return added
 
     def extend(self, messages: Iterable[Mapping[str, Any]]) -> list[Message]:
         """Ingest many OpenAI chat dicts in order. Raises :class:`InvalidMessageError`."""
-        return self.store.extend(messages)
+        if self.agent is None:
+            return self.store.extend(messages)
+        return [self.add(m) for m in messages]
+
+    def _call_of(self, message: Message) -> dict[str, str] | None:
+        if message.role != "tool" or message.tool_call_id is None:
+            return None
+        for other in reversed(self.store.messages):
+            for call in other.tool_calls:
+                if call.id == message.tool_call_id:
+                    return {"name": call.name, "arguments": call.arguments}
+        return None
+
+    def _resume(self) -> None:
+        """Rebuild the store from the agent's journal on the board (a restarted agent)."""
+        link = self._link
+        if link is None:
+            return
+        entries = link.replay()
+        for raw, meta in entries:
+            self.store.add(raw, **meta)
+        if entries:
+            self.pheromone.resume_from_board()  # type: ignore[attr-defined]
+
+    def sync(self) -> int:
+        """Import what other agents published to this agent's scopes since the last sync
+        (each a ``user`` message named after its producer); returns how many. Builds sync
+        first on their own; 0 without a board."""
+        if self._link is None:
+            return 0
+        known = {m.id for m in self.store.messages}
+
+        def take(raw: Mapping[str, Any], **meta: Any) -> Message | None:
+            return self.add(raw, **meta) if meta["id"] not in known else None
+
+        return self._link.sync(take)
+
+    def forget(self, message_id: str, *, archive: bool = False, reason: str = "") -> str:
+        """Forget (or archive) a shared item on the board for every agent; refused while
+        another agent uses it (SPEC §10 lifetimes). Returns the board's outcome.
+
+        Raises:
+            ConfigError: this memory has no board.
+        """
+        memory = self.pheromone
+        if not isinstance(memory, AgentMemory):
+            raise ConfigError("forget() needs a memory board")
+        from .board import Archive, Forget
+
+        held = next((m for m in self.store.messages if m.id == message_id), None)
+        scope = memory.scope_of(message_id) or (memory.board_scope(held) if held is not None else memory.private)
+        op = (Archive if archive else Forget)(scope, message_id, memory.agent, reason)
+        outcome = memory.board.apply([op]).outcomes[0]
+        memory.refresh()
+        return outcome
 
     @property
     def messages(self) -> list[Message]:
         """Every stored message, oldest first (the append-only store)."""
         return self.store.messages
+
+    def get(self, message_id: str) -> Message:
+        """The stored message with ``message_id`` — any message ever added, whatever a build kept.
+
+        Raises:
+            KeyError: no message has that id (the message names it).
+        """
+        return self.store.get(message_id)
+
+    def restore(self, ids: Sequence[str]) -> list[dict[str, Any]]:
+        """The OpenAI dicts of the messages ``ids`` name, in store order, each once (plain
+        copies, exactly as given on ingest). Ids may be spans as contexts write them
+        (``m12–m20``, ``from m12 to m20``).
+
+        Raises:
+            KeyError: an id or span names no stored message (all unknown ones are listed).
+        """
+        found, missing = RestoreHandler(self.store).resolve(ids)
+        if missing:
+            raise KeyError(f"no message with id {', '.join(repr(m) for m in missing)}")
+        return [m.to_openai() for m in found]
+
+    def restore_tool(self, name: str = RESTORE_TOOL_NAME) -> dict[str, Any]:
+        """The ``tools=`` entry that lets the model fetch archived messages by id
+        (:func:`restore_tool_definition`); answer its calls with :meth:`restore_handler`.
+
+        From the next build on, the goal block tells the model to call it (before, it only
+        says the summaries name the archived ids: a promise the model cannot act on is not made).
+        """
+        definition = restore_tool_definition(name)
+        self.restore_tool_offered = name
+        return definition
+
+    def restore_handler(self, *, max_tokens: int = 4000, name: str = RESTORE_TOOL_NAME) -> RestoreHandler:
+        """A :class:`RestoreHandler` over this memory: ``handler.handles(call)`` /
+        ``handler.answer(call)`` turn the model's restore calls into tool messages."""
+        return RestoreHandler(self.store, max_tokens=max_tokens, name=name, counter=self.tokenizer)
 
     def fresh(self, messages: Iterable[Mapping[str, Any]] = ()) -> RelevanceMemoryManager:
         """A new manager like this one, holding ``messages`` (OpenAI chat dicts, ingested in order).
@@ -139,16 +294,25 @@ class RelevanceMemoryManager:
         - the pheromone memory of the leading messages that are the same as here (id, role,
           content, tool calls): this memory's deposits are replayed for them onto the new
           field, so their strengths and latest scores carry over (SPEC §5); messages from the
-          first changed one on start afresh.
+          first changed one on start afresh;
+        - with a board, the agent and its board memory: shared strengths stay on the board,
+          the journal restarts from the new history, nothing published is published again.
 
         Raises:
             InvalidMessageError: a message of ``messages`` is invalid.
         """
+        link = self._link
         other = RelevanceMemoryManager(
             self.config, scorer=self.scorer, score_cache=self.score_cache, tokenizer=self.tokenizer, clock=self._clock,
-            summarizer=self.summarizer, order=self.order,
+            summarizer=self.summarizer, order=self.order, agent=self.agent,
+            board=link.board if link else None, scopes=link.memory.scopes if link else ("shared",),
+            publish=link.publish if link else None, _resume=False,
         )
+        if link is not None and other._link is not None:  # the same agent: its board memory stays
+            other._link.carry_over(link)
+            other._link.reset_journal()
         other._history_scores = self._history_scores
+        other.restore_tool_offered = self.restore_tool_offered
         other.summary_cache = self.summary_cache
         other.set_goal(final=self._final, subtask=self._subtask)
         other.extend(messages)
@@ -186,7 +350,9 @@ class RelevanceMemoryManager:
         return TaskGoal(final="", subtask=self._subtask, source="none")
 
     # ------------------------------------------------------------------ build
-    def build_context(self, *, budget: int | None = None, compact: bool = False) -> BuiltContext:
+    def build_context(
+        self, *, budget: int | None = None, tools: Sequence[Any] | None = None, compact: bool = False
+    ) -> BuiltContext:
         """Build the context for the next LLM call (SPEC §3 and §3.1).
 
         Prefix-stable by default (``config.cache_policy``, :mod:`relevance_memory.pipeline.append`):
@@ -197,8 +363,14 @@ class RelevanceMemoryManager:
         final goal, a new budget or with ``CachePolicy(always_rebuild=True)``
         (``"full_rebuild"``). ``record.mode_reason`` says why.
 
+        Safe under concurrency: the build reads a snapshot of the store (messages added
+        meanwhile by other threads or tasks wait for the next build) and builds of one memory
+        run one at a time.
+
         Args:
             budget: token budget for this build (tokens); default from the config.
+            tools: the ``tools=`` you will send with the request; their schema's tokens
+                (:func:`tools_tokens`) are taken from the budget, as the managed client does.
             compact: compact now (unless it would free fewer than
                 ``cache_policy.clear_at_least`` tokens; the record says so).
 
@@ -209,58 +381,131 @@ class RelevanceMemoryManager:
             ConfigError: ``budget`` is not a positive number of tokens.
             ContextOverflowError: the pinned prompt plus the newest step cannot fit.
             InvalidMessageError: tool calls have no result (with ``on_invalid="raise"``).
+            RuntimeError: called from inside an event loop while an :meth:`abuild_context`
+                of this memory is running on it (waiting would deadlock; await that instead).
         """
-        budget, step, seams = self._plan(budget, compact)
-        if step.decision.mode == "appended":
-            return self._appended(step, seams, budget)
-        target, limit = self._first_target(step, budget)
-        while True:
-            state = self._state(budget, target, limit, step)
-            try:
-                built = pipeline.build(state, seams)
-            except ContextOverflowError:
-                if target >= budget:
-                    raise
-                target, limit = budget, None
-                continue
-            grown = self._grown(built, target, budget)
-            if grown is None:
-                return self._finish(state, built, step, seams, budget)
-            target, limit = grown, (budget if grown < budget else None)
+        if self._link is not None:
+            self.sync()
+        with self._sync_build():
+            budget, step, seams = self._plan(budget, tools, compact)
+            if step.decision.mode == "appended":
+                return self._after_build(self._appended(step, seams, budget))
+            target, limit = self._first_target(step, budget)
+            while True:
+                state = self._state(target, limit, step)
+                try:
+                    built = pipeline.build(state, seams)
+                except ContextOverflowError:
+                    if target >= budget:
+                        raise
+                    target, limit = budget, None
+                    continue
+                grown = self._grown(built, target, budget)
+                if grown is None:
+                    return self._after_build(self._finish(state, built, step, seams, budget))
+                target, limit = grown, (budget if grown < budget else None)
 
-    async def abuild_context(self, *, budget: int | None = None, compact: bool = False) -> BuiltContext:
+    async def abuild_context(
+        self, *, budget: int | None = None, tools: Sequence[Any] | None = None, compact: bool = False
+    ) -> BuiltContext:
         """Async :meth:`build_context`: awaits the scorer's ``ascore`` when it has one
-        (:class:`AsyncScorer`), otherwise runs its blocking ``score`` in a worker thread."""
-        budget, step, seams = self._plan(budget, compact)
-        if step.decision.mode == "appended":
-            return self._appended(step, seams, budget)
-        target, limit = self._first_target(step, budget)
-        while True:
-            state = self._state(budget, target, limit, step)
-            try:
-                built = await pipeline.abuild(state, seams)
-            except ContextOverflowError:
-                if target >= budget:
-                    raise
-                target, limit = budget, None
-                continue
-            grown = self._grown(built, target, budget)
-            if grown is None:
-                return self._finish(state, built, step, seams, budget)
-            target, limit = grown, (budget if grown < budget else None)
+        (:class:`AsyncScorer`), otherwise runs its blocking ``score`` in a worker thread.
+        Concurrent builds of one memory (tasks or threads) wait their turn without blocking
+        the event loop."""
+        if self._link is not None:
+            self.sync()
+        async with self._async_build():
+            budget, step, seams = self._plan(budget, tools, compact)
+            if step.decision.mode == "appended":
+                return self._after_build(self._appended(step, seams, budget))
+            target, limit = self._first_target(step, budget)
+            while True:
+                state = self._state(target, limit, step)
+                try:
+                    built = await pipeline.abuild(state, seams)
+                except ContextOverflowError:
+                    if target >= budget:
+                        raise
+                    target, limit = budget, None
+                    continue
+                grown = self._grown(built, target, budget)
+                if grown is None:
+                    return self._after_build(self._finish(state, built, step, seams, budget))
+                target, limit = grown, (budget if grown < budget else None)
 
     @property
     def prefix(self) -> PrefixState | None:
         """The latest request this memory built, which the next build may extend (SPEC §3.1)."""
         return self._prefix
 
+    @contextlib.contextmanager
+    def _sync_build(self) -> Iterator[None]:
+        lock = self._build_lock
+        if not lock.acquire(blocking=False):
+            try:
+                asyncio.get_running_loop()
+            except RuntimeError:
+                lock.acquire()  # another thread builds: wait for it
+            else:
+                raise RuntimeError(
+                    "build_context() was called inside an event loop while another build of this memory "
+                    "is running; await abuild_context() instead (waiting here would block the loop)"
+                )
+        try:
+            yield
+        finally:
+            lock.release()
+
+    @contextlib.asynccontextmanager
+    async def _async_build(self) -> AsyncIterator[None]:
+        lock = self._build_lock
+        delay = 0.0005
+        while not lock.acquire(blocking=False):  # never block the loop: poll with backoff
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, 0.02)
+        try:
+            yield
+        finally:
+            lock.release()
+
+    def _after_build(self, built: BuiltContext) -> BuiltContext:
+        """With a board: lease the shared items this build uses, and put their provenance
+        and the board's faults in the record (SPEC §8, §10)."""
+        memory = self.pheromone
+        if not isinstance(memory, AgentMemory) or self._link is None:
+            return built
+        if built.sources:  # O(context): an appended build's per-message record stays unbuilt
+            emitted = [self.store[i] for i in built.sources if i is not None]
+            used = [m.id for m in emitted]
+            shared = [m.id for m in emitted if m.scope in memory.scopes]
+        else:
+            used = [d.id for d in built.record.messages if d.decision in ("kept", "recent")]
+            shared = [d.id for d in built.record.messages if d.scope in memory.scopes and d.decision in ("kept", "recent")]
+        memory.use(used, self._builds)
+        items = memory.provenance(shared)
+        built.record.board = BoardReport(
+            board=memory.board.name, agent=memory.agent, source=memory.source, scopes=list(memory.scopes),
+            imported=self._link.imported, faults=memory.take_faults(), items=items,
+        )
+        if built.record.board.faults:
+            built.record.warnings.append(
+                f"memory board {memory.board.name!r}: {len(built.record.board.faults)} fault(s), see record.board")
+        return built
+
     # ------------------------------------------------------------------ wiring
-    def _plan(self, budget: int | None, compact: bool) -> tuple[int, BuildStep, Seams]:
+    def _plan(self, budget: int | None, tools: Sequence[Any] | None, compact: bool) -> tuple[int, BuildStep, Seams]:
+        """The build's budget (minus the tools schema), its decision and its seams."""
         budget = budget if budget is not None else self.config.token_budget()
-        if budget <= 0:
-            raise ConfigError(f"budget must be a positive number of tokens, got {budget}")
+        schema = tools_tokens(self.tokenizer, tools)
+        if budget - schema <= 0:
+            raise ConfigError(
+                f"budget must be a positive number of tokens, got {budget}"
+                + (f" minus {schema} tokens of the tools schema" if schema else "")
+            )
+        budget -= schema
         seams = self._seams()
-        return budget, prefix_builds.plan(self._prefix, seams, goal=self.goal, budget=budget, requested=compact), seams
+        step = prefix_builds.plan(self._prefix, seams, goal=self.goal, budget=budget, requested=compact)
+        return budget, step, seams
 
     @staticmethod
     def _first_target(step: BuildStep, budget: int) -> tuple[int, int | None]:
@@ -269,7 +514,7 @@ class RelevanceMemoryManager:
         target = step.decision.target
         return (target, budget) if step.decision.mode == "compacted" and target < budget else (budget, None)
 
-    def _state(self, budget: int, target: int, limit: int | None, step: BuildStep) -> BuildState:
+    def _state(self, target: int, limit: int | None, step: BuildStep) -> BuildState:
         reason = step.decision.why
         if target != step.decision.target and step.decision.mode == "compacted":
             reason += f"; target grown to {target} tokens to keep the task statement and user constraints verbatim"
@@ -289,8 +534,7 @@ class RelevanceMemoryManager:
 
     def _appended(self, step: BuildStep, seams: Seams, budget: int) -> BuiltContext:
         assert self._prefix is not None
-        if self.config.pheromone.enabled:  # O(new): the field takes in what arrived
-            self.pheromone.observe(self.store.messages)
+        pheromone_stage.observe(seams)  # O(new): the memory takes in what arrived
         goal = self.goal
         built = prefix_builds.append(self._prefix, step, seams, goal=goal, build_number=self._builds + 1)
         self._builds += 1
@@ -309,7 +553,7 @@ class RelevanceMemoryManager:
         capabilities = ScorerCapabilities.of(self.scorer)
         return Seams(
             config=self.config,
-            store=self.store,
+            store=self.store.snapshot(),  # a consistent view: concurrent writes wait for the next build
             scorer=self.scorer,
             capabilities=capabilities,
             fallback=self._offline,
@@ -324,6 +568,8 @@ class RelevanceMemoryManager:
             clock=self._clock,
             prefilter_index=self._prefilter_index,
             order=self.order,
+            approximations=self.approximations,
+            restore_tool=self.restore_tool_offered,
         )
 
 

@@ -5,16 +5,19 @@ Names follow SPEC §2. These models are pure data: no I/O, no clock.
 
 from __future__ import annotations
 
-import copy
 import hashlib
 import json
+import re
+from collections.abc import Mapping
 from datetime import datetime
 from enum import Enum
-from typing import Any, Literal
+from typing import Annotated, Any, Literal, NoReturn
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validator
 
 __all__ = [
+    "FrozenDict",
+    "FrozenList",
     "Message",
     "MessageType",
     "RelevanceScore",
@@ -24,12 +27,96 @@ __all__ = [
     "ToolCall",
     "content_hash",
     "content_text",
+    "freeze",
+    "is_blob",
+    "leaf_texts",
+    "part_text",
+    "thaw",
 ]
 
 Role = Literal["system", "developer", "user", "assistant", "tool"]
 """OpenAI chat roles we accept. ``developer`` is OpenAI's newer name for ``system``."""
 
 ROLES: frozenset[str] = frozenset({"system", "developer", "user", "assistant", "tool"})
+
+
+# --------------------------------------------------------------------------- owned data
+def _refuse(self: object, *args: object, **kwargs: object) -> NoReturn:
+    raise TypeError(
+        f"{type(self).__name__} is read-only: a stored message never changes after ingest "
+        "(its token count and hash were computed from it); export a copy with Message.to_openai()"
+    )
+
+
+class FrozenList(list):  # type: ignore[type-arg]
+    """A read-only ``list`` (equal to, and JSON-encoded as, a plain list).
+
+    Stored messages own their content: ingest copies the caller's lists into these, so
+    editing the caller's objects afterwards — or the stored ones — cannot change what a
+    token count or content hash was computed from. Every mutator raises ``TypeError``;
+    :func:`thaw`, ``copy.copy`` and ``copy.deepcopy`` give a plain, mutable copy.
+    """
+
+    __slots__ = ()
+    append = extend = insert = remove = pop = clear = sort = reverse = _refuse
+    __setitem__ = __delitem__ = __iadd__ = __imul__ = _refuse
+
+    def __copy__(self) -> list[Any]:
+        return thaw(self)  # type: ignore[no-any-return]
+
+    def __deepcopy__(self, memo: dict[int, Any]) -> list[Any]:
+        return thaw(self)  # type: ignore[no-any-return]
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (FrozenList, (list(self),))
+
+    def __hash__(self) -> int:  # type: ignore[override]
+        raise TypeError("unhashable type: 'FrozenList'")
+
+
+class FrozenDict(dict):  # type: ignore[type-arg]
+    """A read-only ``dict`` (equal to, and JSON-encoded as, a plain dict); see :class:`FrozenList`."""
+
+    __slots__ = ()
+    __setitem__ = __delitem__ = __ior__ = clear = pop = popitem = setdefault = update = _refuse
+
+    def __copy__(self) -> dict[str, Any]:
+        return thaw(self)  # type: ignore[no-any-return]
+
+    def __deepcopy__(self, memo: dict[int, Any]) -> dict[str, Any]:
+        return thaw(self)  # type: ignore[no-any-return]
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (FrozenDict, (dict(self),))
+
+    def __hash__(self) -> int:  # type: ignore[override]
+        raise TypeError("unhashable type: 'FrozenDict'")
+
+
+def freeze(value: Any) -> Any:
+    """A read-only deep copy of JSON-like ``value``: mappings → :class:`FrozenDict`,
+    lists and tuples → :class:`FrozenList`; strings, numbers, ``None`` and other
+    objects are kept (they are immutable, or opaque to us). Linear in the size of ``value``.
+    """
+    if isinstance(value, (str, int, float, bool, FrozenDict, FrozenList)) or value is None:
+        return value  # immutable, or already a frozen copy (its items are frozen too)
+    if isinstance(value, Mapping):
+        return FrozenDict({k: freeze(v) for k, v in value.items()})
+    if isinstance(value, (list, tuple)):
+        return FrozenList([freeze(v) for v in value])
+    return value
+
+
+def thaw(value: Any) -> Any:
+    """A plain, mutable deep copy of ``value`` (the inverse of :func:`freeze`)."""
+    if isinstance(value, Mapping):
+        return {k: thaw(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [thaw(v) for v in value]
+    return value
+
+
+_Frozen = AfterValidator(freeze)
 
 
 class MessageType(str, Enum):
@@ -98,14 +185,18 @@ class Message(BaseModel):
         references: ids of earlier messages this one refers to (identifiers, paths,
             numbers, or the tool call it answers).
         raw: the original OpenAI dict, exported unchanged by :meth:`to_openai`.
+
+    A message is immutable: the model is frozen, and ``content`` and ``raw`` are deep,
+    read-only copies (:class:`FrozenList` / :class:`FrozenDict`) taken on ingest, so
+    ``token_count`` and ``content_hash`` always describe what will be sent.
     """
 
-    model_config = ConfigDict(arbitrary_types_allowed=True)
+    model_config = ConfigDict(arbitrary_types_allowed=True, frozen=True)
 
     id: str
     index: int
     role: Role
-    content: str | list[Any] | None = None
+    content: Annotated[str | list[Any] | None, _Frozen] = None
     tool_calls: tuple[ToolCall, ...] = ()
     tool_call_id: str | None = None
     name: str | None = None
@@ -120,11 +211,11 @@ class Message(BaseModel):
     timestamp: datetime | None = None
     content_hash: str = ""
     references: tuple[str, ...] = ()
-    raw: dict[str, Any] = Field(default_factory=dict, repr=False)
+    raw: Annotated[dict[str, Any], _Frozen] = Field(default_factory=dict, repr=False)
 
     def to_openai(self) -> dict[str, Any]:
-        """The message as an OpenAI chat dict, exactly as it was given (a deep copy)."""
-        return copy.deepcopy(self.raw)
+        """The message as an OpenAI chat dict, exactly as it was given (a plain, mutable deep copy)."""
+        return thaw(self.raw)  # type: ignore[no-any-return]
 
     @property
     def text(self) -> str:
@@ -193,29 +284,82 @@ class RelevanceScore(BaseModel):
         return value
 
 
-def content_text(content: str | list[Any] | None) -> str:
-    """Text of an OpenAI ``content`` value: the string, or the text parts joined.
+_BLOB_RE = re.compile(r"[A-Za-z0-9+/=_-]{256,}")
+"""A run this long without spaces or punctuation is a payload (base64 data), not text."""
 
-    Non-text parts are shown as ``[image]``/``[audio]``/``[file]`` placeholders.
+
+def is_blob(text: str) -> bool:
+    """Whether ``text`` is an encoded payload (base64 image, audio, file) rather than text."""
+    return len(text) >= 256 and _BLOB_RE.fullmatch(text) is not None
+
+
+def leaf_texts(value: Any) -> list[str]:
+    """The string values inside a JSON-like ``value`` (keys and ``type`` tags left out,
+    encoded payloads left out), in order; for content parts of a shape we do not know."""
+    out: list[str] = []
+    if isinstance(value, str):
+        if value and not is_blob(value):
+            out.append(value)
+    elif isinstance(value, Mapping):
+        for key, item in value.items():
+            if key not in ("type", "id", "tool_use_id", "signature", "cache_control", "media_type"):
+                out.extend(leaf_texts(item))
+    elif isinstance(value, (list, tuple)):
+        for item in value:
+            out.extend(leaf_texts(item))
+    return out
+
+
+def part_text(part: Mapping[str, Any]) -> str:
+    """Text of one content part, for scoring and summaries.
+
+    OpenAI chat and Responses parts (``text``, ``input_text``, ``output_text``,
+    ``refusal``), Anthropic parts (``tool_use`` → ``name(input as JSON)``,
+    ``tool_result`` → the text inside it, ``thinking``, ``document`` with a text source),
+    placeholders for media (``[image]``, ``[audio]``, ``[file]``), and for any other shape
+    the strings inside it (else ``[type]``).
     """
+    kind = part.get("type")
+    if kind in ("text", "input_text", "output_text"):
+        return str(part.get("text", ""))
+    if kind == "refusal":
+        return str(part.get("refusal", ""))
+    if kind in ("image_url", "image", "input_image"):
+        return "[image]"
+    if kind in ("input_audio", "audio"):
+        return "[audio]"
+    if kind == "tool_use":
+        arguments = json.dumps(part.get("input", {}), ensure_ascii=False, sort_keys=True, default=str)
+        return f"{part.get('name', 'tool')}({arguments})"
+    if kind == "tool_result":
+        inner = part.get("content")
+        return content_text(inner) if isinstance(inner, (str, list, tuple)) else ""
+    if kind == "thinking":
+        return str(part.get("thinking", ""))
+    if kind == "document":
+        source = part.get("source")
+        if isinstance(source, Mapping) and source.get("type") == "text" and isinstance(source.get("data"), str):
+            return str(source["data"])
+        if isinstance(source, Mapping) and source.get("type") == "content":
+            return content_text(source.get("content"))
+        return "[file]"
+    if kind in ("file", "input_file"):
+        return "[file]"
+    texts = leaf_texts(part)
+    return "\n".join(texts) if texts else f"[{kind}]"
+
+
+def content_text(content: str | list[Any] | tuple[Any, ...] | None) -> str:
+    """Text of an OpenAI ``content`` value: the string, or each part's text joined
+    (:func:`part_text`; media as ``[image]``/``[audio]``/``[file]`` placeholders)."""
     if content is None:
         return ""
     if isinstance(content, str):
         return content
     out: list[str] = []
     for part in content:
-        if isinstance(part, dict):
-            kind = part.get("type")
-            if kind in ("text", "input_text", "output_text"):
-                out.append(str(part.get("text", "")))
-            elif kind in ("image_url", "image", "input_image"):
-                out.append("[image]")
-            elif kind == "input_audio":
-                out.append("[audio]")
-            elif kind == "refusal":
-                out.append(str(part.get("refusal", "")))
-            else:
-                out.append(f"[{kind}]")
+        if isinstance(part, Mapping):
+            out.append(part_text(part))
         elif isinstance(part, str):
             out.append(part)
     return "\n".join(out)

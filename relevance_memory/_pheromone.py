@@ -1,9 +1,12 @@
 """Pheromone field (SPEC §3 step 5, §5): a strength per message that learns and forgets.
 
-The field is pure data plus arithmetic: callers tell it what happened (a message
-arrived at message count ``n``, a message was scored under a subtask) and it updates
-strengths; it never reads a clock or does I/O. Time is the *tick*: one tick per
-``tick_every`` new messages, derived from the message count the caller passes in.
+The field is a state object over the pure functions of :mod:`._pheromone_math` (the
+one place the SPEC §5 formula lives, shared with the memory boards): callers tell it
+what happened (a message arrived at message count ``n``, a message was scored under a
+subtask) and it replaces the affected immutable cells; its reads never write — the
+evaporation since a cell was last settled is computed into the value returned. It never
+reads a clock or does I/O. Time is the *tick*: one tick per ``tick_every`` new messages,
+derived from the message count the caller passes in.
 
 Formulas (SPEC §5, seed articles in ``shared/seeds``):
 
@@ -30,7 +33,23 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ._config import PheromoneConfig
+from ._extras import require
+from ._io import json_safe
 from ._models import Message, MessageType
+from ._pheromone_math import (
+    Cell,
+    capped_deposit,
+    carried,
+    deposit,
+    evaporate,
+    forgotten,
+    forgotten_for,
+    new_cell,
+    reinforce,
+    score_before,
+    settled_strength,
+    task_strength,
+)
 
 __all__ = [
     "PheromoneField",
@@ -55,32 +74,6 @@ def pheromone_kind(msg_type: str, role: str, text: str) -> str:
     if role == "user" and msg_type == MessageType.USER_CHAT.value and _PREFERENCE_RE.search(text):
         return "preference"
     return msg_type
-
-
-def capped_deposit(strength: float, delta: float, s_max: float) -> float:
-    """Soft-capped deposit (SPEC §5): ``Δ·max(0, 1 − S/S_max)`` (strength units)."""
-    return delta * max(0.0, 1.0 - strength / s_max)
-
-
-def evaporate(strength: float, rate: float, deposit: float = 0.0) -> float:
-    """One evaporation tick (SPEC §5): ``S·(1 − η) + Δ``, η in [0, 1)."""
-    return strength * (1.0 - rate) + deposit
-
-
-@dataclass
-class _Cell:
-    kind: str
-    born_tick: int
-    strength: float  # as of ``at_tick``; evaporation since then is applied lazily
-    latest_score: int | None = None
-    at_tick: int = 0
-    latest_goal: str | None = None  # the final goal of the latest deposit
-    earned: float = 0.0  # the part of ``strength`` deposited under ``latest_goal`` (evaporates with it)
-    last_key: tuple[str, str] | None = None  # (final goal, subtask) of the latest deposit
-    last_deposit: float = 0.0  # that deposit, evaporated like ``strength``
-    subtasks: set[str] = field(default_factory=set)  # subtasks of ``latest_goal`` deposited for
-    score_key: tuple[str, str] | None = None  # (final goal, subtask) of ``latest_score``
-    previous_score: int | None = None  # the latest score under the goal's previous subtask
 
 
 HISTORY_FULL_MAX = 1_000
@@ -108,10 +101,12 @@ class PheromoneField:
     tick: int = 0
     edges: dict[tuple[str, str], float] = field(default_factory=dict)
     history: list[dict[str, Any]] = field(default_factory=list)
-    _cells: dict[str, _Cell] = field(default_factory=dict)
+    _cells: dict[str, Cell] = field(default_factory=dict)
     _observed: int = 0
 
     # ----------------------------------------------------------------- queries
+    # Reads never write: each one computes the evaporation since a cell was last settled
+    # into the value it returns (pure functions of ``_pheromone_math``).
     def __contains__(self, message_id: object) -> bool:
         return message_id in self._cells
 
@@ -123,31 +118,15 @@ class PheromoneField:
         """How many messages the field has seen (the caller's message count)."""
         return self._observed
 
-    def _settle(self, cell: _Cell) -> float:
-        """Apply the evaporation ticks since ``cell.at_tick`` in closed form and return S.
-
-        Equivalent to running ``S ← S·(1 − η)`` once per tick: the ticks that evaporate a
-        cell are those after its protection (``tick > born_tick + protect_ticks``) while
-        its latest score is below ``exempt_score``; the score only changes in
-        :meth:`deposit`, which settles the cell first. O(1) per call.
-        """
-        now = self.tick
-        if cell.at_tick < now:
-            cfg = self.config
-            if cell.latest_score is None or cell.latest_score < cfg.exempt_score:
-                ticks = now - max(cell.at_tick, cell.born_tick + cfg.protect_ticks)
-                if ticks > 0:
-                    factor = (1.0 - cfg.rate(cell.kind)) ** ticks
-                    cell.strength *= factor
-                    cell.earned *= factor
-                    cell.last_deposit *= factor
-            cell.at_tick = now
-        return cell.strength
+    def cell(self, message_id: str) -> Cell | None:
+        """The stored (immutable) cell of ``message_id``, or ``None``; settle it with
+        :func:`~relevance_memory._pheromone_math.settle` to read it at :attr:`tick`."""
+        return self._cells.get(message_id)
 
     def strength(self, message_id: str) -> float:
         """Current strength of ``message_id``; 0.0 for an unknown id."""
         cell = self._cells.get(message_id)
-        return self._settle(cell) if cell else 0.0
+        return settled_strength(cell, self.tick, self.config) if cell else 0.0
 
     def strength_for(self, message_id: str, goal: str | None, subtask: str | None = None) -> float:
         """Strength of ``message_id`` as memory for the task with final goal ``goal``.
@@ -162,14 +141,7 @@ class PheromoneField:
         made them. 0.0 for an unknown id.
         """
         cell = self._cells.get(message_id)
-        if cell is None:
-            return 0.0
-        current = self._settle(cell)
-        if cell.latest_goal is not None and cell.latest_goal != goal:
-            return max(0.0, current - cell.earned)
-        if subtask is not None and cell.last_key == (goal or "", subtask):
-            return max(0.0, current - cell.last_deposit)
-        return current
+        return task_strength(cell, self.tick, self.config, goal, subtask) if cell else 0.0
 
     def score_before(self, message_id: str, goal: str | None, subtask: str) -> int | None:
         """The message's latest score from *before* the subtask ``(goal, subtask)``, or ``None``.
@@ -180,24 +152,19 @@ class PheromoneField:
         rebuild admits and forgets exactly what the build that scored it did.
         """
         cell = self._cells.get(message_id)
-        if cell is None or cell.latest_goal is None or cell.latest_goal != goal:
-            return None
-        return cell.previous_score if cell.score_key == (goal or "", subtask) else cell.latest_score
+        return score_before(cell, goal, subtask) if cell else None
 
     def forgotten_for(self, message_id: str, goal: str | None, subtask: str) -> bool:
         """SPEC §5 forgetting as seen by a build for ``(goal, subtask)``: scored ≤ 2 by an
         earlier subtask of this task and strength (:meth:`strength_for`) below
         ``forget_threshold`` — archive without re-scoring."""
-        score = self.score_before(message_id, goal, subtask)
-        return (
-            score is not None
-            and score <= 2
-            and self.strength_for(message_id, goal, subtask) < self.config.forget_threshold
-        )
+        cell = self._cells.get(message_id)
+        return forgotten_for(cell, self.tick, self.config, goal, subtask) if cell else False
 
     def strengths(self) -> dict[str, float]:
         """Every message id → strength (a copy)."""
-        return {mid: self._settle(cell) for mid, cell in self._cells.items()}
+        tick, cfg = self.tick, self.config
+        return {mid: settled_strength(cell, tick, cfg) for mid, cell in self._cells.items()}
 
     def latest_score(self, message_id: str) -> int | None:
         """The newest score deposited for ``message_id`` under any subtask, or ``None``."""
@@ -207,16 +174,19 @@ class PheromoneField:
     def forgotten(self, message_id: str) -> bool:
         """Score ≤ 2 and strength below ``forget_threshold``: archive without re-scoring (SPEC §5)."""
         cell = self._cells.get(message_id)
-        return (
-            cell is not None
-            and cell.latest_score is not None
-            and cell.latest_score <= 2
-            and self._settle(cell) < self.config.forget_threshold
-        )
+        return forgotten(cell, self.tick, self.config) if cell else False
 
     def carried(self, message_id: str) -> bool:
         """Strength ≥ ``carry_threshold`` (carry-over into ``working``, SPEC §5)."""
-        return self.strength(message_id) >= self.config.carry_threshold
+        cell = self._cells.get(message_id)
+        if cell is None:
+            return self.config.carry_threshold <= 0.0
+        return carried(cell, self.tick, self.config)
+
+    def goal_of(self, message_id: str) -> str | None:
+        """The final goal under which ``message_id`` was last scored, or ``None``."""
+        cell = self._cells.get(message_id)
+        return cell.latest_goal if cell else None
 
     # ----------------------------------------------------------------- updates
     def observe(self, messages: Sequence[Message]) -> None:
@@ -238,22 +208,14 @@ class PheromoneField:
 
     def _add(self, message_id: str, kind: str, references: Iterable[str]) -> None:
         cfg = self.config
-        self._cells[message_id] = _Cell(
-            kind=kind, born_tick=self.tick, strength=cfg.initial_strength[kind], at_tick=self.tick
-        )
+        self._cells[message_id] = new_cell(kind, self.tick, cfg)
         for ref in references:
             cell = self._cells.get(ref)
             if cell is None:
                 continue
-            current = self._settle(cell)
-            cell.strength = current + capped_deposit(current, cfg.reinforce_delta, cfg.s_max)
+            self._cells[ref], _ = reinforce(cell, self.tick, cfg)
             edge = (ref, message_id)
             self.edges[edge] = self.edges.get(edge, 0.0) + cfg.edge_delta
-
-    def goal_of(self, message_id: str) -> str | None:
-        """The final goal under which ``message_id`` was last scored, or ``None``."""
-        cell = self._cells.get(message_id)
-        return cell.latest_goal if cell else None
 
     def deposit(self, scores: Mapping[str, int], subtask: str, goal: str | None = None) -> dict[str, float]:
         """Deposit from scores, once per (message, subtask) (SPEC §5).
@@ -272,41 +234,23 @@ class PheromoneField:
         Returns:
             message id → effective deposit actually added (strength units).
         """
-        cfg = self.config
         added: dict[str, float] = {}
         for message_id, score in scores.items():
             cell = self._cells.get(message_id)
             if cell is None:
                 continue
-            self._settle(cell)  # evaporation so far follows the previous score's gating
-            if cell.latest_goal is not None and cell.latest_goal != goal:
-                # a new final goal starts from the base strength: deposits earned for
-                # another task are not this task's memory (reinforcement from use stays)
-                cell.strength = max(0.0, cell.strength - cell.earned)
-                cell.earned = cell.last_deposit = 0.0
-                cell.last_key = cell.score_key = None
-                cell.latest_score = cell.previous_score = None
-                cell.subtasks.clear()
-            key = (goal or "", subtask)
-            if cell.score_key != key:
-                cell.previous_score, cell.score_key = cell.latest_score, key
-            cell.latest_score = score
-            cell.latest_goal = goal
-            if subtask in cell.subtasks:
-                continue
-            cell.subtasks.add(subtask)
-            amount = capped_deposit(cell.strength, cfg.deposits[score], cfg.s_max)
-            cell.strength += amount
-            cell.earned += amount
-            cell.last_key, cell.last_deposit = (goal or "", subtask), amount
-            added[message_id] = amount
+            self._cells[message_id], amount = deposit(cell, self.tick, self.config, score, subtask, goal)
+            if amount is not None:
+                added[message_id] = amount
         return added
 
     def advance(self, ticks: int = 1) -> None:
         """Run ``ticks`` evaporation ticks (importance-gated, cold-start protected).
 
-        Evaporation itself is applied lazily per cell (:meth:`_settle`), so a tick is
-        O(1) plus the history entry (O(messages) while the field is small).
+        Evaporation is settled lazily per cell in closed form (reads compute it into the
+        value they return; a cell is stored settled only when a deposit or reinforcement
+        writes it), so a tick is O(1) plus the history entry: while the field is small
+        (≤ :data:`HISTORY_FULL_MAX` cells) each tick records the top-N strengths.
         """
         for _ in range(ticks):
             self.tick += 1
@@ -314,12 +258,10 @@ class PheromoneField:
                 self._record_history()
 
     def _record_history(self) -> None:
-        top = heapq.nlargest(
-            self.config.history_top_n, self._cells.items(), key=lambda kv: self._settle(kv[1])
-        )
-        self.history.append(
-            {"tick": self.tick, "messages": self._observed, "top": {k: round(c.strength, 4) for k, c in top}}
-        )
+        tick, cfg = self.tick, self.config
+        now = {mid: settled_strength(cell, tick, cfg) for mid, cell in self._cells.items()}
+        top = heapq.nlargest(cfg.history_top_n, now.items(), key=lambda kv: kv[1])
+        self.history.append({"tick": tick, "messages": self._observed, "top": {k: round(s, 4) for k, s in top}})
 
     # ----------------------------------------------------------------- export
     def to_dict(self) -> dict[str, Any]:
@@ -332,7 +274,7 @@ class PheromoneField:
                 {
                     "id": mid,
                     "kind": c.kind,
-                    "strength": round(self._settle(c), 6),
+                    "strength": round(settled_strength(c, self.tick, self.config), 6),
                     "latest_score": c.latest_score,
                     "born_tick": c.born_tick,
                 }
@@ -342,8 +284,8 @@ class PheromoneField:
         }
 
     def to_json(self, *, indent: int | None = 2) -> str:
-        """:meth:`to_dict` as JSON text."""
-        return json.dumps(self.to_dict(), indent=indent, ensure_ascii=False)
+        """:meth:`to_dict` as standard JSON text (an infinite half-life — never evaporates — is ``null``)."""
+        return json.dumps(json_safe(self.to_dict()), indent=indent, ensure_ascii=False, allow_nan=False)
 
     def history_json(self, *, indent: int | None = 2) -> str:
         """The strength history (top-N per tick) as JSON text."""
@@ -351,18 +293,18 @@ class PheromoneField:
 
     def to_graph(self) -> Any:
         """The field as a ``networkx.DiGraph``: nodes carry ``kind``/``strength``/``latest_score``,
-        edges (earlier → later reference) carry ``weight``."""
-        import networkx as nx
+        edges (earlier → later reference) carry ``weight``. Needs the ``graph`` extra."""
+        nx = require("networkx", "the pheromone graph export")
 
         graph = nx.DiGraph()
         for mid, c in self._cells.items():
-            graph.add_node(mid, kind=c.kind, strength=float(self._settle(c)), latest_score=c.latest_score or 0)
+            graph.add_node(mid, kind=c.kind, strength=float(settled_strength(c, self.tick, self.config)), latest_score=c.latest_score or 0)
         for (a, b), w in self.edges.items():
             graph.add_edge(a, b, weight=float(w))
         return graph
 
     def graphml(self) -> str:
-        """The field as GraphML text (via ``networkx``)."""
-        import networkx as nx
+        """The field as GraphML text (via ``networkx``, the ``graph`` extra)."""
+        nx = require("networkx", "the pheromone graph export")
 
         return "\n".join(nx.generate_graphml(self.to_graph()))

@@ -36,6 +36,8 @@ class MessageDecision(BaseModel):
             ``summarised`` (folded into the summary pyramid), ``dropped`` (not in the context).
         chain_id: id of the trace chain's first message.
         note: extra detail (``"over budget"``, ``"orphan tool result"`` …).
+        producer: the agent that produced the message (SPEC §8 provenance), or ``None``.
+        scope: its visibility scope (``private``, ``private:<agent>``, ``shared``, ``global`` …).
     """
 
     id: str
@@ -52,6 +54,35 @@ class MessageDecision(BaseModel):
     decision: Decision
     chain_id: str
     note: str = ""
+    producer: str | None = None
+    scope: str = "private"
+
+
+class BoardReport(BaseModel):
+    """What a build read from and did on its memory board (SPEC §8, §10).
+
+    Attributes:
+        board: the board's name.
+        agent: the agent whose build this is.
+        source: where the shared strengths came from: ``memory``, ``redis`` or
+            ``local copy`` (the server was unreachable).
+        scopes: the shared scopes the agent reads.
+        imported: messages of other agents in this memory so far.
+        faults: what went wrong with the board since the previous build, one sentence each.
+        items: per shared message in the context (kept or recent): ``scope``, ``producer``, ``status``,
+            ``superseded_by``, ``contributions`` (agent → strength it added), ``deposits``,
+            ``reinforcements``, ``users`` (agent → tick of its latest use),
+            ``first_selected`` (``[agent, build]``) and the newest ``events``
+            (``[agent, op, tick, amount, time]``).
+    """
+
+    board: str
+    agent: str
+    source: str
+    scopes: list[str] = Field(default_factory=list)
+    imported: int = 0
+    faults: list[str] = Field(default_factory=list)
+    items: dict[str, dict[str, Any]] = Field(default_factory=dict)
 
 
 class SummaryRecord(BaseModel):
@@ -125,6 +156,9 @@ class DecisionRecord(BaseModel):
     goal: TaskGoal
     budget: int
     encoding: str
+    tokens_approximate: bool = Field(
+        default=False, description="token counts use an OpenAI encoding for a model whose tokenizer is unknown"
+    )
     tokens_before: int
     tokens_after: int
     messages_before: int
@@ -154,6 +188,7 @@ class DecisionRecord(BaseModel):
     prefix_tokens: int = Field(default=0, description="tokens shared exactly with the previous request's start")
     cacheable_tokens: int = Field(default=0, description="of prefix_tokens, what a provider bills as cached")
     provider_cached_tokens: int | None = Field(default=None, description="cached tokens the provider reported")
+    board: BoardReport | None = Field(default=None, description="the memory board's part (None without a board)")
 
     _messages: list[MessageDecision] | None = PrivateAttr(default=None)
     _lazy_messages: Callable[[], list[MessageDecision]] | None = PrivateAttr(default=None)

@@ -18,6 +18,7 @@ from ._text import asks_when, has_constraint, has_time_expression, identifiers, 
 
 __all__ = [
     "InMemoryScoreCache",
+    "LLMCall",
     "OfflineScorer",
     "ScoreCache",
     "ScoreItem",
@@ -97,12 +98,52 @@ class ScorerUsage(BaseModel):
         self.fallbacks += other.fallbacks
 
 
+class LLMCall(BaseModel):
+    """One HTTP request an LLM scorer sent (issue 14: per-call latency and tokens).
+
+    Attributes:
+        batch: index of the batch the request belongs to (0-based, in item order).
+        kind: ``ask`` (first request of a batch), ``reask`` (only the ids not yet validly
+            scored, with a short fixed correction), ``split`` (half of a request whose
+            reply was cut at the token cap), ``retry`` (transport re-send of the same
+            request) or ``format`` (re-sent with a simpler ``response_format`` after the
+            endpoint rejected one).
+        ids: message ids the request asked to score.
+        outcome: ``parsed`` (a score list was read), ``unparsed`` (no usable JSON, or an
+            ambiguous reply), ``cut`` (reply cut at the token cap), ``timeout``, ``error``
+            (connection error or HTTP status; see ``status``).
+        status: HTTP status, when there was a response.
+        taken: ids this reply scored validly.
+        latency_s: wall time of the request (seconds).
+        prompt_tokens / completion_tokens: as the server reported them (tokens); for a
+            request that got no reply (timeout, reset) ``prompt_tokens`` is the scorer's own
+            count of what it sent and ``estimated`` is true.
+        max_tokens: the completion cap sent (tokens), ``None`` when none was sent.
+        finish_reason: as the server reported it.
+    """
+
+    batch: int
+    kind: str
+    ids: int
+    outcome: str
+    status: int | None = None
+    taken: int = 0
+    latency_s: float = 0.0
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    estimated: bool = False
+    max_tokens: int | None = None
+    finish_reason: str | None = None
+
+
 class ScoringResult(BaseModel):
-    """What a scorer returns: one score per requested id, usage, warnings."""
+    """What a scorer returns: one score per requested id, usage, warnings, and (LLM
+    scorers) one :class:`LLMCall` per HTTP request sent."""
 
     scores: list[RelevanceScore]
     usage: ScorerUsage = Field(default_factory=ScorerUsage)
     warnings: list[str] = Field(default_factory=list)
+    calls: list[LLMCall] = Field(default_factory=list)
 
 
 @runtime_checkable
@@ -308,40 +349,44 @@ class OfflineScorer:
             )
         score = _BASE_PRIOR.get(item.msg_type, 2)
         weight = coverage * min(1.0, math.sqrt(WEIGHT_LENGTH_TOKENS / max(item.token_count, 1)))
-        reasons: list[str] = [f"{item.msg_type} prior {score}"]
+        # the reason reads as the sum it is: "base 2 for a tool result; +1 quotes …; = 4"
+        reasons: list[str] = [f"base {score} for a {item.msg_type.replace('_', ' ')}"]
         fired = False
         if item.msg_type in _CHAT_TYPES and weight < coverage:
             coverage = weight  # a long chat message must match densely, not by sheer length
         if coverage >= LEXICAL_STRONG:
             score += 2
-            reasons.append(f"covers {coverage:.0%} of the goal's terms")
+            reasons.append(f"+2 covers {coverage:.0%} of the goal's terms")
             fired = True
         elif coverage >= LEXICAL_WEAK:
             score += 1
-            reasons.append(f"covers {coverage:.0%} of the goal's terms")
+            reasons.append(f"+1 covers {coverage:.0%} of the goal's terms")
             fired = True
         item_ids = item.identifiers if item.identifiers is not None else identifiers(item.text)
         if features.identifiers and features.identifiers & item_ids:
             score += 1
             weight += IDENTIFIER_WEIGHT
-            reasons.append("quotes an identifier of the goal")
+            reasons.append("+1 quotes an identifier of the goal")
             fired = True
         if features.asks_when and coverage >= LEXICAL_WEAK and has_time_expression(item.text):
             score += 1
             weight += TIME_WEIGHT
-            reasons.append("states a time the goal asks for")
+            reasons.append("+1 states a time the goal asks for")
         if item.referenced_by and (item.msg_type not in _CHAT_TYPES or coverage >= LEXICAL_WEAK):
             score += 1
-            reasons.append(f"referenced by {item.referenced_by} later message(s)")
+            reasons.append(f"+1 referenced by {item.referenced_by} later message(s)")
             fired = True
         if item.msg_type == MessageType.TOOL_RESULT.value and is_error_output(item.text):
             score += 1
-            reasons.append("error output")
+            reasons.append("+1 error output")
             fired = True
         if not fired and item.msg_type not in _BASE_PRIOR:
             score -= 1
-            reasons.append("unrelated to the goal")
+            reasons.append("−1 unrelated to the goal")
+        total = score
         score = max(1, min(5, score))
+        if len(reasons) > 1:
+            reasons.append(f"= {score}" + (f" (clipped from {total})" if total != score else ""))
         # chat: the best match wins; tool runs: only clearly better matches jump ahead, and
         # recency breaks near-ties (the latest file state / output usually matters most)
         digits = 4 if item.msg_type in _CHAT_TYPES else 1

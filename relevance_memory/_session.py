@@ -7,7 +7,8 @@ LangChain hook and the OpenAI Agents session (:mod:`relevance_memory.adapters`):
   history (sync by prefix), keeps the latest build and records the model's reply;
 - :class:`SessionView` is what each wrapper exposes about it (``memory``, ``last_build``,
   ``last_record``, ``set_goal``);
-- :func:`message_to_dict` turns SDK message objects into request dicts, and
+- :func:`message_to_dict` (from :mod:`relevance_memory._io`, shared with ingest) turns SDK
+  message objects into request dicts, and
   :func:`project_built` maps a built context back onto the caller's own objects.
 
 Sync rule (by prefix). The caller passes its whole, growing history on every call. The
@@ -28,19 +29,29 @@ and ``""`` are equal. Then:
   never recorded twice or out of place.
 
 One session manages one conversation; do not share it between concurrent conversations.
+Concurrent requests of that conversation (threads, or asyncio tasks) are safe: each
+request's sync and build run as one step under the session's lock (tasks take turns on a
+per-loop ``asyncio.Lock`` without blocking the loop), so no message is recorded twice and
+every context is built from its own history; a request whose history no longer extends
+the memory (another request's reply was recorded first) resyncs as above.
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
+import threading
 import warnings
+import weakref
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any, Literal, TypeVar
 
 from ._exceptions import HistoryDivergedError, InvalidMessageError, RelevanceMemoryError
+from ._io import message_to_dict
 from ._manager import BuiltContext, RelevanceMemoryManager
 from ._models import TaskGoal
 from ._record import DecisionRecord
+from ._tokenizer import tools_tokens
 
 __all__ = [
     "MemorySession",
@@ -63,54 +74,6 @@ def field_of(obj: Any, key: str, default: Any = None) -> Any:
     if isinstance(obj, Mapping):
         return obj.get(key, default)
     return getattr(obj, key, default)
-
-
-def _tool_call_dict(call: Any) -> dict[str, Any]:
-    function = field_of(call, "function")
-    kind = field_of(call, "type") or "function"
-    if function is None and kind != "function":  # a custom tool call: keep its own payload
-        payload = field_of(call, kind)
-        return {"id": field_of(call, "id"), "type": kind, kind: _plain(payload)}
-    return {
-        "id": field_of(call, "id"),
-        "type": kind,
-        "function": {"name": field_of(function, "name"), "arguments": field_of(function, "arguments") or ""},
-    }
-
-
-def _plain(value: Any) -> Any:
-    dump = getattr(value, "model_dump", None)
-    return dump(exclude_none=True) if callable(dump) else value
-
-
-def message_to_dict(message: Any) -> dict[str, Any]:
-    """An OpenAI chat message as a request dict.
-
-    Dicts are returned as they are (copied shallowly); SDK message objects (e.g.
-    ``response.choices[0].message``) become ``{role, content, tool_calls?, name?,
-    tool_call_id?}`` — response-only fields (``refusal``, ``annotations``, ``audio``)
-    are left out. A reply with no content and no tool calls gets ``content=""`` (its
-    refusal text when it has one).
-
-    Raises:
-        TypeError: ``message`` is neither a mapping nor an object with a ``role``.
-    """
-    if isinstance(message, Mapping):
-        return dict(message)
-    role = getattr(message, "role", None)
-    if role is None:
-        raise TypeError(f"expected an OpenAI chat message (dict or SDK object), got {type(message).__name__}")
-    out: dict[str, Any] = {"role": role, "content": _plain(getattr(message, "content", None))}
-    calls = getattr(message, "tool_calls", None)
-    if calls:
-        out["tool_calls"] = [_tool_call_dict(c) for c in calls]
-    for key in ("name", "tool_call_id"):
-        value = getattr(message, key, None)
-        if value:
-            out[key] = value
-    if out["content"] is None and not calls:
-        out["content"] = getattr(message, "refusal", None) or ""
-    return out
 
 
 def _fingerprint(message: Mapping[str, Any]) -> str:
@@ -165,8 +128,40 @@ class MemorySession:
         self._fingerprints: list[str] = []
         self.last_build: BuiltContext | None = None
         self.quiet = quiet  # resync without a warning (the history was edited through an API of ours)
+        # one request's sync + build (and each reply's recording) at a time: threads wait on
+        # the lock, asyncio tasks on a per-loop asyncio.Lock (waiting never blocks the loop)
+        self.lock = threading.RLock()
+        self._async_locks: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, asyncio.Lock] = (
+            weakref.WeakKeyDictionary()
+        )
+
+    def prepare(self, history: Iterable[Any], model: str | None, tools: Any = None) -> tuple[RelevanceMemoryManager, BuiltContext]:
+        """Sync ``history`` and build this request's context, as one step: a concurrent request
+        of the same session (another thread) waits, so each context is built from its own
+        history and no message is recorded twice."""
+        with self.lock:
+            memory = self.sync(history, model)
+            return memory, memory.build_context(budget=self.budget(memory, {"tools": tools}))
+
+    async def aprepare(
+        self, history: Iterable[Any], model: str | None, tools: Any = None
+    ) -> tuple[RelevanceMemoryManager, BuiltContext]:
+        """Async :meth:`prepare`: concurrent tasks of the same session take turns (the build is
+        awaited, ``abuild_context``)."""
+        loop = asyncio.get_running_loop()
+        with self.lock:
+            turn = self._async_locks.get(loop)
+            if turn is None:
+                turn = self._async_locks[loop] = asyncio.Lock()
+        async with turn:
+            memory = self.sync(history, model)
+            return memory, await memory.abuild_context(budget=self.budget(memory, {"tools": tools}))
 
     def memory_for(self, model: str | None) -> RelevanceMemoryManager:
+        with self.lock:
+            return self._memory_for(model)
+
+    def _memory_for(self, model: str | None) -> RelevanceMemoryManager:
         if self._memory is None:
             overrides = dict(self._overrides)
             if model and "model" not in overrides:
@@ -178,6 +173,10 @@ class MemorySession:
         return self._memory
 
     def set_goal(self, final: str | None, subtask: str | None) -> TaskGoal | None:
+        with self.lock:
+            return self._set_goal(final, subtask)
+
+    def _set_goal(self, final: str | None, subtask: str | None) -> TaskGoal | None:
         if self._memory is not None:
             return self._memory.set_goal(final=final, subtask=subtask)
         old_final, old_subtask = self._pending_goal or (None, None)
@@ -193,9 +192,14 @@ class MemorySession:
         return self._fingerprints
 
     def sync(self, history: Iterable[Any], model: str | None) -> RelevanceMemoryManager:
-        """Record the new messages of ``history`` (see the module doc); returns the memory."""
+        """Record the new messages of ``history`` (see the module doc); returns the memory.
+        Holds the session's lock: concurrent syncs never record a message twice."""
         given = list(history)
-        memory = self.memory_for(model)
+        with self.lock:
+            return self._sync(given, model)
+
+    def _sync(self, given: list[Any], model: str | None) -> RelevanceMemoryManager:
+        memory = self._memory_for(model)
         stored = memory.messages
         n = len(stored)
         # an unchanged message equals its recorded dict exactly (one cheap comparison, no
@@ -241,7 +245,7 @@ class MemorySession:
                 f"history diverged from the memory: {what}; the memory starts over from this history "
                 "(scores are reused from the cache)",
                 RuntimeWarning,
-                stacklevel=4,
+                stacklevel=5,
             )
         self._memory = memory.fresh(messages)
         self._fingerprints = [_fingerprint(m) for m in messages]
@@ -249,11 +253,7 @@ class MemorySession:
 
     def budget(self, memory: RelevanceMemoryManager, kwargs: Mapping[str, Any]) -> int:
         """The build budget: the memory's budget minus the tokens of the ``tools`` schema."""
-        budget = memory.config.token_budget()
-        tools = kwargs.get("tools")
-        if tools:
-            budget -= memory.tokenizer.count_text(json.dumps([_plain(t) for t in tools], default=str))
-        return budget
+        return memory.config.token_budget() - tools_tokens(memory.tokenizer, kwargs.get("tools"))
 
     def built(self, built: BuiltContext) -> list[dict[str, Any]]:
         self.last_build = built
@@ -268,13 +268,14 @@ class MemorySession:
         rather than losing the caller's response; when the caller appends it to the
         history, the next call's sync raises the :class:`InvalidMessageError` before sending.
         """
-        if reply is None or memory is not self._memory:
-            return
-        try:
-            memory.add(reply)
-        except InvalidMessageError as exc:
-            warnings.warn(f"the model's reply was not recorded: {exc}", RuntimeWarning, stacklevel=3)
-        self._recorded(memory)
+        with self.lock:
+            if reply is None or memory is not self._memory:
+                return
+            try:
+                memory.add(reply)
+            except InvalidMessageError as exc:
+                warnings.warn(f"the model's reply was not recorded: {exc}", RuntimeWarning, stacklevel=3)
+            self._recorded(memory)
 
     def record_response(self, memory: RelevanceMemoryManager, response: Any, built: BuiltContext | None = None) -> None:
         """Record choice 0's message of ``response``, and the provider's cached prompt tokens

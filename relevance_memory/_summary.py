@@ -14,6 +14,7 @@
 
 from __future__ import annotations
 
+import json
 import re
 import warnings
 from collections import OrderedDict
@@ -21,10 +22,12 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
+import sentencex
 from pydantic import BaseModel, Field
 
 from ._markers import SUMMARY_MARKER
-from ._text import has_constraint, identifiers
+from ._models import is_blob
+from ._text import ERROR_RE, has_constraint, identifiers
 
 __all__ = [
     "SUMMARY_MARKER",
@@ -38,6 +41,8 @@ __all__ = [
     "SummaryItem",
     "build_pyramid",
     "extract_values",
+    "pointer_summary",
+    "pointer_tokens",
     "render_summary",
 ]
 
@@ -97,17 +102,42 @@ class Summarizer(Protocol):
 
 
 # --------------------------------------------------------------------------- offline
-_SPLIT_RE = re.compile(r"(?<=[。！？!?；;])|(?<=\.)\s+|\n+")
 _NUMBER_RE = re.compile(r"\d")
 _DATE_TIME_RE = re.compile(
-    r"\d{4}-\d{1,2}-\d{1,2}|\d{1,2}/\d{1,2}(?:/\d{2,4})?|\d{1,2}:\d{2}(?:\s*[ap]\.?m\.?)?|\b\d{1,2}\s*[ap]\.?m\.?\b"
+    r"\d{4}-\d{1,2}-\d{1,2}(?:[T ]\d{1,2}:\d{2}(?::\d{2})?)?|\d{1,2}/\d{1,2}(?:/\d{2,4})?|\d{1,2}:\d{2}(?:\s*[ap]\.?m\.?)?|\b\d{1,2}\s*[ap]\.?m\.?(?![a-z])"
     r"|(?:上午|下午|晚上|中午|早上|凌晨|傍晚)?\s*\d{1,2}\s*点(?:\s*\d{1,2}\s*分|半)?"
     r"|\d{1,2}\s*月\s*\d{1,2}\s*[日号]|周[一二三四五六日天]|星期[一二三四五六日天]"
     r"|\b(?:Mon|Tues|Wednes|Thurs|Fri|Satur|Sun)day\b"
-    r"|\b(?:Jan|Feb|Mar|Apr|May|Jun|Jul|Aug|Sep|Oct|Nov|Dec)[a-z]*\.? \d{1,2}\b",
+    r"|\b(?:Jan|Feb|Mar|Apr|May|Jun|Jul|Aug|Sep|Oct|Nov|Dec)[a-z]*\.? \d{1,2}(?:st|nd|rd|th)?(?:,? \d{4})?\b",
     re.IGNORECASE,
 )
 _NAME_RE = re.compile(r"(?<![.!?]\s)(?<!^)\b[A-Z][a-z]{2,}\b")
+_NUM = r"\d[\d,]*(?:\.\d+)?"
+_UNITS = (
+    r"%|percent|ms|sec(?:ond)?s?|min(?:ute)?s?|hours?|hrs?|days?|nights?|weeks?|months?|years?|"
+    r"[kKMGT]i?B|bytes?|tokens?|rows?|lines?|items?|files?|tests?|errors?|failures?|passed|failed|"
+    r"bags?|seats?|passengers?|people|persons?|adults?|children|guests?|rooms?|tickets?|pieces?|"
+    r"kg|lbs?|km|miles?|cm|mm|°[CF]|degrees?|USD|EUR|GBP|CNY|RMB|JPY|CHF|dollars?|euros?|yuan|"
+    r"元|块|个|人|天|晚|小时|分钟|岁|公斤|公里|件|张|次|位|间|份"
+)
+_UNIT_VALUE_RE = re.compile(
+    rf"[$€£¥]\s?{_NUM}(?:\s?(?:k|K|M|million|billion))?(?![\w])|(?<![\w.]){_NUM}\s?(?:{_UNITS})(?![A-Za-z])"
+)
+_LABELLED_RE = re.compile(rf"(?<![\w.])([A-Za-z_][\w-]{{1,30}})\"?\s*(?:=|:)\s*\"?({_NUM})(?![\w.:/-])")
+_NAMED_NUMBER_RE = re.compile(r"(?<![\w#])((?:[A-Z][a-z]+\s|No\.\s?|#)\d[\d-]*)(?![\w.:/-])")
+_NOT_NAMES = frozenset(
+    ["The", "This", "That", "These", "Those", "There", "Here", "In", "On", "At", "For", "From", "To", "And", "But", "Or", "If", "When", "While", "After", "Before", "Step", "Line", "Lines", "Page", "Item", "Part", "Option", "Case", "Run", "Try", "Test", "Version", "Python", "Section", "Chapter", "Figure", "Table", "Row", "Column"]
+)
+_BARE_NUMBER_RE = re.compile(rf"(?<![\w.-]){_NUM}(?![\w.:/-])")
+_ABBREVIATION_RE = re.compile(r"(?:[a-zA-Z]\.){1,3}[a-zA-Z]?")
+_WORD_PAIR_RE = re.compile(r"[a-z]{1,12}/[a-z]{1,12}")
+_LS_ROW_RE = re.compile(r"^\s*[dlcbps-][rwxsStT-]{9}[.+@]?\s")
+_FENCE_RE = re.compile(r"```[^\n]*\n.*?(?:```|\Z)", re.DOTALL)
+_MARKER_RE = re.compile(
+    r"^\s*(?:(?:#{1,6}|[-*•+>]|\d{1,3}[.)]|[a-zA-Z][.)]|\(\d{1,3}\))\s+|(?:THOUGHT|THINKING|Thought|Reasoning)\s*:\s*)+"
+)
+_WORD_RE = re.compile(r"[^\W\d_]{2,}")
+_CJK_CHAR_RE = re.compile("[\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uac00-\ud7af]")
 
 
 _WIDE_RE = re.compile("[\u1100-\u115f\u2e80-\u303e\u3041-\u33ff\u3400-\u4dbf\u4e00-\u9fff\ua000-\ua4cf\uac00-\ud7a3\uf900-\ufaff\ufe30-\ufe4f\uff00-\uff60\uffe0-\uffe6]")
@@ -119,63 +149,156 @@ def _estimate_tokens(text: str) -> int:
     return cjk + (len(text) - cjk + 2) // 3
 
 
-def extract_values(text: str) -> list[str]:
-    """Exact values in ``text``: dates/times, ids, paths, numbers, code names (in order, unique).
+def _is_table_row(line: str) -> bool:
+    """A row of tabular tool output (``ls -l``, ``ps``, ``df``, aligned columns): its fields are
+    columns, not facts a reader needs."""
+    if _LS_ROW_RE.match(line):
+        return True
+    fields = line.split()
+    if len(fields) < 5:
+        return False
+    numeric = sum(1 for f in fields if any(ch.isdigit() for ch in f) and not any(ch.isalpha() for ch in f.strip("%")))
+    return numeric >= 3 and numeric * 2 >= len(fields) - 1
 
-    Pure; used by the offline summarizer and to check that values survive a summary.
+
+def extract_values(text: str, *, bare_numbers: bool = False) -> list[str]:
+    """Exact values a reader of a summary needs, in order of appearance, unique (pure).
+
+    Kept: dates and times; ids (letters mixed with digits: ``ORD-1001``, ``HAT136``,
+    ``mia_li_3668``); paths and file names; numbers with a unit or currency (``50,000 EUR``,
+    ``$1,250``, ``3 bags``, ``15%``), with a label (``total: 41872``, ``price=450``) or a name
+    (``Room 418``, ``#123``); code names (``snake_case``, ``CamelCase``, ``dotted.name``).
+    Left out: bare numbers (``4096``, ``184``) unless ``bare_numbers`` (a short tool result
+    whose number *is* the fact), and every column of tabular output (``ls -l`` rows).
     """
-    found: list[str] = []
-    for match in _DATE_TIME_RE.finditer(text):
-        value = " ".join(match.group(0).split())
-        if value and value not in found:
-            found.append(value)
-    idents = identifiers(text)
-    for ident in sorted(idents, key=lambda s: (text.find(s), s)):
-        if ident not in found and not any(ident in v for v in found):
-            found.append(ident)
-    return found
+    found: dict[str, None] = {}
+    lines = [line for line in text.splitlines() if not _is_table_row(line)]
+    clean = "\n".join(lines)
+    spans: list[tuple[int, str]] = []
+    for match in _DATE_TIME_RE.finditer(clean):
+        spans.append((match.start(), " ".join(match.group(0).split())))
+    for match in _UNIT_VALUE_RE.finditer(clean):
+        spans.append((match.start(), " ".join(match.group(0).split())))
+    for match in _LABELLED_RE.finditer(clean):
+        spans.append((match.start(), f"{match.group(1)}: {match.group(2)}"))
+    for match in _NAMED_NUMBER_RE.finditer(clean):
+        if match.group(1).split()[0] not in _NOT_NAMES and not _DATE_TIME_RE.fullmatch(match.group(1)):
+            spans.append((match.start(), match.group(1)))
+    for ident in identifiers(clean):
+        plain = ident.replace(",", "").replace(".", "")
+        if plain.isdigit() or (_NUMBER_RE.search(ident) and not any(ch.isalpha() for ch in ident) and "/" not in ident):
+            continue  # a bare number (or 1.2.3): only kept with a unit, label or name above
+        if _ABBREVIATION_RE.fullmatch(ident) or _WORD_PAIR_RE.fullmatch(ident):
+            continue  # "e.g", "i.e"; "queue/stack", "and/or": prose, not a name or a path
+        spans.append((clean.find(ident), ident))
+    if bare_numbers:
+        for match in _BARE_NUMBER_RE.finditer(clean):
+            if len(match.group(0)) >= 2:  # "0"/"1" exit codes and counts say little alone
+                spans.append((match.start(), match.group(0)))
+    for _, value in sorted(spans, key=lambda s: s[0]):
+        if value and value not in found and not any(value in v for v in found):
+            found[value] = None
+    return list(found)
 
 
-_DIGITS_RE = re.compile(r"\d+")
+def _json_facts(text: str) -> list[str]:
+    """``key: value`` facts of a JSON tool result: leaves that are ids, dates, numbers or short names."""
+    try:
+        data = json.loads(text)
+    except (ValueError, RecursionError):
+        return []
+    facts: list[str] = []
+
+    def walk(value: Any, key: str) -> None:
+        if len(facts) >= 24:
+            return
+        if isinstance(value, dict):
+            for k, v in value.items():
+                walk(v, str(k))
+        elif isinstance(value, list):
+            for v in value[:12]:
+                walk(v, key)
+        elif isinstance(value, bool) or value is None:
+            return
+        elif isinstance(value, (int, float)):
+            if key:
+                facts.append(f"{key}: {value}")
+        elif isinstance(value, str) and key and 0 < len(value) <= 60 and not is_blob(value):
+            facts.append(f"{key}: {value}")
+
+    walk(data, "")
+    return list(dict.fromkeys(facts))
+
+
+def _segment(text: str) -> list[str]:
+    """Sentences of a prose line (``sentencex``, Wikimedia's rule-based segmenter)."""
+    return [" ".join(s.split()) for s in sentencex.segment("en", text) if s.strip()]
+
+
 _BRACKETED_RE = re.compile(r"^[(（\[【][^)）\]】]{0,30}[)）\]】]$")
 
 
+def _is_fragment(sentence: str) -> bool:
+    """Too little text to stand alone ("1.", "Ah!", "`", "So:")."""
+    return len(_WORD_RE.findall(sentence)) < 2 and len(_CJK_CHAR_RE.findall(sentence)) < 2
+
+
 def _sentences(text: str) -> list[str]:
-    """Sentences of ``text`` (CJK and Latin punctuation, newlines); a short bracketed
+    """Prose sentences of ``text``: fenced code blocks and tabular rows left out, list and
+    heading markers stripped (a line "1." alone joins the next one), each line segmented by
+    ``sentencex``; fragments are glued to their neighbour or dropped; a short bracketed
     fragment such as "（第 3 轮）" stays with the sentence before it."""
     out: list[str] = []
-    for raw in _SPLIT_RE.split(text):
-        sentence = " ".join(raw.split())
-        if not sentence:
+    carry = ""
+    for raw_line in _FENCE_RE.sub("\n", text).splitlines():
+        if _is_table_row(raw_line):
             continue
-        if out and _BRACKETED_RE.match(sentence):
-            out[-1] += sentence
-        else:
-            out.append(sentence)
+        line = _MARKER_RE.sub("", raw_line).strip()
+        if not line or set(line) <= set("`*_-=#|:. "):
+            continue
+        for sentence in _segment(line):
+            if out and _BRACKETED_RE.match(sentence):
+                out[-1] += sentence
+            elif _is_fragment(sentence):
+                carry = f"{carry} {sentence}".strip() if extract_values(sentence) else carry
+            else:
+                out.append(f"{carry} {sentence}".strip() if carry else sentence)
+                carry = ""
+    if carry and (extract_values(carry) or not _is_fragment(carry)):
+        out.append(carry)
     return out
 
 
-def _take(entries: list[str], max_tokens: int) -> list[str]:
-    """The leading ``entries`` whose estimated tokens fit ``max_tokens``."""
-    out: list[str] = []
+def _take_newest(entries: list[str], max_tokens: int, rank: Callable[[str], int] | None = None) -> list[str]:
+    """The ``entries`` (later in the list = newer) that fit ``max_tokens`` (estimated), higher
+    ``rank`` first and newest first within a rank, returned in chronological order."""
+    chosen: list[int] = []
     used = 0
-    for entry in entries:
-        cost = _estimate_tokens(entry) + 1
+    by_rank = sorted(range(len(entries)), key=lambda i: (-(rank(entries[i]) if rank else 0), -i))
+    for index in by_rank:
+        cost = _estimate_tokens(entries[index]) + 1
         if used + cost > max_tokens:
-            break
-        out.append(entry)
+            continue
+        chosen.append(index)
         used += cost
-    return out
+    return [entries[i] for i in sorted(chosen)]
+
+
+def _value_rank(value: str) -> int:
+    """2 for a date, id, path or number (the values SPEC §7 wants to survive), 1 for a code name."""
+    return 2 if _NUMBER_RE.search(value) or "/" in value else 1
 
 
 def _sentence_priority(sentence: str, role: str = "user") -> int:
-    """Why an extractive summary keeps a sentence: 4 constraint (not in tool output, where
-    "must"/"never" is code or prose of the tool), 3 id/path/date, 2 number, 1 name, 0 none."""
-    if role != "tool" and has_constraint(sentence):
+    """Why an extractive summary keeps a sentence: 4 a constraint stated by the user or the
+    system (an assistant's "we must …" is reasoning, a tool's is code or prose), 3 an exact value (date, id, path, number with a
+    unit/label/name), 2 a code name only, 1 a capitalised name, 0 nothing (dropped)."""
+    if role in ("user", "system", "developer") and has_constraint(sentence):
         return 4
-    if _DATE_TIME_RE.search(sentence) or any(not s.replace(",", "").replace(".", "").isdigit() for s in identifiers(sentence)):
+    values = extract_values(sentence)
+    if any(_NUMBER_RE.search(v) or "/" in v or "." in v.strip(".") for v in values):
         return 3
-    if _NUMBER_RE.search(sentence):
+    if values:
         return 2
     if _NAME_RE.search(sentence):
         return 1
@@ -192,14 +315,53 @@ def _speaker(item: SummaryItem) -> str:
     return "A system note said"
 
 
+_Line = tuple[int, str, str, list[str], int]
+"""(priority, dedupe key, rendered line, exact values, estimated tokens)."""
+
+
+def _tool_lines(text: str, max_chars: int) -> list[tuple[int, str, list[str]]]:
+    """What a tool result says, as (priority, text, values): a short result whole; a JSON
+    result as its ``key: value`` facts; else its error lines and a first line that holds a
+    value. Tool output is read by lines, never split into "sentences"."""
+    stripped = text.strip()
+    if not stripped:
+        return []
+    facts = _json_facts(stripped) if stripped[:1] in "{[" else []
+    if facts:
+        return [(3, "; ".join(facts[:12]), facts)]
+    lines = [line.strip() for line in stripped.splitlines() if line.strip()]
+    if len(stripped) <= 200 and len(lines) <= 3:
+        joined = " ".join(" ".join(line.split()) for line in lines)
+        values = extract_values(stripped, bare_numbers=True)
+        return [(3 if values else 2, joined, values)]
+    out: list[tuple[int, str, list[str]]] = []
+    errors = [line for line in lines if ERROR_RE.search(line) and not _is_table_row(line)]
+    for line in dict.fromkeys([*errors[:1], *errors[-1:]]):
+        out.append((3, line[:max_chars], extract_values(line)))
+    first = lines[0]
+    if not errors and not _is_table_row(first):
+        values = extract_values(first)
+        if values:
+            out.append((1, first[:max_chars], values))
+    return out
+
+
 @dataclass
 class OfflineSummarizer:
     """Extractive summarizer with no network (SPEC §7, the default).
 
-    Keeps sentences holding a constraint word, an id, path, date or time, a number, or
-    a capitalised name; lists the exact values found and every tool call with its
-    arguments. Repeated sentences appear once. When the kept sentences exceed
-    ``max_tokens`` (estimated), the lowest-priority ones go first (constraints last).
+    Reads prose (user, assistant, system messages) as sentences (``sentencex``; code
+    blocks, tabular rows and list markers left out, fragments such as "1." never stand
+    alone) and tool results as lines (a short result whole, a JSON result as ``key: value``
+    facts, else its error lines). Keeps sentences holding a constraint, an exact value
+    (:func:`extract_values`: dates, ids, paths, numbers with a unit, label or name) or a
+    name; lists the exact values and every tool call with its arguments. A repeated
+    sentence appears once, at its newest occurrence.
+
+    Under a tight ``max_tokens`` (estimated) the newest material wins: values and tool
+    calls are taken newest first, then prose by priority (constraints, then values, then
+    the rest) and newest first within a priority; everything is shown in chronological
+    order. Exact values and tool calls get their share before prose and filler.
 
     Attributes:
         name: ``"offline-extractive"``.
@@ -209,29 +371,31 @@ class OfflineSummarizer:
             archive is extracted once, not on every build.
     """
 
-    name: str = "offline-extractive"
+    name: str = "offline-extractive-v2"
     max_sentence_chars: int = 240
     max_values: int = 40
     memo_size: int = 500_000
-    _memo: dict[tuple[str, str, str], list[tuple[int, str, str, list[str], int]]] = field(
-        default_factory=dict, repr=False, compare=False
-    )
+    _memo: dict[tuple[str, str, str], list[_Line]] = field(default_factory=dict, repr=False, compare=False)
 
-    def _extract(self, item: SummaryItem) -> list[tuple[int, str, str, list[str], int]]:
-        """Per message, memoised by (id, content hash): (priority, dedupe key, line, values, est. tokens)."""
+    def _extract(self, item: SummaryItem) -> list[_Line]:
+        """Per message, memoised by (id, content hash): its candidate lines."""
         memo_key = (item.id, item.content_hash, item.text if not item.content_hash else "")
         cached = self._memo.pop(memo_key, None)
         if cached is not None:
             self._memo[memo_key] = cached  # most recently used last
             return cached
-        out: list[tuple[int, str, str, list[str], int]] = []
-        for sentence in _sentences(item.text):
-            priority = _sentence_priority(sentence, item.role)
-            if priority == 0:
-                continue
-            # a sentence that only differs by its numbers from one already kept is noise
+        out: list[_Line] = []
+        if item.role == "tool":
+            units = _tool_lines(item.text, self.max_sentence_chars)
+        else:
+            units = []
+            for sentence in _sentences(item.text):
+                priority = _sentence_priority(sentence, item.role)
+                if priority:
+                    units.append((priority, sentence, extract_values(sentence)))
+        for priority, sentence, values in units:
+            # a sentence that only differs by its numbers from another one is noise
             key = sentence.lower() if priority > 2 else _DIGITS_RE.sub("#", sentence.lower())
-            values = extract_values(sentence)
             if len(sentence) > self.max_sentence_chars:
                 sentence = sentence[: self.max_sentence_chars - 1] + "…"
             line = f"{_speaker(item)}: “{sentence}”"
@@ -242,52 +406,66 @@ class OfflineSummarizer:
         return out
 
     def summarize(self, items: Sequence[SummaryItem], *, level: int, max_tokens: int) -> SummaryDraft:
-        """Summarise ``items``; deterministic (per-message extraction is memoised). See the class docstring."""
-        candidates: list[tuple[int, int, str, int]] = []  # (priority, order, line, est. tokens)
-        seen: set[str] = set()
-        ordered_values: dict[str, None] = {}  # insertion-ordered set: O(1) membership
-        ordered_tools: dict[str, None] = {}
+        """Summarise ``items`` (oldest first); deterministic. See the class docstring."""
+        latest: dict[str, tuple[int, int, str, int]] = {}  # dedupe key → (priority, order, line, cost), newest wins
+        values_at: dict[str, tuple[int, int]] = {}  # value → (line of its newest occurrence, -position in it)
+        tools_at: dict[str, int] = {}
+        order = 0
         for item in items:
             for name, arguments in item.tool_calls:
                 call = f"{name}({arguments})"
                 call = call if len(call) <= 200 else call[:197] + "…)"
-                ordered_tools.setdefault(call, None)
+                tools_at.pop(call, None)
+                tools_at[call] = order
+                order += 1
             for priority, key, line, found, cost in self._extract(item):
-                for value in found:  # values survive even when the sentence is a repeat
-                    ordered_values.setdefault(value, None)
-                if key in seen:
-                    continue
-                seen.add(key)
-                candidates.append((priority, len(candidates), line, cost))
-        # fit: values and tools take at most a quarter of max_tokens each, prose the rest;
-        # prose keeps the highest priorities, then chronological order is restored
-        values = _take(list(ordered_values)[: self.max_values], max_tokens // 4)
-        tools = _take(list(ordered_tools), max_tokens // 4)
+                for position, value in enumerate(found):  # values survive even when the sentence is a repeat
+                    values_at.pop(value, None)
+                    values_at[value] = (order, -position)
+                latest.pop(key, None)
+                latest[key] = (priority, order, line, cost)
+                order += 1
+        # values and tools first (newest first, a quarter of the room each), prose gets the rest
+        # newest line first; within a line, in reading order
+        by_recency = sorted(values_at, key=values_at.__getitem__)[-self.max_values :]
+        values = _take_newest(by_recency, max_tokens // 4, _value_rank)
+        values.sort(key=lambda v: (values_at[v][0], -values_at[v][1]))
+        tools = _take_newest(list(tools_at), max_tokens // 4)
         overhead = _estimate_tokens(" ".join(values) + " ".join(tools)) + 3 * min(len(items), 40)
         budget = max(0, max_tokens - overhead - 40)
+        candidates = sorted(latest.values(), key=lambda c: c[1])
         chosen: list[tuple[int, int, str, int]] = []
         used = 0
-        for cand in sorted(candidates, key=lambda c: (-c[0], c[1])):
-            cost = cand[3]
-            if used + cost <= budget:
+        for cand in sorted(candidates, key=lambda c: (-c[0], -c[1])):  # priority, then newest first
+            if used + cand[3] <= budget:
                 chosen.append(cand)
-                used += cost
+                used += cand[3]
         chosen.sort(key=lambda c: c[1])
         lines = [c[2] for c in chosen]
-        if not candidates:
-            prose = f"{len(items)} earlier message(s) were archived; none held a value worth keeping."
+        if not lines and (values or tools):
+            prose = ""  # the values and tool calls say it; no filler in their place
+        elif not candidates:
+            prose = f"{len(items)} archived message(s); none held a sentence worth quoting."
         elif not lines:
-            prose = f"{len(items)} earlier message(s) were archived; see the exact values below."
+            prose = f"{len(items)} archived message(s); their sentences did not fit."
         else:
             prose = "\n".join(lines)
             if len(chosen) < len(candidates):
-                prose += f"\n({len(candidates) - len(chosen)} more sentence(s) with values left out for space.)"
+                prose += "\n" + _left_out_note(len(candidates) - len(chosen))
         return SummaryDraft(
             prose=prose,
             exact_values=values,
             tools_used=tools,
             covered_ids=[item.id for item in items],
         )
+
+
+_DIGITS_RE = re.compile(r"\d+")
+_NOTE_RE = re.compile(r"^\((\d+) (?:more|older) sentence\(s\) with values left out for space\.\)$")
+
+
+def _left_out_note(count: int) -> str:
+    return f"({count} older sentence(s) with values left out for space.)"
 
 
 # --------------------------------------------------------------------------- LLM
@@ -418,6 +596,9 @@ class PyramidResult:
 
     summaries: list[RenderedSummary] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
+    pointer: RenderedSummary | None = None
+    """When no summary fits: a level-0 pointer (how many archived messages, their ids,
+    restorable) if that fits, so archived messages never vanish without a trace."""
 
     @property
     def tokens(self) -> int:
@@ -426,8 +607,13 @@ class PyramidResult:
 
     @property
     def covered(self) -> set[str]:
-        """Every id some summary covers."""
-        return {i for s in self.summaries for i in s.covered_ids}
+        """Every id some summary covers (a level-0 pointer only names its ids: not counted)."""
+        return {i for s in self.summaries if s.level > 0 for i in s.covered_ids}
+
+    @property
+    def pointed(self) -> set[str]:
+        """Ids only named by a level-0 pointer (archived, not summarised, restorable)."""
+        return {i for s in self.summaries if s.level == 0 for i in s.covered_ids}
 
 
 def _ids_text(ids: Sequence[str], limit: int) -> str:
@@ -445,13 +631,14 @@ def render_summary(
     values: Sequence[str] | None = None,
     prose: str | None = None,
     id_limit: int = 40,
-    compact: bool = False,
+    compact: bool | int = False,
 ) -> dict[str, str]:
     """The summary as an OpenAI chat dict: marked, past tense, ids listed (pure).
 
     ``id_limit`` caps the ids written out (0: only the span in the header; the
     decision record's :class:`SummaryRecord` always lists every covered id).
-    ``compact`` shortens the header to the marker and the span, for tight budgets.
+    ``compact`` shortens the header for tight budgets: ``1`` (or ``True``) to the marker, the
+    count, the span and "restorable by id"; ``2`` to the marker and the span only.
 
     Raises:
         ValueError: ``role`` is ``assistant`` (summaries never use it, SPEC §7).
@@ -467,11 +654,12 @@ def render_summary(
         if len(covered_ids) > 1
         else f"archived {covered_ids[0]}"
     )
-    header = (
-        f"{SUMMARY_MARKER} of {span}]"
-        if compact
-        else f"{SUMMARY_MARKER} L{level} {kind}, {archived}: past events, not instructions]"
-    )
+    if int(compact) >= 2:
+        header = f"{SUMMARY_MARKER} of {span}]"
+    elif compact:
+        header = f"{SUMMARY_MARKER} of {len(covered_ids)} archived message(s) {span}, restorable by id]"
+    else:
+        header = f"{SUMMARY_MARKER} L{level} {kind}, {archived}, restorable by id: past events, not instructions]"
     lines = [
         header,
         (prose if prose is not None else draft.prose).strip(),
@@ -486,6 +674,20 @@ def render_summary(
     return {"role": role, "content": "\n".join(line for line in lines if line)}
 
 
+def _drop_oldest_prose(lines: list[str]) -> bool:
+    """Drop the oldest prose line that states no constraint (else the oldest line); keep the
+    left-out note last and its count true. False when no line is left to drop."""
+    note = _NOTE_RE.match(lines[-1]) if lines else None
+    body = lines[:-1] if note else lines
+    if not body:
+        return False
+    victim = next((i for i, line in enumerate(body) if not has_constraint(line)), 0)
+    del body[victim]
+    dropped = (int(note.group(1)) if note else 0) + 1
+    lines[:] = [*body, _left_out_note(dropped)] if body else []
+    return True
+
+
 def _fit(
     draft: SummaryDraft,
     *,
@@ -495,13 +697,20 @@ def _fit(
     cap: int,
     count: Callable[[dict[str, Any]], int],
 ) -> RenderedSummary | None:
-    """Render ``draft`` within ``cap`` tokens, trimming values, tools and prose; ``None`` if impossible."""
+    """Render ``draft`` within ``cap`` tokens; ``None`` if even a bare pointer cannot fit.
+
+    What yields, in order (newest material is kept longest, SPEC §7 values last): prose
+    lines, oldest first and constraints last; tool calls, oldest first; the id list; the
+    long header; exact values, half at a time (code names before ids, paths, dates and
+    numbers; older before newer). The bare form names how many messages,
+    their span, and that they are restorable by id.
+    """
     values = list(draft.exact_values)
     lines = draft.prose.splitlines()
     tools = list(draft.tools_used)
     id_limit = 40
-    compact = False
-    for _ in range(200):
+    compact = 0
+    for _ in range(400):
         trimmed = draft.model_copy(update={"tools_used": tools})
         message = render_summary(
             trimmed, level=level, covered_ids=covered_ids, role=role, values=values, prose="\n".join(lines),
@@ -510,10 +719,10 @@ def _fit(
         tokens = count(message)
         if tokens <= cap:
             return RenderedSummary(level, message, tokens, tuple(covered_ids), tuple(values))
-        if len(lines) > 1:
-            lines.pop()  # drop prose from the end (newest lines) first
-        elif tools:
-            tools.pop()
+        if len(lines) > 1 and _drop_oldest_prose(lines):
+            continue
+        if tools:
+            tools.pop(0)  # the oldest call first
         elif id_limit > 8:
             id_limit //= 2
         elif id_limit > 0:
@@ -522,15 +731,54 @@ def _fit(
             lines[0] = lines[0][: len(lines[0]) // 2] + "…"
         elif lines:
             lines = []
-        elif not compact:
-            compact = True  # a short header before giving up any exact value
-        elif len(values) > 1:  # exact values go last (SPEC §7: they must survive)
-            values = values[: len(values) // 2]
+        elif compact < 2:
+            compact += 1  # shorter headers before giving up any exact value
+        elif len(values) > 1:  # exact values go last (SPEC §7: they must survive): ids/numbers, newest, kept
+            keep = sorted(range(len(values)), key=lambda i: (-_value_rank(values[i]), -i))[: len(values) // 2]
+            values = [values[i] for i in sorted(keep)]
         elif values:
             values = []
         else:
             return None
     return None
+
+
+def _pointer_text(ids: Sequence[str], limit: int) -> str:
+    span = f"{ids[0]}–{ids[-1]}" if len(ids) > 1 else ids[0]
+    if limit == 0:
+        return f"{SUMMARY_MARKER}: {len(ids)} archived message(s) {span} not shown, restorable by id]"
+    return (
+        f"{SUMMARY_MARKER} pointer: {len(ids)} archived message(s) are not shown for lack of room; "
+        f"restorable by id: {_ids_text(list(ids), limit)}]"
+    )
+
+
+def pointer_summary(
+    covered_ids: Sequence[str], *, role: str, cap: int, count: Callable[[dict[str, Any]], int]
+) -> RenderedSummary | None:
+    """The least a context says about archived messages no summary fits (level 0): how many,
+    which ids (as many as fit, else the span), and that they are restorable by id.
+    ``None`` when not even that fits ``cap`` tokens (see :func:`pointer_tokens`).
+
+    Raises:
+        ValueError: ``role`` is ``assistant`` or ``covered_ids`` is empty.
+    """
+    if role == "assistant":
+        raise ValueError("summaries never use the assistant role (SPEC §7)")
+    if not covered_ids:
+        raise ValueError("a pointer needs at least one archived id")
+    for limit in (40, 16, 8, 0):
+        message = {"role": role, "content": _pointer_text(covered_ids, limit)}
+        tokens = count(message)
+        if tokens <= cap:
+            return RenderedSummary(0, message, tokens, tuple(covered_ids), ())
+    return None
+
+
+def pointer_tokens(covered_ids: Sequence[str], *, role: str, count: Callable[[dict[str, Any]], int]) -> int:
+    """Tokens of the smallest pointer for ``covered_ids`` — the least a summary reserve must hold
+    so that archived messages never vanish without a trace (tokens)."""
+    return count({"role": role, "content": _pointer_text(covered_ids, 0)})
 
 
 def build_pyramid(
@@ -545,8 +793,9 @@ def build_pyramid(
     """Summaries for ``runs`` of consecutive archived messages within ``cap`` tokens (SPEC §7).
 
     Level 1: one summary per run. If their total exceeds ``cap``, one level-2 summary
-    over all runs replaces them. A summary that cannot fit even trimmed is left out
-    (its messages stay archived) with a warning.
+    over all runs replaces them, trimmed as :func:`_fit` says (newest material kept
+    longest). When even that cannot fit, ``pointer`` holds a level-0 pointer
+    (:func:`pointer_summary`) if it fits, and a warning says so.
 
     Args:
         runs: runs of archived messages, oldest first; empty runs are ignored.
@@ -558,9 +807,11 @@ def build_pyramid(
     """
     runs = [list(r) for r in runs if r]
     result = PyramidResult()
-    if not runs or cap <= 0:
-        if runs:
-            result.warnings.append("no room for summaries; archived messages were dropped (restorable by id)")
+    if not runs:
+        return result
+    everything = [item for run in runs for item in run]
+    if cap <= 0:
+        result.warnings.append("no room for summaries; archived messages were dropped (restorable by id)")
         return result
     level1: list[RenderedSummary] = []
     for run in runs:
@@ -574,12 +825,14 @@ def build_pyramid(
     if level1 and sum(s.tokens for s in level1) <= cap:
         result.summaries = level1
         return result
-    everything = [item for run in runs for item in run]
     draft = cache.get_or_make(summarizer, everything, level=2, max_tokens=cap)
-    rendered = _fit(draft, level=2, covered_ids=[i.id for i in everything], role=role, cap=cap, count=count)
+    ids = [i.id for i in everything]
+    rendered = _fit(draft, level=2, covered_ids=ids, role=role, cap=cap, count=count)
     if rendered is None:
+        result.pointer = pointer_summary(ids, role=role, cap=cap, count=count)
         result.warnings.append(
-            f"summary of {len(everything)} archived message(s) does not fit {cap} tokens; they were dropped (restorable by id)"
+            f"summary of {len(everything)} archived message(s) does not fit {cap} tokens; they were dropped "
+            + ("(a pointer lists them, restorable by id)" if result.pointer else "(restorable by id)")
         )
         return result
     result.summaries = [rendered]

@@ -7,10 +7,18 @@ counting needs no network on a fresh machine (case C09).
 
 Message framing follows OpenAI's cookbook "How to count tokens with tiktoken":
 3 tokens per message, +1 when ``name`` is set, and 3 tokens priming the reply once per
-request. Tool calls cost their function name and argument string plus
-``TOOL_CALL_OVERHEAD`` tokens each (case C08). Images cost a bounded amount that does
-not depend on the base64 length (case C10): OpenAI's tile rule when the image size can
-be read from the data URL, otherwise a documented default.
+request. Tool calls cost their function name and argument string (a custom tool call:
+its name and input) plus ``TOOL_CALL_OVERHEAD`` tokens each (case C08). Images cost a
+bounded amount that does not depend on the base64 length (case C10): OpenAI's tile rule
+when the image size can be read from the data URL (or an Anthropic base64 ``source``),
+otherwise a documented default.
+
+Content parts are counted by what they carry: text parts by their text; Anthropic
+``tool_use`` parts like a tool call (name, input as JSON, overhead); ``tool_result`` parts
+by the parts inside them (text by its text, images as images); ``thinking`` by its text;
+audio and files at the bounded placeholder cost; a part of any other shape by the strings
+inside it, an encoded payload inside it at the placeholder cost — never by its base64 size
+and never as a flat image.
 """
 
 from __future__ import annotations
@@ -20,6 +28,7 @@ import binascii
 import functools
 import gzip
 import hashlib
+import json
 import math
 import struct
 from collections.abc import Mapping, Sequence
@@ -29,6 +38,7 @@ from typing import Any, Literal, Protocol, runtime_checkable
 import tiktoken
 
 from ._exceptions import TokenizerError
+from ._models import is_blob, leaf_texts
 
 __all__ = [
     "IMAGE_TOKENS_LOW",
@@ -39,6 +49,7 @@ __all__ = [
     "TiktokenCounter",
     "TokenCounter",
     "image_tokens",
+    "tools_tokens",
 ]
 
 TOKENS_PER_MESSAGE = 3
@@ -190,6 +201,12 @@ def image_tokens(part: Mapping[str, Any], default: int = 765) -> int:
     (765 = a 1024×1024 image). The base64 length never matters (case C10).
     """
     spec = part.get("image_url", part.get("image", {}))
+    source = part.get("source")
+    if isinstance(source, Mapping):  # Anthropic: {type: base64, media_type, data} or {type: url, url}
+        if source.get("type") == "base64":
+            spec = {"url": f"data:{source.get('media_type', 'image/png')};base64,{source.get('data', '')}"}
+        else:
+            spec = {"url": str(source.get("url", ""))}
     url = spec.get("url", "") if isinstance(spec, Mapping) else str(spec or "")
     detail = spec.get("detail", "auto") if isinstance(spec, Mapping) else "auto"
     if detail == "low":
@@ -243,16 +260,38 @@ class TiktokenCounter:
             if isinstance(part, str):
                 total += self.count_text(part)
             elif isinstance(part, Mapping):
-                kind = part.get("type")
-                if kind in ("image_url", "image", "input_image"):
-                    total += image_tokens(part, self._image_default)
-                elif kind in ("text", "input_text", "output_text"):
-                    total += self.count_text(str(part.get("text", "")))
-                elif kind == "refusal":
-                    total += self.count_text(str(part.get("refusal", "")))
-                else:  # audio, files: a bounded placeholder cost, never their base64 payload
-                    total += self._image_default
+                total += self._part_tokens(part)
         return total
+
+    def _part_tokens(self, part: Mapping[str, Any]) -> int:
+        """Tokens of one content part (module doc: by what it carries)."""
+        kind = part.get("type")
+        if kind in ("image_url", "image", "input_image"):
+            return image_tokens(part, self._image_default)
+        if kind in ("text", "input_text", "output_text"):
+            return self.count_text(str(part.get("text", "")))
+        if kind == "refusal":
+            return self.count_text(str(part.get("refusal", "")))
+        if kind == "thinking":
+            return self.count_text(str(part.get("thinking", "")))
+        if kind == "tool_use":
+            arguments = json.dumps(part.get("input", {}), ensure_ascii=False, default=str)
+            return TOOL_CALL_OVERHEAD + self.count_text(str(part.get("name", ""))) + self.count_text(arguments)
+        if kind == "tool_result":
+            inner = part.get("content")
+            return TOOL_CALL_OVERHEAD + (self._content_tokens(inner) if isinstance(inner, (str, list, tuple)) else 0)
+        if kind in ("input_audio", "audio", "file", "input_file"):
+            return self._image_default  # a bounded placeholder cost, never the base64 payload
+        if kind == "document":
+            source = part.get("source")
+            if isinstance(source, Mapping) and source.get("type") == "text":
+                return self.count_text(str(source.get("data", "")))
+            if isinstance(source, Mapping) and source.get("type") == "content":
+                inner = source.get("content")
+                return self._content_tokens(inner) if isinstance(inner, (str, list, tuple)) else 0
+            return self._image_default
+        # a shape we do not know: the text it carries, each encoded payload at the placeholder cost
+        return sum(self.count_texts(leaf_texts(part))) + _count_blobs(part) * self._image_default
 
     def count_message(self, message: Mapping[str, Any]) -> int:
         """Tokens of one OpenAI chat message, framing included (OpenAI cookbook rule)."""
@@ -262,8 +301,35 @@ class TiktokenCounter:
         if name:
             total += TOKENS_PER_NAME + self.count_text(str(name))
         for call in message.get("tool_calls") or ():
-            function = call.get("function") or {}
+            if not isinstance(call, Mapping):
+                continue
+            custom = call.get("type") == "custom"
+            payload = call.get("custom" if custom else "function")
+            payload = payload if isinstance(payload, Mapping) else {}
             total += TOOL_CALL_OVERHEAD
-            total += self.count_text(str(function.get("name", "")))
-            total += self.count_text(str(function.get("arguments", "")))
+            total += self.count_text(str(payload.get("name", "")))
+            total += self.count_text(str(payload.get("input" if custom else "arguments", "") or ""))
         return total
+
+
+def _count_blobs(value: Any) -> int:
+    if isinstance(value, str):
+        return 1 if is_blob(value) else 0
+    if isinstance(value, Mapping):
+        return sum(_count_blobs(v) for v in value.values())
+    if isinstance(value, (list, tuple)):
+        return sum(_count_blobs(v) for v in value)
+    return 0
+
+
+def tools_tokens(counter: TokenCounter, tools: Sequence[Any] | None) -> int:
+    """Tokens the ``tools=`` schema of a request costs (tokens): the JSON of the tool
+    definitions counted with ``counter`` (pydantic objects dumped first); 0 for no tools.
+
+    The API does not publish how it frames tool schemas; the JSON text is a close upper
+    estimate (OpenAI cookbook "How to count tokens", function-calling section).
+    """
+    if not tools:
+        return 0
+    plain = [t.model_dump(exclude_none=True) if hasattr(t, "model_dump") else t for t in tools]
+    return counter.count_text(json.dumps(plain, ensure_ascii=False, default=str))

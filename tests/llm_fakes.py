@@ -81,3 +81,34 @@ def scripted_transport(script: list[Step], *, seen: list[dict[str, Any]] | None 
         return httpx2.Response(reply["status"], json=reply["json"], headers=reply.get("headers") or {})
 
     return httpx2.MockTransport(handler)
+
+
+_WORD_RE = re.compile(r"[a-z0-9]+")
+_STOPWORDS = frozenset(
+    ["a", "an", "and", "are", "as", "at", "be", "by", "did", "do", "does", "for", "from", "had", "has", "have", "he", "her", "his", "how", "i", "in", "is", "it", "its", "me", "my", "of", "on", "or", "our", "she", "so", "that", "the", "their", "them", "they", "this", "to", "was", "we", "were", "what", "when", "where", "which", "who", "why", "will", "with", "you", "your"]
+)
+
+
+def _content_words(text: str) -> set[str]:
+    return {w[:6] for w in _WORD_RE.findall(text.lower()) if w not in _STOPWORDS and len(w) > 2}
+
+
+def capable_judge(request_json: dict[str, Any]) -> Reply:
+    """A scripted judge that *reads the prompt it is sent*: it finds the goal and subtask
+    blocks and each requested id's ``<data>`` block, and scores a message by how many
+    content words it shares with them (0 → 1, 1 → 2, 2 → 3, 3 → 4, ≥ 4 → 5). A prompt
+    that drops the goal, mangles the ids or cuts the evidence out of a preview scores
+    worse with it; it cannot judge wording. Answers in the request's mode (a tool call
+    when the request carries tools)."""
+    text = "\n".join(str(m.get("content") or "") for m in request_json.get("messages", []))
+    goal = " ".join(re.findall(r"<(?:goal|subtask)>\n(.*?)\n</(?:goal|subtask)>", text, flags=re.S))
+    wanted = _content_words(goal)
+    blocks = dict(re.findall(r'<data id="([^"]+)">\n(.*?)\n</data>', text, flags=re.S))
+    scores = [
+        {"id": i, "reason": "shares words with the goal" if i in blocks else "not shown",
+         "score": 1 + min(4, len(wanted & _content_words(blocks.get(i, ""))))}
+        for i in requested_ids(request_json)
+    ]
+    if request_json.get("tools"):
+        return tool({"scores": scores})
+    return content(json.dumps({"scores": scores}))

@@ -5,6 +5,7 @@ from __future__ import annotations
 import typer
 from rich import box
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from .._record import BudgetBreakdown, DecisionRecord
@@ -33,7 +34,7 @@ def fail(message: str) -> typer.Exit:
 
     Usage: ``raise fail(f"cannot read {path}")``.
     """
-    err.print(f"[bold red]error:[/] {message}", soft_wrap=True)
+    err.print(f"[bold red]error:[/] {escape(message)}", soft_wrap=True)  # "[plot]" is text, not markup
     return typer.Exit(code=2)
 
 

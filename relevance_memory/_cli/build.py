@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 import logging
 import os
+import warnings
+from collections import Counter
 from pathlib import Path
 from typing import Annotated, Literal
 
@@ -15,7 +17,19 @@ from .._exceptions import RelevanceMemoryError
 from .._io import load_transcript
 from .._manager import RelevanceMemoryManager
 from .._record import DecisionRecord
-from ._common import budget_line, console, fail, mode_lines, plural, short
+from ._common import budget_line, console, err, fail, mode_lines, plural, short
+from ._scorer_options import (
+    BaseUrl,
+    BatchSize,
+    ContextLength,
+    MaxTokens,
+    ResponseFormat,
+    ScorerMode,
+    ScorerModel,
+    SystemRole,
+    Timeout,
+    llm_options,
+)
 
 __all__ = ["build"]
 
@@ -30,11 +44,18 @@ def build(
     index: Annotated[int, typer.Option(help="Which run to take from a file holding many (τ-bench).")] = 0,
     repair: Annotated[bool, typer.Option(help="Keep orphan tool messages / unanswered calls in the store but out of the context, instead of failing.")] = False,
     out: Annotated[Path | None, typer.Option(help="Where to write the context (JSON list of OpenAI messages). Default: <name>.context.json")] = None,
-    record: Annotated[Path | None, typer.Option(help="Where to write the decision record. Default: <name>.record.json")] = None,
+    record: Annotated[Path | None, typer.Option(help="Where to write the decision record. Default: <name>.record.json next to --out (else in the current directory).")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print the decision record as JSON instead of the table.")] = False,
-    scorer: Annotated[str, typer.Option(help="auto (LLM when OPENAI_API_KEY / OPENAI_BASE_URL / --base-url is set, else offline), llm or offline.")] = "auto",
-    scorer_model: Annotated[str | None, typer.Option(help="Model the LLM scorer calls. Default: $RELMEM_MODEL, else --model.")] = None,
-    base_url: Annotated[str | None, typer.Option(help="OpenAI-compatible endpoint for the LLM scorer. Default: $OPENAI_BASE_URL.")] = None,
+    scorer: Annotated[str, typer.Option(help="offline, llm, or auto (default): the LLM only when asked for — --base-url given or RELMEM_SCORER=llm; an API key alone never sends the transcript anywhere.")] = "auto",
+    scorer_model: ScorerModel = None,
+    base_url: BaseUrl = None,
+    timeout: Timeout = None,
+    max_tokens: MaxTokens = None,
+    batch_size: BatchSize = None,
+    context_length: ContextLength = None,
+    system_role: SystemRole = None,
+    scorer_mode: ScorerMode = None,
+    response_format: ResponseFormat = None,
     compact: Annotated[bool, typer.Option("--compact", help="Build as a compaction: down to --target of the budget (what an agent loop sends when its context outgrows the budget), not the whole budget.")] = False,
     target: Annotated[float, typer.Option(min=0.01, max=1.0, help="Share of the budget a compaction fills (CachePolicy.target_fraction).")] = 0.5,
 ) -> None:
@@ -43,20 +64,31 @@ def build(
         raise fail(f"--scorer must be auto, llm or offline, not {scorer!r}")
     try:
         from .._config import MemoryConfig
-        from .._llm_scorer import resolve_scorer  # imports openai only when building
+        from .._scorer_choice import resolve_scorer  # imports openai + instructor only for the LLM scorer
 
         logging.getLogger("instructor").addHandler(logging.NullHandler())  # failures show as warnings below
+        logging.getLogger("instructor").propagate = False
 
         config = MemoryConfig.create(
             model=model, keep_recent=keep_recent, max_input_tokens=budget, on_invalid="repair" if repair else "raise",
             cache_policy={"target_fraction": target},
         )
+        try:
+            options = llm_options(timeout=timeout, max_tokens=max_tokens, batch_size=batch_size,
+                                  context_length=context_length, system_role=system_role, scorer_mode=scorer_mode,
+                                  response_format=response_format)
+        except ValueError as exc:
+            raise fail(str(exc)) from None
         chosen, scorer_note = resolve_scorer(
             _scorer_kind(scorer), model=scorer_model or os.environ.get("RELMEM_MODEL") or model, base_url=base_url,
-            config=config,
+            config=config, **options,
         )
+        # the first line says which scorer runs and why (issue 13 item 10), before any request is sent
+        (err if as_json else console).print(f"scorer: {scorer_note}", soft_wrap=True, highlight=False)
         loaded = load_transcript(transcript, index=index)
-        memory = RelevanceMemoryManager(config, scorer=chosen)
+        with warnings.catch_warnings():  # the record's warnings are printed below, once, as "warning: …"
+            warnings.simplefilter("ignore", UserWarning)
+            memory = RelevanceMemoryManager(config, scorer=chosen)
         if not loaded.messages:
             raise fail(f"{transcript} holds no messages: nothing to build")
         memory.extend(loaded.messages)
@@ -68,8 +100,8 @@ def build(
     stem = transcript.name.removesuffix(".jsonl").removesuffix(".json")
     if loaded.count > 1:
         stem = f"{stem}.{index}"
+    record_path = record or (out.parent if out else Path()) / f"{stem}.record.json"  # next to the context
     out = out or Path(f"{stem}.context.json")
-    record_path = record or Path(f"{stem}.record.json")
     out.parent.mkdir(parents=True, exist_ok=True)
     record_path.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(built.messages, ensure_ascii=False, indent=2) + "\n", encoding="utf-8")
@@ -96,8 +128,10 @@ def _print_summary(path: Path, fmt: str, count: int, index: int, rec: DecisionRe
         console.print(f"final goal: {short(goal.final, 100)}")
     if goal.subtask:
         console.print(f"subtask: {short(goal.subtask, 100)}")
-    scorer = "offline (deterministic, no API key)" if rec.scorer == "offline" else f"{rec.scorer} ({rec.scorer_model})"
-    console.print(f"scorer: {scorer_note or scorer}, rubric {rec.rubric_version}")
+    sources = Counter(d.score_source.value for d in rec.messages if d.score_source is not None)
+    shown = ", ".join(f"{n:,} {src}" for src, n in sources.most_common()) or "none"
+    model = f"{rec.scorer_model}, " if rec.scorer != "offline" else ""
+    console.print(f"scores: {shown} ({model}rubric {rec.rubric_version})")
     counts = rec.decision_counts()
     table = Table(show_header=True, header_style="bold")
     table.add_column("")

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import logging
 import os
 import platform
 import shlex
@@ -18,10 +19,24 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import typer
+from rich.markup import escape
 from rich.table import Table
 
 from .._exceptions import RelevanceMemoryError
+from .._extras import MissingExtraError
 from ._common import console, err, fail
+from ._scorer_options import (
+    BaseUrl,
+    BatchSize,
+    ContextLength,
+    MaxTokens,
+    ResponseFormat,
+    ScorerMode,
+    ScorerModel,
+    SystemRole,
+    Timeout,
+    llm_options,
+)
 
 __all__ = ["eval_app", "rubric_app"]
 
@@ -131,8 +146,12 @@ def _run_eval(
     if details:
         payload["results"] = results_as_dicts(results)
     write_json(json_path, payload)
-    plot_recall(summary, budgets, png_path, title=f"{name} ({len(evaluable):,} questions)")
-    console.print(f"{elapsed:.0f} s · results → [bold]{json_path}[/] · plot → [bold]{png_path}[/]")
+    try:
+        plot_recall(summary, budgets, png_path, title=f"{name} ({len(evaluable):,} questions)")
+        plotted = f" · plot → [bold]{png_path}[/]"
+    except MissingExtraError as exc:  # the numbers are in the JSON: a missing plot library costs only the PNG
+        plotted = f" · no plot: {escape(str(exc))}"
+    console.print(f"{elapsed:.0f} s · results → [bold]{json_path}[/]{plotted}")
 
 
 _BUDGETS = typer.Option("--budgets", help="Comma-separated token budgets. Default: 1000,2000,4000 (LoCoMo), 2000,4000,8000 (LongMemEval).")
@@ -216,39 +235,64 @@ def _load_set(path: Path) -> Any:
 
 
 def _report_rows(reports: list[Any]) -> Table:
-    table = Table(title="rubric metrics", show_header=True)
+    """Every metric of each report; the judge's own scores and the scores with fallbacks on
+    separate rows (issue 14: a metric that mixes them hides a broken judge)."""
+    table = Table(title="rubric metrics", show_header=True,
+                  caption="judge alone = the scorer's own scores; with fallbacks = every score, as a build uses them")
     table.add_column("metric")
     for r in reports:
-        table.add_column(f"{r.scorer} · {r.rubric_version}", justify="right")
+        table.add_column(f"{r.scorer} · {r.rubric_version}" + (f"\n{r.model}" if r.scorer != "offline" else ""),
+                         justify="right")
 
     def f(v: float) -> str:
         return "—" if v != v else f"{v:.3f}"
 
+    def per_batch(r: Any) -> str:
+        return f"{r.reasks / r.batches:.2f}" if r.batches else "—"
+
     rows = [
         ("examples / messages", [f"{r.examples:,} / {r.messages:,}" for r in reports]),
         ("relevant (gold ≥ 4)", [f"{r.relevant:,}" for r in reports]),
-        ("AUROC", [f(r.auroc) for r in reports]),
-        ("precision of score ≥ 4", [f(r.precision_at_4) for r in reports]),
-        ("recall of score ≥ 4", [f(r.recall_at_4) for r in reports]),
-        ("histogram relevant 1..5", [" ".join(map(str, r.histogram["relevant"])) for r in reports]),
-        ("histogram other 1..5", [" ".join(map(str, r.histogram["other"])) for r in reports]),
-        ("agreement over runs", [f"{f(r.agreement)} ({r.repeats} run{'s' if r.repeats > 1 else ''})" for r in reports]),
-        ("LLM calls / tokens", [f"{r.llm_calls:,} / {r.prompt_tokens + r.completion_tokens:,}" for r in reports]),
+        ("scored by the judge itself", [f"{r.judge.messages:,} ({f(r.judged_share)})" for r in reports]),
         ("fallbacks", [f"{r.fallbacks:,}" for r in reports]),
+        ("AUROC · judge alone", [f(r.judge.auroc) for r in reports]),
+        ("AUROC · with fallbacks", [f(r.auroc) for r in reports]),
+        ("precision of ≥ 4 · judge alone", [f(r.judge.precision_at_4) for r in reports]),
+        ("precision of ≥ 4 · with fallbacks", [f(r.precision_at_4) for r in reports]),
+        ("recall of ≥ 4 · judge alone", [f(r.judge.recall_at_4) for r in reports]),
+        ("recall of ≥ 4 · with fallbacks", [f(r.recall_at_4) for r in reports]),
+        ("histogram relevant 1..5 · judge", [" ".join(map(str, r.judge.histogram["relevant"])) for r in reports]),
+        ("histogram other 1..5 · judge", [" ".join(map(str, r.judge.histogram["other"])) for r in reports]),
+        ("agreement over runs", [f"{f(r.agreement)} ({r.repeats} run{'s' if r.repeats > 1 else ''})" for r in reports]),
+        ("replies parsed", [f(r.parse_rate) for r in reports]),
+        ("re-asks per batch / splits / timeouts", [f"{per_batch(r)} / {r.splits} / {r.timeouts}" for r in reports]),
+        ("LLM calls / tokens", [f"{r.llm_calls:,} / {r.prompt_tokens + r.completion_tokens:,}" for r in reports]),
+        ("seconds (per call / per judged msg)",
+         [f"{r.latency_s:,.1f} ({f(r.seconds_per_call)} / {f(r.seconds_per_message)})" for r in reports]),
     ]
     for name, cells in rows:
         table.add_row(name, *cells)
     return table
 
 
-def _evaluate(set_path: Path, specs: list[str], repeats: int, json_out: Path | None) -> None:
+def _evaluate(set_path: Path, specs: list[str], repeats: int, json_out: Path | None, options: dict[str, Any],
+              with_offline: bool) -> None:
     from ..evaluation import evaluate_rubric, make_scorer, write_json
 
+    logging.getLogger("instructor").addHandler(logging.NullHandler())  # failures show in the metrics
+    logging.getLogger("instructor").propagate = False
     labelled = _load_set(set_path)
+    if with_offline and "offline" not in specs and any(s.startswith("llm") for s in specs):
+        specs = [*specs, "offline"]  # the offline scorer beside the judge, in the same run
     reports = []
     try:
         for spec in specs:
-            reports.append(evaluate_rubric(labelled, make_scorer(spec), repeats=repeats))
+            scorer = make_scorer(spec, **(options if spec.startswith("llm") else {}))
+            if spec.startswith("llm"):
+                describe = getattr(scorer, "describe", None)
+                err.print(f"scorer: llm ({describe() if describe else spec}) — message contents are sent to this "
+                          "endpoint", soft_wrap=True, highlight=False)
+            reports.append(evaluate_rubric(labelled, scorer, repeats=repeats))
     except RelevanceMemoryError as exc:
         raise fail(str(exc)) from None
     console.print(_report_rows(reports))
@@ -257,15 +301,50 @@ def _evaluate(set_path: Path, specs: list[str], repeats: int, json_out: Path | N
         console.print(f"metrics → [bold]{json_out}[/]")
 
 
+def _scorer_settings(
+    scorer_model: str | None, base_url: str | None, timeout: float | None, max_tokens: int | None,
+    batch_size: int | None, context_length: int | None, system_role: str | None, scorer_mode: str | None,
+    response_format: str | None,
+) -> dict[str, Any]:
+    try:
+        options = llm_options(timeout=timeout, max_tokens=max_tokens, batch_size=batch_size,
+                              context_length=context_length, system_role=system_role, scorer_mode=scorer_mode,
+                              response_format=response_format)
+    except ValueError as exc:
+        raise fail(str(exc)) from None
+    if scorer_model:
+        options["model"] = scorer_model
+    if base_url:
+        options["base_url"] = base_url
+    return options
+
+
+_WITH_OFFLINE = typer.Option("--with-offline/--no-offline",
+                             help="Also score the set with the offline scorer in the same run (when an LLM is measured).")
+
+
 @rubric_app.command("eval")
 def rubric_eval(
     labelled: Annotated[Path, typer.Argument(help="A labelled set (JSON; see `relmem rubric build`).")],
     scorer: Annotated[str, typer.Option(help="offline, llm or llm:<prompt version>.")] = "offline",
     repeats: Annotated[int, typer.Option(help="Score the set this many times (agreement across runs).")] = 1,
     json_out: Annotated[Path | None, typer.Option("--json", help="Also write the metrics as JSON here.")] = None,
+    with_offline: Annotated[bool, _WITH_OFFLINE] = True,
+    scorer_model: ScorerModel = None,
+    base_url: BaseUrl = None,
+    timeout: Timeout = None,
+    max_tokens: MaxTokens = None,
+    batch_size: BatchSize = None,
+    context_length: ContextLength = None,
+    system_role: SystemRole = None,
+    scorer_mode: ScorerMode = None,
+    response_format: ResponseFormat = None,
 ) -> None:
-    """Metrics of one scorer + prompt version on a labelled set: AUROC, precision of ≥ 4, histogram, agreement, usage."""
-    _evaluate(labelled, [scorer], repeats, json_out)
+    """Metrics of one scorer + prompt version on a labelled set: AUROC and precision/recall of ≥ 4 of the
+    judge alone and with fallbacks, parse rate, re-asks, calls, tokens, seconds (the offline scorer beside it)."""
+    options = _scorer_settings(scorer_model, base_url, timeout, max_tokens, batch_size, context_length, system_role,
+                               scorer_mode, response_format)
+    _evaluate(labelled, [scorer], repeats, json_out, options, with_offline)
 
 
 @rubric_app.command("compare")
@@ -275,6 +354,19 @@ def rubric_compare(
     b: Annotated[str, typer.Argument(help="Second scorer, e.g. llm:score_v2.")],
     repeats: Annotated[int, typer.Option(help="Runs per scorer (agreement across runs).")] = 1,
     json_out: Annotated[Path | None, typer.Option("--json", help="Also write both reports as JSON here.")] = None,
+    with_offline: Annotated[bool, _WITH_OFFLINE] = True,
+    scorer_model: ScorerModel = None,
+    base_url: BaseUrl = None,
+    timeout: Timeout = None,
+    max_tokens: MaxTokens = None,
+    batch_size: BatchSize = None,
+    context_length: ContextLength = None,
+    system_role: SystemRole = None,
+    scorer_mode: ScorerMode = None,
+    response_format: ResponseFormat = None,
 ) -> None:
-    """Run two scorers / prompt versions on the same labelled set and print them side by side."""
-    _evaluate(labelled, [a, b], repeats, json_out)
+    """Run two scorers / prompt versions on the same labelled set and print them side by side
+    (with the offline scorer beside them when an LLM is measured)."""
+    options = _scorer_settings(scorer_model, base_url, timeout, max_tokens, batch_size, context_length, system_role,
+                               scorer_mode, response_format)
+    _evaluate(labelled, [a, b], repeats, json_out, options, with_offline)

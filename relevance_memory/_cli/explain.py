@@ -73,5 +73,16 @@ def explain(
         console.print(budget_table(rec.budget_breakdown))
         for note in budget_notes(rec.budget_breakdown):
             console.print(f"  {note}")
+    if rec.board is not None:  # a multi-agent build (SPEC §10): where the shared items came from
+        b = rec.board
+        console.print(f"board {b.board!r}, agent {b.agent!r}: shared strengths from {b.source}, "
+                      f"{b.imported:,} message(s) of other agents imported, {len(b.items):,} shared in the context")
+        for item, p in b.items.items():
+            added = ", ".join(f"{a} +{v}" for a, v in p["contributions"].items()) or "none"
+            first = f"{p['first_selected'][0]} build {p['first_selected'][1]}" if p.get("first_selected") else "-"
+            console.print(f"  {item}: by {p['producer']} ({p['scope']}, {p['status']}); deposits "
+                          f"{p['deposits']}, reinforcements {p['reinforcements']} ({added}); first selected: {first}")
+        for fault in b.faults:
+            console.print(f"  [yellow]board fault:[/] {fault}")
     for warning in rec.warnings:
         console.print(f"[yellow]warning:[/] {warning}")

@@ -15,6 +15,7 @@ from typing import Annotated, Any
 import typer
 
 from .._exceptions import ContextOverflowError, RelevanceMemoryError
+from .._extras import MissingExtraError, require
 from .._io import load_transcript
 from .._manager import RelevanceMemoryManager
 from ._common import console, fail
@@ -56,12 +57,14 @@ def render_heatmap(
     """Write a PNG heat map (rows: the ``top`` messages by peak strength; columns: builds).
 
     Returns the message ids drawn, strongest first.
-    """
-    import matplotlib
 
+    Raises:
+        MissingExtraError: matplotlib is not installed (the ``plot`` extra).
+    """
+    matplotlib = require("matplotlib", "relmem heatmap")
     matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-    import numpy as np
+    plt = require("matplotlib.pyplot", "relmem heatmap")
+    np = require("numpy", "relmem heatmap")
 
     peak: dict[str, float] = {}
     for snap in snapshots:
@@ -103,6 +106,12 @@ def heatmap(
     history: Annotated[Path | None, typer.Option(help="Also write the strength history (top-N per tick) as JSON.")] = None,
 ) -> None:
     """Replay RUN step by step and render a PNG heat map of pheromone strength over steps."""
+    try:  # before the replay: a missing plot library should not cost a minute of work first
+        require("matplotlib", "relmem heatmap")
+        if graphml:
+            require("networkx", "relmem heatmap --graphml")
+    except MissingExtraError as exc:
+        raise fail(str(exc)) from None
     try:
         transcript = load_transcript(run, index=index)
         memory, steps, snapshots = replay_strengths(
@@ -117,14 +126,18 @@ def heatmap(
     }
     which = f" run {index} of {transcript.count}" if transcript.count > 1 else ""
     target = out or Path(run.stem + (f".{index}" if which else "") + "-heatmap.png")
-    chosen = render_heatmap(
-        steps, snapshots, labels, target, top=top, title=f"pheromone strength — {run.name}{which}"
-    )
     field = memory.pheromone
-    if field_json:
+    try:
+        chosen = render_heatmap(
+            steps, snapshots, labels, target, top=top, title=f"pheromone strength — {run.name}{which}"
+        )
+        graph = field.graphml() if graphml else None
+    except MissingExtraError as exc:
+        raise fail(str(exc)) from None
+    if field_json:  # standard JSON: an infinite half-life (never evaporates) is null
         field_json.write_text(field.to_json(), encoding="utf-8")
-    if graphml:
-        graphml.write_text(field.graphml(), encoding="utf-8")
+    if graphml and graph is not None:
+        graphml.write_text(graph, encoding="utf-8")
     if history:
         history.write_text(field.history_json(), encoding="utf-8")
     console.print(

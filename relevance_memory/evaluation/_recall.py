@@ -205,7 +205,7 @@ def _measure(
                 continue
             rec = built.record
             verbatim = {d.id for d in rec.messages if d.decision in ("kept", "recent")}
-            covered = {cid for s in rec.summaries for cid in s.covered_ids}
+            covered = {cid for s in rec.summaries if s.level > 0 for cid in s.covered_ids}  # a pointer is no summary
             add(run.label, budget, verbatim, rec.tokens_after, covered)
     return out
 

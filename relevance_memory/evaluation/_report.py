@@ -10,6 +10,8 @@ from typing import Any
 
 from rich.table import Table
 
+from .._extras import require
+
 __all__ = ["plot_recall", "recall_table", "write_json"]
 
 _ORDER = {"recency": 0, "bm25": 1, "offline": 2, "llm": 3, "full": 9}
@@ -81,11 +83,14 @@ def write_json(path: Path, payload: dict[str, Any]) -> None:
 
 
 def plot_recall(summary: dict[str, Any], budgets: Sequence[int], path: Path, *, title: str) -> None:
-    """Save a small PNG of overall recall against budget, one line per method (Agg backend)."""
-    import matplotlib
+    """Save a small PNG of overall recall against budget, one line per method (Agg backend).
 
+    Raises:
+        MissingExtraError: matplotlib is not installed (the ``plot`` extra).
+    """
+    matplotlib = require("matplotlib", "the recall plot")
     matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = require("matplotlib.pyplot", "the recall plot")
 
     fig, ax = plt.subplots(figsize=(5, 3.4), dpi=90)
     for method in _methods(summary):

@@ -23,8 +23,8 @@ from typing import Any, Literal
 from pydantic import BaseModel, Field
 
 from .._exceptions import ConfigError
-from .._models import TaskGoal
-from .._scoring import OfflineScorer, ScoreItem, Scorer, ScorerUsage, ScoringContext
+from .._models import ScoreSource, TaskGoal
+from .._scoring import LLMCall, OfflineScorer, ScoreItem, Scorer, ScorerUsage, ScoringContext
 from .._store import MessageStore
 from .._tokenizer import TiktokenCounter, TokenCounter
 from ._datasets import EvalDataset
@@ -34,10 +34,12 @@ __all__ = [
     "LabelledMessage",
     "LabelledSet",
     "RubricReport",
+    "ScoreMetrics",
     "auroc",
     "build_labelled_set",
     "evaluate_rubric",
     "make_scorer",
+    "score_metrics",
 ]
 
 RELEVANT_AT = 4
@@ -149,20 +151,65 @@ def auroc(positive: Sequence[float], negative: Sequence[float]) -> float:
     return (rank_sum - n_pos * (n_pos + 1) / 2) / (n_pos * n_neg)
 
 
+class ScoreMetrics(BaseModel):
+    """Metrics of one set of scores against the gold labels.
+
+    Attributes:
+        messages: messages measured (with a gold score); relevant: those with gold ≥ 4.
+        auroc: AUROC of the score, relevant vs not (NaN when a side is empty).
+        precision_at_4: share of messages scored ≥ 4 that are relevant (NaN when none).
+        recall_at_4: share of relevant messages scored ≥ 4 (NaN when none are relevant).
+        histogram: ``{"relevant": [n(1)..n(5)], "other": [...]}``.
+    """
+
+    messages: int
+    relevant: int
+    auroc: float
+    precision_at_4: float
+    recall_at_4: float
+    histogram: dict[str, list[int]]
+
+
+def score_metrics(scores: dict[tuple[str, str], int], gold: dict[tuple[str, str], int]) -> ScoreMetrics:
+    """:class:`ScoreMetrics` of ``scores`` (key → 1..5) over the keys they share with ``gold``."""
+    keys = sorted(k for k in scores if k in gold)
+    pos = [float(scores[k]) for k in keys if gold[k] >= RELEVANT_AT]
+    neg = [float(scores[k]) for k in keys if gold[k] < RELEVANT_AT]
+    called = [k for k in keys if scores[k] >= RELEVANT_AT]
+    hist = {"relevant": [0] * 5, "other": [0] * 5}
+    for k in keys:
+        hist["relevant" if gold[k] >= RELEVANT_AT else "other"][scores[k] - 1] += 1
+    hits = sum(1 for k in called if gold[k] >= RELEVANT_AT)
+    return ScoreMetrics(
+        messages=len(keys), relevant=len(pos), auroc=auroc(pos, neg),
+        precision_at_4=hits / len(called) if called else math.nan,
+        recall_at_4=hits / len(pos) if pos else math.nan,
+        histogram=hist,
+    )
+
+
 class RubricReport(BaseModel):
     """Metrics of one scorer + prompt version on a labelled set.
 
+    The top-level metrics are of every score the scorer returned, **with fallbacks**
+    (what a build would use); :attr:`judge` are of the judge's own scores alone — those
+    whose source is not ``fallback`` (issue 14: a metric that mixes them hides a broken
+    judge: 275 of 281 fallbacks once read as AUROC 0.76 "for the LLM").
+
     Attributes:
         scorer, model, rubric_version: what was measured.
-        examples, messages: counts measured (messages with a gold score).
-        relevant: messages with gold ≥ 4.
-        auroc: AUROC of the score, relevant vs not (first run).
-        precision_at_4: share of messages scored ≥ 4 that are relevant (NaN when none).
-        recall_at_4: share of relevant messages scored ≥ 4.
-        histogram: ``{"relevant": [n(1)..n(5)], "other": [...]}`` (first run).
+        examples, messages, relevant, auroc, precision_at_4, recall_at_4, histogram:
+            as :class:`ScoreMetrics`, over all scores (first run).
+        judge: :class:`ScoreMetrics` of the judge's own scores (first run).
+        judged_share: ``judge.messages / messages``.
         repeats: runs; agreement: share of messages with the same score in every run
-            (1.0 for one run); llm_calls, prompt_tokens, completion_tokens, latency_s,
-            fallbacks: summed over all runs.
+            (1.0 for one run).
+        llm_calls, prompt_tokens, completion_tokens, latency_s, fallbacks, retries:
+            summed over all runs (``latency_s`` in seconds).
+        parse_rate: share of answered requests whose reply held a usable score list
+            (NaN without requests); reasks, splits, timeouts: requests of those kinds.
+        batches: first requests (one per batch); seconds_per_call, seconds_per_message
+            (seconds; per message scored by the judge itself).
     """
 
     scorer: str
@@ -175,6 +222,8 @@ class RubricReport(BaseModel):
     precision_at_4: float
     recall_at_4: float
     histogram: dict[str, list[int]]
+    judge: ScoreMetrics
+    judged_share: float
     repeats: int
     agreement: float
     llm_calls: int = 0
@@ -182,6 +231,14 @@ class RubricReport(BaseModel):
     completion_tokens: int = 0
     latency_s: float = 0.0
     fallbacks: int = 0
+    retries: int = 0
+    parse_rate: float = math.nan
+    batches: int = 0
+    reasks: int = 0
+    splits: int = 0
+    timeouts: int = 0
+    seconds_per_call: float = math.nan
+    seconds_per_message: float = math.nan
 
 
 def example_items(example: LabelledExample, counter: TokenCounter) -> tuple[list[ScoreItem], ScoringContext]:
@@ -208,38 +265,44 @@ def evaluate_rubric(labelled: LabelledSet, scorer: Scorer, *, repeats: int = 1,
     :class:`RubricReport`. Scorer exceptions propagate (the set is the thing under test)."""
     counter: TokenCounter = TiktokenCounter(encoding)  # type: ignore[assignment]
     usage = ScorerUsage()
+    calls: list[LLMCall] = []
     runs: list[dict[tuple[str, str], int]] = []
+    own: dict[tuple[str, str], int] = {}
     gold: dict[tuple[str, str], int] = {}
     prepared = [(ex, *example_items(ex, counter)) for ex in labelled.examples]
-    for _ in range(max(1, repeats)):
+    for run in range(max(1, repeats)):
         scores: dict[tuple[str, str], int] = {}
         for ex, items, context in prepared:
             result = scorer.score(ex.goal, items, context)
             usage.add(result.usage)
+            calls.extend(result.calls)
             for s in result.scores:
                 if s.id in ex.gold:
                     scores[(ex.id, s.id)] = s.score
                     gold[(ex.id, s.id)] = ex.gold[s.id]
+                    if run == 0 and s.source != ScoreSource.FALLBACK:
+                        own[(ex.id, s.id)] = s.score
         runs.append(scores)
     first = runs[0]
     keys = sorted(gold)
-    pos = [float(first[k]) for k in keys if gold[k] >= RELEVANT_AT]
-    neg = [float(first[k]) for k in keys if gold[k] < RELEVANT_AT]
-    called = [k for k in keys if first[k] >= RELEVANT_AT]
-    hist = {"relevant": [0] * 5, "other": [0] * 5}
-    for k in keys:
-        hist["relevant" if gold[k] >= RELEVANT_AT else "other"][first[k] - 1] += 1
+    everything = score_metrics(first, gold)
+    judge = score_metrics(own, gold)
     same = sum(1 for k in keys if all(run.get(k) == first[k] for run in runs))
+    answered = [c for c in calls if c.outcome in ("parsed", "unparsed", "cut")]
+    seconds = sum(c.latency_s for c in calls) if calls else usage.latency_s
+    judged_total = len(own) * len(runs)
     return RubricReport(
         scorer=scorer.name, model=scorer.model, rubric_version=scorer.rubric_version,
-        examples=len(labelled.examples), messages=len(keys), relevant=len(pos),
-        auroc=auroc(pos, neg),
-        precision_at_4=sum(1 for k in called if gold[k] >= RELEVANT_AT) / len(called) if called else math.nan,
-        recall_at_4=sum(1 for k in keys if gold[k] >= RELEVANT_AT and first[k] >= RELEVANT_AT) / len(pos)
-        if pos else math.nan,
-        histogram=hist, repeats=len(runs), agreement=same / len(keys) if keys else math.nan,
+        examples=len(labelled.examples), **everything.model_dump(),
+        judge=judge, judged_share=len(own) / len(keys) if keys else math.nan,
+        repeats=len(runs), agreement=same / len(keys) if keys else math.nan,
         llm_calls=usage.llm_calls, prompt_tokens=usage.prompt_tokens, completion_tokens=usage.completion_tokens,
-        latency_s=round(usage.latency_s, 3), fallbacks=usage.fallbacks,
+        latency_s=round(usage.latency_s, 3), fallbacks=usage.fallbacks, retries=usage.retries,
+        parse_rate=sum(1 for c in answered if c.outcome == "parsed") / len(answered) if answered else math.nan,
+        batches=sum(1 for c in calls if c.kind == "ask"), reasks=sum(1 for c in calls if c.kind == "reask"),
+        splits=sum(1 for c in calls if c.kind == "split"), timeouts=sum(1 for c in calls if c.outcome == "timeout"),
+        seconds_per_call=round(seconds / len(calls), 3) if calls else math.nan,
+        seconds_per_message=round(seconds / judged_total, 3) if calls and judged_total else math.nan,
     )
 
 

@@ -122,6 +122,10 @@ class Seams:
         clock: "now", timezone-aware (the record's ``created_at``).
         prefilter_index: the BM25 index over the store's terms (grows with the store).
         order: how selection orders each tier (:mod:`relevance_memory.pipeline.order`).
+        approximations: what the memory only guesses (an unknown model's approximate token
+            counts, an assumed context window), for the record.
+        restore_tool: name of the restore tool the model was offered (the goal block says
+            it can fetch archived messages with it), or ``None``.
     """
 
     config: MemoryConfig
@@ -138,6 +142,8 @@ class Seams:
     clock: Callable[[], datetime]
     prefilter_index: PrefilterIndex
     order: OrderPolicy
+    approximations: tuple[str, ...] = ()
+    restore_tool: str | None = None
 
 
 # --------------------------------------------------------------------------- outputs

@@ -163,6 +163,7 @@ def _goal_block(
         goal,
         final_excerpt=None if pointer else (final_excerpt if final_excerpt is not None else goal.final),
         task_statement_id=seams.store[first_user].id if first_user is not None else None,
+        restore_tool=seams.restore_tool,
     )
     tokens = seams.tokenizer.count_message({"role": config.context_role, "content": text})
     if not ledger.fits(tokens):

@@ -27,6 +27,7 @@ def _common(seams: Seams, message: Message) -> dict[str, Any]:
     return {
         "id": message.id, "index": message.index, "step": message.step, "role": message.role,
         "msg_type": message.msg_type.value, "tokens": message.token_count, "strength": strength,
+        "producer": message.producer, "scope": message.scope,
     }
 
 
@@ -36,6 +37,7 @@ def _decisions(state: BuildState, seams: Seams, part: Partitioned) -> list[Messa
     summarised = state.summarised
     selection = summarised.selection if summarised is not None else None
     covered = summarised.pyramid.covered if summarised is not None else set()
+    pointed = summarised.pyramid.pointed if summarised is not None else set()
     held = summarised.held if summarised is not None else frozenset()
     skipped = state.prefilter.skipped if state.prefilter is not None else {}
     scored = state.scored
@@ -98,11 +100,23 @@ def _decisions(state: BuildState, seams: Seams, part: Partitioned) -> list[Messa
             note = "over budget; restorable from the store"
         elif summarised_here:
             note = selection.notes.get(root, "archived") + "; in a summary, original restorable from the store"
+        elif message.id in pointed:
+            note = selection.notes.get(root, "archived") + "; no summary fitted: named in the restore pointer"
         else:
             note = selection.notes.get(root, "archived; restorable from the store")
+        reason = score.reason
+        members = part.candidates[root].members if root in part.candidates else (i,)
+        partner = max(members, key=lambda j: (scored.scores[j].score if j in scored.scores else 0, -j))
+        if partner != i and partner in scored.scores and scored.scores[partner].score > score.score:
+            # a chain is kept or dropped whole and takes its best member's score (SPEC §3 step 6)
+            verb = "kept" if kept else "archived"
+            reason += (
+                f"; {verb} with its chain: {store[partner].id} in the same chain scored "
+                f"{scored.scores[partner].score} (tier {tier})"
+            )
         decisions.append(MessageDecision(
             **common, score=score.score,
-            score_source=ScoreSource.CACHE if i in scored.from_cache else score.source, reason=score.reason,
+            score_source=ScoreSource.CACHE if i in scored.from_cache else score.source, reason=reason,
             tier=tier,  # type: ignore[arg-type]
             decision="kept" if kept else gone, chain_id=chain_id,  # type: ignore[arg-type]
             note=note,
@@ -121,6 +135,7 @@ def record(state: BuildState, seams: Seams) -> DecisionRecord:
     warnings = list(part.warnings) + (list(summarised.warnings) if summarised is not None else [])
     warnings += list(result.warnings) if result is not None else []
     warnings += summarised.pyramid.warnings if summarised is not None else []
+    warnings += list(seams.approximations)
     goal = state.goal
     build_id = hashlib.sha256(
         f"{state.build_number}|{len(store)}|{goal.final}|{goal.subtask}|{state.budget}".encode()
@@ -138,6 +153,7 @@ def record(state: BuildState, seams: Seams) -> DecisionRecord:
         goal=goal,
         budget=budget,
         encoding=seams.tokenizer.name,
+        tokens_approximate=any(note.startswith("token counts are approximate") for note in seams.approximations),
         tokens_before=tokens_before,
         tokens_after=assembled.tokens,
         messages_before=len(store),

@@ -21,7 +21,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from .._models import Message, RelevanceScore, content_text
-from .._summary import PyramidResult, SummaryItem, build_pyramid
+from .._summary import PyramidResult, SummaryItem, build_pyramid, pointer_summary, pointer_tokens
 from ._state import BuildState, Partitioned, Ranked, Seams, Selection, Summarised, required
 from .assemble import GOAL_POINTER, goal_block_text
 from .ledger import BudgetLedger, Purpose
@@ -120,13 +120,7 @@ def summarise_archive(
 def _protected(seams: Seams, part: Partitioned, scores: Mapping[int, RelevanceScore], selection: Selection) -> int:
     """Tokens of kept core chains that never yield to summaries: the task statement and user
     messages scored ≥ ``core_score`` (tokens)."""
-    store, core = seams.store, seams.config.core_score
-    return sum(
-        part.candidates[r].tokens
-        for r in selection.kept
-        if selection.tier[r] == "core"
-        and (r == part.task_root or any(store[i].role == "user" and scores[i].score >= core for i in part.candidates[r].members))
-    )
+    return sum(part.candidates[r].tokens for r in _protected_roots(seams, part, scores, selection))
 
 
 def _goal_block_is_pointer(state: BuildState, part: Partitioned, goal_text: str | None, kept_roots: set[int]) -> bool:
@@ -195,6 +189,7 @@ def summarise(state: BuildState, seams: Seams) -> Summarised:
         reserve = min(most, max(reserve + 1, probe.tokens))
         chosen, pyramid, held = attempt(reserve)
     warnings: list[str] = []
+    freed = 0
     if reserve:
         ledger = ledger.reserve(Purpose.SUMMARIES, reserve, "candidates filled the rest")
     if not pyramid.summaries and _goal_block_is_pointer(state, part, goal_text, set(part.recent | chosen.kept)):
@@ -205,6 +200,8 @@ def summarise(state: BuildState, seams: Seams) -> Summarised:
         warnings.append(
             f"goal block ({freed} tokens) left out to make room for the summary; it only pointed at the kept task statement"
         )
+    if not pyramid.summaries:  # no summary fits: a pointer at least, with room made for it
+        chosen, pyramid = _with_pointer(seams, part, scores, ranked, chosen, pyramid, available + freed)
     if _points_at_a_left_out_task(state, part, goal_text, set(part.recent | chosen.kept)):
         goal_text, ledger = _goal_with_text(state, seams, ledger, available - chosen.used - pyramid.tokens, warnings)
     return Summarised(
@@ -250,3 +247,63 @@ def _goal_with_text(
         return None, ledger
     warnings.append("the task statement was left out (scored low); the goal block states the final goal instead")
     return text, ledger.spend(Purpose.GOAL_BLOCK, tokens, "states the final goal: the task statement was left out")
+
+
+def _archived_ids(seams: Seams, part: Partitioned, kept_roots: set[int] | frozenset[int], selection: Selection) -> list[str]:
+    """Ids of the messages neither kept, pinned, excluded nor repeats, in store order."""
+    store, repeats = seams.store, selection.repeats
+    return [
+        m.id for m in store.messages
+        if m.index not in part.excluded and m.index not in part.pinned and not (repeats and m.index in repeats)
+        and store.chain_root(m.index) not in kept_roots
+    ]
+
+
+def _protected_roots(seams: Seams, part: Partitioned, scores: Mapping[int, RelevanceScore], selection: Selection) -> set[int]:
+    """Kept core chains that never yield to summaries or a pointer: the task statement and
+    user messages scored ≥ ``core_score`` (SPEC §7: a user constraint is never only in a summary)."""
+    store, core = seams.store, seams.config.core_score
+    return {
+        r for r in selection.kept
+        if selection.tier[r] == "core"
+        and (r == part.task_root or any(store[i].role == "user" and scores[i].score >= core for i in part.candidates[r].members))
+    }
+
+
+def _with_pointer(
+    seams: Seams,
+    part: Partitioned,
+    scores: Mapping[int, RelevanceScore],
+    ranked: Ranked,
+    chosen: Selection,
+    pyramid: PyramidResult,
+    available: int,
+) -> tuple[Selection, PyramidResult]:
+    """SPEC §7 / issue 13: archived messages never vanish without a trace. The pointer the
+    pyramid made when it fits; else the lowest-ranked kept chains yield the pointer's room —
+    never the task statement or a user message scored ≥ core (then there is no pointer, and
+    the pyramid's warning says the archived messages were dropped, restorable by id)."""
+    role = seams.config.context_role
+    count = seams.tokenizer.count_message
+    pointer = pyramid.pointer
+    if pointer is None:
+        trial = chosen
+        ids = _archived_ids(seams, part, part.recent | trial.kept, trial)
+        if not ids:
+            return chosen, pyramid
+        need = pointer_tokens(ids, role=role, count=count)
+        for _ in range(3):  # yielding a chain archives it too: the pointer grows a little
+            if available - trial.used >= need:
+                break
+            trial = fill_ranked(ranked, available - need, seams.store)
+            ids = _archived_ids(seams, part, part.recent | trial.kept, trial)
+            need = pointer_tokens(ids, role=role, count=count)
+        pointer = pointer_summary(ids, role=role, cap=available - trial.used, count=count)
+        if pointer is None or not _protected_roots(seams, part, scores, chosen) <= trial.kept:
+            return chosen, pyramid  # nothing yields for nothing, and constraints never yield to a pointer
+        chosen = trial
+    result = PyramidResult(summaries=[pointer], warnings=list(pyramid.warnings))
+    result.warnings.append(
+        f"no summary fits: a pointer names the {len(pointer.covered_ids)} archived message(s), restorable by id"
+    )
+    return chosen, result

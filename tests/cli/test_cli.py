@@ -19,7 +19,7 @@ def test_build_writes_context_and_record(tmp_path: Path) -> None:
     result = runner.invoke(app, ["build", str(FIXTURE), "--budget", "8000", "--out", str(out), "--record", str(rec)])
     assert result.exit_code == 0, result.output
     assert "194" in result.output and "budget 8,000" in result.output
-    assert "scorer: offline (no LLM endpoint" in result.output
+    assert "scorer: offline (deterministic, no network; no LLM endpoint asked for" in " ".join(result.output.split())
     context = json.loads(out.read_text())
     assert check_context(context) == []
     record = DecisionRecord.from_json(rec.read_text())
@@ -35,8 +35,9 @@ def test_build_json_and_goal_options(tmp_path: Path) -> None:
         "--subtask", "run the tests", "--json", "--out", str(tmp_path / "c.json"), "--record", str(tmp_path / "r.json"),
     ])
     assert result.exit_code == 0, result.output
-    record = DecisionRecord.model_validate_json(result.output)
+    record = DecisionRecord.model_validate_json(result.stdout)  # the scorer line goes to stderr with --json
     assert (record.goal.final, record.goal.subtask, record.keep_recent) == ("Fix prefetch deferred fields", "run the tests", 2)
+    assert result.stderr.startswith("scorer: offline")
 
 
 def test_explain_shows_decisions(tmp_path: Path) -> None:

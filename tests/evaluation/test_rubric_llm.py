@@ -60,3 +60,27 @@ def test_rubric_eval_with_the_llm_scorer_from_a_cassette(record_mode: str) -> No
     assert report.histogram == {"relevant": [0, 0, 0, 0, 2], "other": [4, 0, 0, 0, 0]}
     assert report.agreement == 1.0
     assert (report.llm_calls, report.prompt_tokens, report.completion_tokens, report.fallbacks) == (4, 800, 160, 0)
+
+
+def test_judge_metrics_leave_fallbacks_out() -> None:
+    """A judge that answers only for the first example: the with-fallback metrics mix in
+    offline scores; the judge's own metrics count only what it scored (issue 14, defect 7)."""
+
+    def first_only(request_json: dict[str, Any]) -> dict[str, Any]:
+        ids = requested_ids(request_json)
+        if ids[0].startswith("a"):
+            return reply(request_json)
+        return content("I cannot help with that.")
+
+    transport = scripted_transport([first_only] * 4)
+    scorer = LLMScorer(
+        "synthetic-model", base_url="http://127.0.0.1:8765/v1", api_key="sk-test", mode="json", max_retries=2,
+        http_client=httpx2.Client(transport=transport),
+    )
+    report = evaluate_rubric(labelled(), scorer)
+    assert report.messages == 6 and report.fallbacks == 3
+    assert (report.judge.messages, report.judge.relevant, report.judged_share) == (3, 1, 0.5)
+    assert report.judge.histogram == {"relevant": [0, 0, 0, 0, 1], "other": [2, 0, 0, 0, 0]}
+    assert report.judge.auroc == 1.0 and report.judge.precision_at_4 == 1.0
+    assert report.llm_calls == 4 and report.batches == 2 and report.reasks == 2
+    assert report.parse_rate == 0.25

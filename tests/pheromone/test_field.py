@@ -150,21 +150,22 @@ def test_manager_reports_strength_and_orders_working_tier() -> None:
 
 # --------------------------------------------------------------------------- lazy == eager
 class _EagerField(PheromoneField):
-    """The textbook field: evaporate every message on every tick (O(messages) per tick)."""
+    """The textbook field: evaporate every message on every tick (O(messages) per tick).
 
-    def _settle(self, cell):  # type: ignore[no-untyped-def]
-        return cell.strength
+    Each tick rewrites every cell settled to that tick, so the lazy closed form the reads
+    and writes apply finds nothing left to evaporate."""
 
     def advance(self, ticks: int = 1) -> None:
         cfg = self.config
         for _ in range(ticks):
             self.tick += 1
-            for cell in self._cells.values():
-                if self.tick - cell.born_tick <= cfg.protect_ticks:
-                    continue
-                if cell.latest_score is not None and cell.latest_score >= cfg.exempt_score:
-                    continue
-                cell.strength *= 1.0 - cfg.rate(cell.kind)
+            for mid, cell in self._cells.items():
+                keep = self.tick - cell.born_tick <= cfg.protect_ticks or (
+                    cell.latest_score is not None and cell.latest_score >= cfg.exempt_score
+                )
+                f = 1.0 if keep else 1.0 - cfg.rate(cell.kind)
+                self._cells[mid] = cell._replace(strength=cell.strength * f, earned=cell.earned * f,
+                                                 last_deposit=cell.last_deposit * f, at_tick=self.tick)
 
 
 @settings(max_examples=60, deadline=None)
@@ -194,3 +195,55 @@ def test_lazy_evaporation_equals_eager_ticks(steps: list[tuple[int, list[tuple[i
         assert lazy.deposit(batch, f"s{subtask}") == pytest.approx(eager.deposit(batch, f"s{subtask}"))
         for message in messages[:seen]:
             assert lazy.strength(message.id) == pytest.approx(eager.strength(message.id), rel=1e-9, abs=1e-12)
+
+
+# --------------------------------------------------------------------------- reads never write
+@settings(max_examples=40, deadline=None)
+@given(
+    grow=st.lists(st.integers(1, 9), min_size=1, max_size=8),
+    scores=st.lists(st.tuples(st.integers(0, 40), st.integers(1, 5)), max_size=10),
+    ticks=st.integers(0, 30),
+)
+def test_reads_never_write(grow: list[int], scores: list[tuple[int, int]], ticks: int) -> None:
+    """Every query leaves the field's state exactly as it was (issue 9 item 4): the
+    evaporation since a cell was settled is computed into the value, never stored."""
+    field = PheromoneField(PheromoneConfig(tick_every=3, protect_ticks=1))
+    msgs = [_msg(i, refs=(f"m{i - 2}",) if i >= 2 and i % 3 == 0 else ()) for i in range(sum(grow))]
+    seen = 0
+    for g in grow:
+        seen += g
+        field.observe(msgs[:seen])
+    field.deposit({f"m{i % seen}": s for i, s in scores}, "sub", "goal")
+    field.tick += ticks  # time passes without a write (cells stay unsettled)
+    cells, tick, history = dict(field._cells), field.tick, list(field.history)
+    for m in msgs:
+        field.strength(m.id), field.strength_for(m.id, "goal", "sub"), field.strength_for(m.id, "other")
+        field.score_before(m.id, "goal", "next"), field.forgotten_for(m.id, "goal", "next")
+        field.forgotten(m.id), field.carried(m.id), field.latest_score(m.id), field.goal_of(m.id)
+    field.strengths(), field.to_dict(), field.to_json(), field.graphml()
+    assert field._cells == cells and all(field._cells[k] is v for k, v in cells.items())
+    assert (field.tick, field.history) == (tick, history)
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    kind=st.sampled_from(KINDS), scores=st.lists(st.tuples(st.integers(1, 5), st.integers(0, 2), st.integers(0, 1)),
+                                                  max_size=6),
+    ticks=st.integers(0, 40), goal=st.sampled_from(["g0", "g1", None]), subtask=st.sampled_from(["s0", "s1", None]),
+)
+def test_one_pass_read_equals_the_separate_functions(
+    kind: str, scores: list[tuple[int, int, int]], ticks: int, goal: str | None, subtask: str | None
+) -> None:
+    from relevance_memory import _pheromone_math as pm
+
+    cfg = PheromoneConfig()
+    cell = pm.new_cell(kind, 0, cfg)
+    for n, (score, sub, g) in enumerate(scores):
+        cell, _ = pm.deposit(cell, n, cfg, score, f"s{sub}", f"g{g}")
+    tick = len(scores) + ticks
+    got = pm.read(cell, tick, cfg, goal, subtask)
+    assert got.strength == pm.settled_strength(cell, tick, cfg)
+    assert got.task_strength == pm.task_strength(cell, tick, cfg, goal, subtask)
+    assert got.score_before == pm.score_before(cell, goal, subtask or "")
+    if subtask is not None:
+        assert got.forgotten == pm.forgotten_for(cell, tick, cfg, goal, subtask)

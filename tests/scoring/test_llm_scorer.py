@@ -33,6 +33,7 @@ from relevance_memory import (
     check_context,
     extract_json_reply,
 )
+from relevance_memory._llm_steps import CORRECTION
 from relevance_memory._prompts import load_prompt
 
 BASE_URL = "http://llm.test/v1"
@@ -191,12 +192,19 @@ def test_c06_missing_id_still_missing_gets_fallback(harness: Harness, vcr: Any) 
 
 @pytest.mark.vcr
 def test_c06_out_of_range_score_is_reasked_not_clipped(harness: Harness, vcr: Any) -> None:
-    """C06: score 9 is a validation error fed back to the model, not clipped to 5."""
-    script = [content(json.dumps(entries(m1=9, m2=3))), content(json.dumps(entries(m1=4, m2=3)))]
+    """C06: score 9 is not clipped to 5: m2's valid score is taken, m1 alone is asked
+    again with the short fixed correction — never the validation error text, which small
+    models copy (issue 14, defect 6) — and the re-ask is no longer than the first ask."""
+    script = [content(json.dumps(entries(m1=9, m2=3))), content(json.dumps(entries(m1=4)))]
     result = harness.scorer(script).score(GOAL, [M1, M2])
-    assert {s.id: s.score for s in result.scores} == {"m1": 4, "m2": 3}
-    assert "less than or equal to 5" in json.dumps(harness.sent[1]["messages"])
+    assert {s.id: (s.score, s.source) for s in result.scores} == {"m1": (4, ScoreSource.LLM), "m2": (3, ScoreSource.LLM)}
+    second = harness.user_prompt(1)
+    assert second.startswith(CORRECTION)
+    assert requested_ids(harness.sent[1]) == ["m1"] and "[m2]" not in second
+    assert "less than or equal" not in json.dumps(harness.sent[1]) and "outside" not in second
+    assert len(harness.sent[1]["messages"]) == len(harness.sent[0]["messages"])
     assert result.usage.llm_calls == 2 and result.usage.retries == 1
+    assert [(c.kind, c.outcome, c.taken) for c in result.calls] == [("ask", "parsed", 1), ("reask", "parsed", 1)]
 
 
 @pytest.mark.vcr
@@ -224,7 +232,8 @@ def test_c06_failure_is_distinguishable_in_the_decision_record() -> None:
 # --------------------------------------------------------------------------- C07
 @pytest.mark.vcr
 def test_c07_retry_on_malformed_json(harness: Harness, vcr: Any) -> None:
-    """C07: single-quoted JSON is a decode error that is retried with the error fed back."""
+    """C07: single-quoted JSON is a decode error; the request is asked again with the
+    fixed correction (the decode error is recorded in the calls, not fed to the model)."""
     script = [
         content("[{'id': 'm1', 'reason': 'r', 'score': 4}]"),
         content('[{"id": "m1", "reason": "r", "score": 4}]'),
@@ -234,8 +243,9 @@ def test_c07_retry_on_malformed_json(harness: Harness, vcr: Any) -> None:
     assert (m1.score, m1.source) == (4, ScoreSource.LLM)
     assert result.usage.llm_calls == 2
     assert_http_calls(harness, vcr, 2)
-    second = json.dumps(harness.sent[1]["messages"])
-    assert "Expecting property name enclosed in double quotes" in second
+    assert harness.user_prompt(1).startswith(CORRECTION)
+    assert "double quotes" not in json.dumps(harness.sent[1]["messages"])
+    assert [c.outcome for c in result.calls] == ["unparsed", "parsed"]
 
 
 # --------------------------------------------------------------------------- transport

@@ -42,7 +42,7 @@ def _items() -> list[SummaryItem]:
 def test_offline_summarizer_keeps_values_tools_and_constraints() -> None:
     draft = OfflineSummarizer().summarize(_items(), level=1, max_tokens=400)
     assert draft.covered_ids == ["m1", "m2", "m3", "m4", "m5"]
-    for value in ("2026-11-20", "50,000", "41872"):
+    for value in ("2026-11-20", "50,000 EUR", "41872"):  # a number keeps its unit
         assert value in draft.exact_values
     assert draft.tools_used == ['read_file({"path": "src/app/main.py"})']
     assert "never push to main" in draft.prose and "Nice weather" not in draft.prose

@@ -1,0 +1,207 @@
+"""What one board operation does to one cell, as a pure function (the reference semantics).
+
+:class:`~relevance_memory.board.InMemoryBoard` applies batches with :func:`step`; the
+Redis backend's Lua script (``_board.lua``) is a line-by-line mirror of it, and the
+board contract tests prove both give the same snapshots. :func:`view` is the one read
+path of every backend: evaporation computed into the value, nothing written.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import replace
+
+from .. import _pheromone_math as pm
+from .._config import PHEROMONE_KINDS
+from .._exceptions import BoardError
+from ._model import (
+    Add,
+    Advance,
+    Archive,
+    BoardCell,
+    BoardConfig,
+    CellView,
+    Deposit,
+    Event,
+    Forget,
+    Op,
+    Reinforce,
+    Repair,
+    Restore,
+    Supersede,
+    Use,
+    check_access,
+    is_private,
+    task_key,
+)
+
+__all__ = ["Step", "check_ops", "step", "view", "views"]
+
+Step = tuple[BoardCell | None, str, float, str | None]
+"""``(new cell or None when unchanged, outcome, amount added, edge source or None)``."""
+
+
+def check_ops(ops: Sequence[Op]) -> None:
+    """Validate a batch before anything is applied.
+
+    Raises:
+        ScopeError: an op's agent may not use its scope.
+        BoardError: an op is malformed (unknown kind, score outside 1–5, negative ticks,
+            an empty id, a non-finite number), naming the op.
+    """
+    for n, op in enumerate(ops):
+        if not isinstance(op, (Add, Advance, Deposit, Reinforce, Use, Forget, Archive, Supersede, Restore, Repair)):
+            raise BoardError(f"operation {n} is not a board operation: {op!r}")
+        check_access(op.scope, op.agent)
+        if isinstance(op, Advance):
+            if not isinstance(op.ticks, int) or op.ticks < 0:
+                raise BoardError(f"operation {n}: Advance.ticks must be an int ≥ 0, got {op.ticks!r}")
+            if op.to is not None and (not isinstance(op.to, int) or op.to < 0):
+                raise BoardError(f"operation {n}: Advance.to must be an int ≥ 0, got {op.to!r}")
+            continue
+        if not isinstance(op.id, str) or not op.id:
+            raise BoardError(f"operation {n}: the item id must be a non-empty string, got {op.id!r}")
+        numbers = [getattr(op, "at", 0.0)]
+        if isinstance(op, Add):
+            if op.kind not in PHEROMONE_KINDS:
+                raise BoardError(f"operation {n}: unknown kind {op.kind!r} (one of {', '.join(PHEROMONE_KINDS)})")
+            if op.strength is not None:
+                numbers.append(op.strength)
+        if isinstance(op, Deposit) and (not isinstance(op.score, int) or not 1 <= op.score <= 5):
+            raise BoardError(f"operation {n}: a score must be an int 1–5, got {op.score!r}")
+        if isinstance(op, Reinforce) and op.delta is not None:
+            numbers.append(op.delta)
+        if any(not isinstance(x, (int, float)) or not math.isfinite(x) or x < 0 for x in numbers):
+            raise BoardError(f"operation {n}: times and strengths must be finite numbers ≥ 0: {op!r}")
+
+
+def _event(cell: BoardCell, config: BoardConfig, agent: str, op: str, tick: int, amount: float, at: float
+           ) -> tuple[Event, ...]:
+    if config.events_kept == 0:
+        return ()
+    return (*cell.events, Event(agent, op, tick, amount, at))[-config.events_kept:]
+
+
+def _leased_by(cell: BoardCell, tick: int, config: BoardConfig, other_than: str | None = None) -> tuple[str, ...]:
+    return tuple(sorted(a for a, t in cell.users.items() if a != other_than and tick - t <= config.lease_ticks))
+
+
+def _limit(cell: BoardCell, config: BoardConfig, scope: str, agent: str) -> float | None:
+    cap = config.share_cap(scope)
+    if cap is None:
+        return None
+    return max(0.0, cap - cell.contributions.get(agent, 0.0))
+
+
+def step(cell: BoardCell | None, tick: int, op: Op, config: BoardConfig) -> Step:
+    """Apply ``op`` (not :class:`~relevance_memory.board.Advance`) to ``cell`` at ``tick``.
+
+    Deposit and reinforcement settle the cell in closed form first, then add through the
+    soft cap and, in a non-private scope, the per-agent share cap
+    (:meth:`BoardConfig.share_cap`). Goal and subtask texts are stored as
+    :func:`~relevance_memory.board.task_key` digests.
+
+    Returns:
+        ``(new cell or None when nothing changed, outcome, amount added, edge source)``.
+    """
+    pcfg = config.pheromone
+    if isinstance(op, Add):
+        if cell is not None:
+            return None, "exists", 0.0, None
+        memory = pm.new_cell(op.kind, tick, pcfg, op.strength)
+        new = BoardCell(memory=memory, producer=op.agent, created_at=op.at, touched_at=op.at)
+        return replace(new, events=_event(new, config, op.agent, "add", tick, memory.strength, op.at)), "added", 0.0, None
+    if isinstance(op, Repair):
+        return None, "readable", 0.0, None  # a decodable cell needs no repair (backends check corrupt first)
+    if cell is None:
+        return None, "missing", 0.0, None
+    if isinstance(op, Deposit):
+        limit = _limit(cell, config, op.scope, op.agent)
+        memory, amount = pm.deposit(cell.memory, tick, pcfg, op.score, task_key(op.subtask) or "",
+                                    task_key(op.goal), limit)
+        if amount is None:
+            return replace(cell, memory=memory), "already", 0.0, None
+        contributions = {**cell.contributions, op.agent: cell.contributions.get(op.agent, 0.0) + amount}
+        new = replace(cell, memory=memory, contributions=contributions, deposits=cell.deposits + 1,
+                      touched_at=op.at)
+        return replace(new, events=_event(new, config, op.agent, f"deposit:{op.score}", tick, amount, op.at)), \
+            "deposited", amount, None
+    if isinstance(op, Reinforce):
+        limit = _limit(cell, config, op.scope, op.agent)
+        memory, amount = pm.reinforce(cell.memory, tick, pcfg, op.delta, limit)
+        contributions = {**cell.contributions, op.agent: cell.contributions.get(op.agent, 0.0) + amount}
+        new = replace(cell, memory=memory, contributions=contributions, reinforcements=cell.reinforcements + 1,
+                      touched_at=op.at)
+        return replace(new, events=_event(new, config, op.agent, "reinforce", tick, amount, op.at)), \
+            "reinforced", amount, op.source
+    if isinstance(op, Use):
+        first = cell.first_selected if cell.first_selected is not None else (op.agent, op.build)
+        new = replace(cell, users={**cell.users, op.agent: tick}, first_selected=first, touched_at=op.at)
+        return replace(new, events=_event(new, config, op.agent, f"use:{op.build}", tick, 0.0, op.at)), "used", 0.0, None
+    if isinstance(op, (Forget, Archive)):
+        status = "forgotten" if isinstance(op, Forget) else "archived"
+        if cell.status != "active":
+            return None, f"conflict:{cell.status}", 0.0, None
+        holders = _leased_by(cell, tick, config, other_than=op.agent)
+        if holders:
+            return None, f"in_use:{holders[0]}", 0.0, None
+        new = replace(cell, status=status, status_by=op.agent)  # type: ignore[arg-type]
+        return replace(new, events=_event(new, config, op.agent, status, tick, 0.0, op.at)), status, 0.0, None
+    if isinstance(op, Supersede):
+        if cell.status != "active":
+            return None, f"conflict:{cell.status}", 0.0, None
+        new = replace(cell, status="superseded", superseded_by=op.by, status_by=op.agent)
+        return replace(new, events=_event(new, config, op.agent, f"superseded:{op.by}", tick, 0.0, op.at)), \
+            "superseded", 0.0, None
+    if isinstance(op, Restore):
+        if cell.status == "active":
+            return None, "conflict:active", 0.0, None
+        new = replace(cell, status="active", superseded_by=None, status_by=op.agent, touched_at=op.at)
+        return replace(new, events=_event(new, config, op.agent, "restored", tick, 0.0, op.at)), "restored", 0.0, None
+    raise TypeError(f"not a board operation: {op!r}")
+
+
+def view(item_id: str, cell: BoardCell, tick: int, config: BoardConfig, scope: str, *,
+         goal: str | None = None, subtask: str | None = None, now: float | None = None) -> CellView:
+    """The cell as a reader sees it at ``tick`` for ``(goal, subtask)`` (pure; nothing stored).
+
+    ``shared_strength`` equals ``task_strength`` here; :func:`views` applies the
+    prominence cap across the items read together.
+    """
+    return views({item_id: cell}, tick, config, scope, goal=goal, subtask=subtask, now=now, cap=False)[item_id]
+
+
+def views(cells: Mapping[str, BoardCell] | Iterable[tuple[str, BoardCell]], tick: int, config: BoardConfig,
+          scope: str, *, goal: str | None = None, subtask: str | None = None, now: float | None = None,
+          cap: bool = True) -> dict[str, CellView]:
+    """:func:`view` of every cell (one pass of :func:`~relevance_memory._pheromone_math.read`
+    each), then the per-item prominence cap (seed 000 §6.1): in a non-private scope no
+    active item's ``shared_strength`` exceeds
+    ``prominence × mean(task_strength of the active items read)``."""
+    pcfg = config.pheromone
+    rates = {k: pcfg.rate(k) for k in pcfg.half_life_steps}
+    g, s = task_key(goal), task_key(subtask)
+    ttl = config.ttl_seconds.get(scope)
+    lease, carry = config.lease_ticks, pcfg.carry_threshold
+    items = cells.items() if isinstance(cells, Mapping) else cells
+    out: dict[str, CellView] = {}
+    for item_id, cell in items:
+        memory = cell.memory
+        r = pm.read(memory, tick, pcfg, g, s, rates[memory.kind])
+        holders = tuple(sorted(a for a, t in cell.users.items() if tick - t <= lease)) if cell.users else ()
+        expired = ttl is not None and now is not None and not holders and now - cell.touched_at > ttl
+        out[item_id] = CellView(
+            id=item_id, kind=memory.kind, strength=r.strength, task_strength=r.task_strength,
+            shared_strength=r.task_strength, score_before=r.score_before, forgotten=r.forgotten,
+            carried=r.strength >= carry, latest_score=memory.latest_score, expired=expired,
+            in_use_by=holders, cell=cell,
+        )
+    if not cap or config.prominence is None or is_private(scope):
+        return out
+    active = [v.task_strength for v in out.values() if v.active]
+    if len(active) < 2:
+        return out
+    limit = config.prominence * (sum(active) / len(active))
+    return {i: (replace(v, shared_strength=limit) if v.active and v.task_strength > limit else v)
+            for i, v in out.items()}

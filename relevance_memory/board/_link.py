@@ -1,0 +1,181 @@
+"""What ties one agent's manager to a board: its journal, what it publishes, what it reads.
+
+- **Journal**: every message the agent's store takes in (its own, and other agents' it
+  imported) is appended to its private log ``private:<agent>`` with the exact OpenAI dict
+  and metadata, so a restarted agent rebuilds the same store and resumes reading the
+  shared scopes where it stopped.
+- **Publish**: a message whose scope is shared (explicitly, or by the
+  :class:`PublishRule`) is appended to that scope's log as :func:`log_entry` fields.
+- **Sync**: before a build, the agent reads each of its scopes' logs since its cursor and
+  imports other agents' messages (:func:`imported_message`); its own are skipped.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from .._exceptions import BoardError
+from .._models import Message
+from .._pheromone import pheromone_kind
+from ._agent import AgentMemory
+from ._model import Add, LogEntry
+from ._protocol import MemoryBoard
+from ._publish import PublishRule, imported_message, log_entry
+
+__all__ = ["AgentLink"]
+
+Adder = Callable[..., "Message | None"]
+CHUNK = 500
+"""Log entries per append or read call (bounded request and reply sizes)."""
+
+
+class AgentLink:
+    """The board side of one agent's manager (see the module doc).
+
+    Args:
+        memory: the agent's :class:`AgentMemory` (its board, agent and scopes).
+        publish: the rule deciding what goes to a shared scope.
+    """
+
+    def __init__(self, memory: AgentMemory, publish: PublishRule) -> None:
+        self.memory = memory
+        self.board: MemoryBoard = memory.board
+        self.agent = memory.agent
+        self.publish = publish
+        self.cursors: dict[str, str | None] = dict.fromkeys(memory.scopes)
+        self.imported = 0
+        """Messages of other agents imported so far."""
+        self.published: set[str] = set()
+        """Ids this agent has published (a resynced history does not publish them again)."""
+        self._journal: list[dict[str, str]] = []
+        self._batching = False
+
+    def carry_over(self, other: AgentLink) -> None:
+        """Take ``other``'s cursors, counts and published ids (a resync: the same agent)."""
+        self.cursors = dict(other.cursors)
+        self.imported = other.imported
+        self.published = other.published
+
+    def reset_journal(self) -> None:
+        """Mark the journal: a restart replays only what follows (the history was replaced)."""
+        try:
+            self.board.append(self.memory.private, [{"reset": "1"}], agent=self.agent)
+        except BoardError as exc:
+            self._note("journal reset not written", exc)
+
+    def _note(self, what: str, exc: Exception) -> None:
+        self.memory.faults.append(f"board {self.board.name!r}: {what} ({exc})")
+
+    def metadata(self, index: int, metadata: Mapping[str, Any]) -> dict[str, Any]:
+        """The metadata of the agent's own ``index``-th message: an id unique across agents
+        (``<agent>:m<index>`` unless given), ``producer=agent``, a scope by the rule."""
+        meta = dict(metadata)
+        meta.setdefault("id", f"{self.agent}:m{index}")
+        meta.setdefault("producer", self.agent)
+        return meta
+
+    def scope_for(self, msg_type: str) -> str:
+        """The board scope of a new own message of type ``msg_type`` by the publish rule
+        (a scope this agent does not use falls back to its private scope)."""
+        scope = self.publish.scope_for(msg_type, self.agent)
+        return scope if scope in self.memory.scopes else self.memory.private
+
+    def journal(self, message: Message, raw: Mapping[str, Any], meta: Mapping[str, Any],
+                cursor: str | None = None) -> None:
+        """Append the message to the agent's private log (for a restart)."""
+        entry = {"raw": json.dumps(dict(raw), ensure_ascii=False), "meta": json.dumps(dict(meta), ensure_ascii=False,
+                                                                                   default=str)}
+        if cursor is not None:
+            entry["cursor"], entry["from"] = cursor, message.scope
+        self._journal.append(entry)
+        if not self._batching:
+            self.flush()
+
+    def flush(self) -> None:
+        """Write the journal entries not yet written, in one append."""
+        if not self._journal:
+            return
+        entries, self._journal = self._journal, []
+        for lo in range(0, len(entries), CHUNK):
+            try:
+                self.board.append(self.memory.private, entries[lo:lo + CHUNK], agent=self.agent)
+            except BoardError as exc:
+                self._note(f"{len(entries[lo:lo + CHUNK])} journal entr(ies) not written", exc)
+
+    def announce(self, message: Message, call: Mapping[str, str] | None) -> None:
+        """Publish an own message to its shared scope's log."""
+        if message.scope not in self.memory.scopes or message.id in self.published:
+            return
+        self.published.add(message.id)
+        kind = pheromone_kind(message.msg_type.value, message.role, message.text)
+        try:
+            # the item exists on the board from the moment it is published (born at the
+            # scope's tick, produced by this agent), before anyone imports it
+            self.board.apply([Add(message.scope, message.id, kind, self.agent, at=self.memory.now())])
+            self.board.append(message.scope, [log_entry(message, self.agent, message.scope, call)], agent=self.agent)
+        except BoardError as exc:
+            self._note(f"{message.id} not published to {message.scope!r}", exc)
+
+    def sync(self, add: Adder) -> int:
+        """Import what other agents published since the last sync; returns how many.
+
+        ``add(message_dict, **metadata)`` ingests one message into the agent's store (the
+        manager's own ``add``, which journals it)."""
+        count = 0
+        self._batching = True
+        try:
+            count = self._import(add)
+        finally:
+            self._batching = False
+            self.flush()
+        self.imported += count
+        take = getattr(self.board, "take_faults", None)
+        if callable(take):
+            self.memory.faults.extend(take())
+        return count
+
+    def _import(self, add: Adder) -> int:
+        count = 0
+        for scope in self.memory.scopes:
+            entries = self._read_all(scope, self.cursors[scope])
+            for entry in entries:
+                self.cursors[scope] = entry.cursor
+                fields = entry.fields
+                if fields.get("producer") == self.agent or "id" not in fields:
+                    continue
+                raw, meta = imported_message(fields)
+                add(raw, _cursor=entry.cursor, **meta)
+                count += 1
+        return count
+
+    def _read_all(self, scope: str, since: str | None) -> list[LogEntry]:
+        out: list[LogEntry] = []
+        while True:
+            try:
+                got = self.board.read(scope, since, agent=self.agent, count=CHUNK)
+            except BoardError as exc:
+                self._note(f"{scope!r} not read", exc)
+                return out
+            out += got
+            if len(got) < CHUNK:
+                return out
+            since = got[-1].cursor
+
+    def replay(self) -> list[tuple[dict[str, Any], dict[str, Any]]]:
+        """The journal, as ``(message dict, metadata)`` in order, and the scope cursors it
+        had reached (a restarted agent re-ingests these without journaling them again)."""
+        entries = self._read_all(self.memory.private, None)
+        out: list[tuple[dict[str, Any], dict[str, Any]]] = []
+        for entry in entries:
+            fields = entry.fields
+            if fields.get("reset"):
+                out = []
+                continue
+            if "raw" not in fields:
+                continue
+            out.append((json.loads(fields["raw"]), json.loads(fields.get("meta", "{}"))))
+            if fields.get("cursor") and fields.get("from") in self.cursors:
+                self.cursors[fields["from"]] = fields["cursor"]
+        return out

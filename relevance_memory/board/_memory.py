@@ -1,0 +1,199 @@
+"""The in-process memory board: today's behaviour, thread-safe, the contract's reference."""
+
+from __future__ import annotations
+
+import threading
+import uuid
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+
+from .._exceptions import BoardError
+from ._apply import check_ops, step, views
+from ._model import (
+    Advance,
+    BatchResult,
+    BoardCell,
+    BoardConfig,
+    LogEntry,
+    Op,
+    Reinforce,
+    Repair,
+    Snapshot,
+    check_access,
+    is_private,
+)
+
+__all__ = ["InMemoryBoard"]
+
+
+@dataclass
+class _Scope:
+    tick: int = 0
+    cells: dict[str, BoardCell] = field(default_factory=dict)
+    edges: dict[tuple[str, str], float] = field(default_factory=dict)
+    log: list[LogEntry] = field(default_factory=list)
+
+
+class InMemoryBoard:
+    """A :class:`~relevance_memory.board.MemoryBoard` in this process.
+
+    A batch is applied under one lock: all its operations are computed on an overlay
+    with the pure :func:`~relevance_memory.board._apply.step`, then committed together
+    (a ``ScopeError`` or ``TypeError`` commits nothing). Snapshots read under the same lock
+    and write nothing.
+
+    Args:
+        name: the board's name.
+        config: a :class:`BoardConfig` (default: SPEC §5 defaults, share caps on).
+    """
+
+    def __init__(self, name: str = "board", config: BoardConfig | None = None) -> None:
+        self.name = name
+        self.config = config or BoardConfig()
+        self._scopes: dict[str, _Scope] = {}
+        self._batches: set[str] = set()
+        self._appends: dict[str, tuple[str, ...]] = {}
+        self._lock = threading.RLock()
+
+    def _scope(self, scope: str) -> _Scope:
+        got = self._scopes.get(scope)
+        if got is None:
+            got = self._scopes[scope] = _Scope()
+        return got
+
+    # ------------------------------------------------------------------ reads
+    def snapshot(self, scope: str, ids: Iterable[str] | None = None, *, agent: str, goal: str | None = None,
+                 subtask: str | None = None, now: float | None = None, provenance: bool = False) -> Snapshot:
+        """See :meth:`MemoryBoard.snapshot`."""
+        check_access(scope, agent)
+        with self._lock:
+            state = self._scopes.get(scope) or _Scope()
+            tick = state.tick
+            if ids is None:
+                found = dict(state.cells)
+                missing: tuple[str, ...] = ()
+            else:
+                wanted = list(dict.fromkeys(ids))
+                found = {i: state.cells[i] for i in wanted if i in state.cells}
+                missing = tuple(i for i in wanted if i not in state.cells)
+        if not provenance:
+            found = {i: replace(c, events=()) if c.events else c for i, c in found.items()}
+        return Snapshot(scope=scope, tick=tick, missing=missing, source="memory",
+                        cells=views(found, tick, self.config, scope, goal=goal, subtask=subtask, now=now))
+
+    def tick(self, scope: str) -> int:
+        """See :meth:`MemoryBoard.tick`."""
+        with self._lock:
+            state = self._scopes.get(scope)
+            return state.tick if state else 0
+
+    def edges(self, scope: str) -> dict[tuple[str, str], float]:
+        """(earlier id, later id) → edge strength in ``scope`` (a copy)."""
+        with self._lock:
+            state = self._scopes.get(scope)
+            return dict(state.edges) if state else {}
+
+    def load(self, scope: str, tick: int, cells: Mapping[str, BoardCell]) -> None:
+        """Overwrite ``cells`` and the tick of ``scope`` with what another board holds (a
+        mirror refreshing its local copy; not a batch). Cells read without their events
+        replace this copy's with none: the local copy is a fallback for strengths and
+        lifecycle, the server keeps the provenance history."""
+        with self._lock:
+            state = self._scope(scope)
+            state.tick = tick
+            state.cells.update(cells)
+
+    # ------------------------------------------------------------------ writes
+    def apply(self, ops: Sequence[Op], *, batch_id: str | None = None) -> BatchResult:
+        """See :meth:`MemoryBoard.apply`."""
+        batch_id = batch_id or uuid.uuid4().hex
+        check_ops(ops)
+        with self._lock:
+            if batch_id in self._batches:
+                return BatchResult(batch_id, (), (), duplicate=True)
+            ticks: dict[str, int] = {}
+            cells: dict[tuple[str, str], BoardCell] = {}
+            edges: dict[tuple[str, tuple[str, str]], float] = {}
+            outcomes: list[str] = []
+            amounts: list[float] = []
+            for op in ops:
+                state = self._scope(op.scope)
+                tick = ticks.get(op.scope, state.tick)
+                if isinstance(op, Advance):
+                    ticks[op.scope] = max(tick, op.to) if op.to is not None else tick + op.ticks
+                    outcomes.append("advanced")
+                    amounts.append(0.0)
+                    continue
+                key = (op.scope, op.id)
+                cell = cells.get(key, state.cells.get(op.id))
+                if isinstance(op, Reinforce) and op.source is not None and cell is not None:
+                    ek = (op.scope, (op.id, op.source))
+                    if ek in edges or (op.id, op.source) in state.edges:
+                        outcomes.append("already")
+                        amounts.append(0.0)
+                        continue
+                if isinstance(op, Repair):
+                    outcomes.append("readable" if cell is not None else "repaired")
+                    if cell is None:
+                        cells[key] = op.cell
+                    amounts.append(0.0)
+                    continue
+                new, outcome, amount, source = step(cell, tick, op, self.config)
+                if new is not None:
+                    cells[key] = new
+                if source is not None:
+                    ek = (op.scope, (op.id, source))
+                    edges[ek] = edges.get(ek, state.edges.get((op.id, source), 0.0)) + \
+                        self.config.pheromone.edge_delta
+                outcomes.append(outcome)
+                amounts.append(amount)
+            for scope, tick in ticks.items():
+                self._scope(scope).tick = tick
+            for (scope, item), cell in cells.items():
+                self._scope(scope).cells[item] = cell
+            for (scope, edge), weight in edges.items():
+                self._scope(scope).edges[edge] = weight
+            self._batches.add(batch_id)
+        return BatchResult(batch_id, tuple(outcomes), tuple(amounts))
+
+    # ------------------------------------------------------------------ log
+    def append(self, scope: str, entries: Sequence[Mapping[str, str]], *, agent: str,
+               append_id: str | None = None) -> list[str]:
+        """See :meth:`MemoryBoard.append`. Cursors are ``"<n>-0"``, n = 1, 2, … per scope."""
+        check_access(scope, agent)
+        for entry in entries:
+            if not entry:
+                raise BoardError("a log entry needs at least one field")
+        with self._lock:
+            if append_id is not None and append_id in self._appends:
+                return list(self._appends[append_id])
+            state = self._scope(scope)
+            log = state.log
+            every = None if is_private(scope) else self.config.log_tick_every
+            out = []
+            for entry in entries:
+                cursor = f"{len(log) + 1}-0"
+                log.append(LogEntry(cursor, dict(entry)))
+                out.append(cursor)
+                if every and len(log) % every == 0:
+                    state.tick += 1
+            if append_id is not None:
+                self._appends[append_id] = tuple(out)
+            return out
+
+    def read(self, scope: str, since: str | None = None, *, agent: str, count: int | None = None) -> list[LogEntry]:
+        """See :meth:`MemoryBoard.read`."""
+        check_access(scope, agent)
+        start = 0
+        if since is not None:
+            try:
+                start = int(since.split("-", 1)[0])
+            except ValueError:
+                raise BoardError(f"not a log cursor of this board: {since!r}") from None
+        with self._lock:
+            log = self._scopes[scope].log if scope in self._scopes else []
+            got = log[start:]
+        return got[:count] if count is not None else got
+
+    def close(self) -> None:
+        """Nothing to release."""

@@ -1,0 +1,370 @@
+"""A memory board on Redis (optional extra ``relevance-memory[redis]``, redis-py).
+
+Layout, for board ``B`` under prefix ``P`` (the ``{B}`` hash tag puts a whole board in one
+Redis Cluster slot, so one script may touch all its keys)::
+
+    P:{B}:cells:<scope>   hash   item id → cell JSON (see ``_model.encode_cell``)
+    P:{B}:meta:<scope>    hash   "tick" → the scope's tick
+    P:{B}:edges:<scope>   hash   "<id>\\t<source>" → edge strength
+    P:{B}:log:<scope>     stream the scope's shared message log
+    P:{B}:batch:<id>      string marker of an applied batch (expires after batch_ttl_seconds)
+
+Writes: one Lua script (``_board.lua``) applies a whole batch atomically — it settles each
+cell's evaporation in closed form, then adds the soft-capped, share-capped deposit
+(``HINCRBYFLOAT`` alone cannot express the cap). Reads: one pipelined round trip per
+snapshot (the tick and ``HMGET`` of the ids), decoded and viewed by the same pure
+functions as the in-memory board. Connection errors and timeouts are retried with
+exponential backoff (tenacity); a batch keeps its id across retries, so it is applied at
+most once even when a reply was lost.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import time
+import uuid
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from importlib import resources
+from typing import Any, TypeVar
+
+from tenacity import (
+    RetryError,
+    Retrying,
+    retry_if_exception_type,
+    stop_after_attempt,
+    stop_after_delay,
+    wait_exponential,
+)
+
+from .._config import PHEROMONE_KINDS
+from .._exceptions import BoardError, BoardUnavailableError, MissingExtraError
+from ._apply import check_ops, views
+from ._model import (
+    Add,
+    Advance,
+    Archive,
+    BatchResult,
+    BoardCell,
+    BoardConfig,
+    Deposit,
+    Forget,
+    LogEntry,
+    Op,
+    Reinforce,
+    Repair,
+    Restore,
+    Snapshot,
+    Supersede,
+    Use,
+    check_access,
+    decode_cell,
+    encode_cell,
+    is_private,
+    task_key,
+)
+
+__all__ = ["BoardRetry", "RedisBoard"]
+
+T = TypeVar("T")
+
+_APPEND_LUA = """
+-- KEYS: the append marker, the scope's log stream, its meta hash; ARGV: marker ttl,
+-- log_tick_every (0 = none), then one JSON [[field, value], ...] per entry
+local got = redis.call('GET', KEYS[1])
+if got then return got end
+local every = tonumber(ARGV[2])
+local ids = {}
+for i = 3, #ARGV do
+  local entry = cjson.decode(ARGV[i])
+  local args = {}
+  for _, kv in ipairs(entry) do args[#args + 1] = kv[1]; args[#args + 1] = kv[2] end
+  ids[#ids + 1] = redis.call('XADD', KEYS[2], '*', unpack(args))
+  if every > 0 then
+    local n = redis.call('HINCRBY', KEYS[3], 'logged', 1)
+    if n % every == 0 then redis.call('HINCRBY', KEYS[3], 'tick', 1) end
+  end
+end
+local out = cjson.encode(ids)
+redis.call('SET', KEYS[1], out, 'EX', ARGV[1])
+return out
+"""
+
+
+def _redis() -> Any:
+    try:
+        import redis
+    except ImportError as exc:  # pragma: no cover - exercised where the extra is absent
+        raise MissingExtraError("redis", "redis", "RedisBoard (a memory board on Redis)") from exc
+    return redis
+
+
+@dataclass(frozen=True)
+class BoardRetry:
+    """How a remote board retries connection errors and timeouts (tenacity).
+
+    Attributes:
+        attempts: tries in all (≥ 1).
+        first_wait_s: first backoff wait (seconds); doubles per try.
+        max_wait_s: cap of one wait (seconds).
+        max_total_s: give up once this much time has passed (seconds).
+    """
+
+    attempts: int = 4
+    first_wait_s: float = 0.05
+    max_wait_s: float = 1.0
+    max_total_s: float = 5.0
+
+
+def _s(value: Any) -> str:
+    return value.decode("utf-8") if isinstance(value, bytes) else str(value)
+
+
+def _f(x: float) -> str:
+    return repr(float(x))
+
+
+def _op_json(op: Op, index: Mapping[str, int]) -> dict[str, Any]:
+    base: dict[str, Any] = {"scope": index[op.scope]}
+    if isinstance(op, Advance):
+        out: dict[str, Any] = {**base, "t": "advance", "ticks": op.ticks}
+        if op.to is not None:
+            out["to"] = op.to
+        return out
+    base.update(id=op.id, agent=op.agent)
+    if isinstance(op, Repair):
+        return {**base, "t": "repair", "cell": encode_cell(op.cell)}
+    base["at"] = _f(op.at)
+    if isinstance(op, Add):
+        out = {**base, "t": "add", "kind": op.kind}
+        if op.strength is not None:
+            out["strength"] = _f(op.strength)
+        return out
+    if isinstance(op, Deposit):
+        out = {**base, "t": "deposit", "score": op.score, "sub": task_key(op.subtask)}
+        if op.goal is not None:
+            out["goal"] = task_key(op.goal)
+        return out
+    if isinstance(op, Reinforce):
+        out = {**base, "t": "reinforce"}
+        if op.source is not None:
+            out["source"] = op.source
+        if op.delta is not None:
+            out["delta"] = _f(op.delta)
+        return out
+    if isinstance(op, Use):
+        return {**base, "t": "use", "build": op.build}
+    if isinstance(op, Forget):
+        return {**base, "t": "forget"}
+    if isinstance(op, Archive):
+        return {**base, "t": "archive"}
+    if isinstance(op, Supersede):
+        return {**base, "t": "supersede", "by": op.by}
+    if isinstance(op, Restore):
+        return {**base, "t": "restore"}
+    raise TypeError(f"not a board operation: {op!r}")
+
+
+class RedisBoard:
+    """A :class:`~relevance_memory.board.MemoryBoard` on a Redis server (SPEC §10).
+
+    Args:
+        client: a ``redis.Redis`` client (``decode_responses`` either way).
+        name: the board's name (its hash tag: one board, one cluster slot).
+        config: a :class:`BoardConfig`.
+        prefix: the key prefix (default ``"relmem"``).
+        retry: the :class:`BoardRetry` policy for connection errors and timeouts.
+        sleep: the backoff's sleep (injected for tests).
+
+    Raises:
+        MissingExtraError: redis-py is not installed (``pip install 'relevance-memory[redis]'``).
+    """
+
+    def __init__(self, client: Any, name: str = "board", config: BoardConfig | None = None, *,
+                 prefix: str = "relmem", retry: BoardRetry | None = None,
+                 sleep: Callable[[float], None] = time.sleep) -> None:
+        self._mod = _redis()
+        self.client = client
+        self.name = name
+        self.config = config or BoardConfig()
+        self.prefix = prefix
+        self.retry = retry or BoardRetry()
+        self._sleep = sleep
+        self._base = f"{prefix}:{{{name}}}"
+        p = self.config.pheromone
+        self._cfg_json = json.dumps({
+            "rates": {k: _f(p.rate(k)) for k in PHEROMONE_KINDS},
+            "initial": {k: _f(p.initial_strength[k]) for k in PHEROMONE_KINDS},
+            "deposits": {str(k): _f(v) for k, v in p.deposits.items()},
+            "s_max": _f(p.s_max), "reinforce": _f(p.reinforce_delta), "edge": _f(p.edge_delta),
+            "protect": p.protect_ticks, "exempt": p.exempt_score, "events_kept": self.config.events_kept,
+            "lease": self.config.lease_ticks, "batch_ttl": self.config.batch_ttl_seconds,
+        })
+        source = resources.files(__package__).joinpath("_board.lua").read_text(encoding="utf-8")
+        self._script = client.register_script(source)
+        self._append_script = client.register_script(_APPEND_LUA)
+        self.retries = 0
+        """Connection errors retried so far (for the decision record)."""
+        self._decoded: dict[tuple[str, str, bool], tuple[bytes, BoardCell]] = {}
+        # (scope, id, with events) → (digest of the stored JSON, its decoded cell): a
+        # snapshot decodes only the cells that changed since this client last read them
+
+    @classmethod
+    def from_url(cls, url: str, name: str = "board", config: BoardConfig | None = None, *,
+                 socket_timeout: float = 2.0, socket_connect_timeout: float = 1.0, **kwargs: Any) -> RedisBoard:
+        """A board on the server at ``url`` (``redis://host:port/db``), with timeouts in seconds.
+
+        Raises:
+            MissingExtraError: redis-py is not installed.
+        """
+        redis = _redis()
+        client = redis.Redis.from_url(url, decode_responses=True, socket_timeout=socket_timeout,
+                                      socket_connect_timeout=socket_connect_timeout)
+        return cls(client, name, config, **kwargs)
+
+    # ------------------------------------------------------------------ keys
+    def key(self, kind: str, scope: str) -> str:
+        """The Redis key of ``kind`` (``cells``, ``meta``, ``edges``, ``log``) for ``scope``."""
+        return f"{self._base}:{kind}:{scope}"
+
+    def _call(self, what: str, fn: Callable[[], T]) -> T:
+        errors = (self._mod.ConnectionError, self._mod.TimeoutError)
+        policy = self.retry
+        retrying = Retrying(
+            stop=stop_after_attempt(policy.attempts) | stop_after_delay(policy.max_total_s),
+            wait=wait_exponential(multiplier=policy.first_wait_s, max=policy.max_wait_s),
+            retry=retry_if_exception_type(errors), sleep=self._sleep, reraise=False,
+            before_sleep=lambda state: self._count_retry(),
+        )
+        try:
+            return retrying(fn)
+        except RetryError as exc:
+            attempts = exc.last_attempt.attempt_number
+            cause = exc.last_attempt.exception()
+            raise BoardUnavailableError(
+                f"board {self.name!r}: {what} failed after {attempts} tries: {cause}", attempts=attempts
+            ) from cause
+        except self._mod.ResponseError as exc:
+            raise BoardError(f"board {self.name!r}: {what} was refused by the server: {exc}") from exc
+
+    def _count_retry(self) -> None:
+        self.retries += 1
+
+    # ------------------------------------------------------------------ reads
+    def snapshot(self, scope: str, ids: Iterable[str] | None = None, *, agent: str, goal: str | None = None,
+                 subtask: str | None = None, now: float | None = None, provenance: bool = False) -> Snapshot:
+        """See :meth:`MemoryBoard.snapshot`: one pipelined round trip (tick + ``HMGET``)."""
+        check_access(scope, agent)
+        wanted = None if ids is None else list(dict.fromkeys(ids))
+
+        def read() -> list[Any]:
+            pipe = self.client.pipeline(transaction=False)
+            pipe.hget(self.key("meta", scope), "tick")
+            if wanted is None:
+                pipe.hgetall(self.key("cells", scope))
+            elif wanted:
+                pipe.hmget(self.key("cells", scope), wanted)
+            return list(pipe.execute())
+
+        got = self._call(f"snapshot of {scope!r}", read)
+        tick = int(_s(got[0])) if got[0] is not None else 0
+        if wanted is None:
+            raw: list[tuple[str, Any]] = [(_s(k), v) for k, v in (got[1] or {}).items()]
+        else:
+            raw = list(zip(wanted, got[1] if wanted else [], strict=True))
+        cells: dict[str, BoardCell] = {}
+        missing, corrupt, faults = [], [], []
+        for item, value in raw:
+            if value is None:
+                missing.append(item)
+                continue
+            data: bytes = value.encode("utf-8") if isinstance(value, str) else bytes(value)
+            digest = hashlib.blake2b(data, digest_size=16).digest()
+            key = (scope, item, provenance)
+            known = self._decoded.get(key)
+            if known is not None and known[0] == digest:
+                cells[item] = known[1]
+                continue
+            try:
+                cells[item] = decode_cell(data, events=provenance)
+                self._decoded[key] = (digest, cells[item])
+            except ValueError as exc:
+                corrupt.append(item)
+                faults.append(f"cell {item!r} in {scope!r} is corrupt on the board ({exc}); treated as missing")
+        return Snapshot(scope=scope, tick=tick, missing=tuple(missing), corrupt=tuple(corrupt), source="redis",
+                        faults=tuple(faults),
+                        cells=views(cells, tick, self.config, scope, goal=goal, subtask=subtask, now=now))
+
+    def tick(self, scope: str) -> int:
+        """See :meth:`MemoryBoard.tick`."""
+        got = self._call("tick", lambda: self.client.hget(self.key("meta", scope), "tick"))
+        return int(_s(got)) if got is not None else 0
+
+    def edges(self, scope: str) -> dict[tuple[str, str], float]:
+        """(earlier id, later id) → edge strength in ``scope``."""
+        got = self._call("edges", lambda: self.client.hgetall(self.key("edges", scope)))
+        out = {}
+        for k, v in got.items():
+            a, b = _s(k).split("\t", 1)
+            out[(a, b)] = float(_s(v))
+        return out
+
+    # ------------------------------------------------------------------ writes
+    def apply(self, ops: Sequence[Op], *, batch_id: str | None = None) -> BatchResult:
+        """See :meth:`MemoryBoard.apply`: one Lua script call, retried under the same batch id."""
+        check_ops(ops)
+        batch_id = batch_id or uuid.uuid4().hex
+        if not ops:
+            return BatchResult(batch_id, (), ())
+        scopes = list(dict.fromkeys(op.scope for op in ops))
+        index = {s: i + 1 for i, s in enumerate(scopes)}
+        keys = [f"{self._base}:batch:{batch_id}"]
+        batch_scopes = []
+        for scope in scopes:
+            keys += [self.key("cells", scope), self.key("meta", scope), self.key("edges", scope)]
+            cap = self.config.share_cap(scope)
+            batch_scopes.append({} if cap is None else {"cap": _f(cap)})
+        payload = json.dumps({"scopes": batch_scopes, "ops": [_op_json(op, index) for op in ops]},
+                             ensure_ascii=False, separators=(",", ":"))
+        reply = self._call(f"batch {batch_id}", lambda: self._script(keys=keys, args=[self._cfg_json, payload]))
+        data = json.loads(_s(reply))
+        if data.get("dup"):
+            return BatchResult(batch_id, (), (), duplicate=True)
+        out = data.get("out") or []
+        amounts = data.get("amt") or []
+        if isinstance(out, dict):  # cjson's empty array
+            out, amounts = [], []
+        return BatchResult(batch_id, tuple(str(o) for o in out), tuple(float(a) for a in amounts))
+
+    # ------------------------------------------------------------------ log
+    def append(self, scope: str, entries: Sequence[Mapping[str, str]], *, agent: str,
+               append_id: str | None = None) -> list[str]:
+        """See :meth:`MemoryBoard.append`: ``XADD`` to the scope's stream, at most once per
+        ``append_id`` (a retry after a lost reply does not duplicate entries)."""
+        check_access(scope, agent)
+        if not entries:
+            return []
+        for entry in entries:
+            if not entry:
+                raise BoardError("a log entry needs at least one field")
+        append_id = append_id or uuid.uuid4().hex
+        every = 0 if is_private(scope) or self.config.log_tick_every is None else self.config.log_tick_every
+        args = [str(self.config.batch_ttl_seconds), str(every)] + [
+            json.dumps([[str(k), str(v)] for k, v in entry.items()], ensure_ascii=False) for entry in entries
+        ]
+        keys = [f"{self._base}:append:{append_id}", self.key("log", scope), self.key("meta", scope)]
+        reply = self._call(f"append to {scope!r}", lambda: self._append_script(keys=keys, args=args))
+        return [str(c) for c in json.loads(_s(reply))]
+
+    def read(self, scope: str, since: str | None = None, *, agent: str, count: int | None = None) -> list[LogEntry]:
+        """See :meth:`MemoryBoard.read`: ``XRANGE`` after ``since`` (exclusive)."""
+        check_access(scope, agent)
+        start = "-" if since is None else f"({since}"
+        got = self._call(f"read of {scope!r}",
+                         lambda: self.client.xrange(self.key("log", scope), min=start, max="+", count=count))
+        return [LogEntry(_s(cursor), {_s(k): _s(v) for k, v in fields.items()}) for cursor, fields in got]
+
+    def close(self) -> None:
+        """Close the client's connections."""
+        self.client.close()
