@@ -67,6 +67,8 @@ class PrefixState:
             ``counted`` (tokens; the record's ``tokens_before`` without priming).
         counted: how many stored messages ``history_tokens`` covers.
         last_build_id: the id of the latest build.
+        restore_tool: the restore tool the model was offered when ``base`` was built (its
+            goal block says so), or ``None``.
     """
 
     messages: tuple[dict[str, Any], ...]
@@ -85,6 +87,7 @@ class PrefixState:
     history_tokens: int = 0
     counted: int = 0
     last_build_id: str = ""
+    restore_tool: str | None = None
 
     @property
     def sent(self) -> list[dict[str, Any]]:
@@ -158,6 +161,11 @@ def plan(
     steps = plan_append(_tail(store, previous.next_index), previous.next_index)
     note, note_tokens = _note(seams, goal, previous.base)
     appended = previous.tokens + steps.tokens + note_tokens
+    blocked = steps.blocked
+    if blocked is None and seams.restore_tool != previous.restore_tool:
+        # the request's tools changed, so the provider's cache misses anyway: the goal block
+        # may as well say how to read archived messages
+        blocked = f"the restore tool {seams.restore_tool!r} was offered (the tools changed); the goal block says so"
     decision = decide_build_mode(
         policy,
         has_previous=True,
@@ -167,7 +175,7 @@ def plan(
         appended_tokens=appended,
         new_messages=len(steps.indices),
         requested=requested,
-        append_blocked=steps.blocked,
+        append_blocked=blocked,
     )
     return BuildStep(decision, steps, note, note_tokens)
 
@@ -398,7 +406,7 @@ def remember(
             base_length=previous.base_length, appended=(*previous.appended, *step.plan.indices),
             skipped=(*previous.skipped, *step.plan.skipped),
             appended_tokens=previous.appended_tokens + step.plan.tokens, history_tokens=history, counted=counted,
-            last_build_id=record.build_id,
+            last_build_id=record.build_id, restore_tool=previous.restore_tool,
         )
     counter = seams.tokenizer
     if previous is not None:
@@ -419,5 +427,5 @@ def remember(
         note=dict(built.messages[-1]) if has_note else None,
         next_index=start, final_goal=final_goal, budget=budget, base=record, base_length=len(store),
         history_tokens=record.tokens_before - REPLY_PRIMING_TOKENS + held, counted=len(store),
-        last_build_id=record.build_id,
+        last_build_id=record.build_id, restore_tool=seams.restore_tool,
     )

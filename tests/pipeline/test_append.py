@@ -295,3 +295,13 @@ def test_a_goal_block_never_points_at_a_task_statement_that_was_left_out(summari
     assert "Final goal: Fix the failing date parser" in block and "kept verbatim here" not in block
     assert any("the goal block states the final goal" in w for w in built.record.warnings)
     assert_invariants(history, built, 900, COUNTER)
+
+
+def test_offering_the_restore_tool_compacts_so_the_goal_block_can_say_so() -> None:
+    memory = RelevanceMemoryManager(max_input_tokens=3000, keep_recent=2)
+    memory.extend([*OPENING, *(m for n in range(20) for m in step(n))])
+    memory.build_context()
+    memory.restore_tool()
+    built = memory.build_context()
+    assert built.record.mode == "compacted" and "restore tool" in built.record.mode_reason
+    assert memory.build_context().record.mode == "appended"  # and then appends again

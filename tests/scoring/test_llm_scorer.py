@@ -455,7 +455,7 @@ def test_record_rubric_version_and_cache_key_follow_the_prompt() -> None:
     def answer(body: dict[str, Any]) -> dict[str, Any]:
         return content(json.dumps([{"id": i, "reason": "r", "score": 3} for i in requested_ids(body)]))
 
-    memory = _manager(harness.scorer([answer], mock=True))
+    memory = _manager(harness.scorer([answer], mock=True), cache_policy={"clear_at_least": 0})
     first = memory.build_context()
     assert memory.build_context().record.mode == "appended"  # nothing new: the same context, no scoring
     second = memory.build_context(compact=True)  # same subtask: every score comes from the cache
