@@ -15,15 +15,9 @@ from typing import TYPE_CHECKING, Any
 
 from ._cache import DiskScoreCache
 from ._cache_policy import CachePolicy
+from ._capabilities import AsyncScorer
 from ._client import AsyncManagedOpenAI, ManagedOpenAI, manage
-from ._config import (
-    MemoryConfig,
-    PheromoneConfig,
-    context_window_for,
-    encoding_for,
-    half_life_to_rate,
-    rate_to_half_life,
-)
+from ._config import MemoryConfig, PheromoneConfig
 from ._exceptions import (
     BoardError,
     BoardUnavailableError,
@@ -46,7 +40,7 @@ from ._manager import BuiltContext, RelevanceMemoryManager
 from ._markers import GOAL_BLOCK_MARKER, SUMMARY_MARKER
 from ._models import Message, MessageType, RelevanceScore, ScoreSource, TaskGoal, ToolCall
 from ._pheromone import PheromoneField
-from ._record import BoardReport, DecisionRecord, MessageDecision, SummaryRecord
+from ._record import BoardReport, BudgetBreakdown, DecisionRecord, MessageDecision, SummaryRecord
 from ._restore import RESTORE_TOOL_NAME, RestoreHandler, restore_tool_definition
 from ._scoring import (
     InMemoryScoreCache,
@@ -57,19 +51,18 @@ from ._scoring import (
     ScorerUsage,
     ScoringContext,
     ScoringResult,
-    score_cache_key,
 )
 from ._session import message_to_dict
-from ._store import MessageStore
 from ._summary import LLMSummarizer, OfflineSummarizer, Summarizer, SummaryDraft, SummaryItem
-from ._tokenizer import TiktokenCounter, TokenCounter, image_tokens, tools_tokens
+from ._tokenizer import TiktokenCounter, TokenCounter, tools_tokens
 from .pipeline.assemble import check_context
+from .pipeline.order import OrderPolicy
 
 if TYPE_CHECKING:
-    from ._llm_scorer import LLMScorer, TransportPolicy, extract_json_reply
+    from ._llm_scorer import LLMScorer, TransportPolicy
 
 # Imported on first use: they pull in openai + instructor, which offline users never need.
-_LAZY = {"LLMScorer": "._llm_scorer", "TransportPolicy": "._llm_scorer", "extract_json_reply": "._llm_scorer"}
+_LAZY = {"LLMScorer": "._llm_scorer", "TransportPolicy": "._llm_scorer"}
 
 
 def __getattr__(name: str) -> Any:
@@ -81,16 +74,22 @@ def __getattr__(name: str) -> Any:
         return value
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
+
 __version__ = "0.1.0"
 
+# The public API, pinned by tests/test_exports.py. Also public: relevance_memory.testing
+# (fakes for users' tests), relevance_memory.pipeline (the stages, for extensions) and
+# relevance_memory.adapters (framework adapters).
 __all__ = [
     "GOAL_BLOCK_MARKER",
     "RESTORE_TOOL_NAME",
     "SUMMARY_MARKER",
     "AsyncManagedOpenAI",
+    "AsyncScorer",
     "BoardError",
     "BoardReport",
     "BoardUnavailableError",
+    "BudgetBreakdown",
     "BuiltContext",
     "CachePolicy",
     "ConfigError",
@@ -106,11 +105,11 @@ __all__ = [
     "MemoryConfig",
     "Message",
     "MessageDecision",
-    "MessageStore",
     "MessageType",
     "MissingExtraError",
     "OfflineScorer",
     "OfflineSummarizer",
+    "OrderPolicy",
     "PheromoneConfig",
     "PheromoneField",
     "RelevanceMemoryError",
@@ -143,17 +142,10 @@ __all__ = [
     "TransportPolicy",
     "__version__",
     "check_context",
-    "context_window_for",
-    "encoding_for",
-    "extract_json_reply",
-    "half_life_to_rate",
-    "image_tokens",
     "load_transcript",
     "manage",
     "message_to_dict",
     "parse_transcript",
-    "rate_to_half_life",
     "restore_tool_definition",
-    "score_cache_key",
     "tools_tokens",
 ]

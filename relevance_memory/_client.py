@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import inspect
 from collections.abc import AsyncIterator, Callable, Iterable, Iterator
-from typing import Any
+from typing import Any, ClassVar
 
 from ._manager import BuiltContext, RelevanceMemoryManager
 from ._record import DecisionRecord
@@ -265,19 +265,24 @@ class _Chat(_Passthrough):
 
 
 class _ManagedBase(SessionView, _Passthrough):
+    """What the sync and async managed clients share: the session, the wrapped ``chat``."""
 
-    def _setup(
+    _completions: ClassVar[type[_Completions] | type[_AsyncCompletions]]
+
+    def __init__(
         self,
         client: Any,
-        memory: RelevanceMemoryManager | None,
-        on_build: Callable[[BuiltContext], None] | None,
-        on_divergence: OnDivergence,
-        overrides: dict[str, Any],
-        completions: _CompletionsFactory,
+        memory: RelevanceMemoryManager | None = None,
+        *,
+        on_build: Callable[[BuiltContext], None] | None = None,
+        on_divergence: OnDivergence = "resync",
+        **config: Any,
     ) -> None:
+        if memory is not None and config:
+            raise ValueError("pass either memory= or MemoryConfig fields, not both")
         self._wrapped = client
-        self._session = MemorySession(memory, on_build=on_build, on_divergence=on_divergence, overrides=overrides)
-        self.chat = _Chat(client.chat, self._session, completions)
+        self._session = MemorySession(memory, on_build=on_build, on_divergence=on_divergence, overrides=config)
+        self.chat = _Chat(client.chat, self._session, type(self)._completions)
 
     @property
     def client(self) -> Any:
@@ -304,18 +309,7 @@ class ManagedOpenAI(_ManagedBase):
     whatever the client raises.
     """
 
-    def __init__(
-        self,
-        client: Any,
-        memory: RelevanceMemoryManager | None = None,
-        *,
-        on_build: Callable[[BuiltContext], None] | None = None,
-        on_divergence: OnDivergence = "resync",
-        **config: Any,
-    ) -> None:
-        if memory is not None and config:
-            raise ValueError("pass either memory= or MemoryConfig fields, not both")
-        self._setup(client, memory, on_build, on_divergence, config, _Completions)
+    _completions = _Completions
 
 
 # --------------------------------------------------------------------------- async
@@ -441,18 +435,7 @@ class AsyncManagedOpenAI(_ManagedBase):
     and streams are ``AsyncStream`` wrappers recorded once consumed.
     """
 
-    def __init__(
-        self,
-        client: Any,
-        memory: RelevanceMemoryManager | None = None,
-        *,
-        on_build: Callable[[BuiltContext], None] | None = None,
-        on_divergence: OnDivergence = "resync",
-        **config: Any,
-    ) -> None:
-        if memory is not None and config:
-            raise ValueError("pass either memory= or MemoryConfig fields, not both")
-        self._setup(client, memory, on_build, on_divergence, config, _AsyncCompletions)
+    _completions = _AsyncCompletions
 
 
 def manage(

@@ -289,8 +289,10 @@ def _evaluate(set_path: Path, specs: list[str], repeats: int, json_out: Path | N
         for spec in specs:
             scorer = make_scorer(spec, **(options if spec.startswith("llm") else {}))
             if spec.startswith("llm"):
-                describe = getattr(scorer, "describe", None)
-                err.print(f"scorer: llm ({describe() if describe else spec}) — message contents are sent to this "
+                from .._llm_scorer import LLMScorer
+
+                label = scorer.describe() if isinstance(scorer, LLMScorer) else spec
+                err.print(f"scorer: llm ({label}) — message contents are sent to this "
                           "endpoint", soft_wrap=True, highlight=False)
             reports.append(evaluate_rubric(labelled, scorer, repeats=repeats))
     except RelevanceMemoryError as exc:

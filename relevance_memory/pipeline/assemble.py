@@ -17,60 +17,20 @@ from typing import Any
 
 from .._exceptions import RelevanceMemoryError
 from .._markers import GOAL_BLOCK_MARKER, SUBTASK_MARKER, SUMMARY_MARKER
-from .._models import TaskGoal
 from .._tokenizer import REPLY_PRIMING_TOKENS
 from ._state import Assembled, BuildState, Seams, required
 from .ledger import Purpose
 
 __all__ = [
     "GOAL_BLOCK_MARKER",
-    "GOAL_POINTER",
     "SUBTASK_MARKER",
     "SUMMARY_MARKER",
     "assemble",
     "check_context",
-    "goal_block_text",
     "stable_head",
     "subtask_note",
 ]
 
-
-
-GOAL_POINTER = "kept verbatim here"
-"""How a goal block that points at the kept task statement says so (instead of repeating it)."""
-
-
-def goal_block_text(
-    goal: TaskGoal, *, final_excerpt: str | None, task_statement_id: str | None, restore_tool: str | None = None
-) -> str:
-    """Text of the goal block: the final goal only (SPEC §3.1).
-
-    The subtask is not in it: the goal block sits near the start of the context, and a
-    subtask changes often; it conditions scoring at the next compaction and, with
-    ``CachePolicy.subtask_at_end``, is shown at the very end (:func:`subtask_note`).
-
-    It promises only what is true: archived messages stay in the store and
-    :meth:`RelevanceMemoryManager.restore` returns them by id; that the model itself can fetch
-    them is said only once the restore tool was offered (:meth:`RelevanceMemoryManager.restore_tool`).
-
-    Args:
-        goal: the task goal.
-        final_excerpt: the final goal's text to show, or ``None`` to point at the task
-            statement message instead (when the goal was derived from it and it is kept).
-        task_statement_id: id of the first user message, used in the pointer.
-        restore_tool: name of the restore tool the model was given, if any.
-    """
-    lines = [
-        GOAL_BLOCK_MARKER,
-        "This context was compacted: older messages were selected by relevance to the task "
-        "goal; the rest are archived and restorable by message id"
-        + (f" (call {restore_tool} with their ids to read any of them)." if restore_tool else "."),
-    ]
-    if final_excerpt is None:
-        lines.append(f"Final goal: as stated in the first user message ({task_statement_id}), {GOAL_POINTER}.")
-    else:
-        lines.append(f"Final goal: {final_excerpt}")
-    return "\n".join(lines)
 
 
 def subtask_note(subtask: str, role: str) -> dict[str, Any]:

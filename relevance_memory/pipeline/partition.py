@@ -17,13 +17,24 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from .._exceptions import ContextOverflowError, InvalidMessageError
+from .._markers import GOAL_BLOCK_MARKER
 from .._models import Message, TaskGoal
 from .._tokenizer import REPLY_PRIMING_TOKENS, TokenCounter
 from ._state import BuildState, Chain, Partitioned, Seams, StoreView
-from .assemble import goal_block_text, subtask_note
+from .assemble import subtask_note
 from .ledger import BudgetLedger, Purpose
 
-__all__ = ["GOAL_EXCERPT_SHARE", "Chain", "Split", "clip_to_tokens", "group_chains", "partition", "split_history"]
+__all__ = [
+    "GOAL_EXCERPT_SHARE",
+    "GOAL_POINTER",
+    "Chain",
+    "Split",
+    "clip_to_tokens",
+    "goal_block_text",
+    "group_chains",
+    "partition",
+    "split_history",
+]
 
 GOAL_EXCERPT_SHARE = 0.5
 """Share of the remaining budget a goal-block excerpt of an oversized task statement may take."""
@@ -141,6 +152,44 @@ def clip_to_tokens(counter: TokenCounter, text: str, max_tokens: int) -> str:
         else:
             high = mid - 1
     return best
+
+
+GOAL_POINTER = "kept verbatim here"
+"""How a goal block that points at the kept task statement says so (instead of repeating it)."""
+
+
+def goal_block_text(
+    goal: TaskGoal, *, final_excerpt: str | None, task_statement_id: str | None, restore_tool: str | None = None
+) -> str:
+    """Text of the goal block: the final goal only (SPEC §3.1).
+
+    The subtask is not in it: the goal block sits near the start of the context, and a
+    subtask changes often; it conditions scoring at the next compaction and, with
+    ``CachePolicy.subtask_at_end``, is shown at the very end
+    (:func:`~relevance_memory.pipeline.assemble.subtask_note`).
+
+    It promises only what is true: archived messages stay in the store and
+    :meth:`RelevanceMemoryManager.restore` returns them by id; that the model itself can fetch
+    them is said only once the restore tool was offered (:meth:`RelevanceMemoryManager.restore_tool`).
+
+    Args:
+        goal: the task goal.
+        final_excerpt: the final goal's text to show, or ``None`` to point at the task
+            statement message instead (when the goal was derived from it and it is kept).
+        task_statement_id: id of the first user message, used in the pointer.
+        restore_tool: name of the restore tool the model was given, if any.
+    """
+    lines = [
+        GOAL_BLOCK_MARKER,
+        "This context was compacted: older messages were selected by relevance to the task "
+        "goal; the rest are archived and restorable by message id"
+        + (f" (call {restore_tool} with their ids to read any of them)." if restore_tool else "."),
+    ]
+    if final_excerpt is None:
+        lines.append(f"Final goal: as stated in the first user message ({task_statement_id}), {GOAL_POINTER}.")
+    else:
+        lines.append(f"Final goal: {final_excerpt}")
+    return "\n".join(lines)
 
 
 def _goal_block(

@@ -23,9 +23,8 @@ from collections.abc import Mapping
 from .._models import Message, RelevanceScore, content_text
 from .._summary import PyramidResult, SummaryItem, build_pyramid, pointer_summary, pointer_tokens
 from ._state import BuildState, Partitioned, Ranked, Seams, Selection, Summarised, required
-from .assemble import GOAL_POINTER, goal_block_text
 from .ledger import BudgetLedger, Purpose
-from .partition import clip_to_tokens
+from .partition import GOAL_POINTER, clip_to_tokens, goal_block_text
 from .select import fill_ranked
 
 __all__ = ["MIN_SUMMARY_RESERVE", "SUMMARY_RESERVE_SHARE", "summarise", "summarise_archive"]

@@ -14,7 +14,7 @@ FIXTURE = Path(__file__).resolve().parents[2] / "fixtures" / "django__django-152
 def _learnt(n: int = 120) -> tuple[RelevanceMemoryManager, list[dict]]:
     """A memory that built at three points of the django run, under two subtasks."""
     history = load_transcript(FIXTURE).messages[:n]
-    memory = RelevanceMemoryManager(max_input_tokens=6000)
+    memory = RelevanceMemoryManager(max_input_tokens=4000)
     for stop, subtask in ((60, ""), (90, "reproduce the bug"), (n, "write the fix")):
         memory.extend(history[len(memory.messages) : stop])
         memory.set_goal(subtask=subtask)

@@ -16,7 +16,6 @@ from relevance_memory import (
     MemoryConfig,
     OfflineScorer,
     RelevanceMemoryManager,
-    RelevanceScore,
     ScoreItem,
     ScoreSource,
     ScoringResult,
@@ -24,6 +23,7 @@ from relevance_memory import (
     TiktokenCounter,
 )
 from relevance_memory._markers import SUBTASK_MARKER
+from relevance_memory.testing import FixedScorer
 
 CLOCK = datetime(2026, 11, 30, 12, 0, tzinfo=timezone.utc)
 
@@ -45,25 +45,6 @@ def agent_history(steps: int = 12) -> list[dict[str, Any]]:
     return history
 
 
-class FixedScorer:
-    """A fake scorer: the score of each message is given by a function of its id."""
-
-    name = "fixed"
-    model = "fixed-v1"
-    rubric_version = "fixed-v1"
-
-    def __init__(self, table: dict[str, int], default: int = 1) -> None:
-        self.table = table
-        self.default = default
-        self.calls: list[list[str]] = []
-
-    def score(self, goal: TaskGoal, items: Any, context: Any = None) -> ScoringResult:
-        self.calls.append([i.id for i in items])
-        return ScoringResult(
-            scores=[RelevanceScore(id=i.id, score=self.table.get(i.id, self.default), reason="table", source=ScoreSource.LLM) for i in items]
-        )
-
-
 def build(history: list[dict[str, Any]], budget: int, **kwargs: Any):  # type: ignore[no-untyped-def]
     memory = RelevanceMemoryManager(max_input_tokens=budget, clock=lambda: CLOCK, **kwargs)
     memory.extend(history)
@@ -74,7 +55,7 @@ def build(history: list[dict[str, Any]], budget: int, **kwargs: Any):  # type: i
 
 def test_tiers_and_budget_fill_follow_scores() -> None:
     history = agent_history()
-    scorer = FixedScorer({"m1": 5, "m5": 4, "m9": 3, "m13": 3, "m3": 2})
+    scorer = FixedScorer(1, scores={"m1": 5, "m5": 4, "m9": 3, "m13": 3, "m3": 2})
     _memory, built = build(history, 1000, keep_recent=2, scorer=scorer)
     record = built.record
     by_id = {d.id: d for d in record.messages}
@@ -97,12 +78,12 @@ def test_tiers_and_budget_fill_follow_scores() -> None:
     assert built.messages[1] == history[1]
     assert built.messages[2]["content"].startswith(GOAL_BLOCK_MARKER)
     assert built.sources[:3] == (0, 1, None)
-    assert scorer.calls and "m23" not in scorer.calls[0]  # working memory is never scored
+    assert scorer.calls and "m23" not in scorer.calls[0].ids  # working memory is never scored
 
 
 def test_working_tier_fills_by_recency_and_skips_what_does_not_fit() -> None:
     history = agent_history()
-    scorer = FixedScorer({}, default=3)
+    scorer = FixedScorer(3)
     _, built = build(history, 1300, keep_recent=1, scorer=scorer)
     kept = [d.id for d in built.record.messages if d.decision == "kept" and d.tier == "working"]
     # newest working chains first: the kept ones are the most recent older chains
@@ -168,7 +149,7 @@ def test_failing_scorer_degrades_to_offline_with_a_warning() -> None:
             raise RuntimeError("endpoint down")
 
     with pytest.warns(RuntimeWarning, match="endpoint down"):
-        _, built = build(agent_history(), 1200, keep_recent=1, scorer=Broken({}))
+        _, built = build(agent_history(), 1200, keep_recent=1, scorer=Broken())
     scored = [d for d in built.record.messages if d.score is not None]
     assert scored and all(d.score_source == ScoreSource.FALLBACK for d in scored)
     assert any("endpoint down" in w for w in built.record.warnings)
@@ -181,14 +162,14 @@ def test_scorer_missing_ids_get_fallback_scores() -> None:
             result = super().score(goal, items, context)
             return ScoringResult(scores=result.scores[1:])  # drops the first id
 
-    _, built = build(agent_history(), 1200, keep_recent=1, scorer=Partial({}, default=2))
+    _, built = build(agent_history(), 1200, keep_recent=1, scorer=Partial(2))
     sources = {d.score_source for d in built.record.messages if d.score is not None}
     assert sources == {ScoreSource.LLM, ScoreSource.FALLBACK}
     assert any("no score for 1 message" in w for w in built.record.warnings)
 
 
 def test_rebuild_uses_the_score_cache() -> None:
-    scorer = FixedScorer({}, default=2)
+    scorer = FixedScorer(2)
     memory = RelevanceMemoryManager(
         max_input_tokens=1200, keep_recent=1, scorer=scorer, cache_policy={"always_rebuild": True}
     )

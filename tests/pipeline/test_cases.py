@@ -20,9 +20,8 @@ from relevance_memory import (
     ContextOverflowError,
     RelevanceMemoryManager,
     TiktokenCounter,
-    image_tokens,
 )
-from relevance_memory._tokenizer import IMAGE_TOKENS_MAX, REPLY_PRIMING_TOKENS, load_encoding
+from relevance_memory._tokenizer import IMAGE_TOKENS_MAX, REPLY_PRIMING_TOKENS, image_tokens, load_encoding
 
 HERE = Path(__file__).resolve().parents[1] / "cases"
 SHARED = Path(__file__).resolve().parents[2].parent / "shared" / "cases"

@@ -5,10 +5,11 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import goldens
 import pytest
 from typer.testing import CliRunner
 
-from relevance_memory import DecisionRecord, RelevanceMemoryManager, load_transcript
+from relevance_memory import BuiltContext, DecisionRecord, RelevanceMemoryManager
 from relevance_memory.cli import app
 from relevance_memory.pipeline import BudgetLedger, Purpose
 
@@ -45,9 +46,9 @@ def test_ledger_refuses_negative_lines_and_overreleases() -> None:
 
 @pytest.mark.parametrize("budget", [4000, 8000, 16000])
 def test_record_says_where_the_budget_went(budget: int) -> None:
-    memory = RelevanceMemoryManager(max_input_tokens=budget)
-    memory.extend(load_transcript(FIXTURE).messages)
-    record = memory.build_context().record
+    built = goldens.run(f"fixture/django__django-15280|default|{budget}").builds[0]  # built once per session
+    assert isinstance(built, BuiltContext)
+    record = built.record
     breakdown = record.budget_breakdown
     assert breakdown is not None
     pinned = sum(d.tokens for d in record.messages if d.tier == "pinned")

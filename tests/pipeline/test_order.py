@@ -4,7 +4,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from relevance_memory import RelevanceMemoryManager, RelevanceScore, ScoreSource, load_transcript
+import goldens
+
+from relevance_memory import BuiltContext, RelevanceMemoryManager, RelevanceScore, ScoreSource, load_transcript
 from relevance_memory.pipeline import Chain, OrderPolicy
 from relevance_memory.pipeline.order import DEFAULT_ORDER, FIRST, RECENCY, SCORE, STRENGTH_BAND, WEIGHT, ChainFacts
 from relevance_memory.pipeline.select import rank, select_chains
@@ -41,11 +43,11 @@ def test_default_working_order_is_strength_band_then_weight_then_recency() -> No
 
 def test_an_ablation_is_a_one_line_policy_swap() -> None:
     history = load_transcript(FIXTURE).messages
-    default = RelevanceMemoryManager(max_input_tokens=6000)
-    recency = RelevanceMemoryManager(max_input_tokens=6000, order=OrderPolicy(core=FIRST + RECENCY, working=RECENCY))
-    for memory in (default, recency):
-        memory.extend(history)
-    a, b = default.build_context().record, recency.build_context().record
+    recency = RelevanceMemoryManager(max_input_tokens=8000, order=OrderPolicy(core=FIRST + RECENCY, working=RECENCY))
+    recency.extend(history)
+    default = goldens.run("fixture/django__django-15280|default|8000").builds[0]  # the same build, default order
+    assert isinstance(default, BuiltContext)
+    a, b = default.record, recency.build_context().record
     kept_a = [d.index for d in a.messages if d.decision == "kept" and d.tier == "core"]
     kept_b = [d.index for d in b.messages if d.decision == "kept" and d.tier == "core"]
     assert kept_a != kept_b

@@ -123,8 +123,8 @@ class _AsyncWrapped(WrappedOfflineScorer):
 
 @pytest.mark.parametrize("scorer", [OfflineScorer, WrappedOfflineScorer, _AsyncWrapped])
 async def test_async_build_equals_the_sync_build(scorer: type) -> None:
-    history = load_transcript(FIXTURE).messages
-    sync, asyn = (RelevanceMemoryManager(max_input_tokens=6000, scorer=scorer()) for _ in range(2))
+    history = load_transcript(FIXTURE).messages[:90]
+    sync, asyn = (RelevanceMemoryManager(max_input_tokens=3000, scorer=scorer()) for _ in range(2))
     sync.extend(history)
     asyn.extend(history)
     for subtask in ("", "run the failing test"):

@@ -31,8 +31,8 @@ from relevance_memory import (
     TaskGoal,
     TransportPolicy,
     check_context,
-    extract_json_reply,
 )
+from relevance_memory._llm_reply import extract_json_reply
 from relevance_memory._llm_steps import CORRECTION
 from relevance_memory._prompts import load_prompt
 

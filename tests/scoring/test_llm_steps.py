@@ -249,8 +249,9 @@ def test_sync_and_async_take_the_same_steps() -> None:
 
 # --------------------------------------------------------------------------- score_v2
 def test_score_v2_is_versioned_in_the_record_and_the_cache_key() -> None:
-    from relevance_memory import RelevanceMemoryManager, score_cache_key
+    from relevance_memory import RelevanceMemoryManager
     from relevance_memory._prompts import available_prompts, load_prompt
+    from relevance_memory._scoring import score_cache_key
 
     assert {"score_v1", "score_v2"} <= set(available_prompts())
     v2 = load_prompt("score_v2")
