@@ -15,8 +15,14 @@ to bound the cost). The tool results are still replayed from the transcript (ste
 recorded output answers the model's step-k tool calls, under the model's own call ids),
 and the loop stops when the model answers without a tool call.
 
-Per step it prints the history size vs the built-context size (messages, tokens) and
-the running token savings; at the end a ``TOTAL`` line::
+Per step it prints the history size vs the built-context size (messages, tokens), how the
+context was built (``appended`` to the previous request, ``compacted`` or ``full rebuild``;
+SPEC §3.1), the tokens a provider serves from its prompt cache (the endpoint's own
+``usage.prompt_tokens_details.cached_tokens`` when it reports them — the scripted model
+reports what OpenAI's rule gives: the exact prefix shared with the previous request, from
+1,024 tokens in steps of 128 — else relevance-memory's estimate), the reusable-prefix
+share, and the running cost against sending the full history every call, at cached-price
+ratios 0.1 and 0.5 (cost units = uncached + p × cached); at the end a ``TOTAL`` line::
 
     python examples/replay_agent.py --scripted                       # django run, 8k budget
     python examples/replay_agent.py fixtures/sympy__sympy-20590.json --budget 6000 --stream --scripted
@@ -36,7 +42,10 @@ from typing import Any
 
 import openai
 
-from relevance_memory import BuiltContext, check_context, load_transcript, manage
+from relevance_memory import BuiltContext, TiktokenCounter, check_context, load_transcript, manage
+from relevance_memory._cache_policy import CachePolicy
+from relevance_memory._prefix import CacheMeter, shared_prefix_tokens
+from relevance_memory._tokenizer import REPLY_PRIMING_TOKENS
 
 try:  # openai>=3 talks through httpx2; older versions through httpx
     import httpx2 as httpx
@@ -80,6 +89,18 @@ class ScriptedModel:
         self.replies = replies
         self.model = model
         self.requests: list[dict[str, Any]] = []
+        self._counter = TiktokenCounter()
+
+    def _usage(self, messages: list[dict[str, Any]]) -> dict[str, Any]:
+        """``usage`` as OpenAI reports it, with a prompt cache: the exact prefix shared with the
+        previous request counts as cached from 1,024 tokens on, in steps of 128."""
+        previous = self.requests[-2]["messages"] if len(self.requests) > 1 else []
+        counter = self._counter
+        prompt = REPLY_PRIMING_TOKENS + sum(counter.count_message(m) for m in messages)
+        prefix = shared_prefix_tokens(previous, messages, count_message=counter.count_message,
+                                      count_text=counter.count_text)
+        return {"prompt_tokens": prompt, "completion_tokens": 1, "total_tokens": prompt + 1,
+                "prompt_tokens_details": {"cached_tokens": CachePolicy().cacheable(prefix)}}
 
     def __call__(self, request: Any) -> Any:
         body = json.loads(request.content)
@@ -91,9 +112,11 @@ class ScriptedModel:
         self.requests.append(body)
         reply = {k: v for k, v in self.replies[n].items() if k in ("role", "content", "tool_calls")}
         finish = "tool_calls" if reply.get("tool_calls") else "stop"
+        usage = self._usage(body["messages"])
         if body.get("stream"):
             return httpx.Response(
-                200, headers={"content-type": "text/event-stream"}, content=b"".join(self._events(n, reply, finish))
+                200, headers={"content-type": "text/event-stream"},
+                content=b"".join(self._events(n, reply, finish, usage if body.get("stream_options") else None)),
             )
         return httpx.Response(
             200,
@@ -103,10 +126,11 @@ class ScriptedModel:
                 "created": 0,
                 "model": self.model,
                 "choices": [{"index": 0, "finish_reason": finish, "message": reply, "logprobs": None}],
+                "usage": usage,
             },
         )
 
-    def _events(self, n: int, reply: dict[str, Any], finish: str) -> Iterator[bytes]:
+    def _events(self, n: int, reply: dict[str, Any], finish: str, usage: dict[str, Any] | None) -> Iterator[bytes]:
         def chunk(delta: dict[str, Any], finish_reason: str | None = None) -> bytes:
             data = {
                 "id": f"chatcmpl-replay-{n}",
@@ -129,6 +153,10 @@ class ScriptedModel:
             if arguments[10:]:
                 yield chunk({"tool_calls": [{"index": index, "function": {"arguments": arguments[10:]}}]})
         yield chunk({}, finish)
+        if usage is not None:  # stream_options={"include_usage": True}: a last chunk with no choices
+            data = {"id": f"chatcmpl-replay-{n}", "object": "chat.completion.chunk", "created": 0,
+                    "model": self.model, "choices": [], "usage": usage}
+            yield f"data: {json.dumps(data)}\n\n".encode()
         yield b"data: [DONE]\n\n"
 
 
@@ -182,7 +210,10 @@ def run(
 
     Returns the totals: ``calls``, ``history_tokens`` and ``sent_tokens`` summed over
     the calls (tokens), ``saved`` (share of tokens not sent, 0..1), ``final_history``
-    (messages), ``max_sent`` (the largest context sent, tokens), ``budget``.
+    (messages), ``max_sent`` (the largest context sent, tokens), ``budget``,
+    ``cached_tokens`` (served from the prompt cache, tokens), ``cached_share`` (0..1),
+    ``cost_ratio_0.1`` / ``cost_ratio_0.5`` (cost against sending the full history every
+    call at those cached-price ratios) and ``modes`` (builds per mode).
     """
     out = out or sys.stdout
     run_ = load_transcript(transcript)
@@ -201,16 +232,22 @@ def run(
 
     history: list[Any] = list(opening)
     totals: dict[str, Any] = {"calls": 0, "history_tokens": 0, "sent_tokens": 0, "max_sent": 0, "budget": budget}
+    meter = CacheMeter()
+    policy = CachePolicy()
+    modes = {"appended": 0, "compacted": 0, "full_rebuild": 0}
+    previous_history: int | None = None
     print(f"replaying {Path(transcript).name}: {len(recorded)} model calls, budget {budget} tokens, "
           f"keep_recent {keep_recent}, {'real endpoint ' + model_name if real else 'scripted model'}", file=out)
-    print(f"{'step':>4} {'history msgs':>12} {'tokens':>8} {'sent msgs':>9} {'tokens':>7} {'saved so far':>12}", file=out)
+    print(f"{'step':>4} {'history msgs':>12} {'tokens':>8} {'sent msgs':>9} {'tokens':>7} {'saved so far':>12} "
+          f"{'mode':<12} {'cached':>7} {'prefix':>6} {'cost vs full @0.1':>17} {'@0.5':>6}", file=out)
     started = time.perf_counter()
     for k, (_, recorded_after) in enumerate(recorded):
         kwargs: dict[str, Any] = {"model": model_name, "messages": history, "temperature": 0}
         if tools:
             kwargs["tools"] = tools
         if stream:
-            reply = _stream_reply(client.chat.completions.create(stream=True, **kwargs))
+            reply = _stream_reply(client.chat.completions.create(
+                stream=True, stream_options={"include_usage": True}, **kwargs))
         else:
             reply = _reply_dict(client.chat.completions.create(**kwargs).choices[0].message)
         record = builds[-1].record
@@ -219,8 +256,17 @@ def run(
         totals["sent_tokens"] += record.tokens_after
         totals["max_sent"] = max(totals["max_sent"], record.tokens_after)
         saved = 1 - totals["sent_tokens"] / totals["history_tokens"]
+        # the provider's own count when it reports one, else the estimate from the exact shared prefix
+        cached = record.provider_cached_tokens if record.provider_cached_tokens is not None else record.cacheable_tokens
+        cached = min(cached, record.tokens_after)
+        full_cached = policy.cacheable(previous_history - REPLY_PRIMING_TOKENS) if previous_history is not None else 0
+        meter.add(record.tokens_after, cached, record.tokens_before, full_cached)
+        previous_history = record.tokens_before
+        modes[record.mode] += 1
+        share = cached / record.tokens_after if record.tokens_after else 0.0
         print(f"{k + 1:>4} {record.messages_before:>12} {record.tokens_before:>8} {record.messages_after:>9} "
-              f"{record.tokens_after:>7} {saved:>11.1%}", file=out)
+              f"{record.tokens_after:>7} {saved:>11.1%} {record.mode.replace('_', ' '):<12} {cached:>7} {share:>6.0%} "
+              f"{meter.ratio(0.1):>16.2f}× {meter.ratio(0.5):>5.2f}×", file=out)
         history.append(reply)
         calls = reply.get("tool_calls") or []
         if real and not calls:
@@ -234,9 +280,17 @@ def run(
             history.extend(recorded_after)
     totals["saved"] = 1 - totals["sent_tokens"] / max(1, totals["history_tokens"])
     totals["final_history"] = len(history)
+    totals["cached_tokens"] = meter.cached
+    totals["cached_share"] = meter.share
+    totals["cost_ratio_0.1"] = meter.ratio(0.1)
+    totals["cost_ratio_0.5"] = meter.ratio(0.5)
+    totals["modes"] = modes
     print(f"TOTAL calls={totals['calls']} history_tokens={totals['history_tokens']} "
           f"sent_tokens={totals['sent_tokens']} saved={totals['saved']:.1%} max_sent={totals['max_sent']} "
-          f"budget={budget} final_history={len(history)} seconds={time.perf_counter() - started:.1f}", file=out)
+          f"budget={budget} final_history={len(history)} cached_tokens={meter.cached} "
+          f"cached_share={meter.share:.1%} cost_vs_full@0.1={meter.ratio(0.1):.2f}x "
+          f"cost_vs_full@0.5={meter.ratio(0.5):.2f}x appended={modes['appended']} compacted={modes['compacted']} "
+          f"full_rebuild={modes['full_rebuild']} seconds={time.perf_counter() - started:.1f}", file=out)
     return totals
 
 

@@ -14,6 +14,7 @@ chains, a token budget filled by score, and a decision record saying why.
 from typing import TYPE_CHECKING, Any
 
 from ._cache import DiskScoreCache
+from ._cache_policy import CachePolicy
 from ._capabilities import AsyncScorer
 from ._client import AsyncManagedOpenAI, ManagedOpenAI, manage
 from ._config import MemoryConfig, PheromoneConfig
@@ -90,6 +91,7 @@ __all__ = [
     "BoardUnavailableError",
     "BudgetBreakdown",
     "BuiltContext",
+    "CachePolicy",
     "ConfigError",
     "ContextOverflowError",
     "DecisionRecord",

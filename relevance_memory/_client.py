@@ -31,7 +31,7 @@ from typing import Any, ClassVar
 
 from ._manager import BuiltContext, RelevanceMemoryManager
 from ._record import DecisionRecord
-from ._session import MemorySession, OnDivergence, SessionView, field_of
+from ._session import MemorySession, OnDivergence, SessionView, field_of, record_usage
 
 __all__ = ["AsyncManagedOpenAI", "ManagedOpenAI", "manage"]
 
@@ -44,8 +44,11 @@ class _ReplyAccumulator:
         self.refusal: list[str] = []
         self.calls: dict[int, dict[str, Any]] = {}
         self.seen = False
+        self.usage: Any = None
 
     def feed(self, chunk: Any) -> None:
+        if field_of(chunk, "usage") is not None:  # the last chunk, with stream_options={"include_usage": True}
+            self.usage = field_of(chunk, "usage")
         for choice in field_of(chunk, "choices") or ():
             if (field_of(choice, "index") or 0) != 0:
                 continue
@@ -131,6 +134,7 @@ class _StreamBase(_Recorded):
 
     def _finish(self) -> None:
         if self._claim():
+            record_usage(self.build, self._acc.usage)
             self._session.record_reply(self._memory, self._acc.message())
 
 
@@ -166,7 +170,7 @@ class _HelperStream(_Recorded):
 
     def _finish(self) -> None:
         if self._claim():
-            self._session.record_response(self._memory, self._wrapped.get_final_completion())
+            self._session.record_response(self._memory, self._wrapped.get_final_completion(), self.build)
 
     def __iter__(self) -> Iterator[Any]:
         yield from self._wrapped
@@ -228,7 +232,7 @@ class _Completions(_Passthrough):
         out = getattr(self._wrapped, method)(messages=session.built(built), **kwargs)
         if kwargs.get("stream"):
             return _RecordingStream(out, session, memory, built)
-        session.record_response(memory, out)
+        session.record_response(memory, out, built)
         return out
 
     def create(self, *, messages: Iterable[Any], **kwargs: Any) -> Any:
@@ -341,7 +345,7 @@ class _AsyncHelperStream(_Recorded):
 
     async def _finish(self) -> None:
         if self._claim():
-            self._session.record_response(self._memory, await self._wrapped.get_final_completion())
+            self._session.record_response(self._memory, await self._wrapped.get_final_completion(), self.build)
 
     async def __aiter__(self) -> AsyncIterator[Any]:
         async for event in self._wrapped:
@@ -382,7 +386,7 @@ class _AsyncCompletions(_Passthrough):
         out = await getattr(self._wrapped, method)(messages=session.built(built), **kwargs)
         if kwargs.get("stream"):
             return _AsyncRecordingStream(out, session, memory, built)
-        session.record_response(memory, out)
+        session.record_response(memory, out, built)
         return out
 
     async def create(self, *, messages: Iterable[Any], **kwargs: Any) -> Any:

@@ -8,6 +8,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from ._cache_policy import CachePolicy
 from ._exceptions import ConfigError
 
 __all__ = [
@@ -158,6 +159,9 @@ class MemoryConfig(BaseModel):
             BENCHMARKS.md); by default such a message is only marked (record, summary, LLM
             prompt) and the newer one is preferred. Tool results and file views are archived.
         pheromone: the pheromone field's parameters (:class:`PheromoneConfig`, SPEC §5).
+        cache_policy: when a build appends to the previous context, compacts or rebuilds
+            (:class:`CachePolicy`, SPEC §3.1: prefix-stable by default, so the provider's
+            prompt cache keeps hitting; ``CachePolicy(always_rebuild=True)`` rebuilds every call).
     """
 
     model_config = ConfigDict(frozen=True, extra="forbid")
@@ -189,6 +193,7 @@ class MemoryConfig(BaseModel):
     supersede: bool = True
     supersede_archives_facts: bool = False
     pheromone: PheromoneConfig = Field(default_factory=lambda: PheromoneConfig())
+    cache_policy: CachePolicy = Field(default_factory=CachePolicy)
 
     @model_validator(mode="after")
     def _consistent(self) -> MemoryConfig:

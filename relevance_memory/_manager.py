@@ -20,7 +20,7 @@ from ._cache import DiskScoreCache
 from ._capabilities import ScorerCapabilities
 from ._config import MemoryConfig, warn_once
 from ._embedding import VectorIndex, default_embedder
-from ._exceptions import ConfigError
+from ._exceptions import ConfigError, ContextOverflowError
 from ._models import Message, TaskGoal, content_text
 from ._pheromone import PheromoneField
 from ._record import BoardReport
@@ -32,11 +32,15 @@ from ._summary import OfflineSummarizer, Summarizer, SummaryCache
 from ._tokenizer import TiktokenCounter, TokenCounter, tools_tokens
 from .board import AgentLink, AgentMemory, MemoryBoard, MirroredBoard, PublishRule, RedisBoard
 from .pipeline import BuildState, BuiltContext, Seams
+from .pipeline import append as prefix_builds
+from .pipeline import pheromone as pheromone_stage
 from .pipeline._bm25 import PrefilterIndex
 from .pipeline._deposits import DepositLog
+from .pipeline.append import BuildStep, PrefixState
 from .pipeline.order import DEFAULT_ORDER, OrderPolicy
 
 __all__ = ["BuiltContext", "RelevanceMemoryManager"]
+
 
 class RelevanceMemoryManager:
     """Keeps every message and builds a relevant, budgeted context before each LLM call.
@@ -151,6 +155,7 @@ class RelevanceMemoryManager:
         self._final: str | None = None
         self._subtask: str = ""
         self._builds = 0
+        self._prefix: PrefixState | None = None
         self.agent = agent
         self._link: AgentLink | None = None
         if board is not None:
@@ -365,8 +370,18 @@ class RelevanceMemoryManager:
         return TaskGoal(final="", subtask=self._subtask, source="none")
 
     # ------------------------------------------------------------------ build
-    def build_context(self, *, budget: int | None = None, tools: Sequence[Any] | None = None) -> BuiltContext:
-        """Build the context for the next LLM call (SPEC §3, :mod:`relevance_memory.pipeline`).
+    def build_context(
+        self, *, budget: int | None = None, tools: Sequence[Any] | None = None, compact: bool = False
+    ) -> BuiltContext:
+        """Build the context for the next LLM call (SPEC §3 and §3.1).
+
+        Prefix-stable by default (``config.cache_policy``, :mod:`relevance_memory.pipeline.append`):
+        the previous context is sent unchanged plus the new messages while that fits the
+        budget (``record.mode == "appended"``, O(new messages)); otherwise the pipeline
+        (:mod:`relevance_memory.pipeline`) compacts down to the policy's target
+        (``"compacted"``), or rebuilds within the whole budget on the first build, a new
+        final goal, a new budget or with ``CachePolicy(always_rebuild=True)``
+        (``"full_rebuild"``). ``record.mode_reason`` says why.
 
         Safe under concurrency: the build reads a snapshot of the store (messages added
         meanwhile by other threads or tasks wait for the next build) and builds of one memory
@@ -376,6 +391,8 @@ class RelevanceMemoryManager:
             budget: token budget for this build (tokens); default from the config.
             tools: the ``tools=`` you will send with the request; their schema's tokens
                 (:func:`tools_tokens`) are taken from the budget, as the managed client does.
+            compact: compact now (unless it would free fewer than
+                ``cache_policy.clear_at_least`` tokens; the record says so).
 
         Returns:
             A :class:`BuiltContext` with valid OpenAI messages within the budget.
@@ -390,12 +407,27 @@ class RelevanceMemoryManager:
         if self._link is not None:
             self.sync()
         with self._sync_build():
-            state = self._state(budget, tools)
-            built = pipeline.build(state, self._seams())
-            self._builds = state.build_number
-            return self._after_build(built)
+            budget, step, seams = self._plan(budget, tools, compact)
+            if step.decision.mode == "appended":
+                return self._after_build(self._appended(step, seams, budget))
+            target, limit = self._first_target(step, budget)
+            while True:
+                state = self._state(target, limit, step)
+                try:
+                    built = pipeline.build(state, seams)
+                except ContextOverflowError:
+                    if target >= budget:
+                        raise
+                    target, limit = budget, None
+                    continue
+                grown = self._grown(built, target, budget)
+                if grown is None:
+                    return self._after_build(self._finish(state, built, step, seams, budget))
+                target, limit = grown, (budget if grown < budget else None)
 
-    async def abuild_context(self, *, budget: int | None = None, tools: Sequence[Any] | None = None) -> BuiltContext:
+    async def abuild_context(
+        self, *, budget: int | None = None, tools: Sequence[Any] | None = None, compact: bool = False
+    ) -> BuiltContext:
         """Async :meth:`build_context`: awaits the scorer's ``ascore`` when it has one
         (:class:`AsyncScorer`), otherwise runs its blocking ``score`` in a worker thread.
         Concurrent builds of one memory (tasks or threads) wait their turn without blocking
@@ -403,10 +435,28 @@ class RelevanceMemoryManager:
         if self._link is not None:
             self.sync()
         async with self._async_build():
-            state = self._state(budget, tools)
-            built = await pipeline.abuild(state, self._seams())
-            self._builds = state.build_number
-            return self._after_build(built)
+            budget, step, seams = self._plan(budget, tools, compact)
+            if step.decision.mode == "appended":
+                return self._after_build(self._appended(step, seams, budget))
+            target, limit = self._first_target(step, budget)
+            while True:
+                state = self._state(target, limit, step)
+                try:
+                    built = await pipeline.abuild(state, seams)
+                except ContextOverflowError:
+                    if target >= budget:
+                        raise
+                    target, limit = budget, None
+                    continue
+                grown = self._grown(built, target, budget)
+                if grown is None:
+                    return self._after_build(self._finish(state, built, step, seams, budget))
+                target, limit = grown, (budget if grown < budget else None)
+
+    @property
+    def prefix(self) -> PrefixState | None:
+        """The latest request this memory built, which the next build may extend (SPEC §3.1)."""
+        return self._prefix
 
     @contextlib.contextmanager
     def _sync_build(self) -> Iterator[None]:
@@ -444,9 +494,14 @@ class RelevanceMemoryManager:
         memory = self.pheromone
         if not isinstance(memory, AgentMemory) or self._link is None:
             return built
-        used = [d.id for d in built.record.messages if d.decision in ("kept", "recent")]
+        if built.sources:  # O(context): an appended build's per-message record stays unbuilt
+            emitted = [self.store[i] for i in built.sources if i is not None]
+            used = [m.id for m in emitted]
+            shared = [m.id for m in emitted if m.scope in memory.scopes]
+        else:
+            used = [d.id for d in built.record.messages if d.decision in ("kept", "recent")]
+            shared = [d.id for d in built.record.messages if d.scope in memory.scopes and d.decision in ("kept", "recent")]
         memory.use(used, self._builds)
-        shared = [d.id for d in built.record.messages if d.scope in memory.scopes and d.decision in ("kept", "recent")]
         items = memory.provenance(shared)
         built.record.board = BoardReport(
             board=memory.board.name, agent=memory.agent, source=memory.source, scopes=list(memory.scopes),
@@ -458,7 +513,8 @@ class RelevanceMemoryManager:
         return built
 
     # ------------------------------------------------------------------ wiring
-    def _state(self, budget: int | None, tools: Sequence[Any] | None = None) -> BuildState:
+    def _plan(self, budget: int | None, tools: Sequence[Any] | None, compact: bool) -> tuple[int, BuildStep, Seams]:
+        """The build's budget (minus the tools schema), its decision and its seams."""
         budget = budget if budget is not None else self.config.token_budget()
         schema = tools_tokens(self.tokenizer, tools)
         if budget - schema <= 0:
@@ -466,7 +522,51 @@ class RelevanceMemoryManager:
                 f"budget must be a positive number of tokens, got {budget}"
                 + (f" minus {schema} tokens of the tools schema" if schema else "")
             )
-        return BuildState(budget=budget - schema, goal=self.goal, build_number=self._builds + 1)
+        budget -= schema
+        seams = self._seams()
+        step = prefix_builds.plan(self._prefix, seams, goal=self.goal, budget=budget, requested=compact)
+        return budget, step, seams
+
+    @staticmethod
+    def _first_target(step: BuildStep, budget: int) -> tuple[int, int | None]:
+        """``(target, limit)`` of a pipeline build: a compaction fills its target (the whole
+        budget stays the limit), a full rebuild the whole budget."""
+        target = step.decision.target
+        return (target, budget) if step.decision.mode == "compacted" and target < budget else (budget, None)
+
+    def _state(self, target: int, limit: int | None, step: BuildStep) -> BuildState:
+        reason = step.decision.why
+        if target != step.decision.target and step.decision.mode == "compacted":
+            reason += f"; target grown to {target} tokens to keep the task statement and user constraints verbatim"
+        return BuildState(
+            budget=target, goal=self.goal, build_number=self._builds + 1, limit=limit,
+            mode=step.decision.mode, mode_reason=reason,
+        )
+
+    def _grown(self, built: BuiltContext, target: int, budget: int) -> int | None:
+        """The next target of a compaction that left out must-keep messages, or ``None``."""
+        if target >= budget:
+            return None
+        return prefix_builds.grown_target(
+            built.record, first_user=self.store.first_user_index, core_score=self.config.core_score,
+            target=target, budget=budget,
+        )
+
+    def _appended(self, step: BuildStep, seams: Seams, budget: int) -> BuiltContext:
+        assert self._prefix is not None
+        pheromone_stage.observe(seams)  # O(new): the memory takes in what arrived
+        goal = self.goal
+        built = prefix_builds.append(self._prefix, step, seams, goal=goal, build_number=self._builds + 1)
+        self._builds += 1
+        self._prefix = prefix_builds.remember(self._prefix, built, step, seams, final_goal=goal.final, budget=budget)
+        return built
+
+    def _finish(self, state: BuildState, built: BuiltContext, step: BuildStep, seams: Seams, budget: int) -> BuiltContext:
+        self._builds = state.build_number
+        self._prefix = prefix_builds.remember(
+            self._prefix, built, step, seams, final_goal=state.goal.final, budget=budget
+        )
+        return built
 
     def _seams(self) -> Seams:
         """The build's seams; the scorer's capabilities are read afresh (it may be replaced)."""

@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Callable
 from datetime import datetime
 from typing import Any, Literal
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, ModelWrapValidatorHandler, PrivateAttr, computed_field, model_validator
 
+from ._cache_policy import BuildMode
 from ._models import ScoreSource, TaskGoal
 from ._scoring import ScorerUsage
 
@@ -140,6 +142,20 @@ class DecisionRecord(BaseModel):
     Token fields are in tokens of the configured encoding, including the 3 tokens that
     prime the reply; ``budget`` is the limit ``tokens_after`` never exceeds, and
     ``budget_breakdown`` says where it went (``spent`` per purpose sums to ``tokens_after``).
+
+    Prefix stability (SPEC §3.1): ``mode`` says how the build was made — ``appended`` (the
+    previous context byte for byte plus ``appended_ids``, extending build
+    ``base_build_id``), ``compacted`` (selected and summarised down to ``target`` tokens)
+    or ``full_rebuild`` — and ``mode_reason`` why; ``prefix_tokens`` is how many tokens at
+    the start of this request repeat the previous request exactly, ``cacheable_tokens``
+    what of that a provider bills as cached (OpenAI's rule: from 1,024 tokens, in steps of
+    128), and ``provider_cached_tokens`` what the provider reported for the request
+    (``usage.prompt_tokens_details.cached_tokens`` or Anthropic's
+    ``cache_read_input_tokens``; set by the managed client, ``None`` when unknown).
+
+    ``messages`` (one :class:`MessageDecision` per stored message) is built on first use for
+    an appended build — the last compaction's decisions plus the appended messages — so an
+    append costs O(new messages); it is serialised like a field.
     """
 
     build_id: str
@@ -175,8 +191,63 @@ class DecisionRecord(BaseModel):
     budget_breakdown: BudgetBreakdown | None = Field(
         default=None, description="where the budget went, by purpose (None in records written before it existed)"
     )
+    mode: BuildMode = Field(default="full_rebuild", description="appended | compacted | full_rebuild (SPEC §3.1)")
+    mode_reason: str = Field(default="", description="why this mode ran, with the numbers that decided it")
+    target: int | None = Field(default=None, description="a compaction's target (tokens); None otherwise")
+    base_build_id: str | None = Field(default=None, description="the build an appended build extends")
+    appended_ids: list[str] = Field(default_factory=list, description="ids of the messages this build appended")
+    prefix_tokens: int = Field(default=0, description="tokens shared exactly with the previous request's start")
+    cacheable_tokens: int = Field(default=0, description="of prefix_tokens, what a provider bills as cached")
+    provider_cached_tokens: int | None = Field(default=None, description="cached tokens the provider reported")
     board: BoardReport | None = Field(default=None, description="the memory board's part (None without a board)")
-    messages: list[MessageDecision] = Field(default_factory=list)
+
+    _messages: list[MessageDecision] | None = PrivateAttr(default=None)
+    _lazy_messages: Callable[[], list[MessageDecision]] | None = PrivateAttr(default=None)
+
+    @model_validator(mode="wrap")
+    @classmethod
+    def _take_messages(cls, data: Any, handler: ModelWrapValidatorHandler[DecisionRecord]) -> DecisionRecord:
+        """Accept ``messages`` as input (keyword or JSON) although it is a computed field."""
+        messages = None
+        if isinstance(data, dict) and "messages" in data:
+            data = dict(data)
+            messages = data.pop("messages")
+        record = handler(data)
+        if messages is not None:
+            record._messages = [
+                m if isinstance(m, MessageDecision) else MessageDecision.model_validate(m) for m in messages
+            ]
+            record._lazy_messages = None
+        return record
+
+    @computed_field  # type: ignore[prop-decorator]
+    @property
+    def messages(self) -> list[MessageDecision]:
+        """Per stored message, what the build decided (built on first use for an appended build)."""
+        if self._messages is None:
+            lazy, self._lazy_messages = self._lazy_messages, None
+            self._messages = lazy() if lazy is not None else []
+        return self._messages
+
+    @messages.setter
+    def messages(self, value: list[MessageDecision]) -> None:
+        self._messages = list(value)
+        self._lazy_messages = None
+
+    def defer_messages(self, build: Callable[[], list[MessageDecision]]) -> None:
+        """Build :attr:`messages` with ``build()`` on first use instead of now (O(1) here)."""
+        self._messages = None
+        self._lazy_messages = build
+
+    def cost_units(self, cached_price: float = 0.1) -> float:
+        """This request's input cost in uncached-token units: ``uncached + p × cached``.
+
+        Cached tokens are the provider's reported ``provider_cached_tokens`` when known,
+        else ``cacheable_tokens`` (the estimate from the exact shared prefix).
+        """
+        cached = self.provider_cached_tokens if self.provider_cached_tokens is not None else self.cacheable_tokens
+        cached = max(0, min(cached, self.tokens_after))
+        return (self.tokens_after - cached) + cached_price * cached
 
     @property
     def cache_hit_rate(self) -> float:

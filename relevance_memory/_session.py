@@ -53,7 +53,16 @@ from ._models import TaskGoal
 from ._record import DecisionRecord
 from ._tokenizer import tools_tokens
 
-__all__ = ["MemorySession", "OnDivergence", "SessionView", "field_of", "message_to_dict", "project_built"]
+__all__ = [
+    "MemorySession",
+    "OnDivergence",
+    "SessionView",
+    "field_of",
+    "message_to_dict",
+    "project_built",
+    "provider_cached_tokens",
+    "record_usage",
+]
 
 OnDivergence = Literal["resync", "raise"]
 T = TypeVar("T")
@@ -185,22 +194,35 @@ class MemorySession:
     def sync(self, history: Iterable[Any], model: str | None) -> RelevanceMemoryManager:
         """Record the new messages of ``history`` (see the module doc); returns the memory.
         Holds the session's lock: concurrent syncs never record a message twice."""
-        messages = [message_to_dict(m) for m in history]
+        given = list(history)
         with self.lock:
-            return self._sync(messages, model)
+            return self._sync(given, model)
 
-    def _sync(self, messages: list[dict[str, Any]], model: str | None) -> RelevanceMemoryManager:
+    def _sync(self, given: list[Any], model: str | None) -> RelevanceMemoryManager:
         memory = self._memory_for(model)
-        recorded = self._recorded(memory)
-        prints = [_fingerprint(m) for m in messages]
-        n = len(recorded)
-        diverged_at = next((i for i in range(min(n, len(prints))) if prints[i] != recorded[i]), None)
-        if diverged_at is None and len(prints) < n:
-            diverged_at = len(prints)
+        stored = memory.messages
+        n = len(stored)
+        # an unchanged message equals its recorded dict exactly (one cheap comparison, no
+        # copy); only the others are converted and compared by fingerprint, so a long
+        # history costs little per call
+        diverged_at = None
+        recorded: list[str] | None = None
+        for i in range(min(n, len(given))):
+            item = given[i]
+            raw = stored[i].raw
+            if (isinstance(item, dict) and item == raw) or (not isinstance(item, dict) and message_to_dict(item) == raw):
+                continue
+            recorded = recorded if recorded is not None else self._recorded(memory)
+            if _fingerprint(message_to_dict(item)) != recorded[i]:
+                diverged_at = i
+                break
+        if diverged_at is None and len(given) < n:
+            diverged_at = len(given)
         if diverged_at is None:
-            memory.extend(messages[n:])
+            memory.extend([message_to_dict(m) for m in given[n:]])
             self._recorded(memory)
             return memory
+        messages = [message_to_dict(m) for m in given]
         expected = memory.messages[diverged_at].to_openai()
         got = messages[diverged_at] if diverged_at < len(messages) else None
         what = (
@@ -226,7 +248,7 @@ class MemorySession:
                 stacklevel=5,
             )
         self._memory = memory.fresh(messages)
-        self._fingerprints = list(prints)
+        self._fingerprints = [_fingerprint(m) for m in messages]
         return self._memory
 
     def budget(self, memory: RelevanceMemoryManager, kwargs: Mapping[str, Any]) -> int:
@@ -255,12 +277,43 @@ class MemorySession:
                 warnings.warn(f"the model's reply was not recorded: {exc}", RuntimeWarning, stacklevel=3)
             self._recorded(memory)
 
-    def record_response(self, memory: RelevanceMemoryManager, response: Any) -> None:
+    def record_response(self, memory: RelevanceMemoryManager, response: Any, built: BuiltContext | None = None) -> None:
+        """Record choice 0's message of ``response``, and the provider's cached prompt tokens
+        (from its ``usage``) in the record of ``built``, the context it answered."""
+        if built is not None:
+            record_usage(built, field_of(response, "usage"))
         choices = field_of(response, "choices") or ()
         if choices:
             message = field_of(choices[0], "message")
             if message is not None:
                 self.record_reply(memory, message_to_dict(message))
+
+
+def provider_cached_tokens(usage: Any) -> int | None:
+    """Cached prompt tokens a provider reports in a response's ``usage``, or ``None``.
+
+    Read, first found: ``usage.prompt_tokens_details.cached_tokens`` (OpenAI and compatible
+    servers), ``usage.cache_read_input_tokens`` (Anthropic-style, e.g. through a proxy),
+    ``usage.prompt_cache_hit_tokens`` (DeepSeek). Works on SDK objects and plain dicts.
+    """
+    if usage is None:
+        return None
+    details = field_of(usage, "prompt_tokens_details")
+    if details is not None and field_of(details, "cached_tokens") is not None:
+        return int(field_of(details, "cached_tokens"))
+    for key in ("cache_read_input_tokens", "prompt_cache_hit_tokens"):
+        value = field_of(usage, key)
+        if value is not None:
+            return int(value)
+    return None
+
+
+def record_usage(built: BuiltContext, usage: Any) -> None:
+    """Put the provider's cached prompt tokens (:func:`provider_cached_tokens`) into the
+    decision record of ``built`` (``provider_cached_tokens``); nothing when ``usage`` has none."""
+    cached = provider_cached_tokens(usage)
+    if cached is not None:
+        built.record.provider_cached_tokens = cached
 
 
 class SessionView:
@@ -313,8 +366,10 @@ def project_built(
     Raises:
         RelevanceMemoryError: the built messages do not match the decision record.
     """
-    emitted = sorted(d.index for d in built.record.messages if d.decision in ("kept", "recent"))
     stored = memory.messages
+    if built.sources and len(built.sources) == len(built.messages):  # O(context): no per-message record needed
+        return [sources[i] if i is not None else synthetic(m) for m, i in zip(built.messages, built.sources, strict=True)]
+    emitted = sorted(d.index for d in built.record.messages if d.decision in ("kept", "recent"))
     out: list[T] = []
     n = 0
     for message in built.messages:

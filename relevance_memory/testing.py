@@ -42,12 +42,13 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from ._exceptions import RelevanceMemoryError
-from ._markers import GOAL_BLOCK_MARKER, SUMMARY_MARKER
+from ._markers import GOAL_BLOCK_MARKER, SUBTASK_MARKER, SUMMARY_MARKER
 from ._models import RelevanceScore, ScoreSource, TaskGoal
 from ._scoring import ScoreItem, ScorerUsage, ScoringContext, ScoringResult
 from ._tokenizer import REPLY_PRIMING_TOKENS, TokenCounter
 from .pipeline import BuiltContext
 from .pipeline.assemble import check_context
+from .pipeline.partition import GOAL_POINTER
 
 __all__ = [
     "FakeScorer",
@@ -264,8 +265,11 @@ def assert_valid_context(
     budget breakdown adds up; the original system message first, once, byte for byte;
     generated messages never use the assistant role; verbatim messages once each, in
     original order, unchanged; the newest user message kept; kept tool calls with all their
-    results; a goal block pointing at the task statement only when it is there; output ==
-    input when the record says the whole history fitted.
+    results; a goal block pointing at the task statement only when it is there; a subtask
+    note only as the last message; ``BuiltContext.sources`` naming the stored message each
+    verbatim message copies; an appended build's ``prefix_tokens`` equal to the tokens of the
+    context before its new messages; output == input when the record says the whole history
+    fitted.
 
     Args:
         history: the OpenAI chat dicts the memory holds, in order.
@@ -302,8 +306,21 @@ def assert_valid_context(
     _check(not users or users[-1] in kept, "the newest user message is not kept")
     _check_whole_chains(history, set(kept))
     for m in out:
-        if is_generated(m) and "kept below" in str(m.get("content")):
+        if is_generated(m) and GOAL_POINTER in str(m.get("content")):
             _check(bool(users) and history[users[0]] in out, "the goal block points at a task statement that is not kept")
+    # the subtask never rewrites the prefix (SPEC §3.1): a subtask note is the very last message
+    notes = [n for n, m in enumerate(out) if is_generated(m) and str(m.get("content")).startswith(SUBTASK_MARKER)]
+    _check(notes in ([], [len(out) - 1]), "the subtask note is not the last message")
+    if built.sources:  # per built message, the stored message it copies (None: made by the build)
+        _check(len(built.sources) == len(out), "BuiltContext.sources does not name every message")
+        for message, source in zip(out, built.sources, strict=True):
+            _check((source is None) == is_generated(message), "BuiltContext.sources mixes generated and stored messages")
+            _check(source is None or message == history[source], f"BuiltContext.sources names the wrong message {source}")
+    if record.mode == "appended":  # the previous request is the start of this one, byte for byte
+        new = len(record.appended_ids) + len(notes)
+        shared = sum(counter.count_message(m) for m in out[: len(out) - new])
+        _check(record.base_build_id is not None, "an appended build names no base build")
+        _check(record.prefix_tokens == shared, f"an appended build shares {shared} tokens, the record says {record.prefix_tokens}")
     if record.identity:
         _check(list(out) == list(history), "the whole history fitted but the context differs from it")
 

@@ -21,6 +21,7 @@ PUBLIC = [
     "BoardUnavailableError",
     "BudgetBreakdown",
     "BuiltContext",
+    "CachePolicy",
     "ConfigError",
     "ContextOverflowError",
     "DecisionRecord",

@@ -3,6 +3,7 @@
 - :mod:`.build` — ``relmem build``: a context and its decision record from a transcript;
 - :mod:`.explain` — ``relmem explain``: what a build decided about each message, and the budget;
 - :mod:`.heatmap` — ``relmem heatmap``: the pheromone field over a replayed run;
+- :mod:`.replay` — ``relmem replay``: build mode, cached prefix and cost per request of a replayed run;
 - :mod:`.evaluate` — ``relmem eval`` and ``relmem rubric``: recall at a budget, rubric iteration.
 
 Commands import the package's heavy parts (openai, the evaluation, matplotlib) when they
@@ -17,6 +18,7 @@ from .build import build
 from .evaluate import eval_app, rubric_app
 from .explain import explain
 from .heatmap import heatmap
+from .replay import replay
 
 __all__ = ["app", "main"]
 
@@ -30,6 +32,7 @@ app = typer.Typer(
 app.command()(build)
 app.command()(explain)
 app.command()(heatmap)
+app.command()(replay)
 app.add_typer(eval_app, name="eval")
 app.add_typer(rubric_app, name="rubric")
 

@@ -8,9 +8,20 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from .._record import BudgetBreakdown
+from .._record import BudgetBreakdown, DecisionRecord
 
-__all__ = ["budget_line", "budget_notes", "budget_table", "console", "err", "fail", "plural", "short"]
+__all__ = [
+    "MODE_LABEL",
+    "budget_line",
+    "budget_notes",
+    "budget_table",
+    "console",
+    "err",
+    "fail",
+    "mode_lines",
+    "plural",
+    "short",
+]
 
 console = Console()
 """Standard output (tables, results)."""
@@ -47,6 +58,8 @@ _PURPOSE_LABEL = {
     "working": "working tier",
     "summaries": "summaries",
     "task_statement": "task statement",
+    "appended": "appended steps (since the last compaction)",
+    "subtask": "subtask note (at the end)",
 }
 
 
@@ -80,3 +93,25 @@ def budget_line(breakdown: BudgetBreakdown) -> str:
     """The breakdown on one line: ``pinned 412 · goal block 60 · … · unused 303`` (tokens)."""
     parts = [f"{_PURPOSE_LABEL.get(k, k).split(' (')[0]} {v:,}" for k, v in breakdown.spent.items() if v]
     return " · ".join([*parts, f"unused {breakdown.unused:,}"])
+
+
+MODE_LABEL = {"appended": "appended", "compacted": "compacted", "full_rebuild": "full rebuild"}
+"""How the CLI names a build's mode (SPEC §3.1)."""
+
+
+def mode_lines(rec: DecisionRecord) -> list[str]:
+    """How a build was made and what of it a provider can serve from its prompt cache, in words:
+    ``mode: appended — 2 new message(s) fit the budget (…)`` and ``prefix: 5,120 tokens …``."""
+    target = f", target {rec.target:,} tokens" if rec.target is not None else ""
+    base = f" to build {rec.base_build_id}" if rec.base_build_id else ""
+    lines = [f"mode: [bold]{MODE_LABEL.get(rec.mode, rec.mode)}[/]{base}{target} — {rec.mode_reason or 'no reason recorded'}"]
+    share = rec.cacheable_tokens / rec.tokens_after if rec.tokens_after else 0.0
+    provider = (
+        f"; the provider reported {rec.provider_cached_tokens:,} cached"
+        if rec.provider_cached_tokens is not None else ""
+    )
+    lines.append(
+        f"prefix: {rec.prefix_tokens:,} tokens shared exactly with the previous request, "
+        f"{rec.cacheable_tokens:,} cacheable ({share:.0%} of {rec.tokens_after:,}){provider}"
+    )
+    return lines

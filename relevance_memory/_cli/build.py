@@ -17,7 +17,7 @@ from .._exceptions import RelevanceMemoryError
 from .._io import load_transcript
 from .._manager import RelevanceMemoryManager
 from .._record import DecisionRecord
-from ._common import budget_line, console, err, fail, plural, short
+from ._common import budget_line, console, err, fail, mode_lines, plural, short
 from ._scorer_options import (
     BaseUrl,
     BatchSize,
@@ -56,6 +56,8 @@ def build(
     system_role: SystemRole = None,
     scorer_mode: ScorerMode = None,
     response_format: ResponseFormat = None,
+    compact: Annotated[bool, typer.Option("--compact", help="Build as a compaction: down to --target of the budget (what an agent loop sends when its context outgrows the budget), not the whole budget.")] = False,
+    target: Annotated[float, typer.Option(min=0.01, max=1.0, help="Share of the budget a compaction fills (CachePolicy.target_fraction).")] = 0.5,
 ) -> None:
     """Build the context for the next LLM call from TRANSCRIPT and write it with its decision record."""
     if scorer not in ("auto", "llm", "offline"):
@@ -68,7 +70,8 @@ def build(
         logging.getLogger("instructor").propagate = False
 
         config = MemoryConfig.create(
-            model=model, keep_recent=keep_recent, max_input_tokens=budget, on_invalid="repair" if repair else "raise"
+            model=model, keep_recent=keep_recent, max_input_tokens=budget, on_invalid="repair" if repair else "raise",
+            cache_policy={"target_fraction": target},
         )
         try:
             options = llm_options(timeout=timeout, max_tokens=max_tokens, batch_size=batch_size,
@@ -90,7 +93,7 @@ def build(
             raise fail(f"{transcript} holds no messages: nothing to build")
         memory.extend(loaded.messages)
         memory.set_goal(final=goal, subtask=subtask)
-        built = memory.build_context()
+        built = memory.build_context(compact=compact)
     except RelevanceMemoryError as exc:
         message = str(exc).replace("set on_invalid='repair'", "pass --repair")
         raise fail(message) from None
@@ -161,5 +164,6 @@ def _print_summary(path: Path, fmt: str, count: int, index: int, rec: DecisionRe
     console.print(table)
     if rec.budget_breakdown is not None:
         console.print(f"budget: {budget_line(rec.budget_breakdown)} tokens")
+    console.print(mode_lines(rec)[0], soft_wrap=True)
     for warning in rec.warnings:
         console.print(f"[yellow]warning:[/] {warning}")

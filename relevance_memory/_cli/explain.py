@@ -10,7 +10,7 @@ from rich import box
 from rich.table import Table
 
 from .._record import DecisionRecord
-from ._common import budget_notes, budget_table, console, fail
+from ._common import budget_notes, budget_table, console, fail, mode_lines
 
 __all__ = ["explain"]
 
@@ -65,6 +65,8 @@ def explain(
                  f"[{style[d.decision]}]{d.decision}[/]{tier}", reason]
         table.add_row(*(cells if wide else cells[:1] + cells[2:]))
     console.print(table)
+    for line in mode_lines(rec):
+        console.print(line, soft_wrap=True)
     if limit and len(rows) > limit:
         console.print(f"… {len(rows) - limit} more rows (use --limit 0 for all)")
     counts = rec.decision_counts()

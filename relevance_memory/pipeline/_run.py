@@ -35,7 +35,7 @@ def _after_scoring(state: BuildState, seams: Seams) -> BuiltContext:
         state.summarised = summarise(state, seams)
     state.assembled = assemble(state, seams)
     state.record = record(state, seams)
-    return BuiltContext(messages=state.assembled.messages, record=state.record)
+    return BuiltContext(messages=state.assembled.messages, record=state.record, sources=state.assembled.sources)
 
 
 def build(state: BuildState, seams: Seams) -> BuiltContext:

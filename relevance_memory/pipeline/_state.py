@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Protocol, TypeVar
 
+from .._cache_policy import BuildMode
 from .._capabilities import ScorerCapabilities
 from .._config import MemoryConfig
 from .._embedding import VectorIndex
@@ -334,11 +335,17 @@ class Assembled:
         messages: the OpenAI chat dicts to send, in context order.
         kept_roots: roots of every chain emitted verbatim (working memory and kept candidates).
         tokens: tokens of ``messages`` including reply priming (tokens); equals the ledger's spend.
+        sources: per message of ``messages``, the store index it copies, or ``None`` for a
+            message the build made (goal block, summary, subtask note).
+        subtask_note: the subtask note at the end of ``messages`` (``CachePolicy.subtask_at_end``),
+            or ``None``; it is not part of the prefix the next append extends.
     """
 
     messages: list[dict[str, Any]]
     kept_roots: frozenset[int]
     tokens: int
+    sources: tuple[int | None, ...] = ()
+    subtask_note: dict[str, Any] | None = None
 
 
 @dataclass(frozen=True)
@@ -348,10 +355,14 @@ class BuiltContext:
     Attributes:
         messages: OpenAI chat dicts to send, valid for the API and within the budget.
         record: the :class:`DecisionRecord` of the build.
+        sources: per message of ``messages``, the index of the stored message it copies, or
+            ``None`` for a message the build made (goal block, summary, subtask note);
+            empty when unknown.
     """
 
     messages: list[dict[str, Any]]
     record: DecisionRecord
+    sources: tuple[int | None, ...] = ()
 
     @property
     def token_count(self) -> int:
@@ -364,9 +375,14 @@ class BuildState:
     """One build's state: its inputs, then one slot per stage, filled in stage order.
 
     Attributes:
-        budget: the build's token budget (tokens, > 0).
+        budget: the token budget the stages fill (tokens, > 0): the build's budget, or a
+            compaction's target (SPEC §3.1).
         goal: the task goal in force (SPEC §2).
         build_number: this manager's count of builds, this one included (part of the build id).
+        limit: the build's budget when ``budget`` is a compaction's target below it (tokens),
+            else ``None``; the record reports it as the budget.
+        mode: ``compacted`` or ``full_rebuild`` (the pipeline never appends) and
+            ``mode_reason`` why (:func:`~relevance_memory._cache_policy.decide_build_mode`).
         partition … record: each stage's output (``None`` until the stage ran; the stages
             after ``partition`` do not run when the whole history fits).
     """
@@ -374,6 +390,9 @@ class BuildState:
     budget: int
     goal: TaskGoal
     build_number: int
+    limit: int | None = None
+    mode: BuildMode = "full_rebuild"
+    mode_reason: str = ""
     partition: Partitioned | None = None
     prefilter: Prefiltered | None = None
     scored: Scored | None = None

@@ -1,8 +1,13 @@
 """Assemble (SPEC §3 step 8) and the output validity check (SPEC §9).
 
-Order: original system prompt(s) unchanged → goal block → summaries → kept older
-messages in original order → working memory verbatim. :func:`assemble` is the stage;
-:func:`check_context` the API-validity check every build passes before it is returned.
+Order — what changes least first, so consecutive requests share their beginning (SPEC
+§3.1): original system prompt(s) unchanged → the **stable head** (kept messages older than
+everything the build left out: the task statement, typically) → goal block (final goal
+only) → summaries → the other kept older messages in original order → working memory
+verbatim → the subtask note (only with ``CachePolicy.subtask_at_end``). The head keeps its
+original place (nothing before it is left out), so every verbatim message stays in
+original order. :func:`assemble` is the stage; :func:`check_context` the API-validity
+check every build passes before it is returned.
 """
 
 from __future__ import annotations
@@ -11,13 +16,46 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from .._exceptions import RelevanceMemoryError
-from .._markers import GOAL_BLOCK_MARKER, SUMMARY_MARKER
+from .._markers import GOAL_BLOCK_MARKER, SUBTASK_MARKER, SUMMARY_MARKER
 from .._tokenizer import REPLY_PRIMING_TOKENS
 from ._state import Assembled, BuildState, Seams, required
 from .ledger import Purpose
 
-__all__ = ["GOAL_BLOCK_MARKER", "SUMMARY_MARKER", "assemble", "check_context"]
+__all__ = [
+    "GOAL_BLOCK_MARKER",
+    "SUBTASK_MARKER",
+    "SUMMARY_MARKER",
+    "assemble",
+    "check_context",
+    "stable_head",
+    "subtask_note",
+]
 
+
+
+def subtask_note(subtask: str, role: str) -> dict[str, Any]:
+    """The subtask note shown at the very end of a context (``CachePolicy.subtask_at_end``):
+    ``{"role": role, "content": "[relevance-memory: current subtask]\\n<subtask>"}``."""
+    return {"role": role, "content": f"{SUBTASK_MARKER}\n{subtask}"}
+
+
+def stable_head(kept: Sequence[int], left_out: Sequence[int]) -> tuple[list[int], list[int]]:
+    """Split kept store indices into the stable head and the rest (both ascending).
+
+    The head is every kept index below the smallest left-out one (a message neither
+    pinned, excluded nor kept): nothing before it was dropped or summarised, so it may go
+    first, right after the pinned prompt, without leaving original order — and it changes
+    least from one compaction to the next (the task statement stays, the summaries move).
+
+    Args:
+        kept: store indices emitted verbatim (any order).
+        left_out: store indices left out of the context (any order).
+    """
+    ordered = sorted(kept)
+    if not left_out:
+        return ordered, []
+    first = min(left_out)
+    return [i for i in ordered if i < first], [i for i in ordered if i >= first]
 
 
 def check_context(messages: Sequence[Mapping[str, Any]]) -> list[str]:
@@ -81,22 +119,42 @@ def assemble(state: BuildState, seams: Seams) -> Assembled:
     part = required(state.partition, "partition")
     store = seams.store
     summarised = state.summarised
+    role = seams.config.context_role
     out: list[dict[str, Any]] = [store[i].to_openai() for i in part.pinned]
+    sources: list[int | None] = list(part.pinned)
     kept_roots = set(part.recent)
     if summarised is not None:
-        if summarised.goal_text is not None:
-            out.append({"role": seams.config.context_role, "content": summarised.goal_text})
-        out.extend(dict(s.message) for s in summarised.pyramid.summaries)
         kept_roots |= summarised.selection.kept
     kept_indices = sorted(i for r in kept_roots for i in part.chains[r].members)
-    out.extend(store[i].to_openai() for i in kept_indices)
+    head, rest = kept_indices, list[int]()
+    if summarised is not None:
+        kept_set = set(kept_indices)
+        left_out = [i for chain in part.chains.values() for i in chain.members if i not in kept_set]
+        head, rest = stable_head(kept_indices, left_out)
+    out.extend(store[i].to_openai() for i in head)
+    sources.extend(head)
+    if summarised is not None:
+        if summarised.goal_text is not None:
+            out.append({"role": role, "content": summarised.goal_text})
+            sources.append(None)
+        out.extend(dict(s.message) for s in summarised.pyramid.summaries)
+        sources.extend(None for _ in summarised.pyramid.summaries)
+    out.extend(store[i].to_openai() for i in rest)
+    sources.extend(rest)
     ledger = summarised.ledger if summarised is not None else part.ledger
+    note = None
+    note_tokens = ledger.spent_on(Purpose.SUBTASK)
+    if note_tokens:
+        note = subtask_note(state.goal.subtask, role)
+        out.append(note)
+        sources.append(None)
     tokens = (
         REPLY_PRIMING_TOKENS
         + sum(store[i].token_count for i in part.pinned)
         + sum(store[i].token_count for i in kept_indices)
         + (ledger.spent_on(Purpose.GOAL_BLOCK) if summarised is not None else 0)
         + (summarised.pyramid.tokens if summarised is not None else 0)
+        + note_tokens
     )
     problems = check_context(out)
     if problems or tokens > state.budget or tokens != ledger.spent:
@@ -104,4 +162,6 @@ def assemble(state: BuildState, seams: Seams) -> Assembled:
             f"internal error: built context is invalid ({problems}) or over budget "
             f"({tokens} > {state.budget}, ledger {ledger.spent}); please report this with the decision record"
         )
-    return Assembled(messages=out, kept_roots=frozenset(kept_roots), tokens=tokens)
+    return Assembled(
+        messages=out, kept_roots=frozenset(kept_roots), tokens=tokens, sources=tuple(sources), subtask_note=note
+    )

@@ -41,6 +41,8 @@ class Purpose(str, Enum):
     CORE = "core"
     WORKING = "working"
     SUMMARIES = "summaries"
+    SUBTASK = "subtask"  # the subtask note at the end of the context (CachePolicy.subtask_at_end)
+    APPENDED = "appended"  # messages appended verbatim since the last compaction (SPEC §3.1)
 
 
 SPENDING_ORDER = (
@@ -51,6 +53,8 @@ SPENDING_ORDER = (
     Purpose.CORE,
     Purpose.WORKING,
     Purpose.SUMMARIES,
+    Purpose.APPENDED,
+    Purpose.SUBTASK,
 )
 """The purposes that can spend tokens, in the order the breakdown lists them."""
 

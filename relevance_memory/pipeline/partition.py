@@ -21,10 +21,12 @@ from .._markers import GOAL_BLOCK_MARKER
 from .._models import Message, TaskGoal
 from .._tokenizer import REPLY_PRIMING_TOKENS, TokenCounter
 from ._state import BuildState, Chain, Partitioned, Seams, StoreView
+from .assemble import subtask_note
 from .ledger import BudgetLedger, Purpose
 
 __all__ = [
     "GOAL_EXCERPT_SHARE",
+    "GOAL_POINTER",
     "Chain",
     "Split",
     "clip_to_tokens",
@@ -152,10 +154,19 @@ def clip_to_tokens(counter: TokenCounter, text: str, max_tokens: int) -> str:
     return best
 
 
+GOAL_POINTER = "kept verbatim here"
+"""How a goal block that points at the kept task statement says so (instead of repeating it)."""
+
+
 def goal_block_text(
     goal: TaskGoal, *, final_excerpt: str | None, task_statement_id: str | None, restore_tool: str | None = None
 ) -> str:
-    """Text of the goal block.
+    """Text of the goal block: the final goal only (SPEC §3.1).
+
+    The subtask is not in it: the goal block sits near the start of the context, and a
+    subtask changes often; it conditions scoring at the next compaction and, with
+    ``CachePolicy.subtask_at_end``, is shown at the very end
+    (:func:`~relevance_memory.pipeline.assemble.subtask_note`).
 
     It promises only what is true: archived messages stay in the store and
     :meth:`RelevanceMemoryManager.restore` returns them by id; that the model itself can fetch
@@ -175,11 +186,9 @@ def goal_block_text(
         + (f" (call {restore_tool} with their ids to read any of them)." if restore_tool else "."),
     ]
     if final_excerpt is None:
-        lines.append(f"Final goal: as stated in the first user message ({task_statement_id}), kept below.")
+        lines.append(f"Final goal: as stated in the first user message ({task_statement_id}), {GOAL_POINTER}.")
     else:
         lines.append(f"Final goal: {final_excerpt}")
-    if goal.subtask and goal.subtask != goal.final:
-        lines.append(f"Current subtask: {goal.subtask}")
     return "\n".join(lines)
 
 
@@ -195,7 +204,7 @@ def _goal_block(
     does not fit (said in ``warnings``). Without an excerpt, a goal taken from the first user
     message points at it instead of repeating it."""
     config = seams.config
-    if not config.goal_block or (not goal.final and not goal.subtask):
+    if not config.goal_block or not goal.final:
         return None, ledger
     first_user = seams.store.first_user_index
     pointer = final_excerpt is None and goal.source == "first_user_message"
@@ -252,6 +261,12 @@ def partition(state: BuildState, seams: Seams) -> Partitioned:
     ledger = ledger.spend(Purpose.WORKING_MEMORY, forced_tokens, "the newest step and the newest user message")
     recent = set(split.forced)
     warnings: list[str] = []
+    if config.cache_policy.subtask_at_end and goal.subtask and goal.subtask != goal.final:
+        note_tokens = seams.tokenizer.count_message(subtask_note(goal.subtask, config.context_role))
+        if ledger.fits(note_tokens):
+            ledger = ledger.spend(Purpose.SUBTASK, note_tokens, "the current subtask, shown at the end")
+        else:
+            warnings.append(f"subtask note ({note_tokens} tokens) left out: it does not fit the budget")
     first_user = store.first_user_index
     # the first user message is the task statement of an agent run, also when the caller
     # states the goal in other words (--goal must add to it, not replace it)

@@ -13,12 +13,13 @@ import hashlib
 from typing import Any
 
 from .._models import Message, ScoreSource
-from .._record import DecisionRecord, MessageDecision, SummaryRecord
+from .._record import BudgetBreakdown, BudgetLine, DecisionRecord, MessageDecision, SummaryRecord
 from .._scoring import ScorerUsage
 from .._tokenizer import REPLY_PRIMING_TOKENS
 from ._state import BuildState, Partitioned, Seams, required
+from .ledger import Purpose
 
-__all__ = ["record"]
+__all__ = ["compaction_breakdown", "record"]
 
 
 def _common(seams: Seams, message: Message) -> dict[str, Any]:
@@ -166,11 +167,16 @@ def record(state: BuildState, seams: Seams) -> DecisionRecord:
     ).hexdigest()[:12]
     tokens_before = REPLY_PRIMING_TOKENS + sum(m.token_count for m in store.messages if m.index not in part.excluded)
     pyramid = summarised.pyramid if summarised is not None else None
-    return DecisionRecord(
+    breakdown = (summarised.ledger if summarised is not None else part.ledger).breakdown()
+    budget = state.budget
+    if state.limit is not None and state.limit > state.budget:
+        breakdown = compaction_breakdown(breakdown, state.limit)
+        budget = state.limit
+    built = DecisionRecord(
         build_id=build_id,
         created_at=seams.clock(),
         goal=goal,
-        budget=state.budget,
+        budget=budget,
         encoding=seams.tokenizer.name,
         tokens_approximate=any(note.startswith("token counts are approximate") for note in seams.approximations),
         tokens_before=tokens_before,
@@ -197,6 +203,22 @@ def record(state: BuildState, seams: Seams) -> DecisionRecord:
             for s in (pyramid.summaries if pyramid is not None else [])
         ],
         warnings=warnings,
-        budget_breakdown=(summarised.ledger if summarised is not None else part.ledger).breakdown(),
-        messages=decisions,
+        budget_breakdown=breakdown,
+        mode=state.mode,
+        mode_reason=state.mode_reason,
+        target=state.budget if budget != state.budget else None,
     )
+    built.messages = decisions
+    return built
+
+
+def compaction_breakdown(breakdown: BudgetBreakdown, limit: int) -> BudgetBreakdown:
+    """A compaction's breakdown against the whole budget ``limit`` (tokens): the stages filled
+    the target (``breakdown.budget``); the rest stays free for the steps appended until the
+    next compaction (SPEC §3.1), noted as a reserve line."""
+    room = limit - breakdown.budget
+    lines = [*breakdown.lines, BudgetLine(
+        purpose=Purpose.APPENDED.value, tokens=room, kind="reserve",
+        note=f"the compaction filled {breakdown.budget:,} of {limit:,}; the rest takes the steps appended until the next one",
+    )]
+    return BudgetBreakdown(budget=limit, spent=dict(breakdown.spent), unused=breakdown.unused + room, lines=lines)

@@ -24,6 +24,7 @@ from .._models import Message, RelevanceScore, content_text
 from .._summary import PyramidResult, SummaryItem, build_pyramid, pointer_summary, pointer_tokens
 from ._state import BuildState, Partitioned, Ranked, Seams, Selection, Summarised, required
 from .ledger import BudgetLedger, Purpose
+from .partition import GOAL_POINTER, clip_to_tokens, goal_block_text
 from .select import fill_ranked
 
 __all__ = ["MIN_SUMMARY_RESERVE", "SUMMARY_RESERVE_SHARE", "summarise", "summarise_archive"]
@@ -130,12 +131,11 @@ def _protected(seams: Seams, part: Partitioned, scores: Mapping[int, RelevanceSc
 
 
 def _goal_block_is_pointer(state: BuildState, part: Partitioned, goal_text: str | None, kept_roots: set[int]) -> bool:
-    """The goal block only points at the task statement, which is kept, and names no subtask."""
+    """The goal block only points at the task statement, which is kept (it never names the subtask)."""
     goal = state.goal
     return (
         goal_text is not None
         and goal.source == "first_user_message"
-        and not goal.subtask
         and part.task_root is not None
         and part.task_root in kept_roots
     )
@@ -178,7 +178,13 @@ def summarise(state: BuildState, seams: Seams) -> Summarised:
     goal_text = part.goal_text
     selection = fill_ranked(ranked, available, store)
     if not config.summaries or len(selection.kept) == len(part.candidates):
-        return Summarised(selection, PyramidResult(), frozenset(), goal_text, _spend_selection(ledger, ranked, selection, PyramidResult()))
+        notes: list[str] = []
+        if _points_at_a_left_out_task(state, part, goal_text, set(part.recent | selection.kept)):
+            goal_text, ledger = _goal_with_text(state, seams, ledger, available - selection.used, notes)
+        return Summarised(
+            selection, PyramidResult(), frozenset(), goal_text, _spend_selection(ledger, ranked, selection, PyramidResult()),
+            tuple(notes),
+        )
     most = max(0, available - _protected(seams, part, scores, selection))
     share = max(MIN_SUMMARY_RESERVE, int(state.budget * SUMMARY_RESERVE_SHARE))
     reserve = min(most, config.summary_budget or share)
@@ -213,6 +219,8 @@ def summarise(state: BuildState, seams: Seams) -> Summarised:
         )
     if not pyramid.summaries:  # no summary fits: a pointer at least, with room made for it
         chosen, pyramid = _with_pointer(seams, part, scores, ranked, chosen, pyramid, available + freed)
+    if _points_at_a_left_out_task(state, part, goal_text, set(part.recent | chosen.kept)):
+        goal_text, ledger = _goal_with_text(state, seams, ledger, available - chosen.used - pyramid.tokens, warnings)
     return Summarised(
         selection=chosen,
         pyramid=pyramid,
@@ -221,6 +229,41 @@ def summarise(state: BuildState, seams: Seams) -> Summarised:
         ledger=_spend_selection(ledger, ranked, chosen, pyramid),
         warnings=tuple(warnings),
     )
+
+
+def _points_at_a_left_out_task(state: BuildState, part: Partitioned, goal_text: str | None, kept: set[int]) -> bool:
+    """The goal block points at the task statement ("kept verbatim here"), which the fill
+    left out (a scorer rated it low): the pointer would not tell the truth."""
+    return (
+        goal_text is not None
+        and state.goal.source == "first_user_message"
+        and GOAL_POINTER in goal_text
+        and part.task_root is not None
+        and part.task_root not in kept
+    )
+
+
+def _goal_with_text(
+    state: BuildState, seams: Seams, ledger: BudgetLedger, room: int, warnings: list[str]
+) -> tuple[str | None, BudgetLedger]:
+    """Replace a pointer goal block by one carrying the final goal (clipped to the pointer's
+    tokens plus ``room``), so the context still states the task; ``None`` when even a short
+    excerpt does not fit."""
+    pointer = ledger.spent_on(Purpose.GOAL_BLOCK)
+    ledger = ledger.release(Purpose.GOAL_BLOCK, pointer, "the task statement was left out: the goal block states it")
+    store, counter, role = seams.store, seams.tokenizer, seams.config.context_role
+    first = store.first_user_index
+    statement_id = store[first].id if first is not None else None
+    frame = counter.count_message({"role": role, "content": goal_block_text(state.goal, final_excerpt="",
+                                                                            task_statement_id=statement_id)})
+    excerpt = clip_to_tokens(counter, state.goal.final, max(0, pointer + max(0, room) - frame))
+    text = goal_block_text(state.goal, final_excerpt=excerpt, task_statement_id=statement_id)
+    tokens = counter.count_message({"role": role, "content": text})
+    if not excerpt or tokens > pointer + max(0, room):
+        warnings.append("the task statement was left out and the goal block has no room to state it")
+        return None, ledger
+    warnings.append("the task statement was left out (scored low); the goal block states the final goal instead")
+    return text, ledger.spend(Purpose.GOAL_BLOCK, tokens, "states the final goal: the task statement was left out")
 
 
 def _archived_ids(seams: Seams, part: Partitioned, kept_roots: set[int] | frozenset[int], selection: Selection) -> list[str]:

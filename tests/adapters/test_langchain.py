@@ -76,9 +76,10 @@ def test_compacted_context_keeps_objects_and_whole_parallel_chains_as_history_gr
         assert len(hook.memory.messages) == end
     assert len(out) < len(messages)
     assert out[0] is messages[0]
-    goal = out[1]
+    assert out[1] is messages[1]  # the stable head: the task statement, kept in place (SPEC §3.1)
+    goal = out[2]
     assert isinstance(goal, SystemMessage) and str(goal.content).startswith(GOAL_BLOCK_MARKER)
-    assert "Current subtask: edit utils/dates.py" in str(goal.content)
+    assert "subtask" not in str(goal.content)  # the subtask never rewrites the prefix
     originals = {id(m) for m in messages}
     summaries = [m for m in out if str(m.content).startswith(SUMMARY_MARKER)]
     assert all(isinstance(m, SystemMessage) for m in summaries)  # summaries are new, never AI messages
@@ -114,3 +115,26 @@ def test_a_state_object_with_messages_gets_llm_input_messages() -> None:
     messages = conversation(1)
     out = ManagedContextHook(max_input_tokens=100_000)(State(messages))
     assert out == {"llm_input_messages": messages}
+
+
+def test_the_hook_is_prefix_stable_by_default() -> None:
+    """Between compactions each call's messages are the previous call's plus the new ones (SPEC §3.1)."""
+    messages = conversation(30)
+    hook = ManagedContextHook(max_input_tokens=6000, keep_recent=2)
+    outputs, modes = [], []
+    for end in range(8, len(messages), 3):
+        while isinstance(messages[end - 1], AIMessage) and messages[end - 1].tool_calls:
+            end += 1
+        out = hook({"messages": messages[:end]})["llm_input_messages"]
+        record = hook.last_record
+        assert record is not None and record.tokens_after <= 6000
+        assert_whole_chains(out)
+        outputs.append(out)
+        modes.append(record.mode)
+    assert "compacted" in modes and modes.count("appended") > len(modes) // 2
+    for n, mode in enumerate(modes):
+        if mode == "appended":
+            previous = outputs[n - 1]
+            assert to_openai_messages(outputs[n][: len(previous)]) == to_openai_messages(previous)
+            originals = {id(m) for m in messages}  # the caller's own objects, in place
+            assert all(a is b for a, b in zip(outputs[n], previous, strict=False) if id(b) in originals)

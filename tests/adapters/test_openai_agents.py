@@ -72,11 +72,12 @@ async def test_session_protocol_managed_history_and_raw_limits() -> None:
         managed = await session.get_items()
     record = session.last_record
     assert record is not None and record.tokens_after <= 2500 and not record.identity
-    goal = managed[0]
+    assert managed[0] == stored[0]  # the stable head: the task statement first (SPEC §3.1)
+    goal = managed[1]
     assert goal["role"] == "system" and goal["content"].startswith(GOAL_BLOCK_MARKER)
-    summaries = [i for i in managed[1:] if str(i.get("content", "")).startswith(SUMMARY_MARKER)]
+    summaries = [i for i in managed[2:] if str(i.get("content", "")).startswith(SUMMARY_MARKER)]
     assert all(i["role"] == "system" for i in summaries)  # summaries are new items, never assistant
-    rest = [i for i in managed[1:] if i not in summaries]
+    rest = [managed[0], *(i for i in managed[2:] if i not in summaries)]
     assert len(rest) < len(stored)
     positions = [stored.index(item) for item in rest]  # original items, in their original order
     assert positions == sorted(positions)
@@ -147,7 +148,7 @@ async def test_runner_sends_the_managed_history_and_stores_everything() -> None:
     assert result.final_output == "Done."
     first = model.inputs[0]
     assert len(first) < len(stored)  # the model saw the managed context…
-    assert first[0]["content"].startswith(GOAL_BLOCK_MARKER)
+    assert first[0]["content"] == stored[0]["content"] and first[1]["content"].startswith(GOAL_BLOCK_MARKER)
     assert first[-1]["content"] == "Now run the tests."
     everything = await session.all_items()  # …and the session kept every item of the run
     assert everything[: len(stored)] == stored
@@ -170,3 +171,19 @@ async def test_a_call_still_waiting_for_its_output_is_left_out_not_fatal() -> No
     record = session.last_record
     assert record is not None
     assert [d.note for d in record.messages if d.decision == "dropped"] == ["tool call(s) call_wait have no result"]
+
+
+async def test_the_session_is_prefix_stable_by_default() -> None:
+    """Between compactions each turn's items are the previous turn's plus the new ones (SPEC §3.1)."""
+    session = ManagedSession("s2", max_input_tokens=3000, keep_recent=2)
+    turns, modes = [], []
+    for n in range(16):
+        await session.add_items(step_items(n) if n else history(1))
+        turns.append(await session.get_items())
+        record = session.last_record
+        assert record is not None and record.tokens_after <= 3000
+        modes.append(record.mode)
+    assert "compacted" in modes and modes.count("appended") >= len(modes) // 2
+    for n, mode in enumerate(modes):
+        if mode == "appended":
+            assert turns[n][: len(turns[n - 1])] == turns[n - 1]

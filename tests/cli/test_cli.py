@@ -74,3 +74,33 @@ def test_heatmap_takes_index_and_build_table_separates_the_system_prompt(tmp_pat
     assert "system prompt (pinned)" in built.output
     full = runner.invoke(app, ["explain", str(tmp_path / "r.json"), "--full", "--limit", "3"])
     assert full.exit_code == 0 and "task statement" in full.output
+
+
+def test_build_compact_and_explain_show_the_mode(tmp_path: Path) -> None:
+    rec = tmp_path / "rec.json"
+    args = ["build", str(FIXTURE), "--budget", "8000", "--out", str(tmp_path / "c.json"), "--record", str(rec)]
+    first = runner.invoke(app, args, env={"COLUMNS": "200"})
+    assert "mode: full rebuild — first build: no previous context to append to" in first.output
+    compacted = runner.invoke(app, [*args, "--compact", "--target", "0.4"], env={"COLUMNS": "200"})
+    assert compacted.exit_code == 0, compacted.output
+    assert "mode: compacted, target 3,200 tokens — compaction requested by the caller" in compacted.output
+    record = DecisionRecord.from_json(rec.read_text())
+    assert (record.mode, record.target) == ("compacted", 3200) and record.tokens_after <= 3200
+    explained = runner.invoke(app, ["explain", str(rec), "--limit", "1"], env={"COLUMNS": "200"})
+    assert "mode: compacted" in explained.output
+    assert "prefix: 0 tokens shared exactly with the previous request" in explained.output
+    assert "appended steps" in explained.output  # the room left for appends, as a reserve
+
+
+def test_replay_shows_modes_prefix_and_cost_against_the_full_history() -> None:
+    result = runner.invoke(app, ["replay", str(FIXTURE), "--budget", "8000"], env={"COLUMNS": "200"})
+    assert result.exit_code == 0, result.output
+    lines = result.output.splitlines()
+    assert lines[1].split() == ["req", "history", "mode", "sent", "cached", "share", "cost@0.1", "vs", "full", "@0.5"]
+    total = lines[-1]
+    assert total.startswith("TOTAL requests=96 ") and "compacted=" in total and "appended=" in total
+    ratio = float(total.split("cost@0.1=")[1].split("(")[1].split("×")[0])
+    assert ratio < 0.5  # issue 10's target on this run: below half the full history's cost at p = 0.1
+    rebuilt = runner.invoke(app, ["replay", str(FIXTURE), "--budget", "8000", "--always-rebuild", "--quiet"])
+    assert rebuilt.exit_code == 0 and "appended=0 compacted=0 full_rebuild=96" in rebuilt.output
+    assert float(rebuilt.output.split("cost@0.1=")[1].split("(")[1].split("×")[0]) > 1.0

@@ -32,6 +32,7 @@ from relevance_memory import (
     load_transcript,
     manage,
 )
+from relevance_memory._markers import SUBTASK_MARKER
 
 try:  # openai>=3 talks through httpx2; older versions through httpx
     import httpx2 as httpx
@@ -251,7 +252,7 @@ def test_diverged_history_resyncs_with_a_warning_and_reuses_scores() -> None:
     assert echo.bodies[-1]["messages"] == trimmed
 
 
-def test_goal_set_before_the_first_call_and_subtask_updates_reach_the_goal_block() -> None:
+def test_goal_set_before_the_first_call_reaches_the_goal_block_and_the_subtask_goes_last() -> None:
     long_history = [*CHAT]
     for n in range(12):
         long_history += [
@@ -260,15 +261,18 @@ def test_goal_set_before_the_first_call_and_subtask_updates_reach_the_goal_block
             {"role": "tool", "tool_call_id": f"c{n}", "content": f"output {n} " + "lorem ipsum " * 60},
         ]
     echo = _Echo()
-    client = _mock_client(echo, max_input_tokens=1200, keep_recent=2)
+    client = _mock_client(echo, max_input_tokens=1200, keep_recent=2, cache_policy={"subtask_at_end": True})
     client.set_goal(final="Rename utils.py to helpers.py; never touch tests.")
     client.chat.completions.create(model="gpt-4o", messages=long_history)
     assert client.memory.goal.final.startswith("Rename utils.py")
     client.set_goal(subtask="update the imports")
     client.chat.completions.create(model="gpt-4o", messages=[*long_history, {"role": "assistant", "content": "ok"}])
-    blocks = [m["content"] for m in echo.bodies[-1]["messages"] if str(m.get("content", "")).startswith(GOAL_BLOCK_MARKER)]
-    assert blocks and "Current subtask: update the imports" in blocks[0]
-    assert "never touch tests" in blocks[0]
+    sent = echo.bodies[-1]["messages"]
+    blocks = [m["content"] for m in sent if str(m.get("content", "")).startswith(GOAL_BLOCK_MARKER)]
+    assert blocks and "never touch tests" in blocks[0] and "update the imports" not in blocks[0]
+    # the subtask never rewrites the prefix: it is the last message (CachePolicy.subtask_at_end)
+    assert sent[-1]["content"] == f"{SUBTASK_MARKER}\nupdate the imports"
+    assert echo.bodies[-1]["messages"][:-2] == echo.bodies[-2]["messages"]  # appended: the previous request + 1
 
 
 def test_budget_follows_the_model_window_minus_the_tools_schema() -> None:

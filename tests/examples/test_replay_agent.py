@@ -36,6 +36,15 @@ def test_replay_of_the_whole_django_run_in_a_subprocess() -> None:
     assert len(rows) == 96
     assert [int(r[1]) for r in rows] == list(range(2, 194, 2))  # the history grew by one step per call
     assert all(int(r[4]) <= 5000 for r in rows)
+    # prefix-stable by default (issue 10): most calls append, the cache serves most tokens,
+    # and the bill is below the full history's at both cached prices
+    costs = re.search(r"cached_share=([\d.]+)% cost_vs_full@0.1=([\d.]+)x cost_vs_full@0.5=([\d.]+)x "
+                      r"appended=(\d+) compacted=(\d+) full_rebuild=(\d+)", done.stdout)
+    assert costs, done.stdout[-1000:]
+    share, at_01, at_05, appended, compacted, rebuilt = costs.groups()
+    assert float(share) > 80 and float(at_01) < 0.6 and float(at_05) < 0.5
+    assert int(appended) + int(compacted) + int(rebuilt) == 96 and int(appended) > 3 * int(compacted)
+    assert {r[6] for r in rows} <= {"appended", "compacted", "full"}
 
 
 def test_run_returns_the_printed_totals_and_streams(monkeypatch) -> None:
@@ -49,3 +58,5 @@ def test_run_returns_the_printed_totals_and_streams(monkeypatch) -> None:
     assert totals["calls"] == 20 and totals["max_sent"] <= 5000
     assert totals["sent_tokens"] < totals["history_tokens"]
     assert f"sent_tokens={totals['sent_tokens']}" in out.getvalue()
+    # the streamed replies carried usage (stream_options include_usage): the provider's cached count
+    assert totals["cached_tokens"] > 0 and totals["cost_ratio_0.1"] < 1.0

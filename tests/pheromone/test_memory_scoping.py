@@ -174,14 +174,15 @@ def test_offline_score_is_recomputed_when_new_references_arrive() -> None:
     history += [_call(0, "cat config.ini"), _result(0, config), _call(1, "cat config.ini"), _result(1, config)]
     for i in range(2, 8):
         history += [_call(i, f"ls d{i}"), _result(i, f"x{i}")]
-    memory = RelevanceMemoryManager(max_input_tokens=5000, keep_recent=1)
+    rebuild = {"always_rebuild": True}  # both managers build from scratch: the scores are compared
+    memory = RelevanceMemoryManager(max_input_tokens=5000, keep_recent=1, cache_policy=rebuild)
     memory.extend(history)
     early = memory.build_context(budget=200).record
     assert (early.decision_for("m3").score, early.decision_for("m5").score) == (3, 1)
     memory.extend([_call(9, "curl alpha.internal:8123 -H ZX99Q"), _result(9, "ok"),
                    {"role": "user", "content": "use token ZX99Q on port 8123"}])
     later = memory.build_context(budget=200)
-    cold = RelevanceMemoryManager(max_input_tokens=5000, keep_recent=1)
+    cold = RelevanceMemoryManager(max_input_tokens=5000, keep_recent=1, cache_policy=rebuild)
     cold.extend([m.to_openai() for m in memory.messages])
     cold_built = cold.build_context(budget=200)
     for mid in ("m3", "m5"):  # scored again with the new references, as a cold manager scores them

@@ -22,6 +22,7 @@ from relevance_memory import (
     TaskGoal,
     TiktokenCounter,
 )
+from relevance_memory._markers import SUBTASK_MARKER
 from relevance_memory.testing import FixedScorer
 
 CLOCK = datetime(2026, 11, 30, 12, 0, tzinfo=timezone.utc)
@@ -72,7 +73,11 @@ def test_tiers_and_budget_fill_follow_scores() -> None:
     assert [d.id for d in record.messages if d.decision == "recent"] == ["m14", "m23", "m24", "m25", "m26"]
     assert record.working_steps == 3
     assert record.goal_block is True
-    assert built.messages[1]["content"].startswith(GOAL_BLOCK_MARKER)
+    # the stable head (SPEC §3.1): the kept task statement stays right after the system
+    # prompt, the goal block and summaries follow it
+    assert built.messages[1] == history[1]
+    assert built.messages[2]["content"].startswith(GOAL_BLOCK_MARKER)
+    assert built.sources[:3] == (0, 1, None)
     assert scorer.calls and "m23" not in scorer.calls[0].ids  # working memory is never scored
 
 
@@ -109,9 +114,33 @@ def test_explicit_goal_is_in_the_goal_block() -> None:
     memory.extend(agent_history())
     memory.set_goal(final="Make tests pass without API changes", subtask="read file 3")
     built = memory.build_context()
-    block = built.messages[1]["content"]
+    block = next(m["content"] for m in built.messages if m["content"].startswith(GOAL_BLOCK_MARKER))
     assert "Final goal: Make tests pass without API changes" in block
-    assert "Current subtask: read file 3" in block
+    assert "read file 3" not in block  # the subtask never rewrites the prefix (SPEC §3.1)
+
+
+def test_subtask_at_end_is_the_last_message_and_not_part_of_the_next_prefix() -> None:
+    memory = RelevanceMemoryManager(max_input_tokens=1200, keep_recent=1, cache_policy={"subtask_at_end": True})
+    history = agent_history()
+    memory.extend(history[:-4])
+    memory.set_goal(subtask="read file 3")
+    assert memory.build_context().record.mode == "full_rebuild"  # the first build fills the whole budget
+    memory.extend(history[-4:-2])
+    first = memory.build_context()  # appending would exceed it: a compaction down to the target
+    assert first.record.mode == "compacted" and first.record.target == 600
+    assert first.messages[-1] == {"role": "system", "content": f"{SUBTASK_MARKER}\nread file 3"}
+    assert first.sources[-1] is None and first.record.budget_breakdown is not None
+    assert first.record.budget_breakdown.spent["subtask"] > 0
+    memory.extend(history[-2:])
+    memory.set_goal(subtask="read file 4")
+    second = memory.build_context()
+    assert second.record.mode == "appended"
+    assert second.messages[: len(first.messages) - 1] == first.messages[:-1]
+    assert second.messages[-3:-1] == history[-2:]
+    assert second.messages[-1]["content"].endswith("read file 4")
+    assert second.record.prefix_tokens == first.record.tokens_after - 3 - memory.tokenizer.count_message(
+        first.messages[-1]
+    )
 
 
 def test_failing_scorer_degrades_to_offline_with_a_warning() -> None:
@@ -141,7 +170,9 @@ def test_scorer_missing_ids_get_fallback_scores() -> None:
 
 def test_rebuild_uses_the_score_cache() -> None:
     scorer = FixedScorer(2)
-    memory = RelevanceMemoryManager(max_input_tokens=1200, keep_recent=1, scorer=scorer)
+    memory = RelevanceMemoryManager(
+        max_input_tokens=1200, keep_recent=1, scorer=scorer, cache_policy={"always_rebuild": True}
+    )
     memory.extend(agent_history())
     first = memory.build_context()
     second = memory.build_context()

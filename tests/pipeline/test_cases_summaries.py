@@ -104,10 +104,14 @@ def test_C04_system_prompt_survives_compaction_with_summaries() -> None:
     # marked as summaries (C04 must line 2); at tight budgets the long header and the id list
     # are trimmed before any exact value, the decision record still lists every covered id
     assert all(s["content"].startswith(SUMMARY_MARKER) for s in summaries)
-    # summaries sit after the goal block and before kept older messages (SPEC §3 step 8)
+    # after the stable head (kept messages older than anything left out, SPEC §3.1), the goal
+    # block, then the summaries, then the other kept older messages (SPEC §3 step 8)
     roles = [("goal" if str(m.get("content")).startswith(GOAL_BLOCK_MARKER) else
               "summary" if m in summaries else "msg") for m in out[1:]]
-    assert roles[: roles.count("goal") + len(summaries)] == ["goal"] * roles.count("goal") + ["summary"] * len(summaries)
+    head = next(n for n, role in enumerate(roles) if role != "msg")
+    block = roles[head : head + roles.count("goal") + len(summaries)]
+    assert block == ["goal"] * roles.count("goal") + ["summary"] * len(summaries)
+    assert all(out[1 + n] == case["messages"][1 + n] for n in range(head))  # the head keeps its place
     # must 3: the last user message (Question 40) is present verbatim
     assert case["messages"][-2] in out and "Question 40" in case["messages"][-2]["content"]
     # restorable: covered ids are in the store

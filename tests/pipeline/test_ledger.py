@@ -28,6 +28,7 @@ def test_ledger_spends_releases_and_reserves() -> None:
     breakdown = spent.breakdown()
     assert breakdown.spent == {
         "reply_priming": 3, "pinned": 97, "goal_block": 0, "working_memory": 0, "core": 0, "working": 0, "summaries": 0,
+        "appended": 0, "subtask": 0,
     }
     assert breakdown.unused == 900
     assert [(line.kind, line.purpose, line.tokens) for line in breakdown.lines] == [

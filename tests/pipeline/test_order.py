@@ -43,9 +43,9 @@ def test_default_working_order_is_strength_band_then_weight_then_recency() -> No
 
 def test_an_ablation_is_a_one_line_policy_swap() -> None:
     history = load_transcript(FIXTURE).messages
-    recency = RelevanceMemoryManager(max_input_tokens=8000, order=OrderPolicy(core=FIRST + RECENCY, working=RECENCY))
+    recency = RelevanceMemoryManager(max_input_tokens=4000, order=OrderPolicy(core=FIRST + RECENCY, working=RECENCY))
     recency.extend(history)
-    default = goldens.run("fixture/django__django-15280|default|8000").builds[0]  # the same build, default order
+    default = goldens.run("fixture/django__django-15280|default|4000").builds[0]  # the same build, default order
     assert isinstance(default, BuiltContext)
     a, b = default.record, recency.build_context().record
     kept_a = [d.index for d in a.messages if d.decision == "kept" and d.tier == "core"]

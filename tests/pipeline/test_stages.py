@@ -83,7 +83,9 @@ def test_stages_in_order_equal_the_manager_build() -> None:
     history = _history(14)
     memory, twin = _memory(900, history), _memory(900, history)
     seams = memory._seams()
-    state = BuildState(budget=900, goal=memory.goal, build_number=1)
+    state = BuildState(
+        budget=900, goal=memory.goal, build_number=1, mode_reason="first build: no previous context to append to"
+    )
     pheromone_stage.observe(seams)
     state.partition = partition(state, seams)
     state.prefilter = prefilter(state, seams)

@@ -417,8 +417,8 @@ def test_llm_scorer_needs_an_endpoint() -> None:
 
 
 # --------------------------------------------------------------------------- manager
-def _manager(scorer: LLMScorer) -> RelevanceMemoryManager:
-    memory = RelevanceMemoryManager(scorer=scorer, max_input_tokens=260, keep_recent=1)
+def _manager(scorer: LLMScorer, **overrides: Any) -> RelevanceMemoryManager:
+    memory = RelevanceMemoryManager(scorer=scorer, max_input_tokens=260, keep_recent=1, **overrides)
     memory.add({"role": "system", "content": "You are a report-writing agent."})
     memory.add({"role": "user", "content": "Write the quarterly report. It must be in French and at most 2 pages."})
     for n in range(4):
@@ -455,9 +455,11 @@ def test_record_rubric_version_and_cache_key_follow_the_prompt() -> None:
     def answer(body: dict[str, Any]) -> dict[str, Any]:
         return content(json.dumps([{"id": i, "reason": "r", "score": 3} for i in requested_ids(body)]))
 
-    memory = _manager(harness.scorer([answer], mock=True))
+    memory = _manager(harness.scorer([answer], mock=True), cache_policy={"clear_at_least": 0})
     first = memory.build_context()
-    second = memory.build_context()  # same subtask: every score comes from the cache
+    assert memory.build_context().record.mode == "appended"  # nothing new: the same context, no scoring
+    second = memory.build_context(compact=True)  # same subtask: every score comes from the cache
+    assert second.record.mode == "compacted" and second.record.mode_reason.startswith("compaction requested by the caller")
     assert first.record.rubric_version == "score_v1"
     assert first.record.usage.llm_calls == 1 and second.record.usage.llm_calls == 0
     assert second.record.cache_hits == first.record.cache_misses > 0

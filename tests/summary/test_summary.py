@@ -175,7 +175,9 @@ def test_disk_cache_unusable_dir_warns_and_continues(tmp_path: Path) -> None:
     blocker.write_text("a file where the cache directory should be")
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        memory = RelevanceMemoryManager(max_input_tokens=120, keep_recent=1, score_cache_dir=str(blocker / "x"))
+        memory = RelevanceMemoryManager(
+            max_input_tokens=120, keep_recent=1, score_cache_dir=str(blocker / "x"), cache_policy={"always_rebuild": True}
+        )
         memory.add({"role": "user", "content": "Task: compare 41872 and 41790."})
         for n in range(10):
             memory.add({"role": "assistant", "content": f"step {n} on the comparison"})

@@ -28,8 +28,10 @@ def _history() -> list[dict[str, Any]]:
     return history
 
 
-def _build(scorer: Any, budget: int = 700) -> tuple[RelevanceMemoryManager, Any]:
-    memory = RelevanceMemoryManager(max_input_tokens=budget, keep_recent=2, scorer=scorer)
+def _build(scorer: Any, budget: int = 700, *, rebuild: bool = False) -> tuple[RelevanceMemoryManager, Any]:
+    """``rebuild=True``: every build re-scores (by default a build with nothing new is an append, issue 10)."""
+    policy = {"always_rebuild": rebuild}
+    memory = RelevanceMemoryManager(max_input_tokens=budget, keep_recent=2, scorer=scorer, cache_policy=policy)
     history = _history()
     memory.extend(history)
     built = memory.build_context()
@@ -73,7 +75,7 @@ def test_function_scorer_decides_per_message_and_none_means_no_score() -> None:
 
 def test_scripted_scorer_replies_in_order_and_an_exception_falls_back() -> None:
     scorer = ScriptedScorer([{"m3": 5}, RuntimeError("endpoint down")], then=2)
-    memory, built = _build(scorer)
+    memory, built = _build(scorer, rebuild=True)  # each build asks the scorer
     assert built.record.decision_for("m3").score == 5
     assert built.record.usage.fallbacks == len(scorer.calls[0].ids) - 1  # every id it left out
     memory.set_goal(subtask="compare the prices")
@@ -89,7 +91,7 @@ def test_scripted_scorer_replies_in_order_and_an_exception_falls_back() -> None:
 
 def test_scripted_scorer_exhausted_without_then_fails_loudly_but_never_breaks_the_build() -> None:
     scorer = ScriptedScorer([{"m1": 5}, lambda items, goal: {i.id: 3 for i in items}])
-    memory, _ = _build(scorer)
+    memory, _ = _build(scorer, rebuild=True)  # each build asks the scorer
     memory.set_goal(subtask="two")
     assert {d.score for d in memory.build_context().record.messages if d.score_source == ScoreSource.LLM} == {3}
     memory.set_goal(subtask="three")

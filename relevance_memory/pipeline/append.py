@@ -1,0 +1,431 @@
+"""Prefix-stable builds (SPEC §3.1): append between compactions, compact to a target.
+
+Between compactions a build sends the previous context unchanged, byte for byte, plus the
+new messages verbatim (:func:`append`): no partition, scoring, selection or summary runs,
+so an append costs O(new messages) — its decision record is the last compaction's plus the
+appended messages, built on first use. A compaction (the whole pipeline, SPEC §3 steps
+2–8) runs when appending would exceed the budget, when the final goal or the budget
+changes, when the previous context cannot simply grow (a stray tool result), or when the
+caller asks; it fills a **target** below the budget (``CachePolicy.target_fraction``) so
+that many steps fit before the next one. The decision itself is
+:func:`~relevance_memory._cache_policy.decide_build_mode`.
+
+:class:`PrefixState` is what the manager keeps between builds; :func:`plan` decides the
+next build, :func:`append` makes an appended one, :func:`grown_target` says when a
+compaction must grow its target (the task statement and user constraints scored ≥ 4 stay
+verbatim whatever the target: they may use the whole budget), :func:`remember` records a
+build as the prefix of the next one.
+"""
+
+from __future__ import annotations
+
+import copy
+import hashlib
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from .._cache_policy import PrefixDecision, decide_build_mode
+from .._exceptions import InvalidMessageError, RelevanceMemoryError
+from .._models import ScoreSource, TaskGoal
+from .._prefix import AppendPlan, TailItem, plan_append, shared_prefix_tokens
+from .._record import BudgetBreakdown, BudgetLine, DecisionRecord, MessageDecision
+from .._scoring import ScorerUsage
+from .._tokenizer import REPLY_PRIMING_TOKENS
+from ._state import BuiltContext, Seams, StoreView
+from .assemble import check_context, subtask_note
+from .ledger import Purpose
+
+__all__ = ["BuildStep", "PrefixState", "append", "grown_target", "plan", "remember", "tail_start"]
+
+TARGET_GROWTH_STEPS = 3
+"""How many times a compaction may grow its target to keep must-keep messages verbatim."""
+TARGET_GROWTH_SLACK = 64
+"""Tokens added on top of what a compaction left out when its target grows (framing, goal block)."""
+
+
+@dataclass(frozen=True)
+class PrefixState:
+    """The latest request a memory built, which the next build may extend (SPEC §3.1).
+
+    Attributes:
+        messages: the context without the subtask note (what an append extends), as
+            pristine copies (callers get copies of them).
+        sources: per message of ``messages``, the store index it copies, or ``None``.
+        tokens: tokens of ``messages`` with reply priming (tokens).
+        sent_tokens: tokens of the request as sent (``tokens`` plus the subtask note).
+        note: the subtask note sent at the end, or ``None``.
+        next_index: the first store index the next append starts at.
+        final_goal: the final goal the context was built for.
+        budget: the budget it was built within (tokens).
+        base: the record of the last compaction or full rebuild.
+        base_length: how many stored messages ``base.messages`` describes.
+        appended: store indices appended since ``base`` (ascending).
+        skipped: store indices passed over since ``base`` (excluded on ingest).
+        appended_tokens: their tokens (tokens).
+        history_tokens: tokens of every stored message not excluded on ingest, up to
+            ``counted`` (tokens; the record's ``tokens_before`` without priming).
+        counted: how many stored messages ``history_tokens`` covers.
+        last_build_id: the id of the latest build.
+        restore_tool: the restore tool the model was offered when ``base`` was built (its
+            goal block says so), or ``None``.
+    """
+
+    messages: tuple[dict[str, Any], ...]
+    sources: tuple[int | None, ...]
+    tokens: int
+    sent_tokens: int
+    note: dict[str, Any] | None
+    next_index: int
+    final_goal: str
+    budget: int
+    base: DecisionRecord
+    base_length: int
+    appended: tuple[int, ...] = ()
+    skipped: tuple[int, ...] = ()
+    appended_tokens: int = 0
+    history_tokens: int = 0
+    counted: int = 0
+    last_build_id: str = ""
+    restore_tool: str | None = None
+
+    @property
+    def sent(self) -> list[dict[str, Any]]:
+        """The messages of the latest request as sent (the subtask note included)."""
+        return [*self.messages, self.note] if self.note is not None else list(self.messages)
+
+
+@dataclass(frozen=True)
+class BuildStep:
+    """The next build's decision and, for an append, its plan.
+
+    Attributes:
+        decision: mode, why and the target the pipeline fills.
+        plan: what an append adds (``None`` without a previous context).
+        note: the subtask note an append sends at the end, or ``None``.
+        note_tokens: its tokens (tokens).
+    """
+
+    decision: PrefixDecision
+    plan: AppendPlan | None = None
+    note: dict[str, Any] | None = None
+    note_tokens: int = 0
+
+
+def _tail(store: StoreView, start: int) -> list[TailItem]:
+    """The stored messages from ``start`` as :class:`TailItem` (O(new))."""
+    excluded = store.excluded
+    return [
+        TailItem(
+            index=m.index, tokens=m.token_count, role=m.role, call_ids=tuple(c.id for c in m.tool_calls),
+            tool_call_id=m.tool_call_id, excluded=m.id in excluded,
+        )
+        for m in store.messages[start:]
+    ]
+
+
+def _note(seams: Seams, goal: TaskGoal, base: DecisionRecord) -> tuple[dict[str, Any] | None, int]:
+    """The subtask note an append ends with (only after a compaction: an identity context is
+    the history itself), and its tokens."""
+    config = seams.config
+    if not (config.cache_policy.subtask_at_end and goal.subtask and goal.subtask != goal.final) or base.identity:
+        return None, 0
+    note = subtask_note(goal.subtask, config.context_role)
+    return note, seams.tokenizer.count_message(note)
+
+
+def plan(
+    previous: PrefixState | None, seams: Seams, *, goal: TaskGoal, budget: int, requested: bool = False
+) -> BuildStep:
+    """Decide the next build (:func:`decide_build_mode`) and plan its append (O(new)).
+
+    Raises:
+        InvalidMessageError: a tool call has no result and ``on_invalid`` is ``"raise"``
+            (as a full build would).
+    """
+    store, config = seams.store, seams.config
+    if config.on_invalid == "raise" and store.pending_calls:
+        pending = store.pending_calls[0]
+        raise InvalidMessageError(
+            f"tool call(s) {', '.join(store.unanswered_calls(pending))} have no result; add the tool results before "
+            "building, or set on_invalid='repair' to leave the unanswered call out of the context",
+            index=pending,
+        )
+    policy = config.cache_policy
+    if previous is None:
+        decision = decide_build_mode(
+            policy, has_previous=False, goal_changed=False, previous_budget=None, budget=budget,
+            appended_tokens=0, new_messages=0, requested=requested,
+        )
+        return BuildStep(decision)
+    steps = plan_append(_tail(store, previous.next_index), previous.next_index)
+    note, note_tokens = _note(seams, goal, previous.base)
+    appended = previous.tokens + steps.tokens + note_tokens
+    blocked = steps.blocked
+    if blocked is None and seams.restore_tool != previous.restore_tool:
+        # the request's tools changed, so the provider's cache misses anyway: the goal block
+        # may as well say how to read archived messages
+        blocked = f"the restore tool {seams.restore_tool!r} was offered (the tools changed); the goal block says so"
+    decision = decide_build_mode(
+        policy,
+        has_previous=True,
+        goal_changed=goal.final != previous.final_goal,
+        previous_budget=previous.budget,
+        budget=budget,
+        appended_tokens=appended,
+        new_messages=len(steps.indices),
+        requested=requested,
+        append_blocked=blocked,
+    )
+    return BuildStep(decision, steps, note, note_tokens)
+
+
+def _history_tokens(previous: PrefixState, store: StoreView) -> tuple[int, int]:
+    """``(tokens, counted)``: tokens of the stored messages not excluded on ingest (O(new))."""
+    total, excluded = previous.history_tokens, store.excluded
+    for message in store.messages[previous.counted:]:
+        if message.id not in excluded:
+            total += message.token_count
+    return total, len(store)
+
+
+def append(previous: PrefixState, step: BuildStep, seams: Seams, *, goal: TaskGoal, build_number: int) -> BuiltContext:
+    """An appended build: the previous context byte for byte plus ``step.plan``'s messages.
+
+    Costs O(new messages) plus a copy of the context; the decision record's per-message
+    list is built on first use (:meth:`DecisionRecord.defer_messages`).
+    """
+    store, config, policy = seams.store, seams.config, seams.config.cache_policy
+    steps = step.plan
+    assert steps is not None
+    new = [store[i].to_openai() for i in steps.indices]
+    messages = [*copy.deepcopy(list(previous.messages)), *new]
+    sources: list[int | None] = [*previous.sources, *steps.indices]
+    if step.note is not None:
+        messages.append(dict(step.note))
+        sources.append(None)
+    tokens = previous.tokens + steps.tokens + step.note_tokens
+    problems = check_context(messages)  # O(context), not O(history): the budget bounds it
+    if problems or tokens > previous.budget:  # plan_append and the decision rule this out
+        raise RelevanceMemoryError(
+            f"internal error: appended context is invalid ({problems}) or over budget ({tokens} > "
+            f"{previous.budget}); please report this with the decision record"
+        )
+    prefix = previous.tokens - REPLY_PRIMING_TOKENS
+    base = previous.base
+    history, _ = _history_tokens(previous, store)
+    held = set(steps.held_back)
+    appended = (*previous.appended, *steps.indices)
+    skipped = (*previous.skipped, *steps.skipped)
+    appended_roots = len({store.chain_root(i) for i in appended})
+    appended_tokens = previous.appended_tokens + steps.tokens
+    build_id = hashlib.sha256(
+        f"{build_number}|{len(store)}|{goal.final}|{goal.subtask}|{previous.budget}|appended".encode()
+    ).hexdigest()[:12]
+    warnings = list(base.warnings)
+    if held:
+        warnings.append(
+            f"{len(held)} message(s) of a tool chain whose results have not all arrived are held back; "
+            "they are appended with their results"
+        )
+    record = DecisionRecord(
+        build_id=build_id,
+        created_at=seams.clock(),
+        goal=goal,
+        budget=previous.budget,
+        encoding=seams.tokenizer.name,
+        tokens_before=REPLY_PRIMING_TOKENS + history - sum(store[i].token_count for i in held),
+        tokens_after=tokens,
+        messages_before=len(store),
+        messages_after=len(messages),
+        keep_recent=config.keep_recent,
+        working_steps=base.working_steps + len({store[i].step for i in appended} - {-1}),
+        identity=base.identity and not held and not skipped,
+        goal_block=base.goal_block,
+        scorer=base.scorer,
+        scorer_model=base.scorer_model,
+        rubric_version=base.rubric_version,
+        usage=ScorerUsage(),
+        chains_kept=base.chains_kept + appended_roots,
+        chains_total=base.chains_total + appended_roots,
+        summaries=base.summaries,
+        warnings=warnings,
+        budget_breakdown=_appended_breakdown(base.budget_breakdown, previous.budget, appended_tokens, len(appended),
+                                             step.note_tokens, base.build_id),
+        mode="appended",
+        mode_reason=step.decision.why,
+        base_build_id=base.build_id,
+        appended_ids=[store[i].id for i in steps.indices],
+        prefix_tokens=prefix,
+        cacheable_tokens=policy.cacheable(prefix),
+    )
+    strengths = _strengths(seams, [*appended, *held, *steps.skipped])
+    record.defer_messages(_lazy_decisions(base, previous.base_length, store, appended, skipped, held, strengths))
+    return BuiltContext(messages=messages, record=record, sources=tuple(sources))
+
+
+def _appended_breakdown(
+    base: BudgetBreakdown | None, budget: int, appended: int, count: int, note_tokens: int, base_id: str
+) -> BudgetBreakdown:
+    """The base build's breakdown plus the messages appended since it (and the subtask note)."""
+    spent = dict(base.spent) if base is not None else {}
+    lines = list(base.lines) if base is not None else []
+    spent[Purpose.APPENDED.value] = spent.get(Purpose.APPENDED.value, 0) + appended
+    lines.append(BudgetLine(
+        purpose=Purpose.APPENDED.value, tokens=appended, kind="spend",
+        note=f"{count} message(s) appended verbatim since build {base_id}",
+    ))
+    base_note = spent.get(Purpose.SUBTASK.value, 0)
+    if base_note != note_tokens:
+        spent[Purpose.SUBTASK.value] = note_tokens
+        lines.append(BudgetLine(purpose=Purpose.SUBTASK.value, tokens=note_tokens, kind="spend",
+                                note="the current subtask, shown at the end"))
+    return BudgetBreakdown(budget=budget, spent=spent, unused=budget - sum(spent.values()), lines=lines)
+
+
+def _lazy_decisions(
+    base: DecisionRecord,
+    base_length: int,
+    store: StoreView,
+    appended: Sequence[int],
+    skipped: Sequence[int],
+    held: set[int],
+    strengths: dict[int, float | None],
+) -> Callable[[], list[MessageDecision]]:
+    """The appended build's per-message decisions, computed when first read: the base build's
+    decisions, then every message stored since, as appended (``recent``), held back or
+    excluded (strengths as of the build: ``strengths``)."""
+    length = len(store)
+    added, passed = set(appended), set(skipped)
+    excluded = dict(store.excluded)
+
+    def build() -> list[MessageDecision]:
+        out: list[MessageDecision] = []
+        for decision in base.messages:
+            out.append(_appended_decision(store, decision.index, strengths) if decision.index in added else decision)
+        for i in range(base_length, length):
+            message = store[i]
+            if i in added:
+                out.append(_appended_decision(store, i, strengths))
+                continue
+            common: dict[str, Any] = {
+                "id": message.id, "index": i, "step": message.step, "role": message.role,
+                "msg_type": message.msg_type.value, "tokens": message.token_count, "strength": strengths.get(i),
+                "chain_id": store[store.chain_root(i)].id, "tier": "archive", "decision": "dropped",
+            }
+            if i in passed or message.id in excluded:
+                out.append(MessageDecision(**common, reason="excluded on ingest", note=excluded.get(message.id, "")))
+            elif i in held:
+                out.append(MessageDecision(
+                    **common, reason="tool chain waiting for its results",
+                    note="held back; appended together with its tool results",
+                ))
+            else:  # not reachable: every stored message is appended, held, skipped or in the base
+                out.append(MessageDecision(**common, reason="not in this context"))
+        return out
+
+    return build
+
+
+def _strengths(seams: Seams, indices: Sequence[int]) -> dict[int, float | None]:
+    """Pheromone strength of each message now (``None`` without the field)."""
+    if not seams.config.pheromone.enabled:
+        return dict.fromkeys(indices)
+    store = seams.store
+    return {i: round(seams.pheromone.strength(store[i].id), 4) for i in indices}
+
+
+def _appended_decision(store: StoreView, i: int, strengths: dict[int, float | None]) -> MessageDecision:
+    message = store[i]
+    return MessageDecision(
+        id=message.id, index=i, step=message.step, role=message.role, msg_type=message.msg_type.value,
+        tokens=message.token_count, strength=strengths.get(i),
+        tier="recent", decision="recent", score_source=ScoreSource.RECENT,
+        reason="appended verbatim since the last compaction", chain_id=store[store.chain_root(i)].id,
+    )
+
+
+def grown_target(record: DecisionRecord, *, first_user: int | None, core_score: int, target: int, budget: int) -> int | None:
+    """A larger target for a compaction that left out what must stay verbatim, or ``None``.
+
+    Must stay verbatim (SPEC §7, §3.1): the task statement (the first user message) and
+    user messages scored ≥ ``core_score``, older repeats of a kept message aside. The
+    target grows by their tokens (plus :data:`TARGET_GROWTH_SLACK`), at most to ``budget``.
+    """
+    if target >= budget:
+        return None
+    lost = sum(
+        d.tokens
+        for d in record.messages
+        if d.role == "user"
+        and d.decision not in ("kept", "recent")
+        and d.reason != "excluded on ingest"
+        and "repeat of" not in d.note
+        and (d.index == first_user or (d.score or 0) >= core_score)
+    )
+    return min(budget, target + lost + TARGET_GROWTH_SLACK) if lost else None
+
+
+def tail_start(store: StoreView) -> int:
+    """Where the next append starts after a full build: one past the last stored message,
+    or the first message of a trailing tool chain still waiting for results (left out of
+    the build under ``on_invalid="repair"``; it is appended with its results)."""
+    pending = store.pending_calls
+    if not pending:
+        return len(store)
+    roots = {store.chain_root(p) for p in pending}
+    start = min(roots)
+    if all(store.chain_root(i) in roots for i in range(start, len(store))):
+        return start
+    return len(store)
+
+
+def remember(
+    previous: PrefixState | None,
+    built: BuiltContext,
+    step: BuildStep,
+    seams: Seams,
+    *,
+    final_goal: str,
+    budget: int,
+) -> PrefixState:
+    """The prefix state after ``built``; for a pipeline build, also fills the record's
+    prefix accounting against the previous request (``prefix_tokens``, ``cacheable_tokens``).
+    """
+    store, policy = seams.store, seams.config.cache_policy
+    record = built.record
+    if record.mode == "appended":
+        assert previous is not None and step.plan is not None
+        history, counted = _history_tokens(previous, store)
+        end = len(built.messages) - (1 if step.note is not None else 0)
+        new = copy.deepcopy(built.messages[len(previous.messages):end])  # only the new ones: O(new)
+        return PrefixState(
+            messages=(*previous.messages, *new), sources=tuple(built.sources[:end]),
+            tokens=record.tokens_after - step.note_tokens, sent_tokens=record.tokens_after, note=step.note,
+            next_index=step.plan.next_index, final_goal=final_goal, budget=budget, base=previous.base,
+            base_length=previous.base_length, appended=(*previous.appended, *step.plan.indices),
+            skipped=(*previous.skipped, *step.plan.skipped),
+            appended_tokens=previous.appended_tokens + step.plan.tokens, history_tokens=history, counted=counted,
+            last_build_id=record.build_id, restore_tool=previous.restore_tool,
+        )
+    counter = seams.tokenizer
+    if previous is not None:
+        prefix = shared_prefix_tokens(
+            previous.sent, built.messages, count_message=counter.count_message, count_text=counter.count_text
+        )
+        record.prefix_tokens = prefix
+        record.cacheable_tokens = policy.cacheable(prefix)
+    note_tokens = record.budget_breakdown.spent.get(Purpose.SUBTASK.value, 0) if record.budget_breakdown else 0
+    has_note = bool(note_tokens) and bool(built.messages)
+    body = built.messages[:-1] if has_note else built.messages
+    sources = built.sources[:-1] if has_note else built.sources
+    start = tail_start(store)
+    held = sum(m.token_count for m in store.messages[start:] if m.id not in store.excluded)
+    return PrefixState(
+        messages=tuple(copy.deepcopy(list(body))), sources=tuple(sources),
+        tokens=record.tokens_after - note_tokens, sent_tokens=record.tokens_after,
+        note=dict(built.messages[-1]) if has_note else None,
+        next_index=start, final_goal=final_goal, budget=budget, base=record, base_length=len(store),
+        history_tokens=record.tokens_before - REPLY_PRIMING_TOKENS + held, counted=len(store),
+        last_build_id=record.build_id, restore_tool=seams.restore_tool,
+    )

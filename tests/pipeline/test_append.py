@@ -1,0 +1,307 @@
+"""Prefix-stable builds (issue 10, SPEC §3.1): append between compactions, compaction to a
+target, and the properties that hold on any history."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from typing import Any
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from invariants import assert_invariants
+
+from relevance_memory import (
+    InvalidMessageError,
+    RelevanceMemoryManager,
+    RelevanceScore,
+    ScoreSource,
+    ScoringResult,
+    TaskGoal,
+    TiktokenCounter,
+)
+from relevance_memory import pipeline as pipeline_module
+from relevance_memory._prefix import serialise_context
+
+COUNTER = TiktokenCounter()
+
+
+def call(cid: str, command: str) -> dict[str, Any]:
+    return {"id": cid, "type": "function", "function": {"name": "bash", "arguments": json.dumps({"command": command})}}
+
+
+def step(n: int, size: int = 40, parallel: bool = False) -> list[dict[str, Any]]:
+    """One agent step: an assistant message with one or two tool calls and their results."""
+    ids = [f"c{n}a", f"c{n}b"] if parallel else [f"c{n}"]
+    out: list[dict[str, Any]] = [{"role": "assistant", "content": f"Step {n}: inspect file_{n}.py",
+                                  "tool_calls": [call(i, f"cat file_{n}.py") for i in ids]}]
+    out += [{"role": "tool", "tool_call_id": i, "content": f"file_{n}.py line {n} " + "lorem ipsum " * size} for i in ids]
+    return out
+
+
+OPENING = [
+    {"role": "system", "content": "You are a coding agent."},
+    {"role": "user", "content": "Fix the failing date parser in utils/dates.py. You must not change the public API."},
+]
+
+
+def test_append_sends_the_previous_request_byte_for_byte_plus_the_new_messages() -> None:
+    memory = RelevanceMemoryManager(max_input_tokens=3000, keep_recent=2)
+    history = [*OPENING]
+    for n in range(12):
+        history += step(n)
+    memory.extend(history)
+    first = memory.build_context()
+    assert first.record.mode == "full_rebuild" and first.record.mode_reason.startswith("first build")
+    new = step(12, size=10)
+    memory.extend(new)
+    second = memory.build_context()
+    record = second.record
+    assert record.mode == "appended" and record.base_build_id == first.record.build_id
+    assert serialise_context(second.messages).startswith(serialise_context(first.messages)[:-1])
+    assert second.messages == [*first.messages, *new]
+    assert record.appended_ids == [m.id for m in memory.messages[-2:]]
+    assert record.prefix_tokens == first.record.tokens_after - 3 and record.cacheable_tokens == (
+        record.prefix_tokens // 128 * 128
+    )
+    assert record.tokens_after == first.record.tokens_after + sum(COUNTER.count_message(m) for m in new)
+    assert record.usage.llm_calls == 0 and record.cache_misses == 0
+    assert_invariants(history + new, second, 3000, COUNTER)
+    # the appended build's per-message list: the base's decisions plus the new messages
+    assert [d.decision for d in record.messages[-2:]] == ["recent", "recent"]
+    assert record.decision_for(record.appended_ids[0]).reason == "appended verbatim since the last compaction"
+    assert record.budget_breakdown is not None and record.budget_breakdown.spent["appended"] == sum(
+        COUNTER.count_message(m) for m in new
+    )
+
+
+def test_an_append_runs_no_stage_and_builds_its_record_lazily(monkeypatch: pytest.MonkeyPatch) -> None:
+    memory = RelevanceMemoryManager(max_input_tokens=3000, keep_recent=2)
+    memory.extend([*OPENING, *step(0), *step(1)])
+    memory.build_context()
+    memory.extend(step(2, size=5))
+
+    def no_pipeline(*args: Any, **kwargs: Any) -> Any:
+        raise AssertionError("an append must not run the pipeline")
+
+    monkeypatch.setattr(pipeline_module, "build", no_pipeline)
+    built = memory.build_context()
+    assert built.record.mode == "appended"
+    assert built.record._messages is None  # not built yet: O(new) per append
+    assert len(built.record.messages) == len(memory.messages)
+    assert json.loads(built.record.to_json())["messages"][-1]["id"] == memory.messages[-1].id
+
+
+def test_compaction_at_the_high_water_mark_fills_the_target() -> None:
+    memory = RelevanceMemoryManager(max_input_tokens=3000, keep_recent=2)
+    memory.extend(OPENING)
+    modes = []
+    for n in range(40):
+        memory.extend(step(n, size=80))
+        built = memory.build_context()
+        modes.append(built.record.mode)
+        assert built.record.tokens_after <= 3000
+        if built.record.mode == "compacted":
+            assert built.record.target == 1500 and built.record.tokens_after <= 1500
+            assert "would exceed the budget" in built.record.mode_reason
+            assert built.record.budget_breakdown is not None and built.record.budget_breakdown.budget == 3000
+    assert modes[0] == "full_rebuild" and modes.count("compacted") >= 2
+    assert modes.count("appended") > 2 * modes.count("compacted")  # many steps fit between compactions
+
+
+def test_goal_and_budget_changes_rebuild_and_a_request_compacts() -> None:
+    memory = RelevanceMemoryManager(max_input_tokens=3000, keep_recent=2, cache_policy={"clear_at_least": 0})
+    memory.extend([*OPENING, *(m for n in range(20) for m in step(n))])
+    memory.build_context()
+    assert memory.build_context().record.mode == "appended"
+    memory.set_goal(subtask="run the tests")  # a subtask is not a reason to rewrite the prefix
+    assert memory.build_context().record.mode == "appended"
+    assert memory.build_context(budget=2500).record.mode_reason == "the budget changed (3000 → 2500 tokens)"
+    memory.set_goal(final="Document the date parser")
+    rebuilt = memory.build_context(budget=2500)
+    assert (rebuilt.record.mode, rebuilt.record.mode_reason) == ("full_rebuild", "the final goal changed")
+    asked = memory.build_context(budget=2500, compact=True)
+    assert (asked.record.mode, asked.record.mode_reason) == ("compacted", "compaction requested by the caller")
+    assert asked.record.prefix_tokens > 0  # the stable head: the system prompt and the task statement
+
+
+def test_a_requested_compaction_that_frees_too_little_appends() -> None:
+    memory = RelevanceMemoryManager(max_input_tokens=30_000, keep_recent=2)
+    memory.extend([*OPENING, *step(0)])
+    memory.build_context()
+    built = memory.build_context(compact=True)
+    assert built.record.mode == "appended" and "clear_at_least" in built.record.mode_reason
+
+
+def test_a_tool_chain_waiting_for_results_is_held_back_then_appended_whole() -> None:
+    memory = RelevanceMemoryManager(max_input_tokens=3000, keep_recent=2, on_invalid="repair")
+    memory.extend([*OPENING, *step(0), *step(1)])
+    first = memory.build_context()
+    pending = step(2, parallel=True)
+    memory.extend(pending[:2])  # the call and one of its two results
+    held = memory.build_context()
+    assert held.record.mode == "appended" and held.messages == first.messages  # never a split chain
+    assert any("held back" in w for w in held.record.warnings)
+    assert held.record.decision_for(memory.messages[-1].id).note.startswith("held back")
+    memory.extend(pending[2:])
+    whole = memory.build_context()
+    assert whole.record.mode == "appended" and whole.messages == [*first.messages, *pending]
+    strict = RelevanceMemoryManager(max_input_tokens=3000, keep_recent=2)
+    strict.extend([*OPENING, *step(0)])
+    strict.build_context()
+    strict.extend(pending[:2])
+    with pytest.raises(InvalidMessageError, match="have no result"):
+        strict.build_context()  # as a full build would
+
+
+def test_a_stray_tool_result_compacts_instead_of_appending() -> None:
+    memory = RelevanceMemoryManager(max_input_tokens=3000, keep_recent=2, on_invalid="repair")
+    memory.extend([*OPENING, *step(0)])
+    memory.build_context()
+    memory.extend([step(1)[0], {"role": "user", "content": "wait"}, step(1)[1]])  # a result after a user turn
+    built = memory.build_context()
+    assert built.record.mode == "compacted" and "unanswered while later messages follow" in built.record.mode_reason
+
+
+def test_same_state_gives_byte_identical_builds() -> None:
+    def replay() -> list[str]:
+        memory = RelevanceMemoryManager(max_input_tokens=2500, keep_recent=2)
+        memory.extend(OPENING)
+        out = []
+        for n in range(25):
+            memory.extend(step(n, parallel=n % 3 == 0))
+            out.append(serialise_context(memory.build_context().messages))
+        return out
+
+    assert replay() == replay()
+
+
+# --------------------------------------------------------------------------- properties
+WORDS = ["parser", "dates.py", "utils", "ORD-1001", "41872", "timeout", "config", "alpha", "beta", "must", "never"]
+
+
+class ContentScorer:
+    """Scores are a pure function of (goal, content): a fresh manager scores exactly as a
+    long-lived one, whatever its cache holds."""
+
+    name = "content"
+    model = "content-1"
+    rubric_version = "v1"
+
+    def score(self, goal: TaskGoal, items: Any, context: Any = None) -> ScoringResult:
+        def one(item: Any) -> RelevanceScore:
+            digest = hashlib.sha256(f"{goal.final}|{item.content_hash}".encode()).digest()
+            return RelevanceScore(id=item.id, score=1 + digest[0] % 5, reason="hash", source=ScoreSource.LLM)
+
+        return ScoringResult(scores=[one(item) for item in items])
+
+
+@st.composite
+def histories(draw: st.DrawFn) -> tuple[list[list[dict[str, Any]]], list[tuple[bool, str | None]], int]:
+    """Chunks of messages (complete steps), and per chunk: compact on request, new subtask."""
+    chunks: list[list[dict[str, Any]]] = []
+    ops: list[tuple[bool, str | None]] = []
+    n = 0
+    for _ in range(draw(st.integers(3, 14))):
+        chunk: list[dict[str, Any]] = []
+        for _ in range(draw(st.integers(1, 3))):
+            kind = draw(st.sampled_from(["tool", "tool", "parallel", "user", "assistant"]))
+            text = " ".join(draw(st.lists(st.sampled_from(WORDS), min_size=1, max_size=8)))
+            if kind in ("tool", "parallel"):
+                chunk += step(n, size=draw(st.integers(1, 60)), parallel=kind == "parallel")
+            elif kind == "user":
+                chunk.append({"role": "user", "content": f"{text} (turn {n})"})
+            else:
+                chunk.append({"role": "assistant", "content": f"{text} (turn {n})"})
+            n += 1
+        chunks.append(chunk)
+        ops.append((draw(st.booleans()) and draw(st.booleans()), draw(st.sampled_from([None, None, "run the tests"]))))
+    return chunks, ops, draw(st.sampled_from([900, 1500, 2500]))
+
+
+@settings(max_examples=25)
+@given(histories())
+def test_every_compaction_equals_a_fresh_build_from_the_same_state(case: Any) -> None:
+    """After any sequence of appends and compactions, a compaction equals what a fresh memory
+    holding the same messages builds when asked to compact (pheromone off: its deposits are
+    history by design); every output passes the SPEC §9 checks."""
+    chunks, ops, budget = case
+    config: dict[str, Any] = {"max_input_tokens": budget, "keep_recent": 2, "pheromone": {"enabled": False}}
+    memory = RelevanceMemoryManager(scorer=ContentScorer(), **config)
+    memory.extend(OPENING)
+    history = [*OPENING]
+    for chunk, (compact, subtask) in zip(chunks, ops, strict=True):
+        memory.extend(chunk)
+        history += chunk
+        if subtask:
+            memory.set_goal(subtask=subtask)
+        built = memory.build_context(compact=compact)
+        assert_invariants(history, built, budget, COUNTER)
+        if built.record.mode == "compacted":
+            fresh = RelevanceMemoryManager(scorer=ContentScorer(), **config)
+            fresh.extend(history)
+            fresh.set_goal(subtask=memory.goal.subtask)
+            again = fresh.build_context(compact=True)
+            assert again.record.mode == "compacted"
+            assert serialise_context(again.messages) == serialise_context(built.messages)
+
+
+@settings(max_examples=20)
+@given(histories())
+def test_appends_leave_the_memory_as_a_rebuild_would(case: Any) -> None:
+    """With the default scorer and the pheromone field on: a memory that only builds where the
+    appending one compacted or rebuilt makes the very same contexts (appends change no state)."""
+    chunks, ops, budget = case
+    config: dict[str, Any] = {"max_input_tokens": budget, "keep_recent": 2}
+    appending, mirror = RelevanceMemoryManager(**config), RelevanceMemoryManager(**config)
+    for memory in (appending, mirror):
+        memory.extend(OPENING)
+    history = [*OPENING]
+    for chunk, (_, subtask) in zip(chunks, ops, strict=True):
+        history += chunk
+        for memory in (appending, mirror):
+            memory.extend(chunk)
+            if subtask:
+                memory.set_goal(subtask=subtask)
+        built = appending.build_context()
+        assert_invariants(history, built, budget, COUNTER)
+        if built.record.mode != "appended":
+            twin = mirror.build_context()
+            assert (twin.record.mode, twin.record.target) == (built.record.mode, built.record.target)
+            assert serialise_context(twin.messages) == serialise_context(built.messages)
+
+
+class LowTaskScorer(ContentScorer):
+    """Rates the task statement 1 (as a careless LLM might) and everything else 4."""
+
+    def score(self, goal: TaskGoal, items: Any, context: Any = None) -> ScoringResult:
+        return ScoringResult(scores=[
+            RelevanceScore(id=i.id, score=1 if i.is_task_statement else 4, reason="r", source=ScoreSource.LLM)
+            for i in items
+        ])
+
+
+@pytest.mark.parametrize("summaries", [True, False])
+def test_a_goal_block_never_points_at_a_task_statement_that_was_left_out(summaries: bool) -> None:
+    memory = RelevanceMemoryManager(
+        max_input_tokens=900, keep_recent=1, scorer=LowTaskScorer(), summaries=summaries, pheromone={"enabled": False}
+    )
+    history = [*OPENING, *(m for n in range(8) for m in step(n)), {"role": "user", "content": "Status?"}]
+    memory.extend(history)
+    built = memory.build_context()
+    assert built.record.decision_for("m1").decision not in ("kept", "recent")
+    block = next(m["content"] for m in built.messages if m["content"] and m["content"].startswith("[relevance-memory: task"))
+    assert "Final goal: Fix the failing date parser" in block and "kept verbatim here" not in block
+    assert any("the goal block states the final goal" in w for w in built.record.warnings)
+    assert_invariants(history, built, 900, COUNTER)
+
+
+def test_offering_the_restore_tool_compacts_so_the_goal_block_can_say_so() -> None:
+    memory = RelevanceMemoryManager(max_input_tokens=3000, keep_recent=2)
+    memory.extend([*OPENING, *(m for n in range(20) for m in step(n))])
+    memory.build_context()
+    memory.restore_tool()
+    built = memory.build_context()
+    assert built.record.mode == "compacted" and "restore tool" in built.record.mode_reason
+    assert memory.build_context().record.mode == "appended"  # and then appends again
