@@ -116,7 +116,8 @@ def _run_eval(
     try:
         labels = [s.strip() for s in scorers.split(",") if s.strip()]
         for n, spec in enumerate(labels):
-            scorer = make_scorer(spec)
+            # the manager's own default for "offline": its scorer shares the store's message vectors
+            scorer = None if spec == "offline" else make_scorer(spec)
             run = RecallRun(
                 budgets=budgets, methods=_first_methods() if n == 0 else ("manager",),
                 keep_recent=keep_recent, goal_block=goal_block, scorer=scorer, label=spec.split(":")[0],
@@ -157,7 +158,8 @@ def _run_eval(
 _BUDGETS = typer.Option("--budgets", help="Comma-separated token budgets. Default: 1000,2000,4000 (LoCoMo), 2000,4000,8000 (LongMemEval).")
 _LIMIT = typer.Option(help="Only the first N questions.")
 _QUESTIONS = typer.Option(help="Only these question ids, comma-separated (LoCoMo: conv-26#q0 or q0).")
-_SCORERS = typer.Option("--scorer", help="Manager scorer(s), comma-separated: offline, llm, llm:<prompt version>.")
+_SCORERS = typer.Option("--scorer", help="Manager scorer(s), comma-separated: offline (the default: lexical + embedding), "
+                        "lexical (words only), llm, llm:<prompt version>.")
 _KEEP = typer.Option("--keep-recent", help="Manager working memory in steps (QA: 0 = the newest turn only).")
 _GOAL = typer.Option("--goal-block/--no-goal-block", help="Let the manager add its goal block (costs tokens the baselines do not spend).")
 _JOBS = typer.Option(help="Worker processes (conversations run in parallel).")

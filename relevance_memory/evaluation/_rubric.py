@@ -307,7 +307,11 @@ def evaluate_rubric(labelled: LabelledSet, scorer: Scorer, *, repeats: int = 1,
 
 
 def make_scorer(spec: str, **options: Any) -> Scorer:
-    """A scorer from a short spec: ``offline``, or ``llm`` / ``llm:<prompt version>``.
+    """A scorer from a short spec: ``offline``, ``lexical``, or ``llm`` / ``llm:<prompt version>``.
+
+    ``offline`` is the default offline scorer a manager uses (:class:`SemanticScorer`: lexical
+    rules fused with the bundled embedding, lexical alone when the model is not installed);
+    ``lexical`` is the lexical rules alone (:class:`OfflineScorer`, the default before issue 11).
 
     The LLM scorer is imported lazily from ``relevance_memory`` (it needs an endpoint
     configured the way :class:`LLMScorer` documents); ``options`` go to its constructor.
@@ -317,6 +321,10 @@ def make_scorer(spec: str, **options: Any) -> Scorer:
     """
     name, _, version = spec.partition(":")
     if name == "offline":
+        from .._semantic import SemanticScorer  # local: loads the embedding model on first use
+
+        return SemanticScorer()
+    if name == "lexical":
         return OfflineScorer()
     if name == "llm":
         import relevance_memory
@@ -328,4 +336,4 @@ def make_scorer(spec: str, **options: Any) -> Scorer:
             options.setdefault("rubric_version", version)
         scorer: Scorer = cls(**options)
         return scorer
-    raise ConfigError(f"unknown scorer {spec!r}; expected 'offline', 'llm' or 'llm:<prompt version>'")
+    raise ConfigError(f"unknown scorer {spec!r}; expected 'offline', 'lexical', 'llm' or 'llm:<prompt version>'")

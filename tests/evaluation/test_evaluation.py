@@ -278,6 +278,12 @@ def test_make_scorer_llm_unavailable_or_offline() -> None:
     from relevance_memory.evaluation import make_scorer
 
     assert make_scorer("offline").name == "offline"
+    # "offline" is the default offline scorer (lexical + embedding), "lexical" the words alone
+    from relevance_memory import OfflineScorer
+    from relevance_memory._semantic import SemanticScorer
+
+    assert isinstance(make_scorer("offline"), SemanticScorer)
+    assert type(make_scorer("lexical")) is OfflineScorer and make_scorer("lexical").name == "offline"
     if not hasattr(relevance_memory, "LLMScorer"):
         with pytest.raises(ConfigError, match="not available"):
             make_scorer("llm:score_v1")
