@@ -165,5 +165,7 @@ def test_rubric_eval_shows_the_judge_apart_and_the_offline_scorer_beside_it(
     text = result.output
     assert "AUROC · judge alone" in text and "AUROC · with fallbacks" in text and "replies parsed" in text
     reports = json.loads((tmp_path / "m.json").read_text())["reports"]
-    assert [(r["scorer"], r["rubric_version"]) for r in reports] == [("llm", "score_v2"), ("offline", "offline-v2")]
+    assert [r["scorer"] for r in reports] == ["llm", "offline"] and reports[0]["rubric_version"] == "score_v2"
+    # beside the judge, the default offline scorer: the lexical rules fused with the bundled embedding
+    assert reports[1]["rubric_version"].startswith("offline-v2+wordllama-l2_supercat-256@")
     assert reports[0]["judge"]["auroc"] == 1.0 and reports[0]["parse_rate"] == 1.0 and reports[0]["llm_calls"] == 1
