@@ -279,6 +279,8 @@ class RelevanceMemoryManager:
         Raises:
             KeyError: an id or span names no stored message (all unknown ones are listed).
         """
+        if isinstance(ids, str):  # one id, not its characters ('m0' is not ['m', '0'])
+            ids = [ids]
         found, missing = RestoreHandler(self.store).resolve(ids)
         if missing:
             raise KeyError(f"no message with id {', '.join(repr(m) for m in missing)}")
@@ -351,7 +353,13 @@ class RelevanceMemoryManager:
 
         Returns the goal in force. Until a final goal is set, the first user message is
         the final goal.
+
+        Raises:
+            ConfigError: ``final`` or ``subtask`` is not a string (or ``None``).
         """
+        for name, value in (("final", final), ("subtask", subtask)):
+            if value is not None and not isinstance(value, str):
+                raise ConfigError(f"set_goal({name}=...) takes a string or None, got {type(value).__name__} {value!r}")
         if final is not None:
             self._final = final.strip() or None
         if subtask is not None:
@@ -398,7 +406,7 @@ class RelevanceMemoryManager:
             A :class:`BuiltContext` with valid OpenAI messages within the budget.
 
         Raises:
-            ConfigError: ``budget`` is not a positive number of tokens.
+            ConfigError: ``budget`` is not a positive whole number of tokens (an int; a bool, float or str is refused).
             ContextOverflowError: the pinned prompt plus the newest step cannot fit.
             InvalidMessageError: tool calls have no result (with ``on_invalid="raise"``).
             RuntimeError: called from inside an event loop while an :meth:`abuild_context`
@@ -515,6 +523,8 @@ class RelevanceMemoryManager:
     # ------------------------------------------------------------------ wiring
     def _plan(self, budget: int | None, tools: Sequence[Any] | None, compact: bool) -> tuple[int, BuildStep, Seams]:
         """The build's budget (minus the tools schema), its decision and its seams."""
+        if budget is not None and (isinstance(budget, bool) or not isinstance(budget, int)):
+            raise ConfigError(f"budget must be a whole number of tokens (int), got {type(budget).__name__} {budget!r}")
         budget = budget if budget is not None else self.config.token_budget()
         schema = tools_tokens(self.tokenizer, tools)
         if budget - schema <= 0:

@@ -32,6 +32,7 @@ __all__ = [
     "leaf_texts",
     "part_text",
     "thaw",
+    "user_authored",
 ]
 
 Role = Literal["system", "developer", "user", "assistant", "tool"]
@@ -129,6 +130,20 @@ class MessageType(str, Enum):
     TOOL_RESULT = "tool_result"
     SYSTEM = "system"
     SUMMARY = "summary"
+
+
+USER_AUTHORED_TYPES: frozenset[str] = frozenset({MessageType.USER_INSTRUCTION.value, MessageType.USER_CHAT.value})
+"""Types of ``user`` messages a person wrote (an instruction or chat), as opposed to other
+agents' tool results, calls or reasoning imported from a memory board as ``user`` messages."""
+
+
+def user_authored(role: str, msg_type: str) -> bool:
+    """Whether a message is a user's own words: role ``user`` and type ``user_instruction`` or
+    ``user_chat``. Only these can be the task statement or a user constraint (SPEC §7: a user
+    constraint scored ≥ 4 is never only in a summary); a ``user`` message imported from a memory
+    board that carries another agent's tool result (``msg_type="tool_result"``, SPEC §10) is
+    scored and kept like any tool result, not protected as a constraint."""
+    return role == "user" and msg_type in USER_AUTHORED_TYPES
 
 
 class ScoreSource(str, Enum):

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import typer
 from rich import box
 from rich.console import Console
@@ -21,6 +23,7 @@ __all__ = [
     "mode_lines",
     "plural",
     "short",
+    "write_output",
 ]
 
 console = Console()
@@ -36,6 +39,20 @@ def fail(message: str) -> typer.Exit:
     """
     err.print(f"[bold red]error:[/] {escape(message)}", soft_wrap=True)  # "[plot]" is text, not markup
     return typer.Exit(code=2)
+
+
+def write_output(path: Path, text: str, what: str) -> None:
+    """Write ``text`` (UTF-8) to ``path``, creating its folder; an unwritable path (a missing
+    or read-only folder, a directory given as the file) is a one-line ``error:`` and exit 2.
+
+    Raises:
+        typer.Exit: the file cannot be written (the message names ``what``, the path and why).
+    """
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text, encoding="utf-8")
+    except OSError as exc:
+        raise fail(f"cannot write the {what} to {path}: {exc.strerror or exc}") from None
 
 
 def plural(count: int, noun: str) -> str:

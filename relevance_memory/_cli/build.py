@@ -17,7 +17,7 @@ from .._exceptions import RelevanceMemoryError
 from .._io import load_transcript
 from .._manager import RelevanceMemoryManager
 from .._record import DecisionRecord
-from ._common import budget_line, console, err, fail, mode_lines, plural, short
+from ._common import budget_line, console, err, fail, mode_lines, plural, short, write_output
 from ._scorer_options import (
     BaseUrl,
     BatchSize,
@@ -102,10 +102,8 @@ def build(
         stem = f"{stem}.{index}"
     record_path = record or (out.parent if out else Path()) / f"{stem}.record.json"  # next to the context
     out = out or Path(f"{stem}.context.json")
-    out.parent.mkdir(parents=True, exist_ok=True)
-    record_path.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(built.messages, ensure_ascii=False, indent=2) + "\n", encoding="utf-8")
-    record_path.write_text(built.record.to_json() + "\n", encoding="utf-8")
+    write_output(out, json.dumps(built.messages, ensure_ascii=False, indent=2) + "\n", "context")
+    write_output(record_path, built.record.to_json() + "\n", "decision record")
     if as_json:
         typer.echo(built.record.to_json())
         return

@@ -112,6 +112,10 @@ def _run_eval(
     if dataset.repaired:
         console.print(f"{len(dataset.repaired)} malformed evidence id(s) repaired")
     results = []
+    try:  # before the run: an unwritable --out should not cost the whole evaluation
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise fail(f"cannot write results to {out}: {exc.strerror or exc}") from None
     started = time.perf_counter()
     try:
         labels = [s.strip() for s in scorers.split(",") if s.strip()]
@@ -133,7 +137,6 @@ def _run_eval(
     summary = summarise_results(results)
     title = f"{name}: evidence recall at a token budget ({len(evaluable):,} questions, cl100k)"
     console.print(recall_table(summary, budgets, title=title))
-    out.mkdir(parents=True, exist_ok=True)
     json_path, png_path = out / f"{name}.json", out / f"{name}.png"
     payload: dict[str, Any] = {
         "dataset": name, "path": str(path), **_provenance(), "elapsed_s": round(elapsed, 1),

@@ -18,7 +18,7 @@ from .._exceptions import ContextOverflowError, RelevanceMemoryError
 from .._extras import MissingExtraError, require
 from .._io import load_transcript
 from .._manager import RelevanceMemoryManager
-from ._common import console, fail
+from ._common import console, fail, write_output
 
 __all__ = ["heatmap", "render_heatmap", "replay_strengths"]
 
@@ -114,6 +114,8 @@ def heatmap(
         raise fail(str(exc)) from None
     try:
         transcript = load_transcript(run, index=index)
+        if not transcript.messages:
+            raise fail(f"{run} holds no messages: nothing to replay")
         memory, steps, snapshots = replay_strengths(
             transcript.messages, budget=budget, keep_recent=keep_recent, goal=transcript.task
         )
@@ -134,12 +136,14 @@ def heatmap(
         graph = field.graphml() if graphml else None
     except MissingExtraError as exc:
         raise fail(str(exc)) from None
+    except OSError as exc:
+        raise fail(f"cannot write the heat map to {target}: {exc.strerror or exc}") from None
     if field_json:  # standard JSON: an infinite half-life (never evaporates) is null
-        field_json.write_text(field.to_json(), encoding="utf-8")
+        write_output(field_json, field.to_json(), "field JSON")
     if graphml and graph is not None:
-        graphml.write_text(graph, encoding="utf-8")
+        write_output(graphml, graph, "GraphML")
     if history:
-        history.write_text(field.history_json(), encoding="utf-8")
+        write_output(history, field.history_json(), "strength history")
     console.print(
         f"wrote {target} ({run.name}{which}: {len(chosen)} messages × {len(snapshots)} builds, {field.tick} ticks)"
     )

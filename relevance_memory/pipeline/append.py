@@ -27,7 +27,7 @@ from typing import Any
 
 from .._cache_policy import PrefixDecision, decide_build_mode
 from .._exceptions import InvalidMessageError, RelevanceMemoryError
-from .._models import ScoreSource, TaskGoal
+from .._models import ScoreSource, TaskGoal, user_authored
 from .._prefix import AppendPlan, TailItem, plan_append, shared_prefix_tokens
 from .._record import BudgetBreakdown, BudgetLine, DecisionRecord, MessageDecision
 from .._scoring import ScorerUsage
@@ -349,7 +349,10 @@ def grown_target(record: DecisionRecord, *, first_user: int | None, core_score: 
     """A larger target for a compaction that left out what must stay verbatim, or ``None``.
 
     Must stay verbatim (SPEC §7, §3.1): the task statement (the first user message) and
-    user messages scored ≥ ``core_score``, older repeats of a kept message aside. The
+    user messages scored ≥ ``core_score``, older repeats of a kept message aside — messages a
+    user wrote (:func:`~relevance_memory._models.user_authored`), not other agents' tool
+    results imported from a memory board as ``user`` messages (those would make every
+    compaction of a board agent fill the whole budget). The
     target grows by their tokens (plus :data:`TARGET_GROWTH_SLACK`), at most to ``budget``.
     """
     if target >= budget:
@@ -357,7 +360,7 @@ def grown_target(record: DecisionRecord, *, first_user: int | None, core_score: 
     lost = sum(
         d.tokens
         for d in record.messages
-        if d.role == "user"
+        if user_authored(d.role, d.msg_type)
         and d.decision not in ("kept", "recent")
         and d.reason != "excluded on ingest"
         and "repeat of" not in d.note

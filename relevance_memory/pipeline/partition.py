@@ -18,7 +18,7 @@ from dataclasses import dataclass
 
 from .._exceptions import ContextOverflowError, InvalidMessageError
 from .._markers import GOAL_BLOCK_MARKER
-from .._models import Message, TaskGoal
+from .._models import Message, TaskGoal, content_text, user_authored
 from .._tokenizer import REPLY_PRIMING_TOKENS, TokenCounter
 from ._state import BuildState, Chain, Partitioned, Seams, StoreView
 from .assemble import subtask_note
@@ -31,6 +31,7 @@ __all__ = [
     "Split",
     "clip_to_tokens",
     "goal_block_text",
+    "goal_is_task_statement",
     "group_chains",
     "partition",
     "split_history",
@@ -192,6 +193,22 @@ def goal_block_text(
     return "\n".join(lines)
 
 
+def goal_is_task_statement(goal: TaskGoal, store: StoreView) -> bool:
+    """Whether the final goal is the task statement's text: derived from the first user
+    message, or set explicitly to that same text (``set_goal(final=task)``, as a board agent
+    whose task arrives as the planner's imported ``[planner · user instruction]`` message
+    does). Then the goal block points at the kept task statement instead of repeating it
+    (the task's tokens would be spent twice)."""
+    if goal.source == "first_user_message":
+        return True
+    first = store.first_user_index
+    final = goal.final.strip()
+    if goal.source != "explicit" or first is None or not final:
+        return False
+    message = store[first]
+    return user_authored(message.role, message.msg_type.value) and content_text(message.content).strip().endswith(final)
+
+
 def _goal_block(
     goal: TaskGoal,
     seams: Seams,
@@ -207,7 +224,7 @@ def _goal_block(
     if not config.goal_block or not goal.final:
         return None, ledger
     first_user = seams.store.first_user_index
-    pointer = final_excerpt is None and goal.source == "first_user_message"
+    pointer = final_excerpt is None and goal_is_task_statement(goal, seams.store)
     text = goal_block_text(
         goal,
         final_excerpt=None if pointer else (final_excerpt if final_excerpt is not None else goal.final),
@@ -299,7 +316,7 @@ def partition(state: BuildState, seams: Seams) -> Partitioned:
     candidate_chains = {r: chains[r] for r in candidates}
     # an oversized task statement is shown as an excerpt inside the goal block
     if (
-        goal.source == "first_user_message"
+        goal_is_task_statement(goal, store)
         and task_root is not None
         and task_root in candidate_chains
         and config.goal_block

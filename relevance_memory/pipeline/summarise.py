@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from .._models import Message, RelevanceScore, content_text
+from .._models import Message, RelevanceScore, content_text, user_authored
 from .._summary import PyramidResult, SummaryItem, build_pyramid, pointer_summary, pointer_tokens
 from ._state import BuildState, Partitioned, Ranked, Seams, Selection, Summarised, required
 from .ledger import BudgetLedger, Purpose
@@ -77,7 +77,8 @@ def summarise_archive(
             continue
         score = scores.get(i)
         if (
-            message.role == "user" and score is not None and score.score >= config.core_score
+            user_authored(message.role, message.msg_type.value) and score is not None
+            and score.score >= config.core_score
             and message.id not in store.superseded_by  # archived on purpose: a newer value replaces it
         ):
             held.add(i)
@@ -132,10 +133,10 @@ def _protected(seams: Seams, part: Partitioned, scores: Mapping[int, RelevanceSc
 
 def _goal_block_is_pointer(state: BuildState, part: Partitioned, goal_text: str | None, kept_roots: set[int]) -> bool:
     """The goal block only points at the task statement, which is kept (it never names the subtask)."""
-    goal = state.goal
+    del state
     return (
         goal_text is not None
-        and goal.source == "first_user_message"
+        and GOAL_POINTER in goal_text
         and part.task_root is not None
         and part.task_root in kept_roots
     )
@@ -236,7 +237,6 @@ def _points_at_a_left_out_task(state: BuildState, part: Partitioned, goal_text: 
     left out (a scorer rated it low): the pointer would not tell the truth."""
     return (
         goal_text is not None
-        and state.goal.source == "first_user_message"
         and GOAL_POINTER in goal_text
         and part.task_root is not None
         and part.task_root not in kept
@@ -283,7 +283,8 @@ def _protected_roots(seams: Seams, part: Partitioned, scores: Mapping[int, Relev
     return {
         r for r in selection.kept
         if selection.tier[r] == "core"
-        and (r == part.task_root or any(store[i].role == "user" and scores[i].score >= core for i in part.candidates[r].members))
+        and (r == part.task_root or any(user_authored(store[i].role, store[i].msg_type.value) and scores[i].score >= core
+                                      for i in part.candidates[r].members))
     }
 
 

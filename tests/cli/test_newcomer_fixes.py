@@ -3,6 +3,7 @@ constraint cues, and constraints that cannot fit verbatim."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -96,3 +97,43 @@ def test_a_constraint_that_cannot_fit_verbatim_is_summarised_not_dropped() -> No
     text = "\n".join(str(m["content"]) for m in built.messages)
     assert "ACME-77" in text and "41,872" in text
     assert any("only in a summary" in w for w in built.record.warnings)
+
+
+def test_unwritable_outputs_get_one_line_errors(tmp_path: Path) -> None:
+    """``--out`` under a file, or a directory as ``--out``, printed a FileNotFoundError /
+    IsADirectoryError traceback after the build; now one ``error:`` line naming the path."""
+    blocker = tmp_path / "a-file"
+    blocker.write_text("x")
+    small = tmp_path / "small.json"
+    small.write_text('[{"role": "user", "content": "hi"}]')
+    for args, what in (
+        (["--out", str(blocker / "ctx.json")], f"cannot write the context to {blocker / 'ctx.json'}"),
+        (["--out", str(tmp_path)], f"cannot write the context to {tmp_path}"),
+        (["--out", str(tmp_path / "ctx.json"), "--record", str(blocker / "r.json")],
+         f"cannot write the decision record to {blocker / 'r.json'}"),
+    ):
+        result = runner.invoke(app, ["build", str(small), *args])
+        assert result.exit_code == 2, result.output
+        assert "Traceback" not in result.output and isinstance(result.exception, SystemExit)
+        assert what in " ".join(result.output.split())
+    locomo = tmp_path / "locomo.json"
+    locomo.write_text(json.dumps([{
+        "sample_id": "conv-x",
+        "conversation": {"speaker_a": "Ann", "speaker_b": "Bob", "session_1_date_time": "1:56 pm on 8 May, 2023",
+                         "session_1": [{"speaker": "Ann", "dia_id": "D1:1", "text": "I adopted a puppy named Biscuit."}]},
+        "qa": [{"question": "What is the puppy's name?", "answer": "Biscuit", "evidence": ["D1:1"], "category": 4}],
+    }]))
+    blocked = runner.invoke(app, ["eval", "locomo", str(locomo), "--out", str(blocker / "eval")])
+    assert blocked.exit_code == 2, blocked.output
+    assert f"cannot write results to {blocker / 'eval'}" in " ".join(blocked.output.split())
+    assert "recall" not in blocked.output  # refused before the evaluation ran
+
+
+def test_heatmap_of_an_empty_transcript_is_an_error(tmp_path: Path) -> None:
+    """It wrote a blank PNG with a matplotlib warning; ``relmem build`` says "nothing to build"."""
+    empty = tmp_path / "list.json"
+    empty.write_text("[]")
+    result = runner.invoke(app, ["heatmap", str(empty), "--out", str(tmp_path / "h.png")])
+    assert result.exit_code == 2
+    assert "holds no messages: nothing to replay" in result.output
+    assert not (tmp_path / "h.png").exists()

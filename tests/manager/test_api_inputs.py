@@ -1,0 +1,45 @@
+"""Wrong argument types to the manager's API give a ConfigError naming the argument
+(before: a TypeError from deep inside the build, a float budget accepted, set_goal(final=123)
+an AttributeError, restore("m0") looked up the ids 'm' and '0')."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import pytest
+
+from relevance_memory import ConfigError, RelevanceMemoryManager
+
+
+def _memory() -> RelevanceMemoryManager:
+    memory = RelevanceMemoryManager(max_input_tokens=2000)
+    memory.extend([{"role": "system", "content": "Be brief."}, {"role": "user", "content": "hello"}])
+    return memory
+
+
+@pytest.mark.parametrize("budget", ["8000", 1.5, True, 8000.0])
+def test_a_budget_that_is_not_an_int_is_refused(budget: Any) -> None:
+    memory = _memory()
+    with pytest.raises(ConfigError, match=r"budget must be a whole number of tokens \(int\), got "):
+        memory.build_context(budget=budget)
+    with pytest.raises(ConfigError, match="budget must be a whole number"):
+        asyncio.run(memory.abuild_context(budget=budget))
+    assert memory.build_context(budget=1000).record.budget == 1000  # nothing was half-built meanwhile
+
+
+@pytest.mark.parametrize("kwargs", [{"final": 123}, {"subtask": ["run", "tests"]}])
+def test_set_goal_takes_strings(kwargs: dict[str, Any]) -> None:
+    memory = _memory()
+    name = next(iter(kwargs))
+    with pytest.raises(ConfigError, match=rf"set_goal\({name}=...\) takes a string or None"):
+        memory.set_goal(**kwargs)
+    assert memory.goal.final == "hello" and memory.goal.subtask == ""
+
+
+def test_restore_takes_one_id_as_a_string() -> None:
+    memory = _memory()
+    assert memory.restore("m1") == [{"role": "user", "content": "hello"}]
+    assert memory.restore(["m0", "m1"])[0] == {"role": "system", "content": "Be brief."}
+    with pytest.raises(KeyError, match="'m7'"):
+        memory.restore("m7")
