@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from relevance_memory import _embedding
+from relevance_memory import _embedding, _semantic
 from relevance_memory._embedding import (
     Embedder,
     StaticEmbedder,
@@ -161,12 +161,15 @@ def test_without_the_package_scoring_is_lexical_and_says_so_once(monkeypatch: py
     monkeypatch.setattr(_embedding, "_package_dir", lambda package: None)
     assert default_embedder() is None
     assert "wordllama" in embedder_unavailable_reason() and "lexical" in embedder_unavailable_reason()
+    monkeypatch.setattr(_semantic, "_WARNED_PROCESS", [])  # whatever ran before in this process
     scorer = SemanticScorer()
     goal = TaskGoal(final="tips for my phone's battery life", source="explicit")
     items = [ScoreItem(id="a", role="user", msg_type="user_chat", source="user", text="I bought a power bank"),
              ScoreItem(id="b", role="user", msg_type="user_chat", source="user", text="phone battery drains fast")]
-    first = scorer.score(goal, items)
-    second = scorer.score(goal, items)
+    with pytest.warns(RuntimeWarning, match="semantic relevance off: the 'wordllama' package is not installed"):
+        first = scorer.score(goal, items)
+    second = scorer.score(goal, items)  # once per process: no second warning (filterwarnings=error)
+    assert SemanticScorer().score(goal, items).warnings == [_embedding.embedder_unavailable_reason()]
     lexical = OfflineScorer().score(goal, items)
     assert [s.model_dump() for s in first.scores] == [s.model_dump() for s in lexical.scores]
     assert len(first.warnings) == 1 and "lexical" in first.warnings[0]
