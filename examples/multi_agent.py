@@ -200,8 +200,11 @@ def main(argv: list[str] | None = None) -> int:
         elapsed = time.perf_counter() - start
         lines = sorted((line for _, out, _ in procs for line in json.loads(out.read_text())), key=lambda x: x["step"])
         for line in lines:
-            shared = ", ".join(f"{b['id']}({b['producer']}, {b['decision']}, score {b['score']}, "
-                               f"S={b['strength']})" for b in line["from_board"][:4])
+            shared = ", ".join(
+                f"{b['id']}({b['producer']}, {b['decision']}, "
+                + ("not scored: in the last steps" if b["score"] is None else f"score {b['score']}")
+                + f", S={b['strength']})" for b in line["from_board"][:4]
+            ) or "none"
             more = f" +{len(line['from_board']) - 4} more" if len(line["from_board"]) > 4 else ""
             print(f"step {line['step']:3d} {line['agent']:8s} sent {line['tokens_sent']:5,} of "
                   f"{line['tokens_history']:6,} tokens; from the board {len(line['from_board']):2d}: {shared}{more}"
