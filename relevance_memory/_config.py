@@ -339,11 +339,13 @@ class PheromoneConfig(BaseModel):
             every useful message above ``carry_threshold``, and passing all of those would
             re-score nearly everything on every step).
         history_top_n: strongest messages recorded per tick in the history (SPEC §5).
-        order_resolution: selection orders tiers by strength in bands this wide (strength
-            units; default 1.0 = one score-3 deposit), then by the score's weight, then
-            recency: type priors, a single reinforcement or a few ticks of evaporation do not
+        order_resolution: selection orders tiers by the strength earlier subtasks of the
+            task deposited, in bands this wide (strength units; default 1.0 = one score-3
+            deposit), then by the score's weight, then recency: small differences do not
             outrank a better match (LoCoMo, 635 questions: 1k recall 0.583 → 0.619 against
-            exact-strength ordering; ``benchmarks/ablation_locomo.py``).
+            exact-strength ordering; ``benchmarks/ablation_locomo.py``). Type priors and
+            evaporation since arrival are not banded at all (issue 11: LongMemEval S, oracle
+            and LoCoMo recall +1 to +3 points at every budget; BENCHMARKS.md).
     """
 
     model_config = ConfigDict(frozen=True, extra="forbid")

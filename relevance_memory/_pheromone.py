@@ -48,6 +48,7 @@ from ._pheromone_math import (
     reinforce,
     score_before,
     settled_strength,
+    task_memory,
     task_strength,
 )
 
@@ -142,6 +143,13 @@ class PheromoneField:
         """
         cell = self._cells.get(message_id)
         return task_strength(cell, self.tick, self.config, goal, subtask) if cell else 0.0
+
+    def memory_for(self, message_id: str, goal: str | None, subtask: str | None = None) -> float:
+        """Strength deposited for the task with final goal ``goal`` by its *earlier* subtasks
+        (:func:`~relevance_memory._pheromone_math.task_memory`; strength units): what orders
+        a tier's strength band. 0.0 for an unknown id or under another final goal."""
+        cell = self._cells.get(message_id)
+        return task_memory(cell, self.tick, self.config, goal, subtask) if cell else 0.0
 
     def score_before(self, message_id: str, goal: str | None, subtask: str) -> int | None:
         """The message's latest score from *before* the subtask ``(goal, subtask)``, or ``None``.

@@ -48,6 +48,7 @@ __all__ = [
     "score_before",
     "settle",
     "settled_strength",
+    "task_memory",
     "task_strength",
 ]
 
@@ -179,6 +180,29 @@ def task_strength(cell: Cell, tick: int, config: PheromoneConfig, goal: str | No
         last = cell.last_deposit * factor if ticks > 0 else cell.last_deposit
         return max(0.0, current - last)
     return current
+
+
+def task_memory(cell: Cell, tick: int, config: PheromoneConfig, goal: str | None, subtask: str | None = None) -> float:
+    """The part of the strength deposited for the task with final goal ``goal`` by its
+    *earlier* subtasks (strength units, evaporated; 0.0 under another final goal).
+
+    This is what orders a tier (the strength band,
+    :data:`~relevance_memory.pipeline.order.STRENGTH_BAND`): SPEC §5 memory of what
+    earlier subtasks found relevant. The base strength — the kind's initial strength,
+    reinforcement from references, evaporation since arrival — is left out: it is a type
+    and recency prior the score and the weight already carry, and, used as a band, it put
+    weaker matches of a favoured kind ahead of better ones (LongMemEval S / oracle and
+    LoCoMo recall rose 1–3 points at every budget without it, BENCHMARKS.md, issue 11).
+    Carry-over and forgetting keep reading :func:`task_strength`.
+    """
+    if cell.latest_goal is None or cell.latest_goal != goal:
+        return 0.0
+    ticks = evaporating_ticks(cell, tick, config)
+    factor = (1.0 - rate_of(config, cell.kind)) ** ticks if ticks > 0 else 1.0
+    earned = cell.earned
+    if subtask is not None and cell.last_key == (goal or "", subtask):
+        earned -= cell.last_deposit
+    return max(0.0, earned * factor)
 
 
 def score_before(cell: Cell, goal: str | None, subtask: str) -> int | None:

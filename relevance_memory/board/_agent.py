@@ -235,6 +235,15 @@ class AgentMemory(PheromoneField):
         cell, tick, scope = got
         return self._capped(pm.task_strength(cell.memory, tick, self.config, task_key(goal), task_key(subtask)), scope)
 
+    def memory_for(self, message_id: str, goal: str | None, subtask: str | None = None) -> float:
+        """:meth:`PheromoneField.memory_for`; shared items read from the board (every agent's
+        deposits for this task count, within the scope's cap)."""
+        got = self._shared(message_id)
+        if got is None:
+            return super().memory_for(message_id, goal, subtask)
+        cell, tick, scope = got
+        return self._capped(pm.task_memory(cell.memory, tick, self.config, task_key(goal), task_key(subtask)), scope)
+
     def score_before(self, message_id: str, goal: str | None, subtask: str) -> int | None:
         """:meth:`PheromoneField.score_before`; shared items read from the board."""
         got = self._shared(message_id)

@@ -43,9 +43,11 @@ class ChainFacts:
         score: the chain's score (max of its members', 1–5).
         weight: the scorer's finer match within that score (max over the members with it).
         strength: the chain's pheromone strength (max of its members'; 0 without the field).
-        band: ``floor(strength / order_resolution)``: strength in bands of one score-3
-            deposit, so that small differences (initial strength, one reinforcement, a few
-            ticks of evaporation) do not outrank the weight.
+        band: ``floor(memory / order_resolution)``, where memory is the strength earlier
+            subtasks of this task deposited (:meth:`PheromoneField.memory_for`), in bands of
+            one score-3 deposit. The base strength (the kind's initial strength,
+            reinforcement, evaporation since arrival) is not banded: as a band it put weaker
+            matches of a favoured kind ahead of better ones (issue 11, BENCHMARKS.md).
         priority: position among the roots tried before any other (the task statement
             first), or the number of such roots for every other chain.
     """
@@ -94,7 +96,8 @@ FIRST = OrderKey("first", lambda c: c.priority)
 SCORE = OrderKey("score", lambda c: -c.score)
 """Higher score first."""
 STRENGTH_BAND = OrderKey("strength band", lambda c: -c.band)
-"""Stronger pheromone band first (SPEC §5 memory from earlier subtasks)."""
+"""Stronger pheromone band first: SPEC §5 memory of what earlier subtasks of the task found
+relevant (0 for every chain on the first subtask of a goal, so the weight decides)."""
 WEIGHT = OrderKey("weight", lambda c: -c.weight)
 """The scorer's better match within one score first."""
 RECENCY = OrderKey("recency", lambda c: -c.last)

@@ -62,6 +62,7 @@ def rank(
     strength_resolution: float = 1.0,
     first: Sequence[int] = (),
     order: OrderPolicy = DEFAULT_ORDER,
+    memory: Mapping[int, float] | None = None,
 ) -> tuple[dict[int, str], tuple[int, ...]]:
     """Tiers of ``chains`` and the order their core and working chains are tried in (module doc).
 
@@ -74,6 +75,9 @@ def rank(
         strength_resolution: width of a strength band when ordering (strength units).
         first: roots to try before any other core chain (e.g. the task statement).
         order: the tier order policy.
+        memory: message index → strength earned for this task by earlier subtasks
+            (:meth:`PheromoneField.memory_for`); the strength band is cut from it when given,
+            else from ``strengths`` (strength units).
 
     Returns:
         ``(tier, order)``: root → tier for every chain, and the core then working roots in
@@ -86,6 +90,7 @@ def rank(
         score = max(scores[i].score for i in chain.members)
         weight = max(scores[i].weight for i in chain.members if scores[i].score == score)
         strength = max((strengths or {}).get(i, 0.0) for i in chain.members)
+        banded = strength if memory is None else max(memory.get(i, 0.0) for i in chain.members)
         kind = "core" if score >= core_score else "archive" if score <= archive_score else "working"
         if any(referenced_by.get(i, 0) >= promote_after_references for i in chain.members):
             kind = {"archive": "working", "working": "core"}.get(kind, kind)
@@ -94,7 +99,7 @@ def rank(
         tier[root] = kind
         facts[root] = ChainFacts(
             root=root, last=chain.last, score=score, weight=weight, strength=strength,
-            band=math.floor(strength / strength_resolution), priority=priority.get(root, len(priority)),
+            band=math.floor(banded / strength_resolution), priority=priority.get(root, len(priority)),
         )
     core = sorted((r for r, t in tier.items() if t == "core"), key=lambda r: order.core_key(facts[r]))
     working = sorted((r for r, t in tier.items() if t == "working"), key=lambda r: order.working_key(facts[r]))
@@ -212,15 +217,15 @@ def select(state: BuildState, seams: Seams) -> Ranked:
     goal = state.goal
     chains = {r: c for r, c in part.candidates.items() if r not in skipped}
     referenced = {i: len(store.referenced_by.get(store[i].id, ())) for c in chains.values() for i in c.members}
-    strengths = None
+    strengths = memory = None
     if config.pheromone.enabled:
         # memory earned under another final goal (another task or question) does not
-        # order or carry this one's working tier
-        strengths = {
-            i: seams.pheromone.strength_for(store[i].id, goal.final, goal.effective_subtask)
-            for c in chains.values()
-            for i in c.members
-        }
+        # order or carry this one's working tier; the band is what earlier subtasks of this
+        # task deposited (type priors and evaporation since arrival order nothing)
+        members = [i for c in chains.values() for i in c.members]
+        pheromone = seams.pheromone
+        strengths = {i: pheromone.strength_for(store[i].id, goal.final, goal.effective_subtask) for i in members}
+        memory = {i: pheromone.memory_for(store[i].id, goal.final, goal.effective_subtask) for i in members}
     demoted = (
         superseded_chains(chains, store, facts=config.supersede_archives_facts) if config.supersede else {}
     )
@@ -240,6 +245,7 @@ def select(state: BuildState, seams: Seams) -> Ranked:
         strength_resolution=config.pheromone.order_resolution,
         first=[part.task_root] if part.task_root is not None else (),
         order=seams.order,
+        memory=memory,
     )
     superseded: dict[int, str] = {}
     for root, note in demoted.items():

@@ -247,3 +247,40 @@ def test_one_pass_read_equals_the_separate_functions(
     assert got.score_before == pm.score_before(cell, goal, subtask or "")
     if subtask is not None:
         assert got.forgotten == pm.forgotten_for(cell, tick, cfg, goal, subtask)
+
+
+def test_task_memory_is_what_earlier_subtasks_of_the_task_deposited() -> None:
+    """The strength band reads only deposits of earlier subtasks of this final goal (issue 11):
+    the kind's initial strength and the current subtask's own deposit order nothing."""
+    field = PheromoneField(PheromoneConfig())
+    field.observe([_msg(0, "tool_result", "tool"), _msg(1, "user_chat", "user")])
+    assert field.strength("m0") == 3.0 and field.memory_for("m0", "task") == 0.0  # initial strength only
+    field.deposit({"m0": 4, "m1": 5}, "find the flight", goal="task")
+    # the deposit of the subtask being built does not count for it; for a later subtask it does
+    assert field.memory_for("m0", "task", "find the flight") == 0.0
+    assert field.memory_for("m0", "task", "pay") == pytest.approx(2.0 * (1 - 3.0 / 10.0))
+    assert field.memory_for("m1", "task", "pay") == pytest.approx(4.0 * (1 - 0.5 / 10.0))
+    # under another final goal (another task, another question) there is no memory
+    assert field.memory_for("m1", "another task", "pay") == 0.0
+    assert field.strength_for("m0", "another task") == pytest.approx(3.0)  # carry-over still reads the base
+
+
+def test_a_favoured_kind_does_not_outrank_a_better_match_of_a_new_goal() -> None:
+    """A new question (a new final goal): a preference turn's initial strength (3.0, band 3)
+    used to be tried before better-matching chat turns of the same score; now the weight
+    decides — and a deposit of an earlier subtask of the same task still orders first."""
+    from relevance_memory._models import RelevanceScore
+    from relevance_memory.pipeline._state import Chain
+    from relevance_memory.pipeline.select import rank
+
+    chains = {0: Chain(0, (0,), 10), 1: Chain(1, (1,), 10)}
+    scores = {0: RelevanceScore(id="m0", score=3, reason="", weight=0.2),
+              1: RelevanceScore(id="m1", score=3, reason="", weight=0.9)}
+    common = dict(core_score=4, archive_score=2, referenced_by={}, promote_after_references=2)
+    strengths = {0: 3.0, 1: 0.5}  # base strengths: preference vs chat
+    _, by_strength = rank(chains, scores, strengths=strengths, **common)  # type: ignore[arg-type]
+    assert by_strength == (0, 1)
+    _, by_memory = rank(chains, scores, strengths=strengths, memory={0: 0.0, 1: 0.0}, **common)  # type: ignore[arg-type]
+    assert by_memory == (1, 0)
+    _, earlier = rank(chains, scores, strengths=strengths, memory={0: 1.4, 1: 0.0}, **common)  # type: ignore[arg-type]
+    assert earlier == (0, 1)
