@@ -18,6 +18,7 @@ from ._cache_policy import CachePolicy
 from ._capabilities import AsyncScorer
 from ._client import AsyncManagedOpenAI, ManagedOpenAI, manage
 from ._config import MemoryConfig, PheromoneConfig
+from ._embedding import Embedder, VectorIndex
 from ._exceptions import (
     BoardError,
     BoardUnavailableError,
@@ -96,6 +97,7 @@ __all__ = [
     "ContextOverflowError",
     "DecisionRecord",
     "DiskScoreCache",
+    "Embedder",
     "HistoryDivergedError",
     "InMemoryScoreCache",
     "InvalidMessageError",
@@ -140,6 +142,7 @@ __all__ = [
     "Transcript",
     "TranscriptFormatError",
     "TransportPolicy",
+    "VectorIndex",
     "__version__",
     "check_context",
     "load_transcript",
