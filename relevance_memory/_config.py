@@ -344,8 +344,8 @@ class PheromoneConfig(BaseModel):
             deposit), then by the score's weight, then recency: small differences do not
             outrank a better match (LoCoMo, 635 questions: 1k recall 0.583 → 0.619 against
             exact-strength ordering; ``benchmarks/ablation_locomo.py``). Type priors and
-            evaporation since arrival are not banded at all (issue 11: LongMemEval S, oracle
-            and LoCoMo recall +1 to +3 points at every budget; BENCHMARKS.md).
+            evaporation since arrival are not banded at all (issue 11: LongMemEval S and
+            oracle recall +1 to +3 points at 2k and 4k, LoCoMo unchanged; BENCHMARKS.md).
     """
 
     model_config = ConfigDict(frozen=True, extra="forbid")

@@ -191,8 +191,8 @@ def task_memory(cell: Cell, tick: int, config: PheromoneConfig, goal: str | None
     earlier subtasks found relevant. The base strength — the kind's initial strength,
     reinforcement from references, evaporation since arrival — is left out: it is a type
     and recency prior the score and the weight already carry, and, used as a band, it put
-    weaker matches of a favoured kind ahead of better ones (LongMemEval S / oracle and
-    LoCoMo recall rose 1–3 points at every budget without it, BENCHMARKS.md, issue 11).
+    weaker matches of a favoured kind ahead of better ones (without it LongMemEval S and
+    oracle recall rose 1–3 points at 2k and 4k, LoCoMo was unchanged; BENCHMARKS.md, issue 11).
     Carry-over and forgetting keep reading :func:`task_strength`.
     """
     if cell.latest_goal is None or cell.latest_goal != goal:
