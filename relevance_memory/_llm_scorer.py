@@ -38,6 +38,14 @@ from tenacity import AsyncRetrying, RetryCallState, Retrying, retry_if_exception
 
 from ._config import _CL100K_PREFIXES, _O200K_PREFIXES, MemoryConfig, context_window_for, encoding_for
 from ._exceptions import ConfigError, ScorerError, ScorerRequestError
+from ._llm_env import (
+    DEFAULT_SCORER_MODEL,
+    ENV_API_KEY,
+    ENV_BASE_URL,
+    ENV_MODE,
+    ENV_MODEL,
+    llm_endpoint_configured,
+)
 from ._llm_reply import ScoreEntry, ScoreReply, extract_json_reply
 from ._llm_steps import RESPONSE_FORMATS, FormatLadder, Outcome, Request, ScorerPlan, Tally, assemble_result, short
 from ._llm_transport import (
@@ -50,15 +58,6 @@ from ._llm_transport import (
 )
 from ._models import TaskGoal
 from ._prompts import DEFAULT_PREVIEW_CHARS, ScoringPrompt, load_prompt
-from ._scorer_choice import (
-    DEFAULT_SCORER_MODEL,
-    ENV_API_KEY,
-    ENV_BASE_URL,
-    ENV_MODE,
-    ENV_MODEL,
-    llm_endpoint_configured,
-    resolve_scorer,
-)
 from ._scoring import OfflineScorer, ScoreItem, ScoringContext, ScoringResult
 from ._tokenizer import TiktokenCounter, TokenCounter
 
@@ -70,7 +69,6 @@ __all__ = [
     "TransportPolicy",
     "extract_json_reply",
     "llm_endpoint_configured",
-    "resolve_scorer",
     "retry_after_seconds",
 ]
 

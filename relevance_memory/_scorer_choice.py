@@ -13,6 +13,15 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, Literal
 
 from ._exceptions import ConfigError
+from ._llm_env import (
+    DEFAULT_SCORER_MODEL,
+    ENV_API_KEY,
+    ENV_BASE_URL,
+    ENV_MODE,
+    ENV_MODEL,
+    ENV_SCORER,
+    llm_endpoint_configured,
+)
 from ._scoring import OfflineScorer
 
 if TYPE_CHECKING:
@@ -29,24 +38,6 @@ __all__ = [
     "llm_endpoint_configured",
     "resolve_scorer",
 ]
-
-DEFAULT_SCORER_MODEL = "gpt-4o-mini"
-"""Scorer model when neither the ``model`` argument nor ``RELMEM_MODEL`` is set."""
-ENV_MODEL = "RELMEM_MODEL"
-ENV_MODE = "RELMEM_SCORER_MODE"
-ENV_SCORER = "RELMEM_SCORER"
-"""``llm`` or ``offline``: the configured scorer for ``auto`` (``relmem build`` default)."""
-ENV_API_KEY = "OPENAI_API_KEY"
-ENV_BASE_URL = "OPENAI_BASE_URL"
-
-
-def llm_endpoint_configured(environ: Mapping[str, str] | None = None) -> bool:
-    """Whether an LLM endpoint is configured in the environment: ``OPENAI_API_KEY`` or
-    ``OPENAI_BASE_URL`` is set and non-empty (``environ`` defaults to ``os.environ``).
-    A configured endpoint alone does not make ``auto`` pick the LLM scorer."""
-    env = os.environ if environ is None else environ
-    return bool(env.get(ENV_API_KEY) or env.get(ENV_BASE_URL))
-
 
 def resolve_scorer(
     kind: Literal["auto", "llm", "offline"],
