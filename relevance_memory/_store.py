@@ -522,6 +522,14 @@ class MessageStore:
                 self.vectors.add(self._pending_vectors)  # keys already stored are skipped
                 self._pending_vectors = []
 
+    def edited_views(self) -> dict[str, str]:
+        """Every file the agent edited → id of the newest stored message showing or writing it
+        (:meth:`SupersedeDetector.edited_views`); ``{}`` without supersede detection. Selection
+        keeps these first among equal scores (issue 11: the current state of the files under
+        repair)."""
+        with self.lock:
+            return self._detector.edited_views() if self._detector is not None else {}
+
     def message_vectors(self) -> VectorIndex | None:
         """The vector index with every stored message embedded (embeds what ingest left
         pending, once, holding the store's lock), or ``None`` when the store keeps no vectors."""

@@ -149,6 +149,7 @@ class StoreSnapshot:
             self.pending_calls: list[int] = sorted(self._unanswered)
             self.superseded_by: Mapping[str, SupersedeLink] = _LinkView(store.superseded_by, store._by_id, n)
             self.supersedes: Mapping[str, Sequence[str]] = _SupersedesView(store.supersedes, store._by_id, n)
+            self._edited = {p: i for p, i in store.edited_views().items() if store._by_id.get(i, n) < n}
 
     def __len__(self) -> int:
         return self._n
@@ -177,6 +178,10 @@ class StoreSnapshot:
     def unanswered_calls(self, index: int) -> list[str]:
         """Tool call ids of the assistant message at ``index`` that had no result at the snapshot."""
         return list(self._unanswered.get(index, ()))
+
+    def edited_views(self) -> dict[str, str]:
+        """:meth:`MessageStore.edited_views` as it was at the snapshot (messages in it only)."""
+        return dict(self._edited)
 
     def message_vectors(self) -> VectorIndex | None:
         """The store's vector index with every message of the snapshot embedded (it may hold

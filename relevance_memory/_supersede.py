@@ -32,6 +32,7 @@ nothing: no link is made, and both messages stay as they are.
 from __future__ import annotations
 
 import json
+import posixpath
 from collections import OrderedDict, deque
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -42,7 +43,7 @@ from ._supersede_facts import FACT_MIN_OVERLAP as FACT_MIN_OVERLAP
 from ._supersede_facts import FACT_MIN_SHARED as FACT_MIN_SHARED
 from ._supersede_facts import FACT_MIN_SHARED_CUED as FACT_MIN_SHARED_CUED
 from ._supersede_facts import FactStatement, _restates, asks_for_history, fact_statements
-from ._supersede_files import FileView, _failed, file_views
+from ._supersede_files import FileView, _failed, edited_paths, file_views
 
 __all__ = [
     "FileView",
@@ -180,6 +181,28 @@ class SupersedeDetector:
     _calls: OrderedDict[str, list[tuple[str, int, str]]] = field(default_factory=OrderedDict)
     _views: OrderedDict[str, list[_LiveView]] = field(default_factory=OrderedDict)
     _facts: OrderedDict[tuple[str, str, str], deque[_LiveFact]] = field(default_factory=OrderedDict)
+    _edited: OrderedDict[str, int] = field(default_factory=OrderedDict)
+    _current: dict[str, str] | None = None
+    _by_name: dict[str, set[str]] = field(default_factory=dict)  # file name → viewed paths
+
+    def edited_views(self) -> dict[str, str]:
+        """Every file the agent edited (:func:`edited_paths`: heredoc writes, ``sed -i``,
+        ``> F``) → the id of the newest message showing or writing it, for the files shown
+        at all; a view and an edit name the same file when one path ends with the other
+        (``/testbed/a/b.py`` and ``a/b.py``). Memoised until the next message."""
+        if self._current is None:
+            current: dict[str, str] = {}
+            for edited in self._edited:
+                newest: _LiveView | None = None
+                for path in sorted(self._by_name.get(posixpath.basename(edited), ())):
+                    live = self._views.get(path)
+                    same = path == edited or path.endswith("/" + edited) or edited.endswith("/" + path)
+                    if live and same and (newest is None or live[-1].step >= newest.step):
+                        newest = live[-1]
+                if newest is not None:
+                    current[edited] = newest.item_id
+            self._current = current
+        return dict(self._current)
 
     def _touch(self, table: OrderedDict[str, list[_LiveView]] | OrderedDict[str, list[tuple[str, int, str]]] | OrderedDict[tuple[str, str, str], deque[_LiveFact]], key: object) -> None:
         table.move_to_end(key)  # type: ignore[arg-type]
@@ -188,6 +211,7 @@ class SupersedeDetector:
 
     def observe(self, item: SupersedeItem) -> list[SupersedeLink]:
         """Links in which ``item`` is the newer message (possibly none)."""
+        self._current = None
         links: list[SupersedeLink] = []
         if item.role == "tool" and item.call is not None:
             links.extend(self._observe_result(item))
@@ -239,6 +263,11 @@ class SupersedeDetector:
             command = command_of(arguments)
             if command is None:
                 continue
+            for path in sorted(edited_paths(command)):
+                self._edited[path] = item.step
+                self._edited.move_to_end(path)
+                while len(self._edited) > self.max_keys:
+                    self._edited.popitem(last=False)
             for view in file_views(command):
                 if view.write:
                     links.extend(self._observe_view(item.id, item.step, view, item.content_hash))
@@ -247,6 +276,7 @@ class SupersedeDetector:
     def _observe_view(self, item_id: str, step: int, view: FileView, content_hash: str) -> list[SupersedeLink]:
         live = self._views.setdefault(view.path, [])
         self._touch(self._views, view.path)
+        self._by_name.setdefault(posixpath.basename(view.path), set()).add(view.path)
         links: list[SupersedeLink] = []
         kept: list[_LiveView] = []
         for older in live:

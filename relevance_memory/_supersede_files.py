@@ -184,6 +184,50 @@ def file_views(command: str) -> list[FileView]:
     return views
 
 
+_SED_IN_PLACE = re.compile(r"^sed\s+(?:-\w*i\w*|--in-place)\b")
+_REDIRECT_TARGET = re.compile(r"(?:^|\s)>{1,2}\s*([^\s<>|;&]+)\s*$")
+
+
+def edited_paths(command: str) -> set[str]:
+    """Files a shell command edits (issue 11: "the newest view of every file the agent edited").
+
+    Recognised on the command's first line: a whole-file heredoc write (also after ``cd D &&``),
+    ``sed -i … F`` (the last argument), and a redirection ``… > F`` / ``… >> F`` ending a
+    command segment (``&&``, ``;``, ``||``; ``cd D && …`` resolves against ``D``). Globs,
+    variables and ``/dev/…`` are not files. Never raises.
+
+    Returns:
+        normalised paths, as :func:`file_views` gives them.
+    """
+    out = {v.path for v in file_views(command) if v.write}
+    first = command.split("\n", 1)[0][:_MAX_COMMAND_CHARS]
+    cwd = ""
+    for part in re.split(r"&&|;|\|\|", first):
+        part = part.strip()
+        if part.startswith("cd "):
+            cwd = _norm_path(part[3:].strip(), cwd) or cwd
+            continue
+        target = None
+        heredoc = _HEREDOC_WRITE.match(part)
+        if heredoc:
+            target = heredoc.group("a") or heredoc.group("b")
+        elif _SED_IN_PLACE.match(part):
+            try:
+                words = shlex.split(part)
+            except ValueError:
+                continue
+            if len(words) >= 3 and not words[-1].startswith("-"):
+                target = words[-1]
+        elif not part.startswith("cat <<"):
+            m = _REDIRECT_TARGET.search(part)
+            if m:
+                target = m.group(1)
+        path = _norm_path(target, cwd) if target else None
+        if path and not path.startswith("/dev/"):
+            out.add(path)
+    return out
+
+
 _RETURNCODE = re.compile(r"<returncode>\s*(-?\d+)\s*</returncode>|\bexit code:?\s*(-?\d+)", re.IGNORECASE)
 
 

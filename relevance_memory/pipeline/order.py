@@ -20,6 +20,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 __all__ = [
+    "CURRENT_VIEW",
     "DEFAULT_ORDER",
     "FIRST",
     "RECENCY",
@@ -50,6 +51,7 @@ class ChainFacts:
             matches of a favoured kind ahead of better ones (issue 11, BENCHMARKS.md).
         priority: position among the roots tried before any other (the task statement
             first), or the number of such roots for every other chain.
+        current_view: the chain holds the newest view of a file the agent edited (issue 11).
     """
 
     root: int
@@ -59,6 +61,7 @@ class ChainFacts:
     strength: float
     band: int
     priority: int
+    current_view: bool = False
 
 
 @dataclass(frozen=True)
@@ -102,6 +105,9 @@ WEIGHT = OrderKey("weight", lambda c: -c.weight)
 """The scorer's better match within one score first."""
 RECENCY = OrderKey("recency", lambda c: -c.last)
 """Newer first."""
+CURRENT_VIEW = OrderKey("newest view of an edited file", lambda c: 0 if c.current_view else 1)
+"""The newest view of each file the agent edited first (issue 11): among chains of one score,
+the current state of the files under repair before other matches."""
 
 
 @dataclass(frozen=True)
@@ -130,8 +136,9 @@ def _as_order(value: Order | OrderKey) -> Order:
 
 
 DEFAULT_ORDER = OrderPolicy(
-    core=FIRST + SCORE + STRENGTH_BAND + WEIGHT + RECENCY,
+    core=FIRST + SCORE + CURRENT_VIEW + STRENGTH_BAND + WEIGHT + RECENCY,
     working=STRENGTH_BAND + WEIGHT + RECENCY,
 )
-"""SPEC §3 step 6: core by the task statement first, then score, strength band, weight and
-recency; working by strength band, weight, then recency (issue 5 added the weight)."""
+"""SPEC §3 step 6: core by the task statement first, then score, the newest views of edited
+files, strength band, weight and recency; working by strength band, weight, then recency
+(issue 5 added the weight, issue 11 the edited files' newest views)."""

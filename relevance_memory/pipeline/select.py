@@ -30,7 +30,7 @@ memory through its methods only.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 
 from .._models import RelevanceScore, content_text
 from .._supersede import asks_for_history
@@ -38,7 +38,8 @@ from ._state import BuildState, Chain, Ranked, Seams, Selection, StoreView, requ
 from .order import DEFAULT_ORDER, ChainFacts, OrderPolicy
 
 __all__ = [
-    "Selection", "fill", "fill_ranked", "preferred_newer", "rank", "select", "select_chains", "superseded_chains",
+    "Selection", "current_file_views", "fill", "fill_ranked", "preferred_newer", "rank", "select", "select_chains",
+    "superseded_chains",
 ]
 
 PREFERRED_FLOOR = 3
@@ -63,6 +64,7 @@ def rank(
     first: Sequence[int] = (),
     order: OrderPolicy = DEFAULT_ORDER,
     memory: Mapping[int, float] | None = None,
+    current_views: Collection[int] = (),
 ) -> tuple[dict[int, str], tuple[int, ...]]:
     """Tiers of ``chains`` and the order their core and working chains are tried in (module doc).
 
@@ -78,6 +80,8 @@ def rank(
         memory: message index → strength earned for this task by earlier subtasks
             (:meth:`PheromoneField.memory_for`); the strength band is cut from it when given,
             else from ``strengths`` (strength units).
+        current_views: roots of chains holding the newest view of a file the agent edited
+            (:data:`~relevance_memory.pipeline.order.CURRENT_VIEW`).
 
     Returns:
         ``(tier, order)``: root → tier for every chain, and the core then working roots in
@@ -100,6 +104,7 @@ def rank(
         facts[root] = ChainFacts(
             root=root, last=chain.last, score=score, weight=weight, strength=strength,
             band=math.floor(banded / strength_resolution), priority=priority.get(root, len(priority)),
+            current_view=root in current_views,
         )
     core = sorted((r for r, t in tier.items() if t == "core"), key=lambda r: order.core_key(facts[r]))
     working = sorted((r for r, t in tier.items() if t == "working"), key=lambda r: order.working_key(facts[r]))
@@ -233,6 +238,10 @@ def select(state: BuildState, seams: Seams) -> Ranked:
     preferred = preferred_newer(chains, store, scores) if config.supersede else {}
     if preferred:
         scores = {**scores, **{i: s for i, (s, _) in preferred.items()}}
+    views = current_file_views(chains, store, scores, config.core_score) if config.supersede else {}
+    if views:
+        scores = {**scores, **{i: s for i, (s, _) in views.items()}}
+        preferred = {**preferred, **views}
     tier, order = rank(
         {r: c for r, c in chains.items() if asked or r not in demoted},
         scores,
@@ -246,6 +255,7 @@ def select(state: BuildState, seams: Seams) -> Ranked:
         first=[part.task_root] if part.task_root is not None else (),
         order=seams.order,
         memory=memory,
+        current_views={store.chain_root(i) for i in views},
     )
     superseded: dict[int, str] = {}
     for root, note in demoted.items():
@@ -314,6 +324,36 @@ def preferred_newer(
                 note = f"supersedes {', '.join(olders)}: preferred over it"
                 out[i] = (score.model_copy(update={"score": floor, "reason": f"{score.reason}; {note}"}), note)
     return out
+
+def current_file_views(
+    chains: Mapping[int, Chain], store: StoreView, scores: Mapping[int, RelevanceScore], core_score: int
+) -> dict[int, tuple[RelevanceScore, str]]:
+    """The newest view of each file the agent edited, raised to core (issue 11; pure).
+
+    An agent repairing files needs their current state: for every file it edited (a heredoc
+    write, ``sed -i``, ``> F``), the newest message showing or writing it
+    (:meth:`MessageStore.edited_views`) is scored at least ``core_score`` ("needed for the next
+    steps", SPEC §4) and tried first among chains of its score
+    (:data:`~relevance_memory.pipeline.order.CURRENT_VIEW`). Returns index → (raised score,
+    note) for the candidate members that hold such a view; a view already scored that high
+    is listed too (with its own score), so the order key sees it.
+    """
+    members = {i for c in chains.values() for i in c.members}
+    out: dict[int, tuple[RelevanceScore, str]] = {}
+    for path, message_id in sorted(store.edited_views().items()):
+        try:
+            i = store.get(message_id).index
+        except KeyError:
+            continue
+        if i not in members or i not in scores:
+            continue
+        score = scores[i]
+        note = f"newest view of {path}, a file the agent edited"
+        if score.score < core_score:
+            score = score.model_copy(update={"score": core_score, "reason": f"{score.reason}; {note}: raised to {core_score}"})
+        out[i] = (score, note)
+    return out
+
 
 def superseded_chains(chains: Mapping[int, Chain], store: StoreView, *, facts: bool = True) -> dict[int, str]:
     """Candidate chains whose content newer messages supersede: root → note (pure).

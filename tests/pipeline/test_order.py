@@ -21,11 +21,14 @@ def _score(i: int, score: int, weight: float = 0.0) -> RelevanceScore:
 def test_keys_compose_and_name_themselves() -> None:
     order = STRENGTH_BAND + WEIGHT + RECENCY
     assert repr(order) == "strength band + weight + recency"
-    assert repr(DEFAULT_ORDER.core) == "first + score + strength band + weight + recency"
+    assert repr(DEFAULT_ORDER.core) == "first + score + newest view of an edited file + strength band + weight + recency"
     facts = ChainFacts(root=3, last=5, score=4, weight=0.5, strength=2.5, band=2, priority=1)
     assert order(facts) == (-2, -0.5, -5)
     assert (SCORE + order)(facts) == (-4, -2, -0.5, -5)
     assert (FIRST + SCORE)(facts) == (1, -4)
+    # the newest view of an edited file goes first among chains of one score (issue 11)
+    view = ChainFacts(root=1, last=2, score=4, weight=0.1, strength=0.0, band=0, priority=1, current_view=True)
+    assert sorted([facts, view], key=DEFAULT_ORDER.core_key) == [view, facts]
 
 
 def test_default_working_order_is_strength_band_then_weight_then_recency() -> None:
@@ -55,3 +58,21 @@ def test_an_ablation_is_a_one_line_policy_swap() -> None:
     assert sum(kept_b) / len(kept_b) > sum(kept_a) / len(kept_a)
     # the fresh() copy keeps the policy
     assert recency.fresh(history).order is recency.order
+
+
+def test_the_newest_view_of_each_edited_file_is_tried_first_among_its_score() -> None:
+    """Issue 11: an agent repairing files needs their current state. On the django run the agent
+    edited four files; at 8k three of their newest views are kept (the fourth, 168 tokens, is
+    over budget behind score-5 chains) and at 16k all four; each says why."""
+    for budget, expected in ((8000, ["kept", "summarised", "kept", "kept"]), (16000, ["kept"] * 4)):
+        built = goldens.run(f"fixture/django__django-15280|default|{budget}").builds[0]
+        assert isinstance(built, BuiltContext)
+        record = built.record
+        views = {"m125": "django/db/models/query.py", "m167": "django/db/models/fields/related_descriptors.py",
+                 "m168": "reproduce_issue.py", "m172": "test_edge_case.py"}
+        decisions = [record.decision_for(i) for i in views]
+        assert [d.decision for d in decisions] == expected, budget
+        for d, path in zip(decisions, views.values(), strict=True):
+            assert d.tier == "core" and f"newest view of {path}" in d.note, (budget, d.id, d.note)
+    # an older view of the same file is not raised (m12: reproduce_issue.py before its rewrite m168)
+    assert "newest view" not in record.decision_for("m12").note and record.decision_for("m12").superseded_by == "m168"

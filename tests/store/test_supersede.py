@@ -301,3 +301,52 @@ def test_extend_is_atomic_for_supersede_links_and_vectors() -> None:
     assert len(store) == 8 and store.superseded_by == {}
     vecs = store.message_vectors()
     assert vecs is not None and len(vecs) == len({m.content_hash for m in store.messages})
+
+
+# ------------------------------------------------- the newest view of each edited file (issue 11)
+@pytest.mark.parametrize(("command", "paths"), [
+    ("sed -i 's/a/b/' django/db/models/query.py", {"django/db/models/query.py"}),
+    ("cd /testbed && sed -i '5d' x.py", {"/testbed/x.py"}),
+    ("sed -i.bak -e s/x/y/ a.py", {"a.py"}),
+    ("echo hi > out.txt", {"out.txt"}),
+    ("printf x >> log.txt && echo ok", {"log.txt"}),
+    ("cat <<'EOF' > a/b.py\nprint(1)\nEOF", {"a/b.py"}),
+    ("cd /testbed && cat > r.py <<EOF\nprint(1)\nEOF", {"/testbed/r.py"}),
+    ("python t.py > /dev/null", set()),
+    ("grep -n foo bar.py", set()),
+    ("cat app/util.py", set()),
+    ("sed -n '1,20p' app/util.py", set()),
+])
+def test_edited_paths_reads_the_edits_a_shell_command_makes(command: str, paths: set[str]) -> None:
+    from relevance_memory._supersede_files import edited_paths
+
+    assert edited_paths(command) == paths
+
+
+def _bash(call_id: str, command: str) -> dict[str, Any]:
+    return {"role": "assistant", "content": "", "tool_calls": [
+        {"id": call_id, "type": "function", "function": {"name": "bash", "arguments": json.dumps({"command": command})}}]}
+
+
+def _out(call_id: str, text: str) -> dict[str, Any]:
+    return {"role": "tool", "tool_call_id": call_id, "content": f"<returncode>0</returncode>\n{text}"}
+
+
+def test_edited_views_name_the_newest_view_of_every_edited_file_only() -> None:
+    memory = RelevanceMemoryManager()
+    memory.extend([
+        {"role": "user", "content": "Fix the bug in app/util.py."},
+        _bash("c1", "cat /testbed/app/util.py"), _out("c1", "def f(x):\n    return x + 1\n"),   # m1, m2
+        _bash("c2", "cat README.md"), _out("c2", "# readme\n"),                                # never edited
+        _bash("c3", "cd /testbed && sed -i 's/+ 1/* 2/' app/util.py"), _out("c3", ""),         # m5, m6: the edit
+    ])
+    # edited, not shown again yet: its newest view is the read before the edit (an absolute path
+    # names the same file as the relative one the edit used)
+    assert memory.store.edited_views() == {"/testbed/app/util.py": "m2"}
+    memory.extend([
+        _bash("c4", "nl -ba app/util.py"), _out("c4", "1 def f(x):\n2     return x * 2\n"),     # m7, m8
+        _bash("c5", "cat <<'EOF' > tests/test_util.py\ndef test_f():\n    assert f(2) == 4\nEOF"), _out("c5", ""),
+    ])
+    # the newest read, and a whole-file write's view is the assistant message carrying the content
+    assert memory.store.edited_views() == {"/testbed/app/util.py": "m8", "tests/test_util.py": "m9"}
+    assert "README.md" not in " ".join(memory.store.edited_views())
