@@ -65,6 +65,7 @@ def build(
     try:
         from .._config import MemoryConfig
         from .._scorer_choice import resolve_scorer  # imports openai + instructor only for the LLM scorer
+        from .._scoring import OfflineScorer
 
         logging.getLogger("instructor").addHandler(logging.NullHandler())  # failures show as warnings below
         logging.getLogger("instructor").propagate = False
@@ -88,12 +89,18 @@ def build(
         loaded = load_transcript(transcript, index=index)
         with warnings.catch_warnings():  # the record's warnings are printed below, once, as "warning: …"
             warnings.simplefilter("ignore", UserWarning)
-            memory = RelevanceMemoryManager(config, scorer=chosen)
+            # offline: the manager's own default (lexical + embedding when the bundled model is
+            # installed, sharing the store's vectors), not the lexical scorer alone, so that
+            # `relmem build` shows what a library user's build does (as `relmem eval` and
+            # `relmem replay` do)
+            memory = RelevanceMemoryManager(config, scorer=None if isinstance(chosen, OfflineScorer) else chosen)
         if not loaded.messages:
             raise fail(f"{transcript} holds no messages: nothing to build")
         memory.extend(loaded.messages)
         memory.set_goal(final=goal, subtask=subtask)
-        built = memory.build_context(compact=compact)
+        with warnings.catch_warnings():  # said once, below, from the record's warnings
+            warnings.filterwarnings("ignore", message="semantic relevance off", category=RuntimeWarning)
+            built = memory.build_context(compact=compact)
     except RelevanceMemoryError as exc:
         message = str(exc).replace("set on_invalid='repair'", "pass --repair")
         raise fail(message) from None
