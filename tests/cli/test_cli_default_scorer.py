@@ -77,3 +77,13 @@ def test_eval_without_the_model_says_once_that_offline_is_lexical(tmp_path: Path
     assert text.count("semantic relevance off") == 1
     assert "'offline' below is the lexical scorer alone" in text and "RuntimeWarning" not in text
     assert "Traceback" not in result.output
+
+
+def test_build_lexical_is_the_word_rules_alone(tmp_path: Path) -> None:
+    rec = tmp_path / "rec.json"
+    result = runner.invoke(app, ["build", str(FIXTURE), "--budget", "8000", "--scorer", "lexical",
+                                 "--out", str(tmp_path / "c.json"), "--record", str(rec)])
+    assert result.exit_code == 0, result.output
+    assert " ".join(result.output.split()).startswith("scorer: lexical (the offline word rules alone")
+    record = DecisionRecord.from_json(rec.read_text())
+    assert record.rubric_version == "offline-v2"
