@@ -427,7 +427,7 @@ class RelevanceMemoryManager:
                 except ContextOverflowError as exc:
                     if target >= budget:
                         raise
-                    target, limit, grew = self._overflow_target(exc, budget)
+                    target, limit, grew = self._overflow_target(exc, target, budget)
                     continue
                 grown = self._grown(built, target, budget)
                 if grown is None:
@@ -457,7 +457,7 @@ class RelevanceMemoryManager:
                 except ContextOverflowError as exc:
                     if target >= budget:
                         raise
-                    target, limit, grew = self._overflow_target(exc, budget)
+                    target, limit, grew = self._overflow_target(exc, target, budget)
                     continue
                 grown = self._grown(built, target, budget)
                 if grown is None:
@@ -549,14 +549,15 @@ class RelevanceMemoryManager:
         return (target, budget) if step.decision.mode == "compacted" and target < budget else (budget, None)
 
     @staticmethod
-    def _overflow_target(exc: ContextOverflowError, budget: int) -> tuple[int, int | None, str]:
+    def _overflow_target(exc: ContextOverflowError, target: int, budget: int) -> tuple[int, int | None, str]:
         """``(target, limit, why)`` of a compaction whose target cannot hold the pinned prompt
         plus the newest step: the least target that holds them (plus
         :data:`~relevance_memory.pipeline.append.TARGET_GROWTH_SLACK` for the goal block),
         not the whole budget — a compaction that fills the budget leaves no room to append,
         so the next request would compact (miss the provider's cache) again."""
         need = exc.pinned_tokens + exc.newest_step_tokens
-        target = min(budget, need + prefix_builds.TARGET_GROWTH_SLACK)
+        grown = min(budget, need + prefix_builds.TARGET_GROWTH_SLACK)
+        target = grown if grown > target else budget  # always progress: the loop ends at the budget
         why = f"to fit the pinned system prompt and the newest step ({need} tokens)"
         return target, (budget if target < budget else None), why
 
