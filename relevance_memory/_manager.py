@@ -419,19 +419,21 @@ class RelevanceMemoryManager:
             if step.decision.mode == "appended":
                 return self._after_build(self._appended(step, seams, budget))
             target, limit = self._first_target(step, budget)
+            grew = ""
             while True:
-                state = self._state(target, limit, step)
+                state = self._state(target, limit, step, grew)
                 try:
                     built = pipeline.build(state, seams)
-                except ContextOverflowError:
+                except ContextOverflowError as exc:
                     if target >= budget:
                         raise
-                    target, limit = budget, None
+                    target, limit, grew = self._overflow_target(exc, target, budget)
                     continue
                 grown = self._grown(built, target, budget)
                 if grown is None:
                     return self._after_build(self._finish(state, built, step, seams, budget))
                 target, limit = grown, (budget if grown < budget else None)
+                grew = "to keep the task statement and user constraints verbatim"
 
     async def abuild_context(
         self, *, budget: int | None = None, tools: Sequence[Any] | None = None, compact: bool = False
@@ -447,19 +449,21 @@ class RelevanceMemoryManager:
             if step.decision.mode == "appended":
                 return self._after_build(self._appended(step, seams, budget))
             target, limit = self._first_target(step, budget)
+            grew = ""
             while True:
-                state = self._state(target, limit, step)
+                state = self._state(target, limit, step, grew)
                 try:
                     built = await pipeline.abuild(state, seams)
-                except ContextOverflowError:
+                except ContextOverflowError as exc:
                     if target >= budget:
                         raise
-                    target, limit = budget, None
+                    target, limit, grew = self._overflow_target(exc, target, budget)
                     continue
                 grown = self._grown(built, target, budget)
                 if grown is None:
                     return self._after_build(self._finish(state, built, step, seams, budget))
                 target, limit = grown, (budget if grown < budget else None)
+                grew = "to keep the task statement and user constraints verbatim"
 
     @property
     def prefix(self) -> PrefixState | None:
@@ -544,10 +548,23 @@ class RelevanceMemoryManager:
         target = step.decision.target
         return (target, budget) if step.decision.mode == "compacted" and target < budget else (budget, None)
 
-    def _state(self, target: int, limit: int | None, step: BuildStep) -> BuildState:
+    @staticmethod
+    def _overflow_target(exc: ContextOverflowError, target: int, budget: int) -> tuple[int, int | None, str]:
+        """``(target, limit, why)`` of a compaction whose target cannot hold the pinned prompt
+        plus the newest step: the least target that holds them (plus
+        :data:`~relevance_memory.pipeline.append.TARGET_GROWTH_SLACK` for the goal block),
+        not the whole budget — a compaction that fills the budget leaves no room to append,
+        so the next request would compact (miss the provider's cache) again."""
+        need = exc.pinned_tokens + exc.newest_step_tokens
+        grown = min(budget, need + prefix_builds.TARGET_GROWTH_SLACK)
+        target = grown if grown > target else budget  # always progress: the loop ends at the budget
+        why = f"to fit the pinned system prompt and the newest step ({need} tokens)"
+        return target, (budget if target < budget else None), why
+
+    def _state(self, target: int, limit: int | None, step: BuildStep, grew: str = "") -> BuildState:
         reason = step.decision.why
         if target != step.decision.target and step.decision.mode == "compacted":
-            reason += f"; target grown to {target} tokens to keep the task statement and user constraints verbatim"
+            reason += f"; target grown to {target} tokens {grew or 'to keep the task statement and user constraints verbatim'}"
         return BuildState(
             budget=target, goal=self.goal, build_number=self._builds + 1, limit=limit,
             mode=step.decision.mode, mode_reason=reason,

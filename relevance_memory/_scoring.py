@@ -354,7 +354,8 @@ class OfflineScorer:
         weight = coverage * min(1.0, math.sqrt(WEIGHT_LENGTH_TOKENS / max(item.token_count, 1)))
         # the reason reads as the sum it is: "base 2 for a tool result; +1 quotes …; = 4"
         kind = item.msg_type.replace("_", " ")
-        reasons: list[str] = [f"base {score} for {'an' if kind[:1] in 'aeiou' else 'a'} {kind}"]
+        # "an assistant reasoning", "a user chat" (user starts with a consonant sound)
+        reasons: list[str] = [f"base {score} for {'an' if kind[:1] in 'aeio' else 'a'} {kind}"]
         fired = False
         if item.msg_type in _CHAT_TYPES and weight < coverage:
             coverage = weight  # a long chat message must match densely, not by sheer length

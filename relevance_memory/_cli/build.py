@@ -46,7 +46,7 @@ def build(
     out: Annotated[Path | None, typer.Option(help="Where to write the context (JSON list of OpenAI messages). Default: <name>.context.json")] = None,
     record: Annotated[Path | None, typer.Option(help="Where to write the decision record. Default: <name>.record.json next to --out (else in the current directory).")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print the decision record as JSON instead of the table.")] = False,
-    scorer: Annotated[str, typer.Option(help="offline, llm, or auto (default): the LLM only when asked for — --base-url given or RELMEM_SCORER=llm; an API key alone never sends the transcript anywhere.")] = "auto",
+    scorer: Annotated[str, typer.Option(help="offline (lexical + embedding, as a manager scores by default), lexical (words only), llm, or auto (default): the LLM only when asked for — --base-url given or RELMEM_SCORER=llm; an API key alone never sends the transcript anywhere.")] = "auto",
     scorer_model: ScorerModel = None,
     base_url: BaseUrl = None,
     timeout: Timeout = None,
@@ -60,11 +60,12 @@ def build(
     target: Annotated[float, typer.Option(min=0.01, max=1.0, help="Share of the budget a compaction fills (CachePolicy.target_fraction).")] = 0.5,
 ) -> None:
     """Build the context for the next LLM call from TRANSCRIPT and write it with its decision record."""
-    if scorer not in ("auto", "llm", "offline"):
-        raise fail(f"--scorer must be auto, llm or offline, not {scorer!r}")
+    if scorer not in ("auto", "llm", "offline", "lexical"):
+        raise fail(f"--scorer must be auto, llm, offline or lexical, not {scorer!r}")
     try:
         from .._config import MemoryConfig
         from .._scorer_choice import resolve_scorer  # imports openai + instructor only for the LLM scorer
+        from .._scoring import OfflineScorer, Scorer
 
         logging.getLogger("instructor").addHandler(logging.NullHandler())  # failures show as warnings below
         logging.getLogger("instructor").propagate = False
@@ -79,21 +80,32 @@ def build(
                                   response_format=response_format)
         except ValueError as exc:
             raise fail(str(exc)) from None
-        chosen, scorer_note = resolve_scorer(
-            _scorer_kind(scorer), model=scorer_model or os.environ.get("RELMEM_MODEL") or model, base_url=base_url,
-            config=config, **options,
-        )
+        chosen: Scorer
+        if scorer == "lexical":
+            chosen, scorer_note = OfflineScorer(), "lexical (the offline word rules alone, no embedding; --scorer lexical)"
+        else:
+            chosen, scorer_note = resolve_scorer(
+                _scorer_kind(scorer), model=scorer_model or os.environ.get("RELMEM_MODEL") or model, base_url=base_url,
+                config=config, **options,
+            )
         # the first line says which scorer runs and why (issue 13 item 10), before any request is sent
         (err if as_json else console).print(f"scorer: {scorer_note}", soft_wrap=True, highlight=False)
         loaded = load_transcript(transcript, index=index)
         with warnings.catch_warnings():  # the record's warnings are printed below, once, as "warning: …"
             warnings.simplefilter("ignore", UserWarning)
-            memory = RelevanceMemoryManager(config, scorer=chosen)
+            # offline: the manager's own default (lexical + embedding when the bundled model is
+            # installed, sharing the store's vectors), not the lexical scorer alone, so that
+            # `relmem build` shows what a library user's build does (as `relmem eval` and
+            # `relmem replay` do)
+            memory = RelevanceMemoryManager(config, scorer=None if scorer != "lexical" and isinstance(chosen, OfflineScorer)
+                                            else chosen)
         if not loaded.messages:
             raise fail(f"{transcript} holds no messages: nothing to build")
         memory.extend(loaded.messages)
         memory.set_goal(final=goal, subtask=subtask)
-        built = memory.build_context(compact=compact)
+        with warnings.catch_warnings():  # said once, below, from the record's warnings
+            warnings.filterwarnings("ignore", message="semantic relevance off", category=RuntimeWarning)
+            built = memory.build_context(compact=compact)
     except RelevanceMemoryError as exc:
         message = str(exc).replace("set on_invalid='repair'", "pass --repair")
         raise fail(message) from None

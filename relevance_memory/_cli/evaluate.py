@@ -15,6 +15,7 @@ import shlex
 import subprocess
 import sys
 import time
+import warnings
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -80,6 +81,7 @@ def _run_eval(
 ) -> None:
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
+    from .._embedding import default_embedder, embedder_unavailable_reason
     from ..evaluation import (
         RecallRun,
         load_dataset,
@@ -116,21 +118,27 @@ def _run_eval(
         out.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
         raise fail(f"cannot write results to {out}: {exc.strerror or exc}") from None
+    labels = [s.strip() for s in scorers.split(",") if s.strip()]
+    if "offline" in labels and default_embedder() is None:
+        # said once, here, instead of a Python warning per process from the first score
+        console.print(f"[yellow]note:[/] {embedder_unavailable_reason()}: 'offline' below is the lexical scorer alone",
+                      soft_wrap=True, highlight=False)
     started = time.perf_counter()
     try:
-        labels = [s.strip() for s in scorers.split(",") if s.strip()]
-        for n, spec in enumerate(labels):
-            # the manager's own default for "offline": its scorer shares the store's message vectors
-            scorer = None if spec == "offline" else make_scorer(spec)
-            run = RecallRun(
-                budgets=budgets, methods=_first_methods() if n == 0 else ("manager",),
-                keep_recent=keep_recent, goal_block=goal_block, scorer=scorer, label=spec.split(":")[0],
-            )
-            with Progress(TextColumn(f"{name} · {spec}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-                          console=err, transient=True) as bar:
-                task = bar.add_task("questions", total=len(dataset.questions))
-                advance = functools.partial(bar.advance, task)
-                results.extend(run_recall(dataset, run, jobs=jobs, progress=advance))
+        with warnings.catch_warnings():
+            warnings.filterwarnings("ignore", message="semantic relevance off", category=RuntimeWarning)
+            for n, spec in enumerate(labels):
+                # the manager's own default for "offline": its scorer shares the store's message vectors
+                scorer = None if spec == "offline" else make_scorer(spec)
+                run = RecallRun(
+                    budgets=budgets, methods=_first_methods() if n == 0 else ("manager",),
+                    keep_recent=keep_recent, goal_block=goal_block, scorer=scorer, label=spec.split(":")[0],
+                )
+                with Progress(TextColumn(f"{name} · {spec}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                              console=err, transient=True) as bar:
+                    task = bar.add_task("questions", total=len(dataset.questions))
+                    advance = functools.partial(bar.advance, task)
+                    results.extend(run_recall(dataset, run, jobs=jobs, progress=advance))
     except RelevanceMemoryError as exc:
         raise fail(str(exc)) from None
     elapsed = time.perf_counter() - started

@@ -305,3 +305,33 @@ def test_offering_the_restore_tool_compacts_so_the_goal_block_can_say_so() -> No
     built = memory.build_context()
     assert built.record.mode == "compacted" and "restore tool" in built.record.mode_reason
     assert memory.build_context().record.mode == "appended"  # and then appends again
+
+
+def test_a_compaction_whose_target_cannot_hold_the_newest_step_grows_only_as_far_as_it_needs() -> None:
+    # a long system prompt (as τ-bench's airline policy): at 3,000 tokens and target 0.5 the
+    # pinned prompt plus the newest step do not fit 1,500 tokens. Before, the compaction then
+    # filled the whole budget, so the next append overflowed and every request compacted
+    # (τ-bench airline run 3 at 3k: 4 compactions in a row, 0.85x the full history's cost
+    # at p = 0.1; now 0.65x)
+    system = {"role": "system", "content": "Airline policy. " + "Rule: check the booking before changing it. " * 140}
+    memory = RelevanceMemoryManager(max_input_tokens=3000, keep_recent=2)
+    history = [system, OPENING[1]]
+    memory.extend(history)
+    pinned = COUNTER.count_message(system)
+    assert 1200 < pinned < 1400
+    records = []
+    for n in range(14):
+        new = step(n, size=120)
+        memory.extend(new)
+        records.append(memory.build_context().record)
+    compactions = [r for r in records if r.mode == "compacted"]
+    assert compactions, [r.mode for r in records]
+    first = compactions[0]
+    assert "to fit the pinned system prompt and the newest step" in first.mode_reason
+    need = int(first.mode_reason.rsplit("(", 1)[1].split(" ")[0])
+    assert first.target == need + 64 and first.tokens_after <= first.target < 3000 - 64
+    after = records[records.index(first) + 1]
+    assert after.mode == "appended"  # room was left to append
+    assert all(r.tokens_after <= 3000 for r in records)
+    # before: 7 compactions in 14 requests, the last 6 in a row
+    assert [n for n, r in enumerate(records) if r.mode == "compacted"] == [6, 11]

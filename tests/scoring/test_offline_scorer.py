@@ -105,3 +105,19 @@ def test_referenced_chat_needs_a_goal_match() -> None:
     assert scorer.score_one(GOAL, unrelated).score == 1
     assert "referenced by 2" in scorer.score_one(GOAL, related).reason
     assert scorer.score_one(GOAL, tool).score == 3  # tool results keep the reference bonus
+
+
+def test_reason_articles_read_as_english() -> None:
+    goal = TaskGoal(final="book a flight to Paris", source="explicit")
+    items = [
+        ScoreItem(id="u", role="user", msg_type="user_chat", source="user", text="hello there"),
+        ScoreItem(id="i", role="user", msg_type="user_instruction", source="user", text="and one more thing"),
+        ScoreItem(id="a", role="assistant", msg_type="assistant_reasoning", source="assistant", text="thinking"),
+        ScoreItem(id="t", role="tool", msg_type="tool_result", source="bash", text="ok"),
+    ]
+    reasons = {s.id: s.reason.split(";")[0] for s in OfflineScorer().score(goal, items).scores}
+    # before: "base 2 for an user chat", "an user instruction"
+    assert reasons == {
+        "u": "base 2 for a user chat", "i": "base 4 for a user instruction",
+        "a": "base 2 for an assistant reasoning", "t": "base 2 for a tool result",
+    }
