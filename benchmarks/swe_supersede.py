@@ -21,38 +21,15 @@ from __future__ import annotations
 
 import argparse
 import json
-import re
-import shlex
 import time
 from pathlib import Path
 from typing import Any
 
 from relevance_memory import RelevanceMemoryManager
 from relevance_memory._supersede import command_of, detect_supersedes, file_views, items_from_messages
+from relevance_memory._supersede_files import edited_paths
 
 DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "swebench_trajectories"
-_SED_I = re.compile(r"^sed\s+-i")
-
-
-def edited_paths(command: str) -> set[str]:
-    """Files a shell command edits: ``sed -i … F``, heredoc / ``>`` writes (first line only)."""
-    out = {v.path for v in file_views(command) if v.write}
-    first = command.split("\n", 1)[0]
-    for part in re.split(r"&&|;|\|\|", first):
-        part = part.strip()
-        if _SED_I.match(part):
-            try:
-                words = shlex.split(part)
-            except ValueError:
-                continue
-            if len(words) >= 3 and not words[-1].startswith("-"):
-                out.add(words[-1].lstrip("./") if words[-1].startswith("./") else words[-1])
-        m = re.search(r"(?:^|\s)>\s*([^\s<>|;&]+)\s*$", part)
-        if m and not part.startswith("cat <<"):
-            out.add(m.group(1))
-    return out
-
-
 def measure_run(path: Path, budgets: list[int], every: int) -> list[dict[str, Any]]:
     run = json.loads(path.read_text())
     messages = run["messages"]

@@ -44,7 +44,6 @@ from ._llm_env import (
     ENV_BASE_URL,
     ENV_MODE,
     ENV_MODEL,
-    llm_endpoint_configured,
 )
 from ._llm_reply import ScoreEntry, ScoreReply, extract_json_reply
 from ._llm_steps import RESPONSE_FORMATS, FormatLadder, Outcome, Request, ScorerPlan, Tally, assemble_result, short
@@ -62,13 +61,11 @@ from ._scoring import OfflineScorer, ScoreItem, ScoringContext, ScoringResult
 from ._tokenizer import TiktokenCounter, TokenCounter
 
 __all__ = [
-    "DEFAULT_SCORER_MODEL",
     "LLMScorer",
     "ScoreEntry",
     "ScoreReply",
     "TransportPolicy",
     "extract_json_reply",
-    "llm_endpoint_configured",
     "retry_after_seconds",
 ]
 

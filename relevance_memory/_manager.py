@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import threading
-from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Generator, Iterable, Iterator, Mapping, Sequence
 from datetime import datetime, timezone
 from typing import Any
 
@@ -418,22 +418,17 @@ class RelevanceMemoryManager:
             budget, step, seams = self._plan(budget, tools, compact)
             if step.decision.mode == "appended":
                 return self._after_build(self._appended(step, seams, budget))
-            target, limit = self._first_target(step, budget)
-            grew = ""
+            attempts = self._attempts(step, seams, budget)
+            state = next(attempts)
             while True:
-                state = self._state(target, limit, step, grew)
                 try:
-                    built = pipeline.build(state, seams)
+                    outcome: BuiltContext | ContextOverflowError = pipeline.build(state, seams)
                 except ContextOverflowError as exc:
-                    if target >= budget:
-                        raise
-                    target, limit, grew = self._overflow_target(exc, target, budget)
-                    continue
-                grown = self._grown(built, target, budget)
-                if grown is None:
-                    return self._after_build(self._finish(state, built, step, seams, budget))
-                target, limit = grown, (budget if grown < budget else None)
-                grew = "to keep the task statement and user constraints verbatim"
+                    outcome = exc
+                try:
+                    state = attempts.send(outcome)
+                except StopIteration as done:
+                    return self._after_build(done.value)
 
     async def abuild_context(
         self, *, budget: int | None = None, tools: Sequence[Any] | None = None, compact: bool = False
@@ -448,22 +443,42 @@ class RelevanceMemoryManager:
             budget, step, seams = self._plan(budget, tools, compact)
             if step.decision.mode == "appended":
                 return self._after_build(self._appended(step, seams, budget))
-            target, limit = self._first_target(step, budget)
-            grew = ""
+            attempts = self._attempts(step, seams, budget)
+            state = next(attempts)
             while True:
-                state = self._state(target, limit, step, grew)
                 try:
-                    built = await pipeline.abuild(state, seams)
+                    outcome: BuiltContext | ContextOverflowError = await pipeline.abuild(state, seams)
                 except ContextOverflowError as exc:
-                    if target >= budget:
-                        raise
-                    target, limit, grew = self._overflow_target(exc, target, budget)
-                    continue
-                grown = self._grown(built, target, budget)
-                if grown is None:
-                    return self._after_build(self._finish(state, built, step, seams, budget))
-                target, limit = grown, (budget if grown < budget else None)
-                grew = "to keep the task statement and user constraints verbatim"
+                    outcome = exc
+                try:
+                    state = attempts.send(outcome)
+                except StopIteration as done:
+                    return self._after_build(done.value)
+
+    def _attempts(
+        self, step: BuildStep, seams: Seams, budget: int
+    ) -> Generator[BuildState, BuiltContext | ContextOverflowError, BuiltContext]:
+        """The compaction target search both build paths drive (no I/O): yields the state to
+        build next and receives its outcome — the built context, or the overflow it raised —
+        until a build keeps what it must; returns that build, finished. A target that cannot
+        hold the pinned prompt and newest step grows to what they need; one that left out the
+        task statement or a user constraint grows to keep them. Re-raises the overflow when
+        the whole budget cannot hold them."""
+        target, limit = self._first_target(step, budget)
+        grew = ""
+        while True:
+            state = self._state(target, limit, step, grew)
+            outcome = yield state
+            if isinstance(outcome, ContextOverflowError):
+                if target >= budget:
+                    raise outcome
+                target, limit, grew = self._overflow_target(outcome, target, budget)
+                continue
+            grown = self._grown(outcome, target, budget)
+            if grown is None:
+                return self._finish(state, outcome, step, seams, budget)
+            target, limit = grown, (budget if grown < budget else None)
+            grew = "to keep the task statement and user constraints verbatim"
 
     @property
     def prefix(self) -> PrefixState | None:

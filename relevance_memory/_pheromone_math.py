@@ -161,6 +161,11 @@ def settled_strength(cell: Cell, tick: int, config: PheromoneConfig) -> float:
     return cell.strength
 
 
+def _factor(cell: Cell, ticks: int, config: PheromoneConfig) -> float:
+    """``(1 − η_kind)^ticks``: what ``ticks`` evaporating ticks leave of a strength (1.0 for none)."""
+    return (1.0 - rate_of(config, cell.kind)) ** ticks if ticks > 0 else 1.0
+
+
 def task_strength(cell: Cell, tick: int, config: PheromoneConfig, goal: str | None, subtask: str | None = None) -> float:
     """Strength as memory for the task with final goal ``goal`` (SPEC §5, task-scoped).
 
@@ -171,7 +176,7 @@ def task_strength(cell: Cell, tick: int, config: PheromoneConfig, goal: str | No
     as the build that made them.
     """
     ticks = evaporating_ticks(cell, tick, config)
-    factor = (1.0 - rate_of(config, cell.kind)) ** ticks if ticks > 0 else 1.0
+    factor = _factor(cell, ticks, config)
     current = cell.strength * factor if ticks > 0 else cell.strength
     if cell.latest_goal is not None and cell.latest_goal != goal:
         earned = cell.earned * factor if ticks > 0 else cell.earned
@@ -198,7 +203,7 @@ def task_memory(cell: Cell, tick: int, config: PheromoneConfig, goal: str | None
     if cell.latest_goal is None or cell.latest_goal != goal:
         return 0.0
     ticks = evaporating_ticks(cell, tick, config)
-    factor = (1.0 - rate_of(config, cell.kind)) ** ticks if ticks > 0 else 1.0
+    factor = _factor(cell, ticks, config)
     earned = cell.earned
     if subtask is not None and cell.last_key == (goal or "", subtask):
         earned -= cell.last_deposit

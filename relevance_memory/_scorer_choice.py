@@ -13,31 +13,14 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, Literal
 
 from ._exceptions import ConfigError
-from ._llm_env import (
-    DEFAULT_SCORER_MODEL,
-    ENV_API_KEY,
-    ENV_BASE_URL,
-    ENV_MODE,
-    ENV_MODEL,
-    ENV_SCORER,
-    llm_endpoint_configured,
-)
+from ._llm_env import ENV_SCORER, llm_endpoint_configured
 from ._scoring import OfflineScorer
 
 if TYPE_CHECKING:
     from ._config import MemoryConfig
     from ._llm_scorer import LLMScorer
 
-__all__ = [
-    "DEFAULT_SCORER_MODEL",
-    "ENV_API_KEY",
-    "ENV_BASE_URL",
-    "ENV_MODE",
-    "ENV_MODEL",
-    "ENV_SCORER",
-    "llm_endpoint_configured",
-    "resolve_scorer",
-]
+__all__ = ["resolve_scorer"]
 
 def resolve_scorer(
     kind: Literal["auto", "llm", "offline"],
