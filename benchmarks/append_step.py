@@ -38,6 +38,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+from _trim_baseline import trimmer
 from overhead import make_history
 
 from relevance_memory import RelevanceMemoryManager, TiktokenCounter
@@ -104,25 +105,7 @@ def time_memory(history: list[dict[str, Any]], budget: int, repeats: int, policy
 
 
 def time_trim(history: list[dict[str, Any]], budget: int, repeats: int) -> tuple[float, float]:
-    from langchain_core.messages import convert_to_messages, convert_to_openai_messages, trim_messages
-
-    counter = TiktokenCounter()
-    lc = convert_to_messages(history)
-    memo: dict[int, int] = {}
-
-    def count(messages: list[Any]) -> int:
-        total = 0
-        for message in messages:
-            key = id(message)
-            if key not in memo:
-                memo[key] = counter.count_message(convert_to_openai_messages(message))  # type: ignore[arg-type]
-            total += memo[key]
-        return total
-
-    def trim() -> Any:
-        return trim_messages(lc, max_tokens=budget, token_counter=count, strategy="last", include_system=True,
-                             start_on="human")
-
+    trim = trimmer(history, budget, TiktokenCounter())
     trim()  # warm the memo
     walls, cpus = [], []
     for _ in range(repeats):

@@ -30,6 +30,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from _trim_baseline import trimmer
+
 from relevance_memory import RelevanceMemoryManager, TiktokenCounter
 
 FIXTURE = Path(__file__).resolve().parents[1] / "fixtures" / "django__django-15280.json"
@@ -70,8 +72,6 @@ def timed(fn: Callable[[], Any]) -> float:
 
 
 def bench(n: int, budget: int, repeats: int, max_chars: int = 0) -> dict[str, Any]:
-    from langchain_core.messages import convert_to_messages, convert_to_openai_messages, trim_messages
-
     history = make_history(n, max_chars)
     counter = TiktokenCounter("cl100k_base")
     row: dict[str, Any] = {"messages": len(history)}
@@ -94,21 +94,7 @@ def bench(n: int, budget: int, repeats: int, max_chars: int = 0) -> dict[str, An
         steps.append(timed(lambda: manager.build_context(budget=budget)))
     row["rm_step_s"] = statistics.median(steps)
 
-    lc_messages = convert_to_messages(history)
-    memo: dict[int, int] = {}
-
-    def count(messages: list[Any]) -> int:
-        total = 0
-        for message in messages:
-            key = id(message)
-            if key not in memo:
-                memo[key] = counter.count_message(convert_to_openai_messages(message))  # type: ignore[arg-type]
-            total += memo[key]
-        return total
-
-    def trim() -> Any:
-        return trim_messages(lc_messages, max_tokens=budget, token_counter=count, strategy="last",
-                             include_system=True, start_on="human")
+    trim = trimmer(history, budget, counter)
 
     row["lc_cold_s"] = timed(trim)
     row["lc_warm_s"] = statistics.median(timed(trim) for _ in range(repeats))
