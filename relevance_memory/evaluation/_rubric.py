@@ -120,7 +120,8 @@ def build_labelled_set(
             messages = [
                 LabelledMessage(
                     id=conv.turns[j].id, role=conv.turns[j].role, content=conv.turns[j].text,
-                    msg_type="user_chat" if conv.turns[j].role == "user" else "assistant_reasoning",
+                    msg_type=conv.turns[j].msg_type
+                    or ("user_chat" if conv.turns[j].role == "user" else "assistant_reasoning"),
                 )
                 for j in picked
             ]
