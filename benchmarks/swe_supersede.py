@@ -10,7 +10,9 @@ statement. Per build it counts:
 - **task statement kept**: the first user message is in the context verbatim;
 - **newest views kept**: for every file the agent edited so far (``sed -i``, a heredoc or
   ``>`` write) and has shown since, the newest message showing it (a read of any range, or a
-  whole write) is in the context verbatim.
+  whole write) is in the context verbatim;
+- **summary tokens**: tokens the summaries take (what the newest views' room costs them), and
+  the builds that archived messages but give their summaries fewer than 64 tokens.
 
     PYTHONPATH=. python benchmarks/swe_supersede.py [--budgets 8000,16000] [--every 10] [--json out.json]
 
@@ -30,6 +32,10 @@ from relevance_memory._supersede import command_of, detect_supersedes, file_view
 from relevance_memory._supersede_files import edited_paths
 
 DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "swebench_trajectories"
+TINY_SUMMARY = 64
+"""A build that archived messages but spends fewer tokens than this on summaries (tokens)."""
+
+
 def measure_run(path: Path, budgets: list[int], every: int) -> list[dict[str, Any]]:
     run = json.loads(path.read_text())
     messages = run["messages"]
@@ -83,6 +89,12 @@ def measure_run(path: Path, budgets: list[int], every: int) -> list[dict[str, An
                 "task_kept": task in verbatim,
                 "edited_files": len(wanted),
                 "newest_views_kept": sum(1 for mid in wanted.values() if mid in verbatim),
+                "summary_tokens": built.record.budget_breakdown.spent.get("summaries", 0)
+                if built.record.budget_breakdown is not None else 0,
+                "tiny_summary": not built.record.identity
+                and any(d.decision in ("summarised", "dropped") for d in built.record.messages)
+                and built.record.budget_breakdown is not None
+                and built.record.budget_breakdown.spent.get("summaries", 0) < TINY_SUMMARY,
             })
     return rows
 
@@ -100,8 +112,8 @@ def main() -> None:
     for path in sorted(args.data.glob("*.json")):
         rows.extend(measure_run(path, budgets, args.every))
     print("| budget | builds | context tokens | superseded tokens kept (share) | superseded messages | "
-          "task statement kept | newest view of edited files kept |")
-    print("|---|---|---|---|---|---|---|")
+          "task statement kept | newest view of edited files kept | summary tokens | builds with summaries < 64 tokens |")
+    print("|---|---|---|---|---|---|---|---|---|")
     for budget in budgets:
         mine = [r for r in rows if r["budget"] == budget and "error" not in r]
         tokens = sum(r["tokens"] for r in mine)
@@ -109,7 +121,8 @@ def main() -> None:
         files = sum(r["edited_files"] for r in mine)
         print(f"| {budget:,} | {len(mine)} | {tokens:,} | {stale:,} ({stale / max(tokens, 1):.1%}) | "
               f"{sum(r['superseded_messages'] for r in mine)} | {sum(r['task_kept'] for r in mine)}/{len(mine)} | "
-              f"{sum(r['newest_views_kept'] for r in mine)}/{files} |")
+              f"{sum(r['newest_views_kept'] for r in mine)}/{files} | {sum(r['summary_tokens'] for r in mine):,} | "
+              f"{sum(r['tiny_summary'] for r in mine)} |")
     errors = [r for r in rows if "error" in r]
     if errors:
         print(f"{len(errors)} build(s) failed: {errors[:3]}")

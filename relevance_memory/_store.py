@@ -546,6 +546,13 @@ class MessageStore:
         with self.lock:
             return self._detector.edited_views() if self._detector is not None else {}
 
+    def file_edits(self) -> dict[str, str]:
+        """Every file the agent edited → id of the newest stored message that edited it
+        (:meth:`SupersedeDetector.edits`); ``{}`` without supersede detection. Selection tries
+        the newest views of the files edited last first (issue 11)."""
+        with self.lock:
+            return self._detector.edits() if self._detector is not None else {}
+
     def message_vectors(self) -> VectorIndex | None:
         """The vector index with every stored message embedded (embeds what ingest left
         pending, once, holding the store's lock), or ``None`` when the store keeps no vectors."""

@@ -151,6 +151,8 @@ class StoreSnapshot:
             self.superseded_by: Mapping[str, SupersedeLink] = _LinkView(store.superseded_by, store._by_id, n)
             self.supersedes: Mapping[str, Sequence[str]] = _SupersedesView(store.supersedes, store._by_id, n)
             self._edited = {p: i for p, i in store.edited_views().items() if store._by_id.get(i, n) < n}
+            # a file edited again after the snapshot was taken keeps no edit here (ordering only)
+            self._edits = {p: i for p, i in store.file_edits().items() if store._by_id.get(i, n) < n}
 
     def __len__(self) -> int:
         return self._n
@@ -183,6 +185,10 @@ class StoreSnapshot:
     def edited_views(self) -> dict[str, str]:
         """:meth:`MessageStore.edited_views` as it was at the snapshot (messages in it only)."""
         return dict(self._edited)
+
+    def file_edits(self) -> dict[str, str]:
+        """:meth:`MessageStore.file_edits` as it was at the snapshot (messages in it only)."""
+        return dict(self._edits)
 
     def message_vectors(self) -> VectorIndex | None:
         """The store's vector index with every message of the snapshot embedded (it may hold

@@ -181,7 +181,7 @@ class SupersedeDetector:
     _calls: OrderedDict[str, list[tuple[str, int, str]]] = field(default_factory=OrderedDict)
     _views: OrderedDict[str, list[_LiveView]] = field(default_factory=OrderedDict)
     _facts: OrderedDict[tuple[str, str, str], deque[_LiveFact]] = field(default_factory=OrderedDict)
-    _edited: OrderedDict[str, int] = field(default_factory=OrderedDict)
+    _edited: OrderedDict[str, str] = field(default_factory=OrderedDict)  # file → id of its newest edit
     _current: dict[str, str] | None = None
     _by_name: dict[str, set[str]] = field(default_factory=dict)  # file name → viewed paths
 
@@ -203,6 +203,11 @@ class SupersedeDetector:
                     current[edited] = newest.item_id
             self._current = current
         return dict(self._current)
+
+    def edits(self) -> dict[str, str]:
+        """Every file the agent edited (:func:`edited_paths`) → the id of the newest message
+        that edited it (the assistant message whose tool call made the edit)."""
+        return dict(self._edited)
 
     def _touch(self, table: OrderedDict[str, list[_LiveView]] | OrderedDict[str, list[tuple[str, int, str]]] | OrderedDict[tuple[str, str, str], deque[_LiveFact]], key: object) -> None:
         table.move_to_end(key)  # type: ignore[arg-type]
@@ -264,7 +269,7 @@ class SupersedeDetector:
             if command is None:
                 continue
             for path in sorted(edited_paths(command)):
-                self._edited[path] = item.step
+                self._edited[path] = item.id
                 self._edited.move_to_end(path)
                 while len(self._edited) > self.max_keys:
                     self._edited.popitem(last=False)

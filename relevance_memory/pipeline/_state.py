@@ -103,6 +103,8 @@ class StoreView(Protocol):
 
     def edited_views(self) -> dict[str, str]: ...
 
+    def file_edits(self) -> dict[str, str]: ...
+
     def message_vectors(self) -> VectorIndex | None: ...
 
     def __len__(self) -> int: ...
@@ -293,6 +295,8 @@ class Ranked:
             supersedes (issue 11): archived unless the goal asks for earlier values.
         preferred: root → note, for chains raised because they restate a fact with a new
             value (the newer is preferred over what it supersedes).
+        current_views: roots of chains holding the newest view of a file the agent edited
+            (issue 11): tried before other chains, and the summary reserve yields to them.
     """
 
     tier: Mapping[int, str]
@@ -304,6 +308,7 @@ class Ranked:
     recent_roots: frozenset[int]
     superseded: Mapping[int, str] = field(default_factory=dict)
     preferred: Mapping[int, str] = field(default_factory=dict)
+    current_views: frozenset[int] = frozenset()
 
 
 @dataclass(frozen=True)

@@ -22,10 +22,12 @@ from dataclasses import dataclass
 __all__ = [
     "CURRENT_VIEW",
     "DEFAULT_ORDER",
+    "EDIT_RECENCY",
     "FIRST",
     "RECENCY",
     "SCORE",
     "STRENGTH_BAND",
+    "USER_CONSTRAINT",
     "WEIGHT",
     "ChainFacts",
     "Order",
@@ -52,6 +54,11 @@ class ChainFacts:
         priority: position among the roots tried before any other (the task statement
             first), or the number of such roots for every other chain.
         current_view: the chain holds the newest view of a file the agent edited (issue 11).
+        edited_at: for such a chain, index of the newest message that edited one of its
+            files (the later the edit, the sooner it is tried); -1 otherwise.
+        constraint: the chain holds a user's own message scored as a hard constraint
+            (:data:`~relevance_memory.pipeline.select.CONSTRAINT_SCORE`, SPEC §4: 5 "decides
+            the task's success").
     """
 
     root: int
@@ -62,6 +69,8 @@ class ChainFacts:
     band: int
     priority: int
     current_view: bool = False
+    edited_at: int = -1
+    constraint: bool = False
 
 
 @dataclass(frozen=True)
@@ -105,9 +114,16 @@ WEIGHT = OrderKey("weight", lambda c: -c.weight)
 """The scorer's better match within one score first."""
 RECENCY = OrderKey("recency", lambda c: -c.last)
 """Newer first."""
+USER_CONSTRAINT = OrderKey("user constraint", lambda c: 0 if c.constraint else 1)
+"""A user's hard constraint (their own message scored 5) before any other chain but the task
+statement: what decides the task's success (SPEC §4)."""
 CURRENT_VIEW = OrderKey("newest view of an edited file", lambda c: 0 if c.current_view else 1)
-"""The newest view of each file the agent edited first (issue 11): among chains of one score,
-the current state of the files under repair before other matches."""
+"""The newest view of each file the agent edited before every other chain but the task
+statement and the user's hard constraints (issue 11): the current state of the files under
+repair is what an agent needs next, more than an older error output scored 5."""
+EDIT_RECENCY = OrderKey("edit recency", lambda c: -c.edited_at)
+"""Among the newest views of edited files, the file edited last first (the one being worked
+on now); the same for every other chain."""
 
 
 @dataclass(frozen=True)
@@ -136,9 +152,11 @@ def _as_order(value: Order | OrderKey) -> Order:
 
 
 DEFAULT_ORDER = OrderPolicy(
-    core=FIRST + SCORE + CURRENT_VIEW + STRENGTH_BAND + WEIGHT + RECENCY,
+    core=FIRST + USER_CONSTRAINT + CURRENT_VIEW + EDIT_RECENCY + SCORE + STRENGTH_BAND + WEIGHT + RECENCY,
     working=STRENGTH_BAND + WEIGHT + RECENCY,
 )
-"""SPEC §3 step 6: core by the task statement first, then score, the newest views of edited
-files, strength band, weight and recency; working by strength band, weight, then recency
-(issue 5 added the weight, issue 11 the edited files' newest views)."""
+"""SPEC §3 step 6: core by the task statement first, then the user's hard constraints, the
+newest views of edited files (the file edited last first), then score, strength band, weight
+and recency; working by strength band, weight, then recency (issue 5 added the weight,
+issue 11 the edited files' newest views: BENCHMARKS.md, "Superseded tool results on the SWE
+runs", measures the order)."""

@@ -11,9 +11,10 @@ of tokens (cheap, so the summary reserve can be negotiated over it without ranki
   joins working (carry-over, SPEC §5).
 - Core chains are tried first, then working chains, each tier in its
   :class:`~relevance_memory.pipeline.order.OrderPolicy` order (default: core by the task
-  statement first, score, strength band, weight, recency; working by strength band,
-  weight, recency). A chain that does not fit is skipped (smaller later ones may still
-  fit) and noted ``over budget``.
+  statement first, the user's hard constraints (:data:`CONSTRAINT_SCORE`), the newest view
+  of each file the agent edited (the file edited last first), then score, strength band,
+  weight, recency; working by strength band, weight, recency). A chain that does not fit is
+  skipped (smaller later ones may still fit) and noted ``over budget``.
 - Older copies of a user message whose newest copy is shown verbatim give their room back
   (:func:`fill_ranked`): agent harnesses repeat a notice many times.
 - A chain whose content a newer message supersedes (issue 11, SPEC §10: the same call
@@ -32,16 +33,20 @@ from __future__ import annotations
 import math
 from collections.abc import Collection, Iterable, Mapping, Sequence
 
-from .._models import RelevanceScore, content_text
+from .._models import RelevanceScore, content_text, user_authored
 from .._supersede import asks_for_history
 from ._state import BuildState, Chain, Ranked, Seams, Selection, StoreView, required
 from .order import DEFAULT_ORDER, ChainFacts, OrderPolicy
 
 __all__ = [
-    "Selection", "current_file_views", "fill", "fill_ranked", "preferred_newer", "rank", "select", "select_chains",
-    "superseded_chains",
+    "CONSTRAINT_SCORE", "Selection", "current_file_views", "fill", "fill_ranked", "preferred_newer", "rank", "select", "select_chains",
+    "superseded_chains", "view_edits",
 ]
 
+CONSTRAINT_SCORE = 5
+"""Least score of a user's own message that is a hard constraint, tried before the newest views
+of edited files (SPEC §4: 5 "decides the task's success"; a score-4 user message still comes
+before every other chain of its score, and never yields to the summary reserve)."""
 PREFERRED_FLOOR = 3
 """Least score of a message that restates a fact with a new value (working tier: kept when
 room allows, before weaker matches of equal strength)."""
@@ -65,6 +70,8 @@ def rank(
     order: OrderPolicy = DEFAULT_ORDER,
     memory: Mapping[int, float] | None = None,
     current_views: Collection[int] = (),
+    edited_at: Mapping[int, int] | None = None,
+    constraints: Collection[int] = (),
 ) -> tuple[dict[int, str], tuple[int, ...]]:
     """Tiers of ``chains`` and the order their core and working chains are tried in (module doc).
 
@@ -82,6 +89,10 @@ def rank(
             else from ``strengths`` (strength units).
         current_views: roots of chains holding the newest view of a file the agent edited
             (:data:`~relevance_memory.pipeline.order.CURRENT_VIEW`).
+        edited_at: such a root → index of the newest message that edited one of its files
+            (:data:`~relevance_memory.pipeline.order.EDIT_RECENCY`).
+        constraints: roots of chains holding a user's hard constraint
+            (:data:`~relevance_memory.pipeline.order.USER_CONSTRAINT`).
 
     Returns:
         ``(tier, order)``: root → tier for every chain, and the core then working roots in
@@ -104,7 +115,8 @@ def rank(
         facts[root] = ChainFacts(
             root=root, last=chain.last, score=score, weight=weight, strength=strength,
             band=math.floor(banded / strength_resolution), priority=priority.get(root, len(priority)),
-            current_view=root in current_views,
+            current_view=root in current_views, edited_at=(edited_at or {}).get(root, -1),
+            constraint=root in constraints,
         )
     core = sorted((r for r, t in tier.items() if t == "core"), key=lambda r: order.core_key(facts[r]))
     working = sorted((r for r, t in tier.items() if t == "working"), key=lambda r: order.working_key(facts[r]))
@@ -242,6 +254,12 @@ def select(state: BuildState, seams: Seams) -> Ranked:
     if views:
         scores = {**scores, **{i: s for i, (s, _) in views.items()}}
         preferred = {**preferred, **views}
+    view_roots = frozenset(store.chain_root(i) for i in views)
+    constraints = {
+        r for r, c in chains.items()
+        if any(user_authored(store[i].role, store[i].msg_type.value) and i in scores and scores[i].score >= CONSTRAINT_SCORE
+               for i in c.members)
+    }
     tier, order = rank(
         {r: c for r, c in chains.items() if asked or r not in demoted},
         scores,
@@ -255,7 +273,9 @@ def select(state: BuildState, seams: Seams) -> Ranked:
         first=[part.task_root] if part.task_root is not None else (),
         order=seams.order,
         memory=memory,
-        current_views={store.chain_root(i) for i in views},
+        current_views=view_roots,
+        edited_at=view_edits(store) if views else None,
+        constraints=constraints,
     )
     superseded: dict[int, str] = {}
     for root, note in demoted.items():
@@ -289,6 +309,7 @@ def select(state: BuildState, seams: Seams) -> Ranked:
         recent_roots=part.recent,
         superseded=superseded,
         preferred={store.chain_root(i): note for i, (_, note) in preferred.items()},
+        current_views=view_roots,
     )
 
 
@@ -333,8 +354,9 @@ def current_file_views(
     An agent repairing files needs their current state: for every file it edited (a heredoc
     write, ``sed -i``, ``> F``), the newest message showing or writing it
     (:meth:`MessageStore.edited_views`) is scored at least ``core_score`` ("needed for the next
-    steps", SPEC §4) and tried first among chains of its score
-    (:data:`~relevance_memory.pipeline.order.CURRENT_VIEW`). Returns index → (raised score,
+    steps", SPEC §4) and tried before every other chain but the task statement and the user's
+    hard constraints (:data:`~relevance_memory.pipeline.order.CURRENT_VIEW`); the summary
+    reserve yields to it. Returns index → (raised score,
     note) for the candidate members that hold such a view; a view already scored that high
     is listed too (with its own score), so the order key sees it.
     """
@@ -352,6 +374,23 @@ def current_file_views(
         if score.score < core_score:
             score = score.model_copy(update={"score": core_score, "reason": f"{score.reason}; {note}: raised to {core_score}"})
         out[i] = (score, note)
+    return out
+
+
+def view_edits(store: StoreView) -> dict[int, int]:
+    """Chain root of each edited file's newest view → index of the newest message that edited
+    one of the files it shows (:meth:`MessageStore.file_edits`; the larger of two when one view
+    shows two edited files). Selection tries the file edited last first (issue 11; pure)."""
+    edits = store.file_edits()
+    out: dict[int, int] = {}
+    for path, view_id in store.edited_views().items():
+        edit_id = edits.get(path)
+        try:
+            root = store.chain_root(store.get(view_id).index)
+            edit = store.get(edit_id).index if edit_id is not None else -1
+        except KeyError:
+            continue
+        out[root] = max(out.get(root, -1), edit)
     return out
 
 

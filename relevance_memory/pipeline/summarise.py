@@ -8,9 +8,11 @@ consecutive archived messages (:func:`summarise_archive`, through the summarizer
 its cache).
 
 The reserve (``summary_budget``, or :data:`SUMMARY_RESERVE_SHARE` of the budget, at least
-:data:`MIN_SUMMARY_RESERVE` tokens) is never taken from the task statement or from user
-messages scored ≥ ``core_score`` (SPEC §7: a user constraint is never only in a summary);
-other chains yield to it, lowest priority first. When the summaries do not fit it, the
+:data:`MIN_SUMMARY_RESERVE` tokens) is never taken from the task statement, from user
+messages scored ≥ ``core_score`` (SPEC §7: a user constraint is never only in a summary) or
+from the newest views of the files the agent edited (issue 11: the current state of the
+files under repair; the older views they supersede are what the summaries hold); other
+chains yield to it, lowest priority first. When the summaries do not fit it, the
 reserve grows to what they need at most (working-tier chains yield first, they are then
 summarised too), and a goal block that only points at the kept task statement yields its
 room last.
@@ -125,10 +127,15 @@ def summarise_archive(
     return pyramid, held
 
 
-def _protected(seams: Seams, part: Partitioned, scores: Mapping[int, RelevanceScore], selection: Selection) -> int:
-    """Tokens of kept core chains that never yield to summaries: the task statement and user
-    messages scored ≥ ``core_score`` (tokens)."""
-    return sum(part.candidates[r].tokens for r in _protected_roots(seams, part, scores, selection))
+def _protected(
+    seams: Seams, part: Partitioned, scores: Mapping[int, RelevanceScore], selection: Selection, ranked: Ranked
+) -> int:
+    """Tokens of kept core chains that never yield to the summary reserve: the task statement,
+    user messages scored ≥ ``core_score`` and the newest views of the files the agent edited
+    (issue 11: their current state is what the next step needs; the older views they
+    supersede are what the summaries hold) (tokens)."""
+    roots = _protected_roots(seams, part, scores, selection) | (selection.kept & ranked.current_views)
+    return sum(part.candidates[r].tokens for r in roots)
 
 
 def _goal_block_is_pointer(state: BuildState, part: Partitioned, goal_text: str | None, kept_roots: set[int]) -> bool:
@@ -186,7 +193,7 @@ def summarise(state: BuildState, seams: Seams) -> Summarised:
             selection, PyramidResult(), frozenset(), goal_text, _spend_selection(ledger, ranked, selection, PyramidResult()),
             tuple(notes),
         )
-    most = max(0, available - _protected(seams, part, scores, selection))
+    most = max(0, available - _protected(seams, part, scores, selection, ranked))
     share = max(MIN_SUMMARY_RESERVE, int(state.budget * SUMMARY_RESERVE_SHARE))
     reserve = min(most, config.summary_budget or share)
 
