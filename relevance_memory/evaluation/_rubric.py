@@ -264,7 +264,7 @@ def evaluate_rubric(labelled: LabelledSet, scorer: Scorer, *, repeats: int = 1,
                     encoding: Literal["cl100k_base", "o200k_base"] = "cl100k_base") -> RubricReport:
     """Score every example ``repeats`` times with ``scorer`` and compute the metrics of
     :class:`RubricReport`. Scorer exceptions propagate (the set is the thing under test)."""
-    counter: TokenCounter = TiktokenCounter(encoding)  # type: ignore[assignment]
+    counter: TokenCounter = TiktokenCounter(encoding)
     usage = ScorerUsage()
     calls: list[LLMCall] = []
     runs: list[dict[tuple[str, str], int]] = []

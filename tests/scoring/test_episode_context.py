@@ -7,6 +7,7 @@ from __future__ import annotations
 from datetime import datetime, timedelta, timezone
 
 import pytest
+from test_embedding import tiny_embedder  # type: ignore[import-not-found]
 
 from relevance_memory import ConfigError, RelevanceMemoryManager
 from relevance_memory._models import TaskGoal
@@ -14,8 +15,6 @@ from relevance_memory._scoring import ScoreItem
 from relevance_memory._semantic import SemanticFusion, SemanticScorer, episode_context
 from relevance_memory._store import MessageStore
 from relevance_memory._tokenizer import TiktokenCounter
-
-from test_embedding import tiny_embedder  # type: ignore[import-not-found]
 
 T0 = datetime(2026, 3, 1, 9, 0, tzinfo=timezone.utc)
 
