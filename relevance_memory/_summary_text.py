@@ -79,7 +79,8 @@ def _is_table_row(line: str) -> bool:
 
 
 def extract_values(text: str, *, bare_numbers: bool = False) -> list[str]:
-    """Exact values a reader of a summary needs, in order of appearance, unique (pure).
+    """Exact values a reader of a summary needs, in order of appearance, unique (pure;
+    the same text gives the same list in every process).
 
     Kept: dates and times; ids (letters mixed with digits: ``ORD-1001``, ``HAT136``,
     ``mia_li_3668``); paths and file names; numbers with a unit or currency (``50,000 EUR``,
@@ -112,7 +113,9 @@ def extract_values(text: str, *, bare_numbers: bool = False) -> list[str]:
         for match in _BARE_NUMBER_RE.finditer(clean):
             if len(match.group(0)) >= 2:  # "0"/"1" exit codes and counts say little alone
                 spans.append((match.start(), match.group(0)))
-    for _, value in sorted(spans, key=lambda s: s[0]):
+    # a total order: ``identifiers`` is a set, so its iteration order changes with
+    # PYTHONHASHSEED; at one position the longest value goes first (it holds the others)
+    for _, value in sorted(spans, key=lambda s: (s[0], -len(s[1]), s[1])):
         if value and value not in found and not any(value in v for v in found):
             found[value] = None
     return list(found)

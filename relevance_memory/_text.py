@@ -175,6 +175,9 @@ def identifiers(text: str) -> set[str]:
     ``2026-11-20``), or is a code name (``snake_case``, ``CamelCase``, ``dotted.name``).
     At most 200 per message, so huge tool outputs stay cheap. Linear in the text
     length: one tokenising pass, then a check per distinct token.
+
+    Returns a set: its iteration order changes with ``PYTHONHASHSEED``, so never let it
+    reach a context or a record unsorted (same input → same bytes, issue 11).
     """
     found: set[str] = set()
     for raw in dict.fromkeys(_TOKEN_RE.findall(text)):  # first occurrences, in order (deterministic)
