@@ -88,3 +88,45 @@ def test_one_episode_scores_exactly_as_without_episode_context() -> None:
     on = SemanticScorer(SemanticFusion(episode_mix=0.5), embedder=tiny_embedder()).score(goal, items).scores
     off = SemanticScorer(SemanticFusion(episode_mix=0.0), embedder=tiny_embedder()).score(goal, items).scores
     assert [(s.score, s.weight, s.reason) for s in on] == [(s.score, s.weight, s.reason) for s in off]
+
+
+def test_rank_mode_ranks_by_the_context_cosine() -> None:
+    goal = TaskGoal(final="battery", source="explicit")
+    items = _items([("power bank", 0), ("sunny", 0)] + [("weather weather", 1)] * 40 + [("sunny", 2)])
+    rank = {s.id: s for s in SemanticScorer(SemanticFusion(min_cosine=0.3, episode_mode="rank"),
+                                            embedder=tiny_embedder()).score(goal, items).scores}
+    # ranked by context, m1 (0.04 + 0.5 × 0.97) is second: top 2 %, lifted to 3; its weight
+    # is the context cosine too, so it orders above the same words said in another episode
+    assert rank["m1"].score == 3 and "0.04 to the goal, +0.49 from its episode" in rank["m1"].reason
+    assert rank["m1"].weight == pytest.approx(0.528, abs=0.002)
+    assert rank["m1"].weight > rank[f"m{len(items) - 1}"].weight
+
+
+def test_only_what_people_say_is_lifted_by_meaning() -> None:
+    goal = TaskGoal(final="battery", source="explicit")
+    items = [ScoreItem(id=f"m{i}", role=role, msg_type=kind, source=role, text="power bank", content_hash=f"h{i}")
+             for i, (role, kind) in enumerate([("user", "user_chat"), ("assistant", "assistant_reasoning")])]
+    scores = {s.id: s for s in SemanticScorer(embedder=tiny_embedder()).score(goal, items).scores}
+    assert scores["m0"].score == 4 and "semantic match" in scores["m0"].reason
+    assert scores["m1"].score == 1 and "semantic" not in scores["m1"].reason  # ranked by the weight only
+    assert scores["m1"].weight > 0.9
+
+
+def test_locomo_speakers_are_both_people() -> None:
+    import json
+    from pathlib import Path
+
+    from relevance_memory.evaluation import load_locomo
+
+    sample = [{"sample_id": "c1", "conversation": {
+        "speaker_a": "Ann", "speaker_b": "Bob", "session_1_date_time": "1:56 pm on 8 May, 2023",
+        "session_1": [{"speaker": "Ann", "dia_id": "D1:1", "text": "hi"}, {"speaker": "Bob", "dia_id": "D1:2",
+                                                                           "text": "hello"}]},
+        "qa": []}]
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as folder:
+        path = Path(folder) / "locomo.json"
+        path.write_text(json.dumps(sample), encoding="utf-8")
+        turns = load_locomo(path).conversations[0].turns
+    assert [(t.role, t.msg_type) for t in turns] == [("user", "user_chat"), ("assistant", "user_chat")]
