@@ -37,6 +37,7 @@ DATASETS: dict[str, tuple[str, Path, tuple[int, ...]]] = {
     "lme_oracle": ("longmemeval", DATA / "longmemeval" / "oracle", (2000, 4000, 8000)),
 }
 BASE = SemanticFusion()
+BOTH = frozenset({"user_chat", "assistant_reasoning"})  # the semantic lift's types before the episode ablation
 LEXICAL = {"embeddings": False, "supersede": False}
 VARIANTS: dict[str, tuple[SemanticFusion | None, dict[str, Any]]] = {
     # the pipeline as it was before issue 11: lexical offline scorer, no supersede ("default before")
@@ -52,6 +53,15 @@ VARIANTS: dict[str, tuple[SemanticFusion | None, dict[str, Any]]] = {
     "lift": (replace(BASE, lift_unrelated=(3, 3), lift_matched=(0, 1)), {}),
     "lift_narrow": (replace(BASE, lift_unrelated=(3, 3), lift_matched=(0, 1), weak_share=0.05, strong_share=0.01), {}),
     "rrf": (replace(BASE, mode="rrf"), {}),
+    # episode context and which turns the semantic lift applies to (after issues 9-14 merged)
+    "both_noepisode": (replace(BASE, types=BOTH, episode_mix=0.0), {}),  # main before this ablation
+    "user_noepisode": (replace(BASE, episode_mix=0.0), {}),
+    "both_episode_lift": (replace(BASE, types=BOTH), {}),
+    "user_episode_lift": (BASE, {}),  # the default now (same as "default")
+    "user_episode_rank": (replace(BASE, episode_mode="rank"), {}),
+    "both_episode_rank": (replace(BASE, types=BOTH, episode_mode="rank"), {}),
+    "user_episode_lift_0.35": (replace(BASE, episode_mix=0.35), {}),
+    "user_episode_lift_0.75": (replace(BASE, episode_mix=0.75), {}),
     "weighted": (replace(BASE, mode="weighted", weight_mix=0.5), {}),
 }
 BASELINES = ("bm25", "embedding", "bm25+embedding")

@@ -158,6 +158,11 @@ class MemoryConfig(BaseModel):
             (off by default: on LongMemEval S it cost evidence recall, 0.809 → 0.745 at 2k,
             BENCHMARKS.md); by default such a message is only marked (record, summary, LLM
             prompt) and the newer one is preferred. Tool results and file views are archived.
+        episode_gap_s: silence between two messages that starts a new episode (a
+            conversation session; seconds, default 1,800 — the 30-minute inactivity timeout
+            web analytics cut sessions with). The offline scorer lifts a turn said in the same
+            episode as a strong match (:class:`~relevance_memory._semantic.SemanticFusion`).
+            Messages without timestamps form one episode.
         pheromone: the pheromone field's parameters (:class:`PheromoneConfig`, SPEC §5).
         cache_policy: when a build appends to the previous context, compacts or rebuilds
             (:class:`CachePolicy`, SPEC §3.1: prefix-stable by default, so the provider's
@@ -192,6 +197,7 @@ class MemoryConfig(BaseModel):
     embeddings: bool = True
     supersede: bool = True
     supersede_archives_facts: bool = False
+    episode_gap_s: float = Field(default=1800.0, gt=0, allow_inf_nan=False)
     pheromone: PheromoneConfig = Field(default_factory=lambda: PheromoneConfig())
     cache_policy: CachePolicy = Field(default_factory=CachePolicy)
 

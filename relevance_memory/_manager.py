@@ -151,6 +151,7 @@ class RelevanceMemoryManager:
             clock=self._clock,
             vectors=self.vectors,
             supersede=self.config.supersede,
+            episode_gap_s=self.config.episode_gap_s,
         )
         self._final: str | None = None
         self._subtask: str = ""

@@ -51,6 +51,8 @@ class ScoreItem:
         identifiers: the message's identifiers as computed on ingest (``None``: derive from text).
         superseded_by: ``"<newer id>: <why>"`` when a newer message supersedes this one
             (issue 11); the LLM scorer's prompt shows the mark.
+        episode: the message's episode (conversation session) number
+            (:attr:`MessageStore.episodes`); items of one episode give each other context.
     """
 
     id: str
@@ -66,6 +68,7 @@ class ScoreItem:
     terms: frozenset[str] = frozenset()
     identifiers: frozenset[str] | None = None
     superseded_by: str = ""
+    episode: int = 0
 
 
 @dataclass(frozen=True)

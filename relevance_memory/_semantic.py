@@ -17,9 +17,11 @@ exist so they can be compared by measurement (``benchmarks/ablation_semantic.py`
 ``weighted``  ``mix × lexical weight + (1 − mix) × cosine``; its rank's top shares add the
               bonuses; the weight is that blend.
 
-Bonuses apply to message types in ``SemanticFusion.types`` (chat turns and assistant prose
-by default: tool output embeds poorly against a task statement) and never lift a score
-above ``max_score``. The default model is English-centric (a Llama-2 vocabulary: most CJK
+Bonuses apply to message types in ``SemanticFusion.types`` (what people say, by default:
+an assistant's long replies resemble every question on their topic, and tool output embeds
+poorly against a task statement) and never lift a score above ``max_score``. A turn said
+in the same episode (conversation session) as a strong match can earn the weak bonus from
+that context (:func:`episode_context`). The default model is English-centric (a Llama-2 vocabulary: most CJK
 characters fall back to shared byte tokens), so a goal or message that is mostly CJK text
 (:data:`CJK_SHARE`) gets no semantic bonus; the lexical rules (CJK bigrams) decide it. Each item's reason says what fired ("semantic match 0.41 to the goal,
 top 3%"). Ranks are taken over the items scored together, which for the offline scorer is
@@ -43,7 +45,10 @@ from ._embedding import Embedder, VectorIndex, default_embedder, embedder_unavai
 from ._models import MessageType, RelevanceScore, TaskGoal
 from ._scoring import OfflineScorer, ScoreItem, ScoringContext, ScoringResult
 
-__all__ = ["CJK_SHARE", "RRF_K", "SemanticFusion", "SemanticScorer", "mostly_cjk", "rrf_fuse", "semantic_ranks"]
+__all__ = [
+    "CJK_SHARE", "RRF_K", "SemanticFusion", "SemanticScorer", "episode_context", "mostly_cjk", "rrf_fuse",
+    "semantic_ranks",
+]
 
 RRF_K = 60
 """Reciprocal-rank fusion constant (Cormack, Clarke & Büttcher, SIGIR 2009)."""
@@ -83,11 +88,25 @@ class SemanticFusion:
             5 stays for hard constraints and the task statement).
         weight_mix: cosine's share in the weight (``weight``/``score``), or the lexical
             share of the blend (``weighted``).
-        types: message types that can earn a bonus.
+        types: message types that can earn a bonus: what people say (``user_chat``). An LLM
+            assistant's reply is ranked by its cosine (the weight) but not lifted: it restates
+            the question's topic at length, so its mean vector resembles every question on the
+            topic while it rarely holds the user's fact (LongMemEval S: 500–700-token answers
+            filled the core tier; lifting only user turns gained 2 points at every budget,
+            equal on the oracle set; BENCHMARKS.md). Tool output embeds poorly against a task.
         lift_unrelated: the score a message the lexical rules found unrelated gets for a
             weak / strong semantic match (the "unrelated" malus no longer applies).
         lift_matched: what a weak / strong semantic match adds to a message the lexical
             rules already matched.
+        episode_mix: weight of the episode context (:func:`episode_context`): ``cosine +
+            episode_mix × the best cosine of another item of the same episode``. 0 turns it
+            off; it changes nothing when every item is in one episode.
+        episode_mode: ``lift`` (default): an item that earned no bonus by its own cosine
+            earns the weak one (+1) when its context cosine is in the top ``weak_share``;
+            ``rank``: the context cosine replaces the cosine everywhere (ranks, bonuses,
+            weight). ``rank`` helps a haystack of many unrelated sessions most (LongMemEval S
+            8k 0.894 → 0.936) but favours one session over the others when several hold
+            evidence (LongMemEval oracle 4k 0.887 → 0.866, below BM25), so it is not the default.
     """
 
     mode: FusionMode = "score"
@@ -96,18 +115,20 @@ class SemanticFusion:
     min_cosine: float = 0.2
     max_score: int = 4
     weight_mix: float = 1.0
-    types: frozenset[str] = field(
-        default_factory=lambda: frozenset({MessageType.USER_CHAT.value, MessageType.ASSISTANT_REASONING.value})
-    )
+    types: frozenset[str] = field(default_factory=lambda: frozenset({MessageType.USER_CHAT.value}))
     lift_unrelated: tuple[int, int] = (3, 4)
     lift_matched: tuple[int, int] = (1, 2)
+    episode_mix: float = 0.5
+    episode_mode: Literal["rank", "lift"] = "lift"
 
     @property
     def label(self) -> str:
         """Short id for records and cache keys (``score-w0.05-s0.01-c0.2-m4-x1.0``)."""
         return (f"{self.mode}-w{self.weak_share:g}-s{self.strong_share:g}-c{self.min_cosine:g}"
                 f"-m{self.max_score}-x{self.weight_mix:g}-u{self.lift_unrelated[0]}{self.lift_unrelated[1]}"
-                f"-l{self.lift_matched[0]}{self.lift_matched[1]}")
+                f"-l{self.lift_matched[0]}{self.lift_matched[1]}"
+                + f"-t{''.join(sorted(t[0] + t.split('_')[-1][0] for t in self.types))}"
+                + (f"-e{self.episode_mix:g}{self.episode_mode[0]}" if self.episode_mix else ""))
 
 
 def rrf_fuse(lexical: Sequence[float], semantic: Sequence[float], k: int = RRF_K) -> list[float]:
@@ -124,6 +145,41 @@ def rrf_fuse(lexical: Sequence[float], semantic: Sequence[float], k: int = RRF_K
 
     lex, sem = ranks(lexical), ranks(semantic)
     return [(1.0 / (k + lex[i]) if lexical[i] > 0 else 0.0) + 1.0 / (k + sem[i]) for i in range(len(lexical))]
+
+
+def episode_context(cosines: Sequence[float], episodes: Sequence[int], mix: float) -> list[float]:
+    """Each item's cosine plus ``mix`` × the best cosine among the *other* items of its
+    episode (0 for an item alone in its episode).
+
+    The cluster hypothesis (van Rijsbergen, *Information Retrieval*, 1979: "closely
+    associated documents tend to be relevant to the same requests"), applied to
+    conversation sessions as passage retrieval uses the enclosing document's score
+    (Callan, SIGIR 1994): the turn that states a fact ("I clean my Sony lens with …") often
+    does not resemble the question itself ("accessories for my photography setup"), while
+    another turn of the same session does. When every item is in one episode the term is
+    the same for all but the best item and the cosine order is unchanged, so the plain
+    cosines are returned.
+
+    Args:
+        cosines: ``(n,)`` cosines to the goal.
+        episodes: ``(n,)`` episode numbers (:attr:`ScoreItem.episode`).
+        mix: the context's weight (≥ 0).
+
+    Returns:
+        ``(n,)`` context cosines (cosine units).
+    """
+    if mix <= 0 or len(set(episodes)) < 2:
+        return [float(c) for c in cosines]
+    best: dict[int, tuple[float, float]] = {}  # episode → (best, second best)
+    for c, e in zip(cosines, episodes, strict=True):
+        first, second = best.get(e, (-math.inf, -math.inf))
+        best[e] = (c, first) if c > first else (first, max(second, c))
+    out: list[float] = []
+    for c, e in zip(cosines, episodes, strict=True):
+        first, second = best[e]
+        other = second if c == first else first
+        out.append(float(c) + mix * (other if other > -math.inf else 0.0))
+    return out
 
 
 def semantic_ranks(values: Sequence[float]) -> list[float]:
@@ -250,6 +306,13 @@ class SemanticScorer:
             return lexical
         cos = self.cosines(goal, items)
         cos = [0.0 if mostly_cjk(item.text) else c for item, c in zip(items, cos, strict=True)]
+        own = cos
+        context_cos = episode_context(own, [item.episode for item in items], fusion.episode_mix)
+        context_shares: list[float] | None = None
+        if fusion.episode_mode == "rank":
+            cos = context_cos
+        elif context_cos != own:
+            context_shares = semantic_ranks(context_cos)
         base = lexical.scores
         if fusion.mode == "rrf":
             lex_rank = _order_ranks([(s.score, s.weight) for s in base])
@@ -263,11 +326,15 @@ class SemanticScorer:
             fused = cos
         shares = semantic_ranks(fused)
         out: list[RelevanceScore] = []
-        for item, score, c, share, f in zip(items, base, cos, shares, fused, strict=True):
-            out.append(self._fuse(item, score, c, share, f))
+        for n, (item, score, c, o, share, f) in enumerate(zip(items, base, cos, own, shares, fused, strict=True)):
+            episode = None if context_shares is None else (context_cos[n], context_shares[n])
+            out.append(self._fuse(item, score, c, share, f, own=o, episode=episode))
         return ScoringResult(scores=out, usage=lexical.usage, warnings=lexical.warnings)
 
-    def _fuse(self, item: ScoreItem, score: RelevanceScore, cos: float, share: float, fused: float) -> RelevanceScore:
+    def _fuse(
+        self, item: ScoreItem, score: RelevanceScore, cos: float, share: float, fused: float, *, own: float | None = None,
+        episode: tuple[float, float] | None = None,
+    ) -> RelevanceScore:
         fusion = self.fusion
         mode = fusion.mode
         if mode == "weight":
@@ -285,6 +352,10 @@ class SemanticScorer:
                 level = 2
             elif share < fusion.weak_share:
                 level = 1
+        by_episode = False
+        if (not level and episode is not None and item.msg_type in fusion.types and score.score < fusion.max_score
+                and episode[0] >= fusion.min_cosine and episode[1] < fusion.weak_share):
+            level, by_episode = 1, True
         value = score.score
         reason = score.reason
         base = value
@@ -297,21 +368,26 @@ class SemanticScorer:
             value = min(fusion.max_score, value)
         fired = bool(level) and value != score.score
         if fired:
-            reason = _with(reason, cos, share, value - base, value)
+            if by_episode and episode is not None:
+                reason = _with(reason, cos, episode[1], value - base, value, context=episode[0] - cos)
+            else:
+                reason = _with(reason, cos if own is None else own, share, value - base, value,
+                               context=0.0 if own is None else cos - own)
         return score.model_copy(update={"score": max(1, min(5, value)), "weight": round(weight, 4), "reason": reason})
 
 
 _UNRELATED = "−1 unrelated to the goal"
 
 
-def _with(reason: str, cos: float, share: float, added: int, total: int) -> str:
+def _with(reason: str, cos: float, share: float, added: int, total: int, *, context: float = 0.0) -> str:
     """The lexical reason's sum with the semantic term added, so it still reads as the sum it
     is ("base 2 for a user chat; +2 semantic match 0.41 to the goal (top 3%); = 4"); an
     "unrelated" malus no longer applies and is dropped."""
     parts = [p for p in reason.split("; ") if p and p != _UNRELATED and not p.startswith("= ")]
     top = max(1, math.ceil(share * 100)) if share > 0 else 1
     sign = "+" if added >= 0 else "−"
-    parts.append(f"{sign}{abs(added)} semantic match {cos:.2f} to the goal (top {top}%)")
+    episode = f", {context:+.2f} from its episode" if context >= 0.005 else ""
+    parts.append(f"{sign}{abs(added)} semantic match {cos:.2f} to the goal{episode} (top {top}%)")
     parts.append(f"= {total}")
     return "; ".join(parts)
 

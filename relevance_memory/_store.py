@@ -50,6 +50,7 @@ rest when a build asks, :meth:`MessageStore.message_vectors`), keyed by content 
 
 from __future__ import annotations
 
+import math
 import threading
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator, Mapping
@@ -57,7 +58,7 @@ from datetime import datetime
 from typing import Any, Literal
 
 from ._embedding import VectorIndex
-from ._exceptions import InvalidMessageError
+from ._exceptions import ConfigError, InvalidMessageError
 from ._io import message_to_dict
 from ._models import ROLES, Message, MessageType, content_hash, content_text, freeze
 from ._store_snapshot import StoreSnapshot
@@ -87,6 +88,9 @@ class MessageStore:
             (the rest when a build asks, :meth:`message_vectors`); ``None``: no vectors.
         supersede: detect on ingest which older messages a new one supersedes (the same call
             again, the same file shown again, a fact restated with a new value; issue 11).
+        episode_gap_s: silence between two messages that starts a new episode (seconds;
+            default :data:`EPISODE_GAP_S`, the 30-minute inactivity timeout web analytics
+            use to cut sessions).
 
     Attributes:
         messages: every message in arrival order (read-only by convention).
@@ -94,6 +98,10 @@ class MessageStore:
         referenced_by: message id → ids of later messages that reference it.
         terms: per message (by index), its distinct lexical terms (for the offline scorer).
         idents: per message (by index), its identifiers (paths, ids, numbers, code names).
+        episodes: per message (by index), its episode number from 0: a new episode starts
+            when a message's timestamp is ``episode_gap_s`` or more away from the previous
+            timestamped message's (a conversation session; a message without a timestamp
+            stays in the episode of the message before it). The offline scorer reads it (episode context).
         doc_freq: term → number of messages containing it (incremental IDF statistics).
         superseded_by: older message id → the :class:`SupersedeLink` to the first newer message
             that superseded it (never deleted; the decision record shows both ends).
@@ -109,8 +117,15 @@ class MessageStore:
         clock: Callable[[], datetime] | None = None,
         vectors: VectorIndex | None = None,
         supersede: bool = True,
+        episode_gap_s: float = 1800.0,
     ) -> None:
+        if not (isinstance(episode_gap_s, (int, float)) and not isinstance(episode_gap_s, bool)
+                and math.isfinite(episode_gap_s) and episode_gap_s > 0):
+            raise ConfigError(f"episode_gap_s must be a positive number of seconds, got {episode_gap_s!r}")
         self._counter = counter
+        self._episode_gap = float(episode_gap_s)
+        self.episodes: list[int] = []
+        self._last_stamp: datetime | None = None  # the newest timestamp seen (episode cuts)
         self._on_invalid = on_invalid
         self._max_df = reference_max_df
         self._clock = clock
@@ -453,6 +468,7 @@ class MessageStore:
         self._parent.append(index)
         self.terms.append(terms)
         self.idents.append(frozenset(draft.idents))
+        self.episodes.append(self._episode_of(stored))
         self.doc_freq.update(terms)
         for call in draft.calls:
             self._call_owner[call["id"]] = index
@@ -570,6 +586,21 @@ class MessageStore:
         if first_user is None or has_constraint(content_text(content)):
             return MessageType.USER_INSTRUCTION
         return MessageType.USER_CHAT
+
+    def _episode_of(self, message: Message) -> int:
+        """Episode number of a message about to be appended (see ``episodes``)."""
+        previous = self.episodes[-1] if self.episodes else 0
+        before, now = self._last_stamp, message.timestamp
+        if now is None:
+            return previous
+        self._last_stamp = now
+        if before is None:
+            return previous
+        try:
+            gap = abs((now - before).total_seconds())
+        except TypeError:  # a naive and an aware datetime: no comparable gap
+            return previous
+        return previous + 1 if gap >= self._episode_gap else previous
 
     def _references(self, idents: set[str], parent_index: int | None) -> list[str]:
         refs: list[str] = []

@@ -140,6 +140,7 @@ class StoreSnapshot:
             self.messages: Sequence[Message] = _Prefix(store.messages, n)
             self.terms: Sequence[frozenset[str]] = _Prefix(store.terms, n)
             self.idents: Sequence[frozenset[str]] = _Prefix(store.idents, n)
+            self.episodes: Sequence[int] = _Prefix(store.episodes, n)
             self.excluded: Mapping[str, str] = dict(store.excluded)
             self.referenced_by: Mapping[str, Sequence[str]] = _RefsView(store.referenced_by, store._by_id, n)
             self.doc_freq: Mapping[str, int] = store.doc_freq

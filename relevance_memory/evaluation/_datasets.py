@@ -54,6 +54,10 @@ class EvalTurn:
             shared photo's caption).
         timestamp: the session's date and time (naive dates are taken as UTC), or ``None``.
         session: session number, from 1.
+        msg_type: the message type the turn is added as (SPEC §2): ``user_chat`` for a
+            person's words, ``assistant_reasoning`` for an LLM assistant's reply. LoCoMo's
+            two speakers are both people, so both are ``user_chat`` (the second speaker
+            still has the ``assistant`` role so that turns alternate as a chat API expects).
     """
 
     id: str
@@ -62,6 +66,7 @@ class EvalTurn:
     text: str
     timestamp: datetime | None
     session: int
+    msg_type: str = ""
 
 
 @dataclass(frozen=True)
@@ -201,7 +206,7 @@ def load_locomo(path: str | Path) -> EvalDataset:
                 if turn.get("blip_caption"):
                     text += f" [shares {turn['blip_caption']}]"
                 role = "user" if turn["speaker"] == speaker_a else "assistant"
-                turns.append(EvalTurn(str(turn["dia_id"]), role, str(turn["speaker"]), text, stamp, number))
+                turns.append(EvalTurn(str(turn["dia_id"]), role, str(turn["speaker"]), text, stamp, number, "user_chat"))
         known = {t.id for t in turns}
         questions: list[EvalQuestion] = []
         for n, qa in enumerate(sample.get("qa", [])):
@@ -261,7 +266,8 @@ def load_longmemeval(path: str | Path) -> EvalDataset:
             for t, turn in enumerate(session, start=1):
                 tid = f"S{s}:{t}"
                 role = "assistant" if turn.get("role") == "assistant" else "user"
-                turns.append(EvalTurn(tid, role, role, str(turn.get("content", "")), stamp, s))
+                turns.append(EvalTurn(tid, role, role, str(turn.get("content", "")), stamp, s,
+                                      "assistant_reasoning" if role == "assistant" else "user_chat"))
                 if turn.get("has_answer"):
                     evidence.append(tid)
         question = EvalQuestion(

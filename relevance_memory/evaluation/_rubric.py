@@ -120,7 +120,8 @@ def build_labelled_set(
             messages = [
                 LabelledMessage(
                     id=conv.turns[j].id, role=conv.turns[j].role, content=conv.turns[j].text,
-                    msg_type="user_chat" if conv.turns[j].role == "user" else "assistant_reasoning",
+                    msg_type=conv.turns[j].msg_type
+                    or ("user_chat" if conv.turns[j].role == "user" else "assistant_reasoning"),
                 )
                 for j in picked
             ]
@@ -263,7 +264,7 @@ def evaluate_rubric(labelled: LabelledSet, scorer: Scorer, *, repeats: int = 1,
                     encoding: Literal["cl100k_base", "o200k_base"] = "cl100k_base") -> RubricReport:
     """Score every example ``repeats`` times with ``scorer`` and compute the metrics of
     :class:`RubricReport`. Scorer exceptions propagate (the set is the thing under test)."""
-    counter: TokenCounter = TiktokenCounter(encoding)  # type: ignore[assignment]
+    counter: TokenCounter = TiktokenCounter(encoding)
     usage = ScorerUsage()
     calls: list[LLMCall] = []
     runs: list[dict[tuple[str, str], int]] = []

@@ -84,6 +84,9 @@ class StoreView(Protocol):
     def idents(self) -> Sequence[frozenset[str]]: ...
 
     @property
+    def episodes(self) -> Sequence[int]: ...
+
+    @property
     def doc_freq(self) -> Mapping[str, int]: ...
 
     @property

@@ -68,6 +68,7 @@ def _items(state: BuildState, seams: Seams, indices: Sequence[int]) -> tuple[Sco
             terms=store.terms[i],
             identifiers=store.idents[i],
             superseded_by=_superseded(seams, m.id),
+            episode=store.episodes[i],
         )
         for i, m in ((i, store[i]) for i in indices)
     )
