@@ -197,7 +197,7 @@ class MemoryConfig(BaseModel):
     embeddings: bool = True
     supersede: bool = True
     supersede_archives_facts: bool = False
-    episode_gap_s: float = Field(default=1800.0, gt=0, allow_inf_nan=False)
+    episode_gap_s: float = Field(default=1800.0, gt=0, allow_inf_nan=False, strict=True)  # not True, not "30"
     pheromone: PheromoneConfig = Field(default_factory=lambda: PheromoneConfig())
     cache_policy: CachePolicy = Field(default_factory=CachePolicy)
 
