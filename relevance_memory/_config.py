@@ -162,7 +162,9 @@ class MemoryConfig(BaseModel):
             conversation session; seconds, default 1,800 — the 30-minute inactivity timeout
             web analytics cut sessions with). The offline scorer lifts a turn said in the same
             episode as a strong match (:class:`~relevance_memory._semantic.SemanticFusion`).
-            Messages without timestamps form one episode.
+            Messages without timestamps form one episode; the manager's clock stamps a message
+            the caller gave no timestamp, and once the caller gives timestamps only the
+            caller's cut (:attr:`~relevance_memory._store.MessageStore.episodes`).
         pheromone: the pheromone field's parameters (:class:`PheromoneConfig`, SPEC §5).
         cache_policy: when a build appends to the previous context, compacts or rebuilds
             (:class:`CachePolicy`, SPEC §3.1: prefix-stable by default, so the provider's
@@ -197,7 +199,7 @@ class MemoryConfig(BaseModel):
     embeddings: bool = True
     supersede: bool = True
     supersede_archives_facts: bool = False
-    episode_gap_s: float = Field(default=1800.0, gt=0, allow_inf_nan=False)
+    episode_gap_s: float = Field(default=1800.0, gt=0, allow_inf_nan=False, strict=True)  # not True, not "30"
     pheromone: PheromoneConfig = Field(default_factory=lambda: PheromoneConfig())
     cache_policy: CachePolicy = Field(default_factory=CachePolicy)
 

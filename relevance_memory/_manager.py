@@ -338,7 +338,7 @@ class RelevanceMemoryManager:
         other.restore_tool_offered = self.restore_tool_offered
         other.summary_cache = self.summary_cache
         other.set_goal(final=self._final, subtask=self._subtask)
-        other.extend(messages)
+        other._extend_keeping_times(list(messages), self.store)
         ours, theirs = self.store.messages, other.store.messages
         keep = next(
             (n for n, (a, b) in enumerate(zip(ours, theirs, strict=False)) if _identity(a) != _identity(b)),
@@ -347,6 +347,21 @@ class RelevanceMemoryManager:
         if self.config.pheromone.enabled:
             other._deposits = self._deposits.replay(other.pheromone, theirs, keep)
         return other
+
+    def _extend_keeping_times(self, messages: list[Mapping[str, Any]], before: MessageStore) -> None:
+        """Ingest ``messages`` (for :meth:`fresh`); the leading ones equal to ``before``'s keep
+        their timestamps (the caller's or the clock's, as they were), so a resync neither
+        restamps the history "now" nor merges its episodes."""
+        same = 0
+        for given, old in zip(messages, before.messages, strict=False):
+            if given != old.raw:
+                break
+            same += 1
+        for n in range(same):
+            old = before.messages[n]
+            stamp = {"clock_timestamp" if before.clock_stamped[n] else "timestamp": old.timestamp}
+            self.add(messages[n], **stamp)
+        self.extend(messages[same:])
 
     # ------------------------------------------------------------------ goal
     def set_goal(self, final: str | None = None, subtask: str | None = None) -> TaskGoal:

@@ -54,7 +54,7 @@ import math
 import threading
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator, Mapping
-from datetime import datetime
+from datetime import datetime, timezone
 from typing import Any, Literal
 
 from ._embedding import VectorIndex
@@ -101,7 +101,12 @@ class MessageStore:
         episodes: per message (by index), its episode number from 0: a new episode starts
             when a message's timestamp is ``episode_gap_s`` or more away from the previous
             timestamped message's (a conversation session; a message without a timestamp
-            stays in the episode of the message before it). The offline scorer reads it (episode context).
+            stays in the episode of the message before it). Once the caller gives timestamps,
+            the clock's stamps no longer cut (two timelines: an imported chat of 2023 whose
+            replies the clock stamps today); a naive datetime is taken as UTC. The offline
+            scorer reads it (episode context).
+        clock_stamped: per message (by index), whether its timestamp is the clock's (or a
+            replayed clock stamp) rather than the caller's.
         doc_freq: term → number of messages containing it (incremental IDF statistics).
         superseded_by: older message id → the :class:`SupersedeLink` to the first newer message
             that superseded it (never deleted; the decision record shows both ends).
@@ -125,7 +130,9 @@ class MessageStore:
         self._counter = counter
         self._episode_gap = float(episode_gap_s)
         self.episodes: list[int] = []
-        self._last_stamp: datetime | None = None  # the newest timestamp seen (episode cuts)
+        self._last_stamp: datetime | None = None  # the last timestamp that counts for episode cuts (aware)
+        self._caller_stamped = False  # a caller-given timestamp was seen: the clock's no longer cut
+        self.clock_stamped: list[bool] = []
         self._on_invalid = on_invalid
         self._max_df = reference_max_df
         self._clock = clock
@@ -229,6 +236,7 @@ class MessageStore:
         producer: str | None = None,
         scope: str = "private",
         timestamp: datetime | None = None,
+        clock_timestamp: datetime | None = None,
     ) -> Message:
         """Validate and append one message; returns the stored :class:`Message`.
 
@@ -237,6 +245,9 @@ class MessageStore:
                 (:func:`message_to_dict`); the store keeps its own read-only deep copy.
             id, msg_type, trace_id, parent_id, producer, scope, timestamp: metadata
                 (SPEC §2); ``id`` defaults to ``m<index>``.
+            clock_timestamp: the clock's stamp recorded for a message replayed from a journal
+                (a restarted agent): used when ``timestamp`` is ``None`` instead of the clock,
+                and counts as the clock's for episode cuts (``episodes``).
 
         Raises:
             InvalidMessageError: the message breaks a rule in the module docstring (the
@@ -245,6 +256,7 @@ class MessageStore:
         meta = {
             "id": id, "msg_type": msg_type, "trace_id": trace_id, "parent_id": parent_id,
             "producer": producer, "scope": scope, "timestamp": timestamp,
+            "clock_timestamp": clock_timestamp,
         }
         with self._lock:
             draft = self._check(message, self._stage(), meta)
@@ -401,7 +413,8 @@ class MessageStore:
         if parent_id is None and parent_index is not None:
             parent_id = self.messages[parent_index].id if parent_index < base else stage.ids[parent_index - base]
         text_for_refs = content_text(content) + "".join(f"\n{c['name']}({c['arguments']})" for c in calls)
-        timestamp = meta.get("timestamp")
+        given = meta.get("timestamp")
+        replayed = meta.get("clock_timestamp")
         token_count = self._counter.count_message(message)
         try:
             stored = Message(
@@ -419,7 +432,7 @@ class MessageStore:
                 parent_id=parent_id,
                 producer=meta.get("producer"),
                 scope=meta.get("scope") or "private",
-                timestamp=timestamp or (self._clock() if self._clock else None),
+                timestamp=given or replayed or (self._clock() if self._clock else None),
                 content_hash=content_hash(role, content, message.get("tool_calls")),
                 raw=message,
             )
@@ -450,6 +463,7 @@ class MessageStore:
             block_owner=block_owner,
             idents=identifiers(text_for_refs),
             text_for_refs=text_for_refs,
+            clock_stamped=given is None and (replayed is not None or self._clock is not None),
         )
 
     def _commit(self, draft: _Draft) -> Message:
@@ -468,7 +482,8 @@ class MessageStore:
         self._parent.append(index)
         self.terms.append(terms)
         self.idents.append(frozenset(draft.idents))
-        self.episodes.append(self._episode_of(stored))
+        self.episodes.append(self._episode_of(stored, by_clock=draft.clock_stamped))
+        self.clock_stamped.append(draft.clock_stamped)
         self.doc_freq.update(terms)
         for call in draft.calls:
             self._call_owner[call["id"]] = index
@@ -587,19 +602,28 @@ class MessageStore:
             return MessageType.USER_INSTRUCTION
         return MessageType.USER_CHAT
 
-    def _episode_of(self, message: Message) -> int:
-        """Episode number of a message about to be appended (see ``episodes``)."""
+    def _episode_of(self, message: Message, *, by_clock: bool) -> int:
+        """Episode number of a message about to be appended (see ``episodes``).
+
+        The caller's timestamps and the clock's are two timelines (an imported chat of 2023
+        whose replies the clock stamps today): once the caller has given a timestamp, only
+        the caller's timestamps cut, and a clock-stamped message stays in the episode before
+        it; the first caller timestamp after clock stamps starts no episode of its own.
+        A naive datetime is taken as UTC (as the evaluation loaders and the LLM transport do).
+        """
         previous = self.episodes[-1] if self.episodes else 0
-        before, now = self._last_stamp, message.timestamp
-        if now is None:
+        now = message.timestamp
+        if now is None or (by_clock and self._caller_stamped):
             return previous
+        if now.tzinfo is None:
+            now = now.replace(tzinfo=timezone.utc)
+        before = self._last_stamp
+        if not by_clock and not self._caller_stamped:
+            self._caller_stamped, before = True, None
         self._last_stamp = now
         if before is None:
             return previous
-        try:
-            gap = abs((now - before).total_seconds())
-        except TypeError:  # a naive and an aware datetime: no comparable gap
-            return previous
+        gap = abs((now - before).total_seconds())
         return previous + 1 if gap >= self._episode_gap else previous
 
     def _references(self, idents: set[str], parent_index: int | None) -> list[str]:

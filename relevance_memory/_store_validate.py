@@ -162,4 +162,5 @@ class _Draft:
     block_owner: int | None
     idents: set[str]
     text_for_refs: str
+    clock_stamped: bool = False  # the timestamp is the store clock's, not the caller's (episode cuts)
 

@@ -84,8 +84,14 @@ class AgentLink:
 
     def journal(self, message: Message, raw: Mapping[str, Any], meta: Mapping[str, Any],
                 cursor: str | None = None) -> None:
-        """Append the message to the agent's private log (for a restart)."""
-        entry = {"raw": json.dumps(dict(raw), ensure_ascii=False), "meta": json.dumps(dict(meta), ensure_ascii=False,
+        """Append the message to the agent's private log (for a restart).
+
+        A timestamp the clock gave is journaled as ``clock_timestamp``, so the restarted
+        agent's message keeps its time, and its episode (the store reads it as the clock's)."""
+        meta = dict(meta)
+        if meta.get("timestamp") is None and message.timestamp is not None:
+            meta["clock_timestamp"] = message.timestamp.isoformat()
+        entry = {"raw": json.dumps(dict(raw), ensure_ascii=False), "meta": json.dumps(meta, ensure_ascii=False,
                                                                                    default=str)}
         if cursor is not None:
             entry["cursor"], entry["from"] = cursor, message.scope

@@ -15,6 +15,15 @@ from .._extras import require
 __all__ = ["plot_recall", "recall_table", "write_json"]
 
 _ORDER = {"recency": 0, "bm25": 1, "offline": 2, "llm": 3, "full": 9}
+_MEANING = {
+    "recency": "the newest turns only",
+    "bm25": "BM25 ranking of the turns",
+    "offline": "this library's default scorer (relmem build)",
+    "llm": "this library with an LLM scorer",
+    "embedding": "cosine to the question alone",
+    "bm25+embedding": "reciprocal-rank fusion of the two",
+    "full": "the whole history (its tokens)",
+}
 
 
 def _methods(summary: dict[str, Any]) -> list[str]:
@@ -37,11 +46,13 @@ def recall_table(summary: dict[str, Any], budgets: Sequence[int], *, title: str,
         title: table title.
     """
     table = Table(title=title, show_lines=False)
-    table.add_column("category", no_wrap=True)
+    table.add_column("category", overflow="fold")  # in 80 columns the category folds, not the numbers
     table.add_column("n", justify="right")
-    table.add_column("method")
+    table.add_column("method", no_wrap=True, min_width=max((len(m) for m in _methods(summary)), default=6))
     for b in budgets:
-        table.add_column(f"{b / 1000:g}k", justify="right")
+        # "(104,639)" (or "0.500/0.750") whole; a cell wraps at its space, so the category gets the rest
+        width = 11 if with_summaries else 9
+        table.add_column(f"{b / 1000:g}k", justify="right", min_width=width, max_width=width)
     sections = [("all", summary["overall"]), *sorted(summary["by_category"].items())]
     for cat, methods in sections:
         for n, method in enumerate(sorted(methods, key=lambda m: (_ORDER.get(m, 5), m))):
@@ -63,7 +74,9 @@ def recall_table(summary: dict[str, Any], budgets: Sequence[int], *, title: str,
             any_stats = next(iter(by_budget.values()))
             table.add_row(cat if n == 0 else "", f"{any_stats['n']:,}" if n == 0 else "", method, *cells,
                           end_section=n == len(methods) - 1)
-    table.caption = "recall = share of questions with every evidence turn in the context verbatim (mean tokens used)"
+    legend = "; ".join(f"{m} = {_MEANING[m]}" for m in _methods(summary) if m in _MEANING)
+    table.caption = ("recall = share of questions with every evidence turn in the context verbatim (mean tokens used)"
+                     + (f". {legend}" if legend else ""))
     return table
 
 

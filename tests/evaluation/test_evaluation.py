@@ -289,3 +289,19 @@ def test_make_scorer_llm_unavailable_or_offline() -> None:
             make_scorer("llm:score_v1")
     with pytest.raises(ConfigError, match="unknown scorer"):
         make_scorer("gpt")
+
+
+def test_recall_table_names_every_method_whole_and_says_what_each_is() -> None:
+    from rich.console import Console
+
+    from relevance_memory.evaluation._report import recall_table
+
+    rows = [QuestionResult("q1", "single-session-preference", m, 2000, True, True, 1.0, 1900)
+            for m in ("recency", "bm25", "offline", "embedding", "bm25+embedding")]
+    rows.append(QuestionResult("q1", "single-session-preference", "full", 0, True, True, 1.0, 104639))
+    console = Console(width=80, record=True, color_system=None)
+    console.print(recall_table(summarise_results(rows), [2000, 4000, 8000], title="t"))
+    text = console.export_text()
+    assert "bm25+embedding" in text  # not "bm25+emb…" in an 80-column terminal
+    assert "(104,639)" in text and "(1,900)" in text  # nor "(104,6…"
+    assert "offline = this library's default scorer" in " ".join(text.split())
