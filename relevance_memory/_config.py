@@ -103,6 +103,10 @@ def context_window_for(model: str) -> int:
 class MemoryConfig(BaseModel):
     """Every setting of a memory manager, validated, with SPEC defaults.
 
+    Strict: a value of the wrong type is refused, not converted (``max_input_tokens=True``
+    or ``"8000"``, ``keep_recent=2.5``) with a :class:`ConfigError` naming the option; an int
+    is accepted where a float is expected, and a dict for a nested config.
+
     Budget (SPEC §3): ``max_input_tokens`` when given; otherwise
     ``context_window × input_fraction``, with ``output_reserve`` of the window kept free
     for the reply on top of it, so ``input_fraction + output_reserve`` must not exceed 1.
@@ -171,7 +175,7 @@ class MemoryConfig(BaseModel):
             prompt cache keeps hitting; ``CachePolicy(always_rebuild=True)`` rebuilds every call).
     """
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(frozen=True, extra="forbid", strict=True)
 
     model: str = "gpt-4o"
     encoding: Literal["o200k_base", "cl100k_base"] | None = None
@@ -356,7 +360,7 @@ class PheromoneConfig(BaseModel):
             oracle recall +1 to +3 points at 2k and 4k, LoCoMo unchanged; BENCHMARKS.md).
     """
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(frozen=True, extra="forbid", strict=True)
 
     enabled: bool = True
     tick_every: int = Field(default=5, ge=1)

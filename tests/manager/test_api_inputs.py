@@ -43,3 +43,22 @@ def test_restore_takes_one_id_as_a_string() -> None:
     assert memory.restore(["m0", "m1"])[0] == {"role": "system", "content": "Be brief."}
     with pytest.raises(KeyError, match="'m7'"):
         memory.restore("m7")
+
+
+@pytest.mark.parametrize(
+    ("option", "value"),
+    [("max_input_tokens", True), ("max_input_tokens", "8000"), ("max_input_tokens", 8000.0), ("keep_recent", 2.5),
+     ("keep_recent", "4"), ("goal_block", "yes"), ("summaries", 1), ("episode_gap_s", "30"), ("prefilter_top_n", True)],
+)
+def test_a_config_option_of_the_wrong_type_is_refused_not_converted(option: str, value: Any) -> None:
+    # a bool is not a token count and "8000" is not a number: the config does not coerce
+    # (MemoryConfig is strict), so a typo cannot silently become a 1-token budget
+    with pytest.raises(ConfigError, match=option):
+        RelevanceMemoryManager(**{option: value})
+
+
+def test_config_options_of_the_right_type_are_accepted() -> None:
+    manager = RelevanceMemoryManager(max_input_tokens=8000, keep_recent=2, input_fraction=1 - 0.1 - 0.1,
+                                     episode_gap_s=60, pheromone={"s_max": 10.0})
+    assert manager.config.max_input_tokens == 8000
+    assert manager.config.episode_gap_s == 60.0 and manager.config.pheromone.s_max == 10.0
