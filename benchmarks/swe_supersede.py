@@ -36,6 +36,28 @@ TINY_SUMMARY = 64
 """A build that archived messages but spends fewer tokens than this on summaries (tokens)."""
 
 
+def wanted_views(store: Any) -> dict[str, str]:
+    """Newest view of each file the agent edited: path → id of the newest message showing or
+    writing it (a write in a tool call, or the result of a call that read it)."""
+    views: dict[str, str] = {}
+    edited: set[str] = set()
+    for m in store.messages:
+        for call in m.tool_calls:
+            command = command_of(call.arguments) or ""
+            edited |= edited_paths(command)
+            for view in file_views(command):
+                if view.write:
+                    views[view.path] = m.id
+        if m.role == "tool" and m.tool_call_id:
+            parent = store.get(m.parent_id) if m.parent_id else None
+            for call in parent.tool_calls if parent else ():
+                if call.id == m.tool_call_id:
+                    for view in file_views(command_of(call.arguments) or ""):
+                        if not view.write:
+                            views[view.path] = m.id
+    return {p: views[p] for p in edited if p in views}
+
+
 def measure_run(path: Path, budgets: list[int], every: int) -> list[dict[str, Any]]:
     run = json.loads(path.read_text())
     messages = run["messages"]
@@ -55,22 +77,7 @@ def measure_run(path: Path, budgets: list[int], every: int) -> list[dict[str, An
         store = memory.store
         links = detect_supersedes(items_from_messages(store.messages))
         newer_of = {link.older: link.newer for link in links}
-        views: dict[str, str] = {}
-        edited: set[str] = set()
-        for m in store.messages:
-            for call in m.tool_calls:
-                command = command_of(call.arguments) or ""
-                edited |= edited_paths(command)
-                for view in file_views(command):
-                    if view.write:
-                        views[view.path] = m.id
-            if m.role == "tool" and m.tool_call_id:
-                parent = store.get(m.parent_id) if m.parent_id else None
-                for call in parent.tool_calls if parent else ():
-                    if call.id == m.tool_call_id:
-                        for view in file_views(command_of(call.arguments) or ""):
-                            if not view.write:
-                                views[view.path] = m.id
+        newest = wanted_views(store)
         for budget in budgets:
             try:
                 built = memory.build_context(budget=budget)
@@ -80,7 +87,7 @@ def measure_run(path: Path, budgets: list[int], every: int) -> list[dict[str, An
             verbatim = {d.id for d in built.record.messages if d.decision in ("kept", "recent")}
             stale = [mid for mid in verbatim if mid in newer_of and newer_of[mid] in verbatim]
             task = store.messages[store.first_user_index].id if store.first_user_index is not None else None
-            wanted = {p: views[p] for p in edited if p in views}
+            wanted = newest
             rows.append({
                 "run": path.stem, "step": steps_built, "budget": budget, "messages": len(store),
                 "tokens": built.record.tokens_after,

@@ -28,11 +28,11 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
+from swe_supersede import wanted_views  # type: ignore[import-not-found]  # the benchmark's definition
+
 import relevance_memory.pipeline as pipeline
-from relevance_memory import RelevanceMemoryManager
+from relevance_memory import CachePolicy, RelevanceMemoryManager
 from relevance_memory._models import user_authored
-from relevance_memory._supersede import command_of, file_views
-from relevance_memory._supersede_files import edited_paths
 from relevance_memory._tokenizer import REPLY_PRIMING_TOKENS
 from relevance_memory.pipeline.ledger import Purpose
 from relevance_memory.pipeline.partition import split_history
@@ -52,27 +52,6 @@ def _capturing_build(state: Any, seams: Any) -> Any:
 
 
 pipeline.build = _capturing_build  # type: ignore[assignment]
-
-
-def wanted_views(store: Any) -> dict[str, str]:
-    """The benchmark's newest view of each edited file (swe_supersede.py's definition)."""
-    views: dict[str, str] = {}
-    edited: set[str] = set()
-    for m in store.messages:
-        for call in m.tool_calls:
-            command = command_of(call.arguments) or ""
-            edited |= edited_paths(command)
-            for view in file_views(command):
-                if view.write:
-                    views[view.path] = m.id
-        if m.role == "tool" and m.tool_call_id:
-            parent = store.get(m.parent_id) if m.parent_id else None
-            for call in parent.tool_calls if parent else ():
-                if call.id == m.tool_call_id:
-                    for view in file_views(command_of(call.arguments) or ""):
-                        if not view.write:
-                            views[view.path] = m.id
-    return {p: views[p] for p in edited if p in views}
 
 
 def diagnose(state: Any, seams: Any, wanted: dict[str, str], verbatim: set[str]) -> list[dict[str, Any]]:
@@ -167,7 +146,8 @@ def measure_run(path: Path, budgets: list[int], every: int) -> list[dict[str, An
     run = json.loads(path.read_text())
     messages = run["messages"]
     rows: list[dict[str, Any]] = []
-    memory = RelevanceMemoryManager(on_invalid="repair")
+    # every build a full rebuild, as when budgets alternate (an append would skip the pipeline)
+    memory = RelevanceMemoryManager(on_invalid="repair", cache_policy=CachePolicy(always_rebuild=True))
     steps_built = 0
     for n, message in enumerate(messages):
         memory.add(message)
