@@ -24,6 +24,7 @@ from __future__ import annotations
 import argparse
 import json
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -34,6 +35,21 @@ from relevance_memory._supersede_files import edited_paths
 DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "swebench_trajectories"
 TINY_SUMMARY = 64
 """A build that archived messages but spends fewer tokens than this on summaries (tokens)."""
+
+
+def build_points(memory: RelevanceMemoryManager, messages: list[dict[str, Any]], every: int) -> Iterator[int]:
+    """Add ``messages`` to ``memory`` one by one and yield the step count where a build is
+    due: before an assistant message (the agent's next call) every ``every`` steps, and at
+    the end."""
+    steps_built = 0
+    for n, message in enumerate(messages):
+        memory.add(message)
+        last = n == len(messages) - 1
+        if not last and messages[n + 1].get("role") != "assistant":
+            continue
+        steps_built += 1
+        if last or steps_built % every == 0:
+            yield steps_built
 
 
 def wanted_views(store: Any) -> dict[str, str]:
@@ -63,17 +79,7 @@ def measure_run(path: Path, budgets: list[int], every: int) -> list[dict[str, An
     messages = run["messages"]
     rows: list[dict[str, Any]] = []
     memory = RelevanceMemoryManager(on_invalid="repair")
-    steps_built = 0
-    for n, message in enumerate(messages):
-        memory.add(message)
-        last = n == len(messages) - 1
-        nxt = messages[n + 1] if not last else None
-        # build before an assistant message (the agent's next call) every `every` steps, and at the end
-        if not last and not (nxt is not None and nxt.get("role") == "assistant"):
-            continue
-        steps_built += 1
-        if not last and steps_built % every:
-            continue
+    for steps_built in build_points(memory, messages, every):
         store = memory.store
         links = detect_supersedes(items_from_messages(store.messages))
         newer_of = {link.older: link.newer for link in links}

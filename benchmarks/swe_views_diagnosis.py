@@ -28,7 +28,7 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
-from swe_supersede import wanted_views  # type: ignore[import-not-found]  # the benchmark's definition
+from swe_supersede import build_points, wanted_views  # type: ignore[import-not-found]  # the benchmark's definition
 
 import relevance_memory.pipeline as pipeline
 from relevance_memory import CachePolicy, RelevanceMemoryManager
@@ -148,16 +148,7 @@ def measure_run(path: Path, budgets: list[int], every: int) -> list[dict[str, An
     rows: list[dict[str, Any]] = []
     # every build a full rebuild, as when budgets alternate (an append would skip the pipeline)
     memory = RelevanceMemoryManager(on_invalid="repair", cache_policy=CachePolicy(always_rebuild=True))
-    steps_built = 0
-    for n, message in enumerate(messages):
-        memory.add(message)
-        last = n == len(messages) - 1
-        nxt = messages[n + 1] if not last else None
-        if not last and not (nxt is not None and nxt.get("role") == "assistant"):
-            continue
-        steps_built += 1
-        if not last and steps_built % every:
-            continue
+    for steps_built in build_points(memory, messages, every):
         wanted = wanted_views(memory.store)
         for budget in budgets:
             _captured.clear()

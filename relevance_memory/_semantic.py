@@ -332,7 +332,7 @@ class SemanticScorer:
         return ScoringResult(scores=out, usage=lexical.usage, warnings=lexical.warnings)
 
     def _fuse(
-        self, item: ScoreItem, score: RelevanceScore, cos: float, share: float, fused: float, *, own: float | None = None,
+        self, item: ScoreItem, score: RelevanceScore, cos: float, share: float, fused: float, *, own: float,
         episode: tuple[float, float] | None = None,
     ) -> RelevanceScore:
         fusion = self.fusion
@@ -368,11 +368,8 @@ class SemanticScorer:
             value = min(fusion.max_score, value)
         fired = bool(level) and value != score.score
         if fired:
-            if by_episode and episode is not None:
-                reason = _with(reason, cos, episode[1], value - base, value, context=episode[0] - cos)
-            else:
-                reason = _with(reason, cos if own is None else own, share, value - base, value,
-                               context=0.0 if own is None else cos - own)
+            context, rank_share = (episode[0], episode[1]) if by_episode and episode is not None else (cos, share)
+            reason = _with(reason, own, rank_share, value - base, value, context=context - own)
         return score.model_copy(update={"score": max(1, min(5, value)), "weight": round(weight, 4), "reason": reason})
 
 

@@ -68,6 +68,11 @@ class EvalTurn:
     session: int
     msg_type: str = ""
 
+    @property
+    def message_type(self) -> str:
+        """``msg_type``, or by role (``user_chat`` / ``assistant_reasoning``) when none was given."""
+        return self.msg_type or ("user_chat" if self.role == "user" else "assistant_reasoning")
+
 
 @dataclass(frozen=True)
 class EvalQuestion:

@@ -23,7 +23,7 @@ from .._exceptions import RelevanceMemoryError
 from .._manager import RelevanceMemoryManager
 from .._scoring import Scorer
 from .._tokenizer import REPLY_PRIMING_TOKENS
-from ._datasets import EvalConversation, EvalDataset, EvalQuestion, EvalTurn
+from ._datasets import EvalConversation, EvalDataset, EvalQuestion
 
 __all__ = [
     "BASELINES",
@@ -151,12 +151,6 @@ class RecallRun:
     manager_overrides: dict[str, Any] = field(default_factory=dict)
 
 
-def _message_type(turn: EvalTurn) -> str:
-    if turn.msg_type:
-        return turn.msg_type
-    return "user_chat" if turn.role == "user" else "assistant_reasoning"
-
-
 def run_conversation(conv: EvalConversation, run: RecallRun) -> list[QuestionResult]:
     """Measure every evaluable question of one conversation (see module docstring)."""
     import bm25s  # local: only the evaluation needs it at import time
@@ -167,7 +161,7 @@ def run_conversation(conv: EvalConversation, run: RecallRun) -> list[QuestionRes
     )
     for turn in conv.turns:
         manager.add({"role": turn.role, "content": turn.text}, id=turn.id, timestamp=turn.timestamp,
-                    msg_type=_message_type(turn))
+                    msg_type=turn.message_type)
     store = manager.store
     tokens = [m.token_count for m in store.messages]
     ids = [m.id for m in store.messages]

@@ -120,8 +120,7 @@ def build_labelled_set(
             messages = [
                 LabelledMessage(
                     id=conv.turns[j].id, role=conv.turns[j].role, content=conv.turns[j].text,
-                    msg_type=conv.turns[j].msg_type
-                    or ("user_chat" if conv.turns[j].role == "user" else "assistant_reasoning"),
+                    msg_type=conv.turns[j].message_type,
                 )
                 for j in picked
             ]
