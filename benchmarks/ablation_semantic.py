@@ -65,6 +65,10 @@ VARIANTS: dict[str, tuple[SemanticFusion | None, dict[str, Any]]] = {
     "user_episode_lift_0.35": (replace(BASE, episode_mix=0.35, unranked_types=ALL), {}),
     "user_episode_lift_0.75": (replace(BASE, episode_mix=0.75, unranked_types=ALL), {}),
     "weighted": (replace(BASE, mode="weighted", weight_mix=0.5), {}),
+    # an assistant's reply ranked by its words, and the room left filled from the archive
+    "assistant_ranked_nofill": (replace(BASE, unranked_types=ALL), {"fill_from_archive": False}),  # main before
+    "nofill": (BASE, {"fill_from_archive": False}),
+    "fill_no_forgetting": (BASE, {"pheromone": {"forget_threshold": 0.0}}),  # forgotten chains may fill too
 }
 BASELINES = ("bm25", "embedding", "bm25+embedding")
 
