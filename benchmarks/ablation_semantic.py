@@ -38,6 +38,7 @@ DATASETS: dict[str, tuple[str, Path, tuple[int, ...]]] = {
 }
 BASE = SemanticFusion()
 BOTH = frozenset({"user_chat", "assistant_reasoning"})  # the semantic lift's types before the episode ablation
+ALL: frozenset[str] = frozenset()  # no unranked types: the cosine in every type's weight, as before
 LEXICAL = {"embeddings": False, "supersede": False}
 VARIANTS: dict[str, tuple[SemanticFusion | None, dict[str, Any]]] = {
     # the pipeline as it was before issue 11: lexical offline scorer, no supersede ("default before")
@@ -54,15 +55,20 @@ VARIANTS: dict[str, tuple[SemanticFusion | None, dict[str, Any]]] = {
     "lift_narrow": (replace(BASE, lift_unrelated=(3, 3), lift_matched=(0, 1), weak_share=0.05, strong_share=0.01), {}),
     "rrf": (replace(BASE, mode="rrf"), {}),
     # episode context and which turns the semantic lift applies to (after issues 9-14 merged)
-    "both_noepisode": (replace(BASE, types=BOTH, episode_mix=0.0), {}),  # main before this ablation
-    "user_noepisode": (replace(BASE, episode_mix=0.0), {}),
-    "both_episode_lift": (replace(BASE, types=BOTH), {}),
-    "user_episode_lift": (BASE, {}),  # the default now (same as "default")
-    "user_episode_rank": (replace(BASE, episode_mode="rank"), {}),
-    "both_episode_rank": (replace(BASE, types=BOTH, episode_mode="rank"), {}),
-    "user_episode_lift_0.35": (replace(BASE, episode_mix=0.35), {}),
-    "user_episode_lift_0.75": (replace(BASE, episode_mix=0.75), {}),
+    "both_noepisode": (replace(BASE, types=BOTH, episode_mix=0.0, unranked_types=ALL), {}),  # main before the episode ablation
+    "user_noepisode": (replace(BASE, episode_mix=0.0, unranked_types=ALL), {}),
+    "both_episode_lift": (replace(BASE, types=BOTH, unranked_types=ALL), {}),
+    "user_episode_lift": (replace(BASE, unranked_types=ALL), {}),  # the default before assistant replies kept their lexical weight
+    "user_unranked_assistant": (BASE, {}),  # the default now (same as "default")
+    "user_episode_rank": (replace(BASE, episode_mode="rank", unranked_types=ALL), {}),
+    "both_episode_rank": (replace(BASE, types=BOTH, episode_mode="rank", unranked_types=ALL), {}),
+    "user_episode_lift_0.35": (replace(BASE, episode_mix=0.35, unranked_types=ALL), {}),
+    "user_episode_lift_0.75": (replace(BASE, episode_mix=0.75, unranked_types=ALL), {}),
     "weighted": (replace(BASE, mode="weighted", weight_mix=0.5), {}),
+    # an assistant's reply ranked by its words, and the room left filled from the archive
+    "assistant_ranked_nofill": (replace(BASE, unranked_types=ALL), {"fill_from_archive": False}),  # main before
+    "nofill": (BASE, {"fill_from_archive": False}),
+    "fill_no_forgetting": (BASE, {"pheromone": {"forget_threshold": 0.0}}),  # forgotten chains may fill too
 }
 BASELINES = ("bm25", "embedding", "bm25+embedding")
 

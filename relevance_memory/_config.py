@@ -146,6 +146,17 @@ class MemoryConfig(BaseModel):
             always, ``False`` never. SPEC §3 step 3: the prefilter "picks what the LLM sees".
         summaries: fold archived messages into the summary pyramid (SPEC §7); off →
             archived messages are dropped (still restorable from the store).
+        fill_from_archive: when the core and working tiers leave room beyond the summary
+            reserve, keep the best archived chains verbatim in it (by score, strength band,
+            weight, recency: :attr:`~relevance_memory.pipeline.order.OrderPolicy.spare`)
+            instead of handing all of it to an ever longer summary; the record says
+            "room left" for each. A forgotten chain (pheromone strength below
+            ``pheromone.forget_threshold`` with score ≤ 2, SPEC §5: a one-off remark long
+            past) is never brought back; without the pheromone field every archived chain
+            may be. A short history whose archive holds its evidence gains most: LongMemEval
+            oracle recall 0.866 / 0.887 / 0.929 → 0.925 / 0.944 / 0.967 at 2k / 4k / 8k
+            (BENCHMARKS.md). ``False``: SPEC §3 step 6 to the letter (score ≤ 2 is only
+            summarised).
         score_cache_dir: directory of the on-disk score cache (SPEC §6); ``None`` keeps
             the cache in process only.
         embeddings: read meaning as well as words (issue 11, SPEC §3 "embeddings
@@ -199,6 +210,7 @@ class MemoryConfig(BaseModel):
     rubric_version: str = "score_v1"
     prefilter: bool | Literal["auto"] = "auto"
     summaries: bool = True
+    fill_from_archive: bool = True
     score_cache_dir: str | None = None
     embeddings: bool = True
     supersede: bool = True

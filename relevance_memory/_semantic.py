@@ -19,7 +19,9 @@ exist so they can be compared by measurement (``benchmarks/ablation_semantic.py`
 
 Bonuses apply to message types in ``SemanticFusion.types`` (what people say, by default:
 an assistant's long replies resemble every question on their topic, and tool output embeds
-poorly against a task statement) and never lift a score above ``max_score``. A turn said
+poorly against a task statement) and never lift a score above ``max_score``. An LLM assistant's
+reply (``SemanticFusion.unranked_types``) is not ordered by its cosine either: its lexical
+score and weight stand. A turn said
 in the same episode (conversation session) as a strong match can earn the weak bonus from
 that context (:func:`episode_context`). The default model is English-centric (a Llama-2 vocabulary: most CJK
 characters fall back to shared byte tokens), so a goal or message that is mostly CJK text
@@ -89,11 +91,18 @@ class SemanticFusion:
         weight_mix: cosine's share in the weight (``weight``/``score``), or the lexical
             share of the blend (``weighted``).
         types: message types that can earn a bonus: what people say (``user_chat``). An LLM
-            assistant's reply is ranked by its cosine (the weight) but not lifted: it restates
-            the question's topic at length, so its mean vector resembles every question on the
-            topic while it rarely holds the user's fact (LongMemEval S: 500–700-token answers
-            filled the core tier; lifting only user turns gained 2 points at every budget,
-            equal on the oracle set; BENCHMARKS.md). Tool output embeds poorly against a task.
+            assistant's reply is not lifted: it restates the question's topic at length, so its
+            mean vector resembles every question on the topic while it rarely holds the user's
+            fact (LongMemEval S: 500–700-token answers filled the core tier; lifting only user
+            turns gained 2 points at every budget, equal on the oracle set; BENCHMARKS.md).
+            Tool output embeds poorly against a task.
+        unranked_types: message types whose in-tier weight the cosine does not enter either:
+            an LLM assistant's reply (``assistant_reasoning``) keeps its lexical weight. Ranked
+            by its cosine it still went ahead of the user's own turns of the same score in the
+            working tier (LongMemEval S 4k / 8k 0.851 / 0.894 → 0.894 / 0.957 without it, oracle
+            2k 0.860 → 0.866). Tool results stay ranked by it: on the SWE runs it orders a
+            superseded result behind the newer ones (superseded tokens kept at 16k: 16,869 with
+            it, 22,872 without; BENCHMARKS.md). Empty: every type, as before that ablation.
         lift_unrelated: the score a message the lexical rules found unrelated gets for a
             weak / strong semantic match (the "unrelated" malus no longer applies).
         lift_matched: what a weak / strong semantic match adds to a message the lexical
@@ -120,6 +129,7 @@ class SemanticFusion:
     lift_matched: tuple[int, int] = (1, 2)
     episode_mix: float = 0.5
     episode_mode: Literal["rank", "lift"] = "lift"
+    unranked_types: frozenset[str] = field(default_factory=lambda: frozenset({MessageType.ASSISTANT_REASONING.value}))
 
     @property
     def label(self) -> str:
@@ -128,7 +138,9 @@ class SemanticFusion:
                 f"-m{self.max_score}-x{self.weight_mix:g}-u{self.lift_unrelated[0]}{self.lift_unrelated[1]}"
                 f"-l{self.lift_matched[0]}{self.lift_matched[1]}"
                 + f"-t{''.join(sorted(t[0] + t.split('_')[-1][0] for t in self.types))}"
-                + (f"-e{self.episode_mix:g}{self.episode_mode[0]}" if self.episode_mix else ""))
+                + (f"-e{self.episode_mix:g}{self.episode_mode[0]}" if self.episode_mix else "")
+                + (f"-n{''.join(sorted(t[0] + t.split('_')[-1][0] for t in self.unranked_types))}"
+                   if self.unranked_types else ""))
 
 
 def rrf_fuse(lexical: Sequence[float], semantic: Sequence[float], k: int = RRF_K) -> list[float]:
@@ -337,6 +349,8 @@ class SemanticScorer:
     ) -> RelevanceScore:
         fusion = self.fusion
         mode = fusion.mode
+        if item.msg_type in fusion.unranked_types:
+            return score  # neither lifted nor ranked by meaning: the lexical score and weight
         if mode == "weight":
             weight = score.weight + fusion.weight_mix * cos
             return score.model_copy(update={"weight": round(weight, 4)})

@@ -17,7 +17,7 @@ Every key sorts the chain that should be kept first *lowest*; all keys read a
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 __all__ = [
     "CURRENT_VIEW",
@@ -133,10 +133,14 @@ class OrderPolicy:
     Attributes:
         core: order of core chains (always kept while they fit).
         working: order of working chains (fill what core left).
+        spare: order of archived chains in the room core and working left beyond the
+            summary reserve (``MemoryConfig.fill_from_archive``): score (a 2 before a 1),
+            strength band, weight, recency.
     """
 
     core: Order | OrderKey
     working: Order | OrderKey
+    spare: Order | OrderKey = field(default_factory=lambda: SCORE + STRENGTH_BAND + WEIGHT + RECENCY)
 
     def core_key(self, facts: ChainFacts) -> tuple[float, ...]:
         """Sort key of a core chain."""
@@ -145,6 +149,10 @@ class OrderPolicy:
     def working_key(self, facts: ChainFacts) -> tuple[float, ...]:
         """Sort key of a working chain."""
         return _as_order(self.working)(facts)
+
+    def spare_key(self, facts: ChainFacts) -> tuple[float, ...]:
+        """Sort key of an archived chain tried in the room left (``spare``)."""
+        return _as_order(self.spare)(facts)
 
 
 def _as_order(value: Order | OrderKey) -> Order:
@@ -157,6 +165,7 @@ DEFAULT_ORDER = OrderPolicy(
 )
 """SPEC §3 step 6: core by the task statement first, then the user's hard constraints, the
 newest views of edited files (the file edited last first), then score, strength band, weight
-and recency; working by strength band, weight, then recency (issue 5 added the weight,
+and recency; working by strength band, weight, then recency; archived chains in the room
+left by score, strength band, weight and recency (issue 5 added the weight,
 issue 11 the edited files' newest views: BENCHMARKS.md, "Superseded tool results on the SWE
 runs", measures the order)."""

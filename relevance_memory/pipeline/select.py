@@ -15,6 +15,11 @@ of tokens (cheap, so the summary reserve can be negotiated over it without ranki
   of each file the agent edited (the file edited last first), then score, strength band,
   weight, recency; working by strength band, weight, recency). A chain that does not fit is
   skipped (smaller later ones may still fit) and noted ``over budget``.
+- Then, with ``MemoryConfig.fill_from_archive`` (default), the archive chains not forgotten
+  (strength ≥ the forget threshold, SPEC §5) in the room left (``OrderPolicy.spare``: score,
+  strength band, weight, recency); the summary reserve is
+  negotiated first (:mod:`~relevance_memory.pipeline.summarise`), so only the room beyond it
+  is theirs, and they yield to it first. One that fits joins working, noted :data:`ROOM_LEFT`.
 - Older copies of a user message whose newest copy is shown verbatim give their room back
   (:func:`fill_ranked`): agent harnesses repeat a notice many times.
 - A chain whose content a newer message supersedes (issue 11, SPEC §10: the same call
@@ -39,7 +44,7 @@ from ._state import BuildState, Chain, Ranked, Seams, Selection, StoreView, requ
 from .order import DEFAULT_ORDER, ChainFacts, OrderPolicy
 
 __all__ = [
-    "CONSTRAINT_SCORE", "Selection", "current_file_views", "fill", "fill_ranked", "preferred_newer", "rank", "select", "select_chains",
+    "CONSTRAINT_SCORE", "ROOM_LEFT", "Selection", "current_file_views", "fill", "fill_ranked", "preferred_newer", "rank", "select", "select_chains",
     "superseded_chains", "view_edits",
 ]
 
@@ -47,6 +52,9 @@ CONSTRAINT_SCORE = 5
 """Least score of a user's own message that is a hard constraint, tried before the newest views
 of edited files (SPEC §4: 5 "decides the task's success"; a score-4 user message still comes
 before every other chain of its score, and never yields to the summary reserve)."""
+ROOM_LEFT = "room left: kept verbatim from the archive (the core and working tiers left it)"
+"""Record note of an archived chain kept in the room the core and working tiers left beyond
+the summary reserve (``MemoryConfig.fill_from_archive``)."""
 PREFERRED_FLOOR = 3
 """Least score of a message that restates a fact with a new value (working tier: kept when
 room allows, before weaker matches of equal strength)."""
@@ -72,6 +80,7 @@ def rank(
     current_views: Collection[int] = (),
     edited_at: Mapping[int, int] | None = None,
     constraints: Collection[int] = (),
+    spare: float | None = None,
 ) -> tuple[dict[int, str], tuple[int, ...]]:
     """Tiers of ``chains`` and the order their core and working chains are tried in (module doc).
 
@@ -93,10 +102,14 @@ def rank(
             (:data:`~relevance_memory.pipeline.order.EDIT_RECENCY`).
         constraints: roots of chains holding a user's hard constraint
             (:data:`~relevance_memory.pipeline.order.USER_CONSTRAINT`).
+        spare: also try the archive chains whose strength is at least this, after the working
+            ones, in the room they leave (``MemoryConfig.fill_from_archive``; ordered by
+            ``order.spare``); ``None``: never. A forgotten chain (strength below the forget
+            threshold, SPEC §5) is not brought back verbatim.
 
     Returns:
-        ``(tier, order)``: root → tier for every chain, and the core then working roots in
-        the order to try them.
+        ``(tier, order)``: root → tier for every chain, and the core then working roots (then,
+        with ``spare``, the archive roots) in the order to try them.
     """
     tier: dict[int, str] = {}
     facts: dict[int, ChainFacts] = {}
@@ -120,7 +133,10 @@ def rank(
         )
     core = sorted((r for r, t in tier.items() if t == "core"), key=lambda r: order.core_key(facts[r]))
     working = sorted((r for r, t in tier.items() if t == "working"), key=lambda r: order.working_key(facts[r]))
-    return tier, (*core, *working)
+    archive = sorted(
+        (r for r, t in tier.items() if t == "archive" and facts[r].strength >= spare), key=lambda r: order.spare_key(facts[r])
+    ) if spare is not None else []
+    return tier, (*core, *working, *archive)
 
 
 def fill(
@@ -134,7 +150,9 @@ def fill(
     """Keep chains in ``order`` while they fit ``available`` tokens (greedy; pure).
 
     A chain that does not fit is noted ``over budget`` and skipped; a smaller later one may
-    still fit. Roots in ``skip`` are passed over (and not noted).
+    still fit. Roots in ``skip`` are passed over (and not noted). An archive chain in the
+    order (:func:`rank` with ``spare``) that fits is kept in the working tier with the note
+    :data:`ROOM_LEFT`; one that does not stays archived, with no note.
     """
     selection = Selection(tier=dict(tier))
     for root in order:
@@ -144,7 +162,10 @@ def fill(
         if selection.used + size <= available:
             selection.kept.add(root)
             selection.used += size
-        else:
+            if tier[root] == "archive":
+                selection.tier[root] = "working"
+                selection.notes[root] = ROOM_LEFT
+        elif tier[root] != "archive":
             selection.notes[root] = "over budget"
     return selection
 
@@ -276,6 +297,7 @@ def select(state: BuildState, seams: Seams) -> Ranked:
         current_views=view_roots,
         edited_at=view_edits(store) if views else None,
         constraints=constraints,
+        spare=(config.pheromone.forget_threshold if strengths is not None else 0.0) if config.fill_from_archive else None,
     )
     superseded: dict[int, str] = {}
     for root, note in demoted.items():

@@ -285,7 +285,8 @@ class LowTaskScorer(ContentScorer):
 @pytest.mark.parametrize("summaries", [True, False])
 def test_a_goal_block_never_points_at_a_task_statement_that_was_left_out(summaries: bool) -> None:
     memory = RelevanceMemoryManager(
-        max_input_tokens=900, keep_recent=1, scorer=LowTaskScorer(), summaries=summaries, pheromone={"enabled": False}
+        max_input_tokens=900, keep_recent=1, scorer=LowTaskScorer(), summaries=summaries, pheromone={"enabled": False},
+        fill_from_archive=False,  # else the archived task statement may take the room left
     )
     history = [*OPENING, *(m for n in range(8) for m in step(n)), {"role": "user", "content": "Status?"}]
     memory.extend(history)

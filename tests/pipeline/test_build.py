@@ -56,7 +56,8 @@ def build(history: list[dict[str, Any]], budget: int, **kwargs: Any):  # type: i
 def test_tiers_and_budget_fill_follow_scores() -> None:
     history = agent_history()
     scorer = FixedScorer(1, scores={"m1": 5, "m5": 4, "m9": 3, "m13": 3, "m3": 2})
-    _memory, built = build(history, 1000, keep_recent=2, scorer=scorer)
+    # SPEC §3 step 6 to the letter: no archived chain takes the room left (fill_from_archive)
+    _memory, built = build(history, 1000, keep_recent=2, scorer=scorer, fill_from_archive=False)
     record = built.record
     by_id = {d.id: d for d in record.messages}
     assert by_id["m0"].decision == "kept" and by_id["m0"].tier == "pinned"

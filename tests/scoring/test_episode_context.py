@@ -102,14 +102,19 @@ def test_rank_mode_ranks_by_the_context_cosine() -> None:
     assert rank["m1"].weight > rank[f"m{len(items) - 1}"].weight
 
 
-def test_only_what_people_say_is_lifted_by_meaning() -> None:
+def test_only_what_people_say_is_lifted_and_an_assistant_is_not_ranked_by_meaning() -> None:
     goal = TaskGoal(final="battery", source="explicit")
     items = [ScoreItem(id=f"m{i}", role=role, msg_type=kind, source=role, text="power bank", content_hash=f"h{i}")
              for i, (role, kind) in enumerate([("user", "user_chat"), ("assistant", "assistant_reasoning")])]
     scores = {s.id: s for s in SemanticScorer(embedder=tiny_embedder()).score(goal, items).scores}
     assert scores["m0"].score == 4 and "semantic match" in scores["m0"].reason
-    assert scores["m1"].score == 1 and "semantic" not in scores["m1"].reason  # ranked by the weight only
-    assert scores["m1"].weight > 0.9
+    assert scores["m0"].weight > 0.9  # the cosine orders people's turns within a score
+    # the assistant's reply keeps its lexical score and weight: it shares no term with the goal
+    assert scores["m1"].score == 1 and "semantic" not in scores["m1"].reason
+    assert scores["m1"].weight == 0.0
+    # as before the ablation: the cosine in every type's weight, still no lift
+    before = SemanticScorer(SemanticFusion(unranked_types=frozenset()), embedder=tiny_embedder()).score(goal, items).scores
+    assert before[1].score == 1 and before[1].weight > 0.9
 
 
 def test_locomo_speakers_are_both_people() -> None:
