@@ -15,9 +15,9 @@ of tokens (cheap, so the summary reserve can be negotiated over it without ranki
   of each file the agent edited (the file edited last first), then score, strength band,
   weight, recency; working by strength band, weight, recency). A chain that does not fit is
   skipped (smaller later ones may still fit) and noted ``over budget``.
-- Then, with ``MemoryConfig.fill_from_archive`` (default), the archive chains not forgotten
-  (strength ≥ the forget threshold, SPEC §5) in the room left (``OrderPolicy.spare``: score,
-  strength band, weight, recency); the summary reserve is
+- Then, with ``MemoryConfig.fill_from_archive`` (default) and the pheromone field on, the
+  archive chains not forgotten (strength ≥ the forget threshold, SPEC §5) in the room left
+  (``OrderPolicy.spare``: score, strength band, weight, recency); the summary reserve is
   negotiated first (:mod:`~relevance_memory.pipeline.summarise`), so only the room beyond it
   is theirs, and they yield to it first. One that fits joins working, noted :data:`ROOM_LEFT`.
 - Older copies of a user message whose newest copy is shown verbatim give their room back
@@ -297,7 +297,9 @@ def select(state: BuildState, seams: Seams) -> Ranked:
         current_views=view_roots,
         edited_at=view_edits(store) if views else None,
         constraints=constraints,
-        spare=(config.pheromone.forget_threshold if strengths is not None else 0.0) if config.fill_from_archive else None,
+        # without the field nothing says what was forgotten (SPEC §5), and the fill without that
+        # floor keeps S01's one-off coupon reminder verbatim: the room goes to the summary then
+        spare=config.pheromone.forget_threshold if config.fill_from_archive and strengths is not None else None,
     )
     superseded: dict[int, str] = {}
     for root, note in demoted.items():
