@@ -67,15 +67,13 @@ def _english_s01(coupon_turn: int) -> list[dict[str, Any]]:
     return messages
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "suspected, not fixed: an assistant reply starts at strength 1.0 (half-life 8 steps), a user's chat "
-    "remark at 0.5 (half-life 5): 15 turns on, the remark is forgotten (0.03) and the reply echoing it "
-    "(0.27) is not, so the room left keeps the echo of a forgotten one-off remark verbatim without its question"
-))
 def test_english_s01_echo_of_a_forgotten_remark_stays_out() -> None:
     """English S01 with the coupon reminder at turn 45 of 60: the pheromone forgets the user's
     remark; its assistant echo ("Sure, the takeaway coupon is valid today.") must not be brought
-    back verbatim either (the case's check is that no 外卖红包 text is kept verbatim)."""
+    back verbatim either (the case's check is that no 外卖红包 text is kept verbatim). The reply
+    starts stronger (1.0, half-life 8 steps) than the remark (0.5, half-life 5), so 15 turns on
+    the remark is forgotten (0.03) and the reply (0.27) is not: the fill skips a reply whose user
+    turn is forgotten (``select._echoes_of_forgotten``)."""
     messages = _english_s01(45)
     history = sum(COUNTER.count_message(m) for m in messages) + 3
     memory = RelevanceMemoryManager(max_input_tokens=int(history * 0.6), keep_recent=2)
