@@ -152,8 +152,9 @@ class MemoryConfig(BaseModel):
             instead of handing all of it to an ever longer summary; the record says
             "room left" for each. A forgotten chain (pheromone strength below
             ``pheromone.forget_threshold`` with score ≤ 2, SPEC §5: a one-off remark long
-            past) is never brought back; without the pheromone field every archived chain
-            may be. A short history whose archive holds its evidence gains most: LongMemEval
+            past) is never brought back; without the pheromone field nothing says what was
+            forgotten, so nothing is brought back (the room goes to the summary: filling it
+            with every archived chain keeps S01's one-off coupon reminder verbatim). A short history whose archive holds its evidence gains most: LongMemEval
             oracle recall 0.866 / 0.887 / 0.929 → 0.925 / 0.944 / 0.967 at 2k / 4k / 8k
             (BENCHMARKS.md). ``False``: SPEC §3 step 6 to the letter (score ≤ 2 is only
             summarised).

@@ -55,6 +55,8 @@ def explain(
     style = {"kept": "green", "recent": "cyan", "summarised": "yellow", "dropped": "red"}
     for d in shown:
         reason = d.reason + (f" — {d.note}" if d.note else "")
+        if d.note.startswith("room left:"):  # pipeline.select.ROOM_LEFT: a score ≤ 2 kept, why comes first
+            reason = f"{d.note} — {d.reason}"
         if d.superseded_by:  # issue 11: the reason a high score still went to the archive comes first
             reason = f"superseded by {d.superseded_by} — {reason.replace(f'superseded by {d.superseded_by}: ', '')}"
         score = "" if d.score is None else f"{d.score} {d.score_source.value if d.score_source else ''}"

@@ -28,6 +28,7 @@ __all__ = [
     "SCORE",
     "STRENGTH_BAND",
     "USER_CONSTRAINT",
+    "USER_CORE",
     "WEIGHT",
     "ChainFacts",
     "Order",
@@ -59,6 +60,8 @@ class ChainFacts:
         constraint: the chain holds a user's own message scored as a hard constraint
             (:data:`~relevance_memory.pipeline.select.CONSTRAINT_SCORE`, SPEC §4: 5 "decides
             the task's success").
+        user_core: the chain holds a user's own message scored at least ``core_score``
+            (SPEC §7: such a message is never only in a summary).
     """
 
     root: int
@@ -71,6 +74,7 @@ class ChainFacts:
     current_view: bool = False
     edited_at: int = -1
     constraint: bool = False
+    user_core: bool = False
 
 
 @dataclass(frozen=True)
@@ -121,6 +125,12 @@ CURRENT_VIEW = OrderKey("newest view of an edited file", lambda c: 0 if c.curren
 """The newest view of each file the agent edited before every other chain but the task
 statement and the user's hard constraints (issue 11): the current state of the files under
 repair is what an agent needs next, more than an older error output scored 5."""
+USER_CORE = OrderKey("user's own core message", lambda c: 0 if c.user_core else 1)
+"""A user's own message scored ≥ ``core_score`` before other core chains of any score (after
+the task statement, hard constraints and newest views of edited files): SPEC §7 says it is
+never only in a summary, and an LLM assistant's long answer scored 5 for restating the topic
+must not push it out (LongMemEval S, cc5ded98: three 520–580-token answers scored 5 left the
+user's two 45–62-token turns scored 4 in the summary at 2k)."""
 EDIT_RECENCY = OrderKey("edit recency", lambda c: -c.edited_at)
 """Among the newest views of edited files, the file edited last first (the one being worked
 on now); the same for every other chain."""
@@ -160,7 +170,7 @@ def _as_order(value: Order | OrderKey) -> Order:
 
 
 DEFAULT_ORDER = OrderPolicy(
-    core=FIRST + USER_CONSTRAINT + CURRENT_VIEW + EDIT_RECENCY + SCORE + STRENGTH_BAND + WEIGHT + RECENCY,
+    core=FIRST + USER_CONSTRAINT + CURRENT_VIEW + EDIT_RECENCY + USER_CORE + SCORE + STRENGTH_BAND + WEIGHT + RECENCY,
     working=STRENGTH_BAND + WEIGHT + RECENCY,
 )
 """SPEC §3 step 6: core by the task statement first, then the user's hard constraints, the

@@ -29,6 +29,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from .._config import LOCAL_PREFILTER_MIN
+from .._models import user_authored
 from .._semantic import mostly_cjk, rrf_fuse
 from .._text import lexical_terms
 from ._bm25 import ChunkedBM25, PrefilterIndex
@@ -161,6 +162,11 @@ def _bm25_rejected(state: BuildState, seams: Seams) -> dict[int, float]:
             and any(
                 (pheromone.score_before(store[i].id, goal.final, subtask) or 0) >= config.core_score
                 or pheromone.strength_for(store[i].id, goal.final, subtask) >= config.pheromone.prefilter_pass
+                # SPEC §7: a user's own message once scored core is never left unseen in a summary,
+                # also when this very subtask scored it (only admitted chains are ever scored, so a
+                # rebuild admits the same set)
+                or (user_authored(store[i].role, store[i].msg_type.value)
+                    and (pheromone.latest_score(store[i].id) or 0) >= config.core_score)
                 for i in members
             )
         )

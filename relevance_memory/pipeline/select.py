@@ -15,9 +15,9 @@ of tokens (cheap, so the summary reserve can be negotiated over it without ranki
   of each file the agent edited (the file edited last first), then score, strength band,
   weight, recency; working by strength band, weight, recency). A chain that does not fit is
   skipped (smaller later ones may still fit) and noted ``over budget``.
-- Then, with ``MemoryConfig.fill_from_archive`` (default), the archive chains not forgotten
-  (strength ≥ the forget threshold, SPEC §5) in the room left (``OrderPolicy.spare``: score,
-  strength band, weight, recency); the summary reserve is
+- Then, with ``MemoryConfig.fill_from_archive`` (default) and the pheromone field on, the
+  archive chains not forgotten (strength ≥ the forget threshold, SPEC §5) in the room left
+  (``OrderPolicy.spare``: score, strength band, weight, recency); the summary reserve is
   negotiated first (:mod:`~relevance_memory.pipeline.summarise`), so only the room beyond it
   is theirs, and they yield to it first. One that fits joins working, noted :data:`ROOM_LEFT`.
 - Older copies of a user message whose newest copy is shown verbatim give their room back
@@ -38,7 +38,7 @@ from __future__ import annotations
 import math
 from collections.abc import Collection, Iterable, Mapping, Sequence
 
-from .._models import RelevanceScore, content_text, user_authored
+from .._models import USER_AUTHORED_TYPES, RelevanceScore, TaskGoal, content_text, user_authored
 from .._supersede import asks_for_history
 from ._state import BuildState, Chain, Ranked, Seams, Selection, StoreView, required
 from .order import DEFAULT_ORDER, ChainFacts, OrderPolicy
@@ -80,7 +80,9 @@ def rank(
     current_views: Collection[int] = (),
     edited_at: Mapping[int, int] | None = None,
     constraints: Collection[int] = (),
+    user_core: Collection[int] = (),
     spare: float | None = None,
+    spare_skip: Collection[int] = (),
 ) -> tuple[dict[int, str], tuple[int, ...]]:
     """Tiers of ``chains`` and the order their core and working chains are tried in (module doc).
 
@@ -102,10 +104,14 @@ def rank(
             (:data:`~relevance_memory.pipeline.order.EDIT_RECENCY`).
         constraints: roots of chains holding a user's hard constraint
             (:data:`~relevance_memory.pipeline.order.USER_CONSTRAINT`).
+        user_core: roots of chains holding a user's own message scored ≥ ``core_score``
+            (:data:`~relevance_memory.pipeline.order.USER_CORE`).
         spare: also try the archive chains whose strength is at least this, after the working
             ones, in the room they leave (``MemoryConfig.fill_from_archive``; ordered by
             ``order.spare``); ``None``: never. A forgotten chain (strength below the forget
             threshold, SPEC §5) is not brought back verbatim.
+        spare_skip: archive roots never tried in the room left (an assistant's reply to a
+            forgotten remark: :func:`_echoes_of_forgotten`).
 
     Returns:
         ``(tier, order)``: root → tier for every chain, and the core then working roots (then,
@@ -129,12 +135,12 @@ def rank(
             root=root, last=chain.last, score=score, weight=weight, strength=strength,
             band=math.floor(banded / strength_resolution), priority=priority.get(root, len(priority)),
             current_view=root in current_views, edited_at=(edited_at or {}).get(root, -1),
-            constraint=root in constraints,
+            constraint=root in constraints, user_core=root in user_core,
         )
     core = sorted((r for r, t in tier.items() if t == "core"), key=lambda r: order.core_key(facts[r]))
     working = sorted((r for r, t in tier.items() if t == "working"), key=lambda r: order.working_key(facts[r]))
     archive = sorted(
-        (r for r, t in tier.items() if t == "archive" and facts[r].strength >= spare), key=lambda r: order.spare_key(facts[r])
+        (r for r, t in tier.items() if t == "archive" and facts[r].strength >= spare and r not in spare_skip), key=lambda r: order.spare_key(facts[r])
     ) if spare is not None else []
     return tier, (*core, *working, *archive)
 
@@ -276,11 +282,20 @@ def select(state: BuildState, seams: Seams) -> Ranked:
         scores = {**scores, **{i: s for i, (s, _) in views.items()}}
         preferred = {**preferred, **views}
     view_roots = frozenset(store.chain_root(i) for i in views)
-    constraints = {
+    own = {
+        r: max((scores[i].score for i in c.members
+                if user_authored(store[i].role, store[i].msg_type.value) and i in scores), default=0)
+        for r, c in chains.items()
+    }
+    constraints = {r for r, best in own.items() if best >= CONSTRAINT_SCORE}
+    # what a person said (a user, or a second person typed user_chat), scored core
+    user_core = {
         r for r, c in chains.items()
-        if any(user_authored(store[i].role, store[i].msg_type.value) and i in scores and scores[i].score >= CONSTRAINT_SCORE
+        if any(store[i].msg_type.value in USER_AUTHORED_TYPES and i in scores and scores[i].score >= config.core_score
                for i in c.members)
     }
+    spare_floor = config.pheromone.forget_threshold if config.fill_from_archive and strengths is not None else None
+    echoes = _echoes_of_forgotten(chains, store, scores, seams, goal, config.archive_score, spare_floor)
     tier, order = rank(
         {r: c for r, c in chains.items() if asked or r not in demoted},
         scores,
@@ -297,7 +312,11 @@ def select(state: BuildState, seams: Seams) -> Ranked:
         current_views=view_roots,
         edited_at=view_edits(store) if views else None,
         constraints=constraints,
-        spare=(config.pheromone.forget_threshold if strengths is not None else 0.0) if config.fill_from_archive else None,
+        user_core=user_core,
+        # without the field nothing says what was forgotten (SPEC §5), and the fill without that
+        # floor keeps S01's one-off coupon reminder verbatim: the room goes to the summary then
+        spare=spare_floor,
+        spare_skip=echoes,
     )
     superseded: dict[int, str] = {}
     for root, note in demoted.items():
@@ -333,6 +352,32 @@ def select(state: BuildState, seams: Seams) -> Ranked:
         preferred={store.chain_root(i): note for i, (_, note) in preferred.items()},
         current_views=view_roots,
     )
+
+
+def _echoes_of_forgotten(
+    chains: Mapping[int, Chain], store: StoreView, scores: Mapping[int, RelevanceScore], seams: Seams,
+    goal: TaskGoal, archive_score: int, floor: float | None,
+) -> set[int]:
+    """Roots of archived assistant replies whose user turn (the nearest earlier user message)
+    the pheromone forgot (score ≤ ``archive_score``, strength below ``floor``): the reply
+    outlives the remark it answers (an assistant reply starts stronger and fades more slowly
+    than a chat turn, SPEC §5), and kept verbatim in the room left it would bring the one-off
+    remark back ("Sure, the takeaway coupon is valid today."). Empty without a floor."""
+    if floor is None:
+        return set()
+    out: set[int] = set()
+    for root, chain in chains.items():
+        if not all(store[i].role == "assistant" and store[i].msg_type.value == "assistant_reasoning"
+                   and not store[i].tool_calls for i in chain.members):
+            continue
+        j = root - 1
+        while j >= 0 and store[j].role != "user":
+            j -= 1
+        if j < 0 or j not in scores or scores[j].score > archive_score:
+            continue
+        if seams.pheromone.strength_for(store[j].id, goal.final, goal.effective_subtask) < floor:
+            out.add(root)
+    return out
 
 
 def _newest_user_text(store: StoreView) -> str:

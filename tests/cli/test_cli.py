@@ -104,3 +104,21 @@ def test_replay_shows_modes_prefix_and_cost_against_the_full_history() -> None:
     rebuilt = runner.invoke(app, ["replay", str(FIXTURE), "--budget", "8000", "--always-rebuild", "--quiet"])
     assert rebuilt.exit_code == 0 and "appended=0 compacted=0 full_rebuild=96" in rebuilt.output
     assert float(rebuilt.output.split("cost@0.1=")[1].split("(")[1].split("×")[0]) > 1.0
+
+
+def test_explain_says_first_why_an_archived_message_was_kept(tmp_path: Path, data_dir: Path) -> None:
+    from relevance_memory.pipeline.select import ROOM_LEFT
+
+    assert ROOM_LEFT.startswith("room left:")  # what explain looks for
+    rec = tmp_path / "rec.json"
+    tau = data_dir / "tau_bench" / "gpt-4o-airline.json"
+    built = runner.invoke(app, ["build", str(tau), "--index", "0", "--budget", "4000", "--out", str(tmp_path / "c.json"),
+                                "--record", str(rec)])
+    assert built.exit_code == 0, built.output
+    record = DecisionRecord.from_json(rec.read_text())
+    spare = [d for d in record.messages if d.note == ROOM_LEFT]
+    assert spare and all(d.decision == "kept" and d.score is not None and d.score <= 2 for d in spare)
+    result = runner.invoke(app, ["explain", str(rec), "--decision", "kept", "--full"], env={"COLUMNS": "200"})
+    assert result.exit_code == 0, result.output
+    text = " ".join(result.output.split())
+    assert f"{spare[0].id} " in text and "room left: kept verbatim from the archive" in text

@@ -22,7 +22,8 @@ def test_keys_compose_and_name_themselves() -> None:
     order = STRENGTH_BAND + WEIGHT + RECENCY
     assert repr(order) == "strength band + weight + recency"
     assert repr(DEFAULT_ORDER.core) == (
-        "first + user constraint + newest view of an edited file + edit recency + score + strength band + weight + recency"
+        "first + user constraint + newest view of an edited file + edit recency + user's own core message + score"
+        " + strength band + weight + recency"
     )
     facts = ChainFacts(root=3, last=5, score=4, weight=0.5, strength=2.5, band=2, priority=1)
     assert order(facts) == (-2, -0.5, -5)
@@ -39,6 +40,9 @@ def test_keys_compose_and_name_themselves() -> None:
     task = ChainFacts(root=0, last=0, score=5, weight=0.0, strength=0.0, band=0, priority=0)
     assert sorted([facts, error, view, constraint, later, task], key=DEFAULT_ORDER.core_key) == [
         task, constraint, later, view, error, facts]
+    # a person's own message scored 4 before an assistant's answer scored 5 (SPEC §7)
+    said = ChainFacts(root=9, last=9, score=4, weight=0.0, strength=0.0, band=0, priority=1, user_core=True)
+    assert sorted([error, said, view], key=DEFAULT_ORDER.core_key) == [view, said, error]
 
 
 def test_default_working_order_is_strength_band_then_weight_then_recency() -> None:
