@@ -100,6 +100,11 @@ def context_window_for(model: str) -> int:
     return _CONTEXT_WINDOWS[best] if best else DEFAULT_CONTEXT_WINDOW
 
 
+EPISODE_GAP_S = 1800.0
+"""Default silence between two messages that starts a new episode (seconds): the 30-minute
+inactivity timeout web analytics cut sessions with (``MemoryConfig.episode_gap_s``)."""
+
+
 class MemoryConfig(BaseModel):
     """Every setting of a memory manager, validated, with SPEC defaults.
 
@@ -216,7 +221,7 @@ class MemoryConfig(BaseModel):
     embeddings: bool = True
     supersede: bool = True
     supersede_archives_facts: bool = False
-    episode_gap_s: float = Field(default=1800.0, gt=0, allow_inf_nan=False, strict=True)  # not True, not "30"
+    episode_gap_s: float = Field(default=EPISODE_GAP_S, gt=0, allow_inf_nan=False, strict=True)  # not True, not "30"
     pheromone: PheromoneConfig = Field(default_factory=lambda: PheromoneConfig())
     cache_policy: CachePolicy = Field(default_factory=CachePolicy)
 

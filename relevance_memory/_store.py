@@ -57,6 +57,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 from datetime import datetime, timezone
 from typing import Any, Literal
 
+from ._config import EPISODE_GAP_S
 from ._embedding import VectorIndex
 from ._exceptions import ConfigError, InvalidMessageError
 from ._io import message_to_dict
@@ -89,7 +90,7 @@ class MessageStore:
         supersede: detect on ingest which older messages a new one supersedes (the same call
             again, the same file shown again, a fact restated with a new value; issue 11).
         episode_gap_s: silence between two messages that starts a new episode (seconds;
-            default :data:`EPISODE_GAP_S`, the 30-minute inactivity timeout web analytics
+            default :data:`~relevance_memory._config.EPISODE_GAP_S`, the 30-minute inactivity timeout web analytics
             use to cut sessions).
 
     Attributes:
@@ -122,7 +123,7 @@ class MessageStore:
         clock: Callable[[], datetime] | None = None,
         vectors: VectorIndex | None = None,
         supersede: bool = True,
-        episode_gap_s: float = 1800.0,
+        episode_gap_s: float = EPISODE_GAP_S,
     ) -> None:
         if not (isinstance(episode_gap_s, (int, float)) and not isinstance(episode_gap_s, bool)
                 and math.isfinite(episode_gap_s) and episode_gap_s > 0):

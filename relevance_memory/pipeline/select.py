@@ -38,7 +38,7 @@ from __future__ import annotations
 import math
 from collections.abc import Collection, Iterable, Mapping, Sequence
 
-from .._models import USER_AUTHORED_TYPES, RelevanceScore, TaskGoal, content_text, user_authored
+from .._models import USER_AUTHORED_TYPES, RelevanceScore, TaskGoal, content_text
 from .._supersede import asks_for_history
 from ._state import BuildState, Chain, Ranked, Seams, Selection, StoreView, required
 from .order import DEFAULT_ORDER, ChainFacts, OrderPolicy
@@ -282,18 +282,16 @@ def select(state: BuildState, seams: Seams) -> Ranked:
         scores = {**scores, **{i: s for i, (s, _) in views.items()}}
         preferred = {**preferred, **views}
     view_roots = frozenset(store.chain_root(i) for i in views)
-    own = {
-        r: max((scores[i].score for i in c.members
-                if user_authored(store[i].role, store[i].msg_type.value) and i in scores), default=0)
-        for r, c in chains.items()
-    }
-    constraints = {r for r, best in own.items() if best >= CONSTRAINT_SCORE}
-    # what a person said (a user, or a second person typed user_chat), scored core
-    user_core = {
-        r for r, c in chains.items()
-        if any(store[i].msg_type.value in USER_AUTHORED_TYPES and i in scores and scores[i].score >= config.core_score
-               for i in c.members)
-    }
+    constraints: set[int] = set()  # a user's hard constraint (USER_CONSTRAINT)
+    user_core: set[int] = set()  # what a person said (a user, or a second person typed user_chat), scored core
+    for r, c in chains.items():
+        for i in c.members:
+            if i not in scores or store[i].msg_type.value not in USER_AUTHORED_TYPES:
+                continue
+            if scores[i].score >= config.core_score:
+                user_core.add(r)
+            if scores[i].score >= CONSTRAINT_SCORE and store[i].role == "user":
+                constraints.add(r)
     spare_floor = config.pheromone.forget_threshold if config.fill_from_archive and strengths is not None else None
     echoes = _echoes_of_forgotten(chains, store, scores, seams, goal, config.archive_score, spare_floor)
     tier, order = rank(
@@ -365,17 +363,21 @@ def _echoes_of_forgotten(
     remark back ("Sure, the takeaway coupon is valid today."). Empty without a floor."""
     if floor is None:
         return set()
+    replies = sorted(
+        root for root, chain in chains.items()
+        if all(store[i].role == "assistant" and store[i].msg_type.value == "assistant_reasoning"
+               and not store[i].tool_calls and i in scores and scores[i].score <= archive_score for i in chain.members)
+    )
     out: set[int] = set()
-    for root, chain in chains.items():
-        if not all(store[i].role == "assistant" and store[i].msg_type.value == "assistant_reasoning"
-                   and not store[i].tool_calls for i in chain.members):
-            continue
-        j = root - 1
-        while j >= 0 and store[j].role != "user":
-            j -= 1
-        if j < 0 or j not in scores or scores[j].score > archive_score:
-            continue
-        if seams.pheromone.strength_for(store[j].id, goal.final, goal.effective_subtask) < floor:
+    user = -1  # the nearest user message before the reply: one forward pass, not a walk back per reply
+    position = 0
+    for root in replies:
+        for j in range(position, root):
+            if store[j].role == "user":
+                user = j
+        position = max(position, root)
+        if (user >= 0 and user in scores and scores[user].score <= archive_score
+                and seams.pheromone.strength_for(store[user].id, goal.final, goal.effective_subtask) < floor):
             out.add(root)
     return out
 

@@ -61,24 +61,19 @@ for n, message in enumerate(messages):
 sys.stdout.write(json.dumps(out, sort_keys=True, ensure_ascii=False))
 '''
 
-# Replays a real SWE-bench run the way benchmarks/swe_supersede.py does (build before every
-# 10th agent step, at 8k and 16k, on one manager), with a fixed clock.
+# Replays a real SWE-bench run with benchmarks/swe_supersede.py's own replay (build before
+# every 10th agent step, at 8k and 16k, on one manager), with a fixed clock.
 _REPLAY = r'''
 import json, sys
 from datetime import datetime, timezone
+sys.path.insert(0, "benchmarks")
+from swe_supersede import build_points
 from relevance_memory import RelevanceMemoryManager
 
 messages = json.loads(open(sys.argv[1], encoding="utf-8").read())["messages"][: int(sys.argv[2])]
 memory = RelevanceMemoryManager(on_invalid="repair", clock=lambda: datetime(2026, 1, 1, tzinfo=timezone.utc))
-out, steps = [], 0
-for n, message in enumerate(messages):
-    memory.add(message)
-    last = n == len(messages) - 1
-    if not last and messages[n + 1].get("role") != "assistant":
-        continue
-    steps += 1
-    if not last and steps % 10:
-        continue
+out = []
+for _ in build_points(memory, messages, 10):
     for budget in (8000, 16000):
         built = memory.build_context(budget=budget)
         out.append({"messages": built.messages, "record": json.loads(built.record.to_json(indent=None))})
