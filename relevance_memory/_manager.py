@@ -19,7 +19,7 @@ from . import pipeline
 from ._cache import DiskScoreCache
 from ._capabilities import ScorerCapabilities
 from ._config import MemoryConfig, warn_once
-from ._embedding import VectorIndex, default_embedder
+from ._embedding import VectorIndex, load_embedder
 from ._exceptions import ConfigError, ContextOverflowError
 from ._models import Message, TaskGoal, content_text
 from ._pheromone import PheromoneField
@@ -73,7 +73,7 @@ class RelevanceMemoryManager:
         **overrides: any :class:`MemoryConfig` field, e.g. ``max_input_tokens=8000``.
 
     Raises:
-        ConfigError: a setting is invalid.
+        ConfigError: a setting is invalid, or ``embedder="minilm"`` without its extra installed.
 
     Example::
 
@@ -107,7 +107,7 @@ class RelevanceMemoryManager:
             config = MemoryConfig.create(**{**base, **overrides})
         self.config = config or MemoryConfig()
         if vectors is None and self.config.embeddings:
-            embedder = default_embedder()
+            embedder = load_embedder(self.config.embedder)  # ConfigError: minilm without its extra
             vectors = VectorIndex(embedder) if embedder is not None else None
         self.vectors: VectorIndex | None = vectors if self.config.embeddings else None
         # without the bundled model the semantic scorer is the lexical one and its first

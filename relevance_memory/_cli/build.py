@@ -17,7 +17,18 @@ from .._exceptions import RelevanceMemoryError
 from .._io import load_transcript
 from .._manager import RelevanceMemoryManager
 from .._record import DecisionRecord
-from ._common import budget_line, console, err, fail, mode_lines, plural, short, write_output
+from ._common import (
+    EMBEDDER_HELP,
+    budget_line,
+    check_embedder,
+    console,
+    err,
+    fail,
+    mode_lines,
+    plural,
+    short,
+    write_output,
+)
 from ._scorer_options import (
     BaseUrl,
     BatchSize,
@@ -58,10 +69,12 @@ def build(
     response_format: ResponseFormat = None,
     compact: Annotated[bool, typer.Option("--compact", help="Build as a compaction: down to --target of the budget (what an agent loop sends when its context outgrows the budget), not the whole budget.")] = False,
     target: Annotated[float, typer.Option(min=0.01, max=1.0, help="Share of the budget a compaction fills (CachePolicy.target_fraction).")] = 0.5,
+    embedder: Annotated[str, typer.Option(help=EMBEDDER_HELP)] = "wordllama",
 ) -> None:
     """Build the context for the next LLM call from TRANSCRIPT and write it with its decision record."""
     if scorer not in ("auto", "llm", "offline", "lexical"):
         raise fail(f"--scorer must be auto, llm, offline or lexical, not {scorer!r}")
+    check_embedder(embedder)
     try:
         from .._config import MemoryConfig
         from .._scorer_choice import resolve_scorer  # imports openai + instructor only for the LLM scorer
@@ -72,7 +85,7 @@ def build(
 
         config = MemoryConfig.create(
             model=model, keep_recent=keep_recent, max_input_tokens=budget, on_invalid="repair" if repair else "raise",
-            cache_policy={"target_fraction": target},
+            cache_policy={"target_fraction": target}, embedder=embedder,
         )
         try:
             options = llm_options(timeout=timeout, max_tokens=max_tokens, batch_size=batch_size,

@@ -25,7 +25,7 @@ from rich.table import Table
 
 from .._exceptions import RelevanceMemoryError
 from .._extras import MissingExtraError
-from ._common import console, err, fail
+from ._common import EMBEDDER_HELP, console, err, fail
 from ._scorer_options import (
     BaseUrl,
     BatchSize,
@@ -77,11 +77,11 @@ def _provenance() -> dict[str, Any]:
 def _run_eval(
     name: str, path: Path, budgets_text: str, limit: int | None, questions: str | None,
     categories: str | None, scorers: str, keep_recent: int, goal_block: bool, jobs: int,
-    out: Path, details: bool,
+    out: Path, details: bool, embedder: str = "wordllama",
 ) -> None:
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-    from .._embedding import default_embedder, embedder_unavailable_reason
+    from .._embedding import embedder_unavailable_reason, load_embedder
     from ..evaluation import (
         RecallRun,
         load_dataset,
@@ -119,7 +119,11 @@ def _run_eval(
     except OSError as exc:
         raise fail(f"cannot write results to {out}: {exc.strerror or exc}") from None
     labels = [s.strip() for s in scorers.split(",") if s.strip()]
-    if "offline" in labels and default_embedder() is None:
+    try:  # before the run: a missing extra is said now, not after the first conversation
+        model = load_embedder(embedder)
+    except RelevanceMemoryError as exc:
+        raise fail(str(exc)) from None
+    if "offline" in labels and model is None:
         # said once, here, instead of a Python warning per process from the first score
         console.print(f"[yellow]note:[/] {embedder_unavailable_reason()}: 'offline' below is the lexical scorer alone",
                       soft_wrap=True, highlight=False)
@@ -131,8 +135,9 @@ def _run_eval(
                 # the manager's own default for "offline": its scorer shares the store's message vectors
                 scorer = None if spec == "offline" else make_scorer(spec)
                 run = RecallRun(
-                    budgets=budgets, methods=_first_methods() if n == 0 else ("manager",),
+                    budgets=budgets, methods=_first_methods(model is not None) if n == 0 else ("manager",),
                     keep_recent=keep_recent, goal_block=goal_block, scorer=scorer, label=spec.split(":")[0],
+                    embedder=embedder,
                 )
                 with Progress(TextColumn(f"{name} · {spec}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                               console=err, transient=True) as bar:
@@ -149,7 +154,8 @@ def _run_eval(
     payload: dict[str, Any] = {
         "dataset": name, "path": str(path), **_provenance(), "elapsed_s": round(elapsed, 1),
         "config": {"budgets": list(budgets), "encoding": "cl100k_base", "keep_recent": keep_recent,
-                   "goal_block": goal_block, "scorers": scorers, "categories": categories, "limit": limit},
+                   "goal_block": goal_block, "scorers": scorers, "categories": categories, "limit": limit,
+                   "embedder": embedder, "embedder_version": model.version if model is not None else None},
         "questions": len(evaluable),
         "repaired_evidence": [list(r) for r in dataset.repaired],
         "unresolved_evidence": [list(u) for u in dataset.unresolved],
@@ -176,6 +182,7 @@ _GOAL = typer.Option("--goal-block/--no-goal-block", help="Let the manager add i
 _JOBS = typer.Option(help="Worker processes (conversations run in parallel).")
 _OUT = typer.Option(help="Folder for <dataset>.json and <dataset>.png.")
 _DETAILS = typer.Option("--details/--no-details", help="Also write every (question, method, budget) row to the JSON.")
+_EMBEDDER = typer.Option("--embedder", help=EMBEDDER_HELP.replace("offline scorer", "manager and the embedding baselines"))
 
 
 @eval_app.command("locomo")
@@ -191,9 +198,11 @@ def eval_locomo(
     jobs: Annotated[int, _JOBS] = 1,
     out: Annotated[Path, _OUT] = Path("relmem-eval"),
     details: Annotated[bool, _DETAILS] = False,
+    embedder: Annotated[str, _EMBEDDER] = "wordllama",
 ) -> None:
     """Evidence recall on LoCoMo: manager vs recency, BM25 and full history at each budget."""
-    _run_eval("locomo", path, budgets, limit, questions, categories, scorer, keep_recent, goal_block, jobs, out, details)
+    _run_eval("locomo", path, budgets, limit, questions, categories, scorer, keep_recent, goal_block, jobs, out, details,
+              embedder)
 
 
 @eval_app.command("longmemeval")
@@ -208,9 +217,11 @@ def eval_longmemeval(
     jobs: Annotated[int, _JOBS] = 1,
     out: Annotated[Path, _OUT] = Path("relmem-eval"),
     details: Annotated[bool, _DETAILS] = False,
+    embedder: Annotated[str, _EMBEDDER] = "wordllama",
 ) -> None:
     """Evidence recall on LongMemEval: manager vs recency, BM25 and full history at each budget."""
-    _run_eval("longmemeval", path, budgets, limit, questions, None, scorer, keep_recent, goal_block, jobs, out, details)
+    _run_eval("longmemeval", path, budgets, limit, questions, None, scorer, keep_recent, goal_block, jobs, out, details,
+              embedder)
 
 
 # --------------------------------------------------------------------------- rubric
@@ -386,10 +397,9 @@ def rubric_compare(
                                scorer_mode, response_format)
     _evaluate(labelled, [a, b], repeats, json_out, options, with_offline)
 
-def _first_methods() -> tuple[str, ...]:
+def _first_methods(embedding: bool) -> tuple[str, ...]:
     """Baselines measured with the first scorer: recency, BM25, full history, and — when the
-    bundled embedding model is installed — the embedding alone and BM25 + embedding (issue 11)."""
-    from .._embedding import default_embedder
-
+    embedding model is installed (``embedding``) — the embedding alone and BM25 + embedding
+    (issue 11)."""
     base = ("recency", "bm25", "full", "manager")
-    return (*base, "embedding", "bm25+embedding") if default_embedder() is not None else base
+    return (*base, "embedding", "bm25+embedding") if embedding else base

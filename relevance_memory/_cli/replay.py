@@ -20,7 +20,7 @@ from .._io import load_transcript
 from .._manager import RelevanceMemoryManager
 from .._prefix import CacheMeter
 from .._tokenizer import REPLY_PRIMING_TOKENS
-from ._common import MODE_LABEL, console, fail
+from ._common import EMBEDDER_HELP, MODE_LABEL, check_embedder, console, fail
 
 __all__ = ["replay"]
 
@@ -36,12 +36,15 @@ def replay(
     model: Annotated[str, typer.Option(help="Model name; picks the tokenizer (o200k/cl100k).")] = "gpt-4o",
     index: Annotated[int, typer.Option(help="Which run to take from a file holding many (τ-bench).")] = 0,
     quiet: Annotated[bool, typer.Option("--quiet", help="Print the TOTAL line only.")] = False,
+    embedder: Annotated[str, typer.Option(help=EMBEDDER_HELP)] = "wordllama",
 ) -> None:
     """Replay TRANSCRIPT request by request: build mode, tokens sent, cached prefix, cost vs the full history."""
     policy = CachePolicy(target_fraction=target, always_rebuild=always_rebuild)
+    check_embedder(embedder)
     try:
         loaded = load_transcript(transcript, index=index)
-        memory = RelevanceMemoryManager(model=model, max_input_tokens=budget, keep_recent=keep_recent, cache_policy=policy)
+        memory = RelevanceMemoryManager(model=model, max_input_tokens=budget, keep_recent=keep_recent, cache_policy=policy,
+                                            embedder=embedder)
     except RelevanceMemoryError as exc:
         raise fail(str(exc)) from None
     messages = loaded.messages

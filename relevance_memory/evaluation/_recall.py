@@ -139,6 +139,8 @@ class RecallRun:
         encoding: tiktoken encoding for every method.
         scorer: the manager's scorer (``None`` = offline).
         label: name of the manager's method in the results.
+        embedder: the embedding model (``MemoryConfig.embedder``) of the manager and of
+            the ``embedding`` / ``bm25+embedding`` baselines.
     """
 
     budgets: tuple[int, ...]
@@ -149,6 +151,7 @@ class RecallRun:
     scorer: Scorer | None = None
     label: str = "offline"
     manager_overrides: dict[str, Any] = field(default_factory=dict)
+    embedder: str = "wordllama"
 
 
 def run_conversation(conv: EvalConversation, run: RecallRun) -> list[QuestionResult]:
@@ -157,7 +160,7 @@ def run_conversation(conv: EvalConversation, run: RecallRun) -> list[QuestionRes
 
     manager = RelevanceMemoryManager(
         encoding=run.encoding, keep_recent=run.keep_recent, goal_block=run.goal_block,
-        scorer=run.scorer, **run.manager_overrides,
+        scorer=run.scorer, **{"embedder": run.embedder, **run.manager_overrides},
     )
     for turn in conv.turns:
         manager.add({"role": turn.role, "content": turn.text}, id=turn.id, timestamp=turn.timestamp,
@@ -169,9 +172,9 @@ def run_conversation(conv: EvalConversation, run: RecallRun) -> list[QuestionRes
     retriever = None
     vectors = None
     if "embedding" in run.methods or "bm25+embedding" in run.methods:
-        from .._embedding import default_embedder, quantize
+        from .._embedding import load_embedder, quantize
 
-        embedder = default_embedder()
+        embedder = load_embedder(run.embedder)
         if embedder is None:
             raise RelevanceMemoryError("the embedding baselines need the default embedder (pip install wordllama)")
         vectors = (embedder, quantize(embedder.embed([t.text for t in conv.turns])))
