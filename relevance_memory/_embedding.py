@@ -316,6 +316,7 @@ class OnnxSentenceEmbedder:
         self._session: Any = None
         self._tokenizer: Any = None
         self._inputs: tuple[str, ...] = ()
+        self._unknown = -1
         self._load()
 
     def __getstate__(self) -> dict[str, Any]:
@@ -345,6 +346,8 @@ class OnnxSentenceEmbedder:
         self._tokenizer = tokenizer
         self._session = session
         self._inputs = tuple(i.name for i in session.get_inputs())
+        unknown = tokenizer.token_to_id("[UNK]")
+        self._unknown = -1 if unknown is None else int(unknown)
 
     def embed(self, texts: Sequence[str]) -> FloatArray:
         """See :meth:`Embedder.embed`. Cost: one model run per text (class docstring)."""
@@ -355,7 +358,10 @@ class OnnxSentenceEmbedder:
             self._load()
         encodings = self._tokenizer.encode_batch([_clip(t, self._max_chars) for t in texts])
         for row, enc in enumerate(encodings):
-            if len(enc.ids) <= 2:  # [CLS] [SEP] only: no token of the text
+            # [CLS] [SEP] only, or nothing but [UNK] (emoji, a base64 blob, a 100+ character
+            # "word"): no token the model knows. A zero row, not one vector that every such
+            # text would share (cosine 1.0 between unrelated texts)
+            if len(enc.ids) <= 2 or all(i == self._unknown for i in enc.ids[1:-1]):
                 continue
             ids = np.asarray([enc.ids], dtype=np.int64)
             feeds = {"input_ids": ids, "attention_mask": np.ones_like(ids)}
