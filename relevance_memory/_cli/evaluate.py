@@ -148,7 +148,8 @@ def _run_eval(
         raise fail(str(exc)) from None
     elapsed = time.perf_counter() - started
     summary = summarise_results(results)
-    title = f"{name}: evidence recall at a token budget ({len(evaluable):,} questions, cl100k)"
+    embedded = model.name if model is not None else "none: lexical"
+    title = f"{name}: evidence recall at a token budget ({len(evaluable):,} questions, cl100k, embedder {embedded})"
     console.print(recall_table(summary, budgets, title=title))
     json_path, png_path = out / f"{name}.json", out / f"{name}.png"
     payload: dict[str, Any] = {

@@ -56,7 +56,8 @@ def replay(
     previous_full: int | None = None
     if not quiet:
         console.print(f"[bold]relmem replay[/] {transcript} ({len(points)} requests, budget {budget:,}, "
-                      f"{'always rebuild' if always_rebuild else f'compaction target {target:.0%}'})")
+                      f"{'always rebuild' if always_rebuild else f'compaction target {target:.0%}'}, "
+                      f"embedder {memory.vectors.embedder.name if memory.vectors is not None else 'none: lexical'})")
         console.print(f"{'req':>4} {'history':>8} {'mode':<12} {'sent':>7} {'cached':>7} {'share':>6} "
                       f"{'cost@0.1 vs full':>16} {'@0.5':>6}")
     done = 0

