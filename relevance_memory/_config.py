@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import math
 import warnings
-from typing import Literal
+from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from ._cache_policy import CachePolicy
 from ._exceptions import ConfigError
@@ -425,6 +425,16 @@ class PheromoneConfig(BaseModel):
     prefilter_pass: float = Field(default=8.0, ge=0)
     history_top_n: int = Field(default=20, ge=1)
     order_resolution: float = Field(default=1.0, gt=0)
+
+    @field_validator("half_life_steps", mode="before")
+    @classmethod
+    def _null_is_infinite(cls, value: Any) -> Any:
+        """``null`` / ``None`` half-life = never evaporates: standard JSON has no infinity, so
+        ``model_dump_json()`` (and the field's ``to_json``) writes ``inf`` as ``null``, and
+        ``model_validate_json`` of that text must give the same config back."""
+        if isinstance(value, dict):
+            return {k: math.inf if v is None else v for k, v in value.items()}
+        return value
 
     @model_validator(mode="after")
     def _complete(self) -> PheromoneConfig:

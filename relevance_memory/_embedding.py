@@ -300,6 +300,10 @@ class OnnxSentenceEmbedder:
     pickled: a worker process loads it again on first use.
     """
 
+    batch_size = 16
+    """Messages a store embeds at a time on ingest (``MessageStore``): the model runs one
+    text at a time, so a bigger batch saves nothing and holds the store's lock longer."""
+
     def __init__(
         self, model_path: str | Path, tokenizer_json: str, *, name: str, version: str, dim: int,
         max_tokens: int = 256, max_chars: int = EMBED_MAX_CHARS,

@@ -72,7 +72,9 @@ __all__ = ["MessageStore", "StoreSnapshot"]
 
 _MAX_REFERENCES = 8
 VECTOR_BATCH = 256
-"""Messages embedded together on ingest (one tokenizer batch): a build embeds the rest."""
+"""Messages embedded together on ingest (one tokenizer batch): a build embeds the rest. An
+embedder with a ``batch_size`` attribute sets its own (the minilm one: 16, so a batch holds
+the store's lock for about a second, not five)."""
 
 
 class MessageStore:
@@ -545,7 +547,9 @@ class MessageStore:
     def _embed_full_batches(self) -> None:
         """Embed pending messages once a batch of :data:`VECTOR_BATCH` has gathered (after the
         messages are stored: an embedder error leaves them stored and still pending)."""
-        if len(self._pending_vectors) >= VECTOR_BATCH:
+        if self.vectors is not None and len(self._pending_vectors) >= getattr(
+            self.vectors.embedder, "batch_size", VECTOR_BATCH
+        ):
             self._flush_vectors()
 
     def _flush_vectors(self) -> None:

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from relevance_memory import ConfigError, RelevanceMemoryManager
+from relevance_memory import ConfigError, MemoryConfig, RelevanceMemoryManager
 
 
 def _memory() -> RelevanceMemoryManager:
@@ -62,3 +62,14 @@ def test_config_options_of_the_right_type_are_accepted() -> None:
                                      episode_gap_s=60, pheromone={"s_max": 10.0})
     assert manager.config.max_input_tokens == 8000
     assert manager.config.episode_gap_s == 60.0 and manager.config.pheromone.s_max == 10.0
+
+
+def test_a_config_survives_its_own_json_text() -> None:
+    """An infinite half-life (system prompts never evaporate) is ``null`` in standard JSON;
+    reading that text back gives the same config, not a validation error."""
+    config = MemoryConfig(embedder="minilm", keep_recent=2)
+    text = config.model_dump_json()
+    assert '"system":null' in text
+    again = MemoryConfig.model_validate_json(text)
+    assert again == config
+    assert again.pheromone.half_life_steps["system"] == float("inf")

@@ -118,3 +118,13 @@ def test_cli_build_and_eval_take_the_embedder(tmp_path: Path) -> None:
     assert "minilm-l6-v2-int8" in (tmp_path / "r.json").read_text()
     bad = runner.invoke(app, ["build", str(fixture), "--embedder", "bert"])
     assert bad.exit_code != 0 and "--embedder must be wordllama or minilm, not 'bert'" in bad.output
+
+
+def test_a_store_embeds_minilm_messages_sixteen_at_a_time() -> None:
+    memory = RelevanceMemoryManager(embedder="minilm")
+    assert memory.vectors is not None
+    for n in range(15):
+        memory.add({"role": "user", "content": f"message {n} about {FILLER[n % len(FILLER)]}"})
+    assert len(memory.vectors) == 0  # pending: a build (or the 16th message) embeds them
+    memory.add({"role": "user", "content": EVIDENCE})
+    assert len(memory.vectors) == 16
