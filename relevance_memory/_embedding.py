@@ -101,6 +101,14 @@ class Embedder(Protocol):
         ...
 
 
+def _unit_row(out: FloatArray, row: int, total: npt.NDArray[np.float64]) -> None:
+    """Write ``total`` scaled to unit L2 length (float64 sums in a fixed order, then float32)
+    into ``out[row]``; a zero ``total`` leaves the zero row."""
+    norm = math.sqrt(float(np.add.reduce(total * total)))
+    if norm > 0.0:
+        out[row] = (total / norm).astype(np.float32)
+
+
 def _clip(text: str, max_chars: int) -> str:
     if len(text) <= max_chars:
         return text
@@ -183,10 +191,7 @@ class StaticEmbedder:
                 continue
             np.clip(ids, 0, top, out=ids)
             unique, counts = np.unique(ids, return_counts=True)
-            total = np.add.reduce(table[unique] * counts[:, None].astype(np.float64), axis=0)
-            norm = math.sqrt(float(np.add.reduce(total * total)))
-            if norm > 0.0:
-                out[row] = (total / norm).astype(np.float32)
+            _unit_row(out, row, np.add.reduce(table[unique] * counts[:, None].astype(np.float64), axis=0))
         return out
 
 
@@ -372,10 +377,7 @@ class OnnxSentenceEmbedder:
             if "token_type_ids" in self._inputs:
                 feeds["token_type_ids"] = np.zeros_like(ids)
             hidden = np.asarray(self._session.run(None, feeds)[0][0], dtype=np.float64)
-            total = np.add.reduce(hidden, axis=0)
-            norm = math.sqrt(float(np.add.reduce(total * total)))
-            if norm > 0.0:
-                out[row] = (total / norm).astype(np.float32)
+            _unit_row(out, row, np.add.reduce(hidden, axis=0))  # the mean's direction = the sum's
         return out
 
 

