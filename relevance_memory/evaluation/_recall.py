@@ -177,7 +177,12 @@ def run_conversation(conv: EvalConversation, run: RecallRun) -> list[QuestionRes
         embedder = load_embedder(run.embedder)
         if embedder is None:
             raise RelevanceMemoryError("the embedding baselines need the default embedder (pip install wordllama)")
-        vectors = (embedder, quantize(embedder.embed([t.text for t in conv.turns])))
+        index = store.message_vectors()  # the manager embedded every turn on ingest: not twice
+        if index is not None and index.version == embedder.version:
+            rows = index.rows([m.content_hash for m in store.messages])
+        else:
+            rows = quantize(embedder.embed([t.text for t in conv.turns]))
+        vectors = (embedder, rows)
     if "bm25" in run.methods or "bm25+embedding" in run.methods:
         corpus = bm25s.tokenize([t.text for t in conv.turns], stopwords="en", return_ids=False, show_progress=False)
         retriever = bm25s.BM25()
