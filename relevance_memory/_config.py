@@ -141,7 +141,12 @@ class MemoryConfig(BaseModel):
         batch_max_messages: most messages per scorer call (SPEC §4).
         batch_max_tokens: most prompt tokens per scorer call (SPEC §4) (tokens).
         prefilter_top_n: candidates above which a local ranking prefilters (SPEC §3: 50).
-        summary_budget: tokens the summary pyramid may take; 0 = 10% of the budget.
+        summary_budget: tokens the summary pyramid may take; 0 = a share of the budget: 10 %
+            for a conversation, up to ``tool_summary_share`` for an agent's tool traffic.
+        tool_summary_share: share of the budget the summary reserve takes when every older
+            message is an agent's tool traffic (tool results and tool calls; in between, in
+            proportion to their tokens). An agent's next step names paths, functions and line
+            numbers it met earlier, and the summary lists them (SPEC §11 action support).
         reference_max_df: an identifier shared by more earlier messages than this is
             too common to count as a reference.
         rubric_version: id of the scoring prompt template (part of every cache key).
@@ -196,6 +201,15 @@ class MemoryConfig(BaseModel):
             Messages without timestamps form one episode; the manager's clock stamps a message
             the caller gave no timestamp, and once the caller gives timestamps only the
             caller's cut (:attr:`~relevance_memory._store.MessageStore.episodes`).
+        excerpt_share: no message is ever too large to enter (SPEC §11): one larger than this
+            share of the budget (twice it for a person's own message: the task statement, an
+            instruction) enters every context as an excerpt of that size — its head and tail
+            lines and the lines naming what the goal and the recent steps name, with a marker
+            line saying what was left out and the id that restores it — in appended builds and
+            compactions alike, so one ``find /`` output neither ends the loop nor forces a
+            compaction. Default 0.25: Anthropic's and LangChain's tool-result clearing keep
+            the newest outputs whole and cut the rest; a quarter lets four such outputs share
+            the budget. ``ContextOverflowError`` is left for a system prompt that cannot fit.
         pheromone: the pheromone field's parameters (:class:`PheromoneConfig`, SPEC §5).
         cache_policy: when a build appends to the previous context, compacts or rebuilds
             (:class:`CachePolicy`, SPEC §3.1: prefix-stable by default, so the provider's
@@ -222,6 +236,7 @@ class MemoryConfig(BaseModel):
     batch_max_tokens: int = Field(default=6000, ge=100)
     prefilter_top_n: int = Field(default=50, ge=1)
     summary_budget: int = Field(default=0, ge=0)
+    tool_summary_share: float = Field(default=0.3, ge=0, le=0.9)
     reference_max_df: int = Field(default=4, ge=1)
     rubric_version: str = "score_v1"
     prefilter: bool | Literal["auto"] = "auto"
@@ -233,6 +248,7 @@ class MemoryConfig(BaseModel):
     supersede: bool = True
     supersede_archives_facts: bool = False
     episode_gap_s: float = Field(default=EPISODE_GAP_S, gt=0, allow_inf_nan=False, strict=True)  # not True, not "30"
+    excerpt_share: float = Field(default=0.25, gt=0, le=1)
     pheromone: PheromoneConfig = Field(default_factory=lambda: PheromoneConfig())
     cache_policy: CachePolicy = Field(default_factory=CachePolicy)
 

@@ -37,6 +37,7 @@ from .pipeline import pheromone as pheromone_stage
 from .pipeline._bm25 import PrefilterIndex
 from .pipeline._deposits import DepositLog
 from .pipeline.append import BuildStep, PrefixState
+from .pipeline.fidelity import Renditions
 from .pipeline.order import DEFAULT_ORDER, OrderPolicy
 
 __all__ = ["BuiltContext", "RelevanceMemoryManager"]
@@ -127,6 +128,7 @@ class RelevanceMemoryManager:
         self.pheromone = PheromoneField(self.config.pheromone)
         self._deposits = DepositLog()
         self._prefilter_index = PrefilterIndex()
+        self._renditions = Renditions()  # excerpts and elided outputs, the same bytes from build to build
         self.order: OrderPolicy = order or DEFAULT_ORDER
         self.tokenizer: TokenCounter = tokenizer or TiktokenCounter(
             self.config.resolved_encoding, image_tokens=self.config.image_tokens
@@ -648,6 +650,7 @@ class RelevanceMemoryManager:
             order=self.order,
             approximations=self.approximations,
             restore_tool=self.restore_tool_offered,
+            renditions=self._renditions,
         )
 
 

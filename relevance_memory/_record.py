@@ -42,6 +42,11 @@ class MessageDecision(BaseModel):
         supersedes: ids of the older messages this one supersedes (the other end of the link).
         producer: the agent that produced the message (SPEC §8 provenance), or ``None``.
         scope: its visibility scope (``private``, ``private:<agent>``, ``shared``, ``global`` …).
+        fidelity: how a message in the context was sent (SPEC §11): ``verbatim``, ``excerpt``
+            (cut to its head, tail and named lines, with a marker line) or ``elided`` (its
+            content replaced by one restorable line); ``None`` when it is not in the context.
+        sent_tokens: tokens it took in the context (tokens; equals ``tokens`` when verbatim,
+            ``None`` when it is not in the context).
     """
 
     id: str
@@ -63,6 +68,8 @@ class MessageDecision(BaseModel):
     supersedes: list[str] = Field(default_factory=list)
     producer: str | None = None
     scope: str = "private"
+    fidelity: Literal["verbatim", "excerpt", "elided"] | None = None
+    sent_tokens: int | None = None
 
 
 class BoardReport(BaseModel):

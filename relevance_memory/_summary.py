@@ -44,6 +44,7 @@ from ._summary_text import (
     _value_rank,
     extract_values,
 )
+from ._text import code_names
 
 __all__ = [
     "SUMMARY_MARKER",
@@ -101,6 +102,11 @@ class OfflineSummarizer:
         name: ``"offline-extractive"``.
         max_sentence_chars: a longer sentence is clipped (chars).
         max_values: most exact values listed.
+        max_names: most values listed when the items are mostly an agent's tool traffic (tool
+            results and calls): then every code name of their text and arguments
+            (:func:`~relevance_memory._text.code_names`: paths, dotted and underscore names,
+            camelCase, numbers of 3+ digits) is a value, newest first, and the values get half
+            of the room — what an agent's next step names again (SPEC §11 action support).
         memo_size: messages whose extraction is memoised (LRU); sized so a 100k-message
             archive is extracted once, not on every build.
     """
@@ -108,8 +114,10 @@ class OfflineSummarizer:
     name: str = "offline-extractive-v2"
     max_sentence_chars: int = 240
     max_values: int = 40
+    max_names: int = 400
     memo_size: int = 500_000
     _memo: dict[tuple[str, str, str], list[_Line]] = field(default_factory=dict, repr=False, compare=False)
+    _names_memo: dict[tuple[str, str], list[str]] = field(default_factory=dict, repr=False, compare=False)
 
     def _extract(self, item: SummaryItem) -> list[_Line]:
         """Per message, memoised by (id, content hash, supersede marks): its candidate lines."""
@@ -144,12 +152,27 @@ class OfflineSummarizer:
             self._memo.pop(next(iter(self._memo)))
         return out
 
+    def _names(self, item: SummaryItem) -> list[str]:
+        """The code names of a message's text and tool-call arguments (:func:`code_names`),
+        memoised by (id, content hash)."""
+        key = (item.id, item.content_hash or item.text)
+        found = self._names_memo.get(key)
+        if found is None:
+            found = code_names("\n".join([item.text, *(arguments for _, arguments in item.tool_calls)]))
+            self._names_memo[key] = found
+            while len(self._names_memo) > self.memo_size:
+                self._names_memo.pop(next(iter(self._names_memo)))
+        return found
+
     def summarize(self, items: Sequence[SummaryItem], *, level: int, max_tokens: int) -> SummaryDraft:
         """Summarise ``items`` (oldest first); deterministic. See the class docstring."""
         latest: dict[str, tuple[int, int, str, int, bool]] = {}  # dedupe key → (priority, order, line, cost, superseded)
         values_at: dict[str, tuple[int, int]] = {}  # value → (line of its newest occurrence, -position in it)
         tools_at: dict[str, int] = {}
         order = 0
+        # an agent's tool traffic: the names it read and ran (paths, code names, line numbers)
+        # are what its next steps use again (SPEC §11 action support), newest first
+        agentic = 2 * sum(1 for item in items if item.role == "tool" or item.tool_calls) >= len(items)
         for item in items:
             for name, arguments in item.tool_calls:
                 call = f"{name}({arguments})"
@@ -164,10 +187,17 @@ class OfflineSummarizer:
                 latest.pop(key, None)
                 latest[key] = (priority, order, line, cost, bool(item.superseded))
                 order += 1
+            if agentic:
+                for position, name in enumerate(self._names(item)):
+                    values_at.pop(name, None)
+                    values_at[name] = (order, -position)
+                order += 1
         # values and tools first (newest first, a quarter of the room each), prose gets the rest
         # newest line first; within a line, in reading order
-        by_recency = sorted(values_at, key=values_at.__getitem__)[-self.max_values :]
-        values = _take_newest(by_recency, max_tokens // 4, _value_rank)
+        limit = self.max_names if agentic else self.max_values
+        by_recency = sorted(values_at, key=values_at.__getitem__)[-limit:]
+        values = _take_newest(by_recency, max_tokens // 2 if agentic else max_tokens // 4,
+                              None if agentic else _value_rank)
         values.sort(key=lambda v: (values_at[v][0], -values_at[v][1]))
         tools = _take_newest(list(tools_at), max_tokens // 4)
         overhead = _estimate_tokens(" ".join(values) + " ".join(tools)) + 3 * min(len(items), 40)
@@ -249,6 +279,18 @@ class LLMSummarizer:
             f"Write a {kind} of these {len(items)} messages in at most {max_tokens} tokens.\n\n" + "\n".join(blocks)
         )
         return [{"role": "system", "content": _LLM_SYSTEM}, {"role": "user", "content": user}]
+
+    def _names(self, item: SummaryItem) -> list[str]:
+        """The code names of a message's text and tool-call arguments (:func:`code_names`),
+        memoised by (id, content hash)."""
+        key = (item.id, item.content_hash or item.text)
+        found = self._names_memo.get(key)
+        if found is None:
+            found = code_names("\n".join([item.text, *(arguments for _, arguments in item.tool_calls)]))
+            self._names_memo[key] = found
+            while len(self._names_memo) > self.memo_size:
+                self._names_memo.pop(next(iter(self._names_memo)))
+        return found
 
     def summarize(self, items: Sequence[SummaryItem], *, level: int, max_tokens: int) -> SummaryDraft:
         """Ask the model; on any failure, warn and use ``fallback``. ``covered_ids`` is

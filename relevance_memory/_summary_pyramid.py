@@ -8,6 +8,8 @@ which re-exports everything here.
 
 from __future__ import annotations
 
+import re
+
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -20,7 +22,8 @@ from ._summary_text import _NOTE_RE, _left_out_note, _value_rank
 from ._text import has_constraint
 
 LEVEL1_MAX_TOKENS = 400
-"""Ceiling (tokens) asked of each level-1 summary; fixed so level-1 summaries cache well."""
+"""Least tokens asked of a level-1 summary, and the step its size moves in (:func:`level1_tokens`),
+so level-1 summaries cache well."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -158,10 +161,44 @@ class PyramidResult:
         return {i for s in self.summaries if s.level == 0 for i in s.covered_ids}
 
 
+_ID_NUMBER = re.compile(r"^(.*?)(\d+)$")
+
+
+def id_spans(ids: Sequence[str]) -> list[str]:
+    """``ids`` with each run of consecutive numbered ids written as a span (``m2–m19``), in
+    order (pure): ``["m2", "m3", "m4", "m7"]`` → ``["m2–m4", "m7"]``. The restore tool and
+    :meth:`RelevanceMemoryManager.restore` read such spans back."""
+    out: list[str] = []
+    start = previous = None
+    prefix = ""
+
+    def close() -> None:
+        if start is not None and previous is not None:
+            out.append(f"{prefix}{start}" if start == previous else f"{prefix}{start}–{prefix}{previous}")
+
+    for value in ids:
+        match = _ID_NUMBER.match(value)
+        if match is None:
+            close()
+            start = previous = None
+            out.append(value)
+            continue
+        head, number = match.group(1), int(match.group(2))
+        if start is not None and previous is not None and head == prefix and number == previous + 1:
+            previous = number
+            continue
+        close()
+        prefix, start, previous = head, number, number
+    close()
+    return out
+
+
 def _ids_text(ids: Sequence[str], limit: int) -> str:
-    if len(ids) <= limit:
-        return ", ".join(ids)
-    return f"{', '.join(ids[: limit // 2])}, … {', '.join(ids[-(limit // 2):])} ({len(ids)} ids; all listed in the decision record)"
+    spans = id_spans(ids)
+    if len(spans) <= limit:
+        return ", ".join(spans)
+    return (f"{', '.join(spans[: limit // 2])}, … {', '.join(spans[-(limit // 2):])} "
+            f"({len(ids)} ids; all listed in the decision record)")
 
 
 def render_summary(
@@ -323,6 +360,17 @@ def pointer_tokens(covered_ids: Sequence[str], *, role: str, count: Callable[[di
     return count({"role": role, "content": _pointer_text(covered_ids, 0)})
 
 
+def level1_tokens(run: int, archived: int, cap: int) -> int:
+    """Tokens asked of one level-1 summary (tokens): its run's share of ``cap`` by message count,
+    rounded up to a multiple of :data:`LEVEL1_MAX_TOKENS` (so a draft is reused while the cap
+    moves a little), and never below it. A large reserve is used, not wasted: a run of 120
+    archived tool steps under a 1,200-token reserve gets 1,200, not 400."""
+    if archived <= 0:
+        return LEVEL1_MAX_TOKENS
+    share = cap * run // archived
+    return max(LEVEL1_MAX_TOKENS, -(-share // LEVEL1_MAX_TOKENS) * LEVEL1_MAX_TOKENS)
+
+
 def build_pyramid(
     runs: Sequence[Sequence[SummaryItem]],
     *,
@@ -357,7 +405,7 @@ def build_pyramid(
         return result
     level1: list[RenderedSummary] = []
     for run in runs:
-        draft = cache.get_or_make(summarizer, run, level=1, max_tokens=LEVEL1_MAX_TOKENS)
+        draft = cache.get_or_make(summarizer, run, level=1, max_tokens=level1_tokens(len(run), len(everything), cap))
         ids = [item.id for item in run]
         rendered = _fit(draft, level=1, covered_ids=ids, role=role, cap=cap, count=count)
         if rendered is None:

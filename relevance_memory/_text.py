@@ -11,6 +11,7 @@ __all__ = [
     "CONSTRAINT_RE",
     "ERROR_RE",
     "asks_when",
+    "code_names",
     "has_constraint",
     "has_time_expression",
     "identifiers",
@@ -203,6 +204,39 @@ def identifiers(text: str) -> set[str]:
         if len(found) >= _MAX_IDENTS:
             break
     return found
+
+
+_NAME_TOKEN_RE = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_./\-]*")
+_NAME_PATH = re.compile(r"[A-Za-z0-9_./\-]*\.[A-Za-z][A-Za-z0-9]{0,7}")
+_NAME_DOTTED = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z_][A-Za-z0-9_]*)+")
+_NAME_CAMEL = re.compile(r"[a-z][a-z0-9]*[A-Z][A-Za-z0-9]*|[A-Z][a-z0-9]+[A-Z][A-Za-z0-9]*")
+_NAME_MAX_CHARS = 120
+
+
+def code_names(text: str, *, min_chars: int = 4) -> list[str]:
+    """The names an agent's next action may use again, in order of first appearance, unique
+    (pure, deterministic): paths and file names with an extension, dotted names, names with an
+    underscore (dunders and private names too), camelCase / PascalCase names and numbers of 3+
+    digits — each a maximal run of word characters, dots, slashes and dashes, trimmed of
+    trailing punctuation, at least ``min_chars`` characters and at most 120.
+
+    This is the identifier rule of *action support* (SPEC §11): excerpts keep the lines that
+    carry such names, elided outputs and summaries list them. Linear in the text length.
+    """
+    found: dict[str, None] = {}
+    for match in _NAME_TOKEN_RE.finditer(text):
+        token = match.group(0).rstrip("./-")
+        if len(token) < min_chars or len(token) > _NAME_MAX_CHARS or token in found:
+            continue
+        if (
+            (token.isdigit() and len(token) >= 3)
+            or ("_" in token and any(c.isalpha() for c in token))
+            or _NAME_PATH.fullmatch(token) is not None
+            or _NAME_DOTTED.fullmatch(token) is not None
+            or _NAME_CAMEL.fullmatch(token) is not None
+        ):
+            found[token] = None
+    return list(found)
 
 
 def preview(text: str, max_chars: int) -> str:

@@ -32,6 +32,7 @@ from .._supersede import SupersedeLink
 from .._tokenizer import TokenCounter
 from ._bm25 import PrefilterIndex
 from ._deposits import DepositLog
+from .fidelity import Rendition, Renditions
 from .ledger import BudgetLedger
 from .order import OrderPolicy
 
@@ -143,6 +144,8 @@ class Seams:
             counts, an assumed context window), for the record.
         restore_tool: name of the restore tool the model was offered (the goal block says
             it can fetch archived messages with it), or ``None``.
+        renditions: the memo of excerpts and elided outputs (:mod:`.fidelity`): the same
+            message is cut the same way from build to build.
     """
 
     config: MemoryConfig
@@ -161,6 +164,7 @@ class Seams:
     order: OrderPolicy
     approximations: tuple[str, ...] = ()
     restore_tool: str | None = None
+    renditions: Renditions = field(default_factory=Renditions)
 
 
 # --------------------------------------------------------------------------- outputs
@@ -194,6 +198,10 @@ class Selection:
         used: tokens the kept chains take (tokens).
         repeats: chain root → index of the newer, kept copy it repeats (such chains are
             neither kept nor summarised).
+        fidelity: chain root → ``excerpt`` or ``elided`` for a kept chain sent below verbatim
+            (SPEC §11 graded fidelity; absent: verbatim).
+        rendered: message index → the :class:`Rendition` it is sent as, for members of such
+            chains.
     """
 
     tier: dict[int, str] = field(default_factory=dict)
@@ -201,6 +209,8 @@ class Selection:
     notes: dict[int, str] = field(default_factory=dict)
     used: int = 0
     repeats: dict[int, int] = field(default_factory=dict)
+    fidelity: dict[int, str] = field(default_factory=dict)
+    rendered: dict[int, Rendition] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -219,6 +229,8 @@ class Partitioned:
         identity: the whole history fits the budget: the context is the history.
         ledger: pinned, reply priming, goal block and working memory spent.
         warnings: what the partition had to give up (for the record).
+        renditions: message index → the excerpt it enters as (SPEC §11: larger than its share
+            of the budget, or cut so the newest step fits); chain tokens count these.
     """
 
     excluded: Mapping[int, str]
@@ -231,6 +243,7 @@ class Partitioned:
     identity: bool
     ledger: BudgetLedger
     warnings: tuple[str, ...] = ()
+    renditions: Mapping[int, Rendition] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)

@@ -21,8 +21,8 @@ from __future__ import annotations
 
 import copy
 import hashlib
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 from .._cache_policy import PrefixDecision, decide_build_mode
@@ -34,6 +34,7 @@ from .._scoring import ScorerUsage
 from .._tokenizer import REPLY_PRIMING_TOKENS
 from ._state import BuiltContext, Seams, StoreView
 from .assemble import check_context, subtask_note
+from .fidelity import Rendition, entry_renditions
 from .ledger import Purpose
 
 __all__ = ["BuildStep", "PrefixState", "append", "grown_target", "plan", "remember", "tail_start"]
@@ -69,6 +70,7 @@ class PrefixState:
         last_build_id: the id of the latest build.
         restore_tool: the restore tool the model was offered when ``base`` was built (its
             goal block says so), or ``None``.
+        renditions: store index → the excerpt each message appended since ``base`` was sent as.
     """
 
     messages: tuple[dict[str, Any], ...]
@@ -88,6 +90,7 @@ class PrefixState:
     counted: int = 0
     last_build_id: str = ""
     restore_tool: str | None = None
+    renditions: Mapping[int, Rendition] = field(default_factory=dict)
 
     @property
     def sent(self) -> list[dict[str, Any]]:
@@ -104,24 +107,44 @@ class BuildStep:
         plan: what an append adds (``None`` without a previous context).
         note: the subtask note an append sends at the end, or ``None``.
         note_tokens: its tokens (tokens).
+        renditions: store index → the excerpt a new message is appended as (SPEC §11).
     """
 
     decision: PrefixDecision
     plan: AppendPlan | None = None
     note: dict[str, Any] | None = None
     note_tokens: int = 0
+    renditions: Mapping[int, Rendition] = field(default_factory=dict)
 
 
-def _tail(store: StoreView, start: int) -> list[TailItem]:
-    """The stored messages from ``start`` as :class:`TailItem` (O(new))."""
+def _tail(store: StoreView, start: int, renditions: Mapping[int, Rendition]) -> list[TailItem]:
+    """The stored messages from ``start`` as :class:`TailItem` (O(new)); an excerpted one
+    counts its excerpt's tokens."""
     excluded = store.excluded
     return [
         TailItem(
-            index=m.index, tokens=m.token_count, role=m.role, call_ids=tuple(c.id for c in m.tool_calls),
-            tool_call_id=m.tool_call_id, excluded=m.id in excluded,
+            index=m.index, tokens=renditions[m.index].tokens if m.index in renditions else m.token_count, role=m.role,
+            call_ids=tuple(c.id for c in m.tool_calls), tool_call_id=m.tool_call_id, excluded=m.id in excluded,
         )
         for m in store.messages[start:]
     ]
+
+
+def _tail_renditions(previous: PrefixState, seams: Seams, goal: TaskGoal) -> dict[int, Rendition]:
+    """The excerpts the new messages enter as (SPEC §11, as in a compaction: larger than their
+    share of the budget). While the context is the history itself and the new messages fit
+    whole, none: the context stays the history (SPEC §9)."""
+    store = seams.store
+    new = range(previous.next_index, len(store))
+    if previous.base.identity and previous.tokens + sum(store[i].token_count for i in new) <= previous.budget:
+        return {}
+    pinned = sum(m.token_count for m in store.messages[: previous.next_index] if m.step == -1)
+    newest_user = next((store[i].token_count for i in reversed(new) if store[i].role == "user"), 0)
+    return entry_renditions(
+        store.messages, list(new), budget=previous.budget, share=seams.config.excerpt_share,
+        goal_text=f"{goal.final}\n{goal.subtask}", memo=seams.renditions, counter=seams.tokenizer,
+        room=max(1, previous.budget - REPLY_PRIMING_TOKENS - pinned - newest_user),
+    )
 
 
 def _note(seams: Seams, goal: TaskGoal, base: DecisionRecord) -> tuple[dict[str, Any] | None, int]:
@@ -158,7 +181,8 @@ def plan(
             appended_tokens=0, new_messages=0, requested=requested,
         )
         return BuildStep(decision)
-    steps = plan_append(_tail(store, previous.next_index), previous.next_index)
+    renditions = _tail_renditions(previous, seams, goal)
+    steps = plan_append(_tail(store, previous.next_index, renditions), previous.next_index)
     note, note_tokens = _note(seams, goal, previous.base)
     appended = previous.tokens + steps.tokens + note_tokens
     blocked = steps.blocked
@@ -177,7 +201,7 @@ def plan(
         requested=requested,
         append_blocked=blocked,
     )
-    return BuildStep(decision, steps, note, note_tokens)
+    return BuildStep(decision, steps, note, note_tokens, renditions)
 
 
 def _history_tokens(previous: PrefixState, store: StoreView) -> tuple[int, int]:
@@ -198,7 +222,7 @@ def append(previous: PrefixState, step: BuildStep, seams: Seams, *, goal: TaskGo
     store, config, policy = seams.store, seams.config, seams.config.cache_policy
     steps = step.plan
     assert steps is not None
-    new = [store[i].to_openai() for i in steps.indices]
+    new = [dict(step.renditions[i].message) if i in step.renditions else store[i].to_openai() for i in steps.indices]
     messages = [*copy.deepcopy(list(previous.messages)), *new]
     sources: list[int | None] = [*previous.sources, *steps.indices]
     if step.note is not None:
@@ -260,7 +284,9 @@ def append(previous: PrefixState, step: BuildStep, seams: Seams, *, goal: TaskGo
         cacheable_tokens=policy.cacheable(prefix),
     )
     strengths = _strengths(seams, [*appended, *held, *steps.skipped])
-    record.defer_messages(_lazy_decisions(base, previous.base_length, store, appended, skipped, held, strengths))
+    renditions = {**previous.renditions, **step.renditions}
+    record.defer_messages(_lazy_decisions(base, previous.base_length, store, appended, skipped, held, strengths,
+                                          renditions))
     return BuiltContext(messages=messages, record=record, sources=tuple(sources))
 
 
@@ -291,6 +317,7 @@ def _lazy_decisions(
     skipped: Sequence[int],
     held: set[int],
     strengths: dict[int, float | None],
+    renditions: Mapping[int, Rendition],
 ) -> Callable[[], list[MessageDecision]]:
     """The appended build's per-message decisions, computed when first read: the base build's
     decisions, then every message stored since, as appended (``recent``), held back or
@@ -302,11 +329,11 @@ def _lazy_decisions(
     def build() -> list[MessageDecision]:
         out: list[MessageDecision] = []
         for decision in base.messages:
-            out.append(_appended_decision(store, decision.index, strengths) if decision.index in added else decision)
+            out.append(_appended_decision(store, decision.index, strengths, renditions) if decision.index in added else decision)
         for i in range(base_length, length):
             message = store[i]
             if i in added:
-                out.append(_appended_decision(store, i, strengths))
+                out.append(_appended_decision(store, i, strengths, renditions))
                 continue
             common: dict[str, Any] = {
                 "id": message.id, "index": i, "step": message.step, "role": message.role,
@@ -335,13 +362,19 @@ def _strengths(seams: Seams, indices: Sequence[int]) -> dict[int, float | None]:
     return {i: round(seams.pheromone.strength(store[i].id), 4) for i in indices}
 
 
-def _appended_decision(store: StoreView, i: int, strengths: dict[int, float | None]) -> MessageDecision:
+def _appended_decision(
+    store: StoreView, i: int, strengths: dict[int, float | None], renditions: Mapping[int, Rendition]
+) -> MessageDecision:
     message = store[i]
+    found = renditions.get(i)
     return MessageDecision(
         id=message.id, index=i, step=message.step, role=message.role, msg_type=message.msg_type.value,
         tokens=message.token_count, strength=strengths.get(i),
         tier="recent", decision="recent", score_source=ScoreSource.RECENT,
-        reason="appended verbatim since the last compaction", chain_id=store[store.chain_root(i)].id,
+        reason="appended since the last compaction" if found else "appended verbatim since the last compaction",
+        chain_id=store[store.chain_root(i)].id,
+        fidelity=found.fidelity if found else "verbatim", sent_tokens=found.tokens if found else message.token_count,
+        note=found.note if found else "",
     )
 
 
@@ -410,6 +443,7 @@ def remember(
             skipped=(*previous.skipped, *step.plan.skipped),
             appended_tokens=previous.appended_tokens + step.plan.tokens, history_tokens=history, counted=counted,
             last_build_id=record.build_id, restore_tool=previous.restore_tool,
+            renditions={**previous.renditions, **{i: r for i, r in step.renditions.items() if i in step.plan.indices}},
         )
     counter = seams.tokenizer
     if previous is not None:

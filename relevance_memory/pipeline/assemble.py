@@ -120,6 +120,18 @@ def assemble(state: BuildState, seams: Seams) -> Assembled:
     store = seams.store
     summarised = state.summarised
     role = seams.config.context_role
+    rendered = dict(part.renditions)
+    if summarised is not None:
+        rendered.update(summarised.selection.rendered)
+
+    def message(i: int) -> dict[str, Any]:
+        found = rendered.get(i)
+        return dict(found.message) if found is not None else store[i].to_openai()
+
+    def tokens_of(i: int) -> int:
+        found = rendered.get(i)
+        return found.tokens if found is not None else store[i].token_count
+
     out: list[dict[str, Any]] = [store[i].to_openai() for i in part.pinned]
     sources: list[int | None] = list(part.pinned)
     kept_roots = set(part.recent)
@@ -131,7 +143,7 @@ def assemble(state: BuildState, seams: Seams) -> Assembled:
         kept_set = set(kept_indices)
         left_out = [i for chain in part.chains.values() for i in chain.members if i not in kept_set]
         head, rest = stable_head(kept_indices, left_out)
-    out.extend(store[i].to_openai() for i in head)
+    out.extend(message(i) for i in head)
     sources.extend(head)
     if summarised is not None:
         if summarised.goal_text is not None:
@@ -139,7 +151,7 @@ def assemble(state: BuildState, seams: Seams) -> Assembled:
             sources.append(None)
         out.extend(dict(s.message) for s in summarised.pyramid.summaries)
         sources.extend(None for _ in summarised.pyramid.summaries)
-    out.extend(store[i].to_openai() for i in rest)
+    out.extend(message(i) for i in rest)
     sources.extend(rest)
     ledger = summarised.ledger if summarised is not None else part.ledger
     note = None
@@ -151,7 +163,7 @@ def assemble(state: BuildState, seams: Seams) -> Assembled:
     tokens = (
         REPLY_PRIMING_TOKENS
         + sum(store[i].token_count for i in part.pinned)
-        + sum(store[i].token_count for i in kept_indices)
+        + sum(tokens_of(i) for i in kept_indices)
         + (ledger.spent_on(Purpose.GOAL_BLOCK) if summarised is not None else 0)
         + (summarised.pyramid.tokens if summarised is not None else 0)
         + note_tokens

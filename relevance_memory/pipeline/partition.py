@@ -13,7 +13,8 @@ The pure split is :func:`split_history`; :func:`partition` is the stage.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from dataclasses import replace
 from dataclasses import dataclass
 
 from .._exceptions import ContextOverflowError, InvalidMessageError
@@ -22,6 +23,7 @@ from .._models import Message, TaskGoal, content_text, user_authored
 from .._tokenizer import REPLY_PRIMING_TOKENS, TokenCounter
 from ._state import BuildState, Chain, Partitioned, Seams, StoreView
 from .assemble import subtask_note
+from .fidelity import Rendition, entry_renditions, fit_chain
 from .ledger import BudgetLedger, Purpose
 
 __all__ = [
@@ -41,15 +43,23 @@ GOAL_EXCERPT_SHARE = 0.5
 """Share of the remaining budget a goal-block excerpt of an oversized task statement may take."""
 
 
-def group_chains(messages: Sequence[Message], roots: Sequence[int], skip: set[int] | frozenset[int] = frozenset()) -> dict[int, Chain]:
-    """Group message indices by chain root, skipping ``skip``; returns root → :class:`Chain`."""
+def group_chains(
+    messages: Sequence[Message],
+    roots: Sequence[int],
+    skip: set[int] | frozenset[int] = frozenset(),
+    tokens: Mapping[int, int] | None = None,
+) -> dict[int, Chain]:
+    """Group message indices by chain root, skipping ``skip``; returns root → :class:`Chain`.
+    A chain's tokens are its members' (``tokens`` overrides some, e.g. with their excerpts)."""
     members: dict[int, list[int]] = {}
     for message in messages:
         if message.index in skip:
             continue
         members.setdefault(roots[message.index], []).append(message.index)
+    sized = tokens or {}
     return {
-        root: Chain(root, tuple(idx), sum(messages[i].token_count for i in idx)) for root, idx in members.items()
+        root: Chain(root, tuple(idx), sum(sized.get(i, messages[i].token_count) for i in idx))
+        for root, idx in members.items()
     }
 
 
@@ -262,6 +272,9 @@ def partition(state: BuildState, seams: Seams) -> Partitioned:
     )
     chains = split.chains
     pinned_tokens = sum(store[i].token_count for i in split.pinned)
+    if REPLY_PRIMING_TOKENS + pinned_tokens > budget and (state.limit is None or pinned_tokens + REPLY_PRIMING_TOKENS > state.limit):
+        # the one thing no excerpt can help: the system prompt is sent unchanged (SPEC §9)
+        raise ContextOverflowError(budget=state.limit or budget, pinned_tokens=pinned_tokens, newest_step_tokens=0)
     ledger = BudgetLedger(budget).spend(Purpose.REPLY_PRIMING, REPLY_PRIMING_TOKENS).spend(Purpose.PINNED, pinned_tokens)
     history_tokens = sum(c.tokens for c in chains.values())
     if ledger.fits(history_tokens):  # SPEC §9: under budget with nothing to drop, output == input
@@ -270,11 +283,39 @@ def partition(state: BuildState, seams: Seams) -> Partitioned:
             task_root=None, goal_text=None, identity=True,
             ledger=ledger.spend(Purpose.WORKING_MEMORY, history_tokens, "the whole history fits the budget"),
         )
+    # SPEC §11: a message larger than its share of the whole budget enters as an excerpt
+    whole = state.limit or budget
+    goal_text = f"{goal.final}\n{goal.subtask}"
+    newest_user_tokens = store[newest_user].token_count if newest_user is not None else 0
+    room = whole - REPLY_PRIMING_TOKENS - pinned_tokens
+    renditions: dict[int, Rendition] = entry_renditions(
+        store.messages, [i for c in chains.values() for i in c.members], budget=whole,
+        share=config.excerpt_share, goal_text=goal_text, memo=seams.renditions, counter=seams.tokenizer,
+        room=max(1, room - newest_user_tokens),
+    )
+    if newest_user is not None and newest_user in renditions and newest_user_tokens <= room:
+        del renditions[newest_user]  # the newest user message stays verbatim while it alone fits (SPEC §9)
+    chains = group_chains(store.messages, roots, set(excluded) | set(split.pinned),
+                          {i: r.tokens for i, r in renditions.items()})
     forced_tokens = sum(chains[r].tokens for r in split.forced)
     if not ledger.fits(forced_tokens):
-        raise ContextOverflowError(
-            budget=budget, pinned_tokens=pinned_tokens, newest_step_tokens=forced_tokens + REPLY_PRIMING_TOKENS
-        )
+        if state.limit is not None and state.limit > budget:
+            # a compaction's target too small for the newest step: the manager grows the target
+            raise ContextOverflowError(
+                budget=budget, pinned_tokens=pinned_tokens, newest_step_tokens=forced_tokens + REPLY_PRIMING_TOKENS
+            )
+        forced_members = [i for r in split.forced for i in chains[r].members]
+        cut = fit_chain(store.messages, forced_members, ledger.left, current=renditions, goal_text=goal_text,
+                        memo=seams.renditions, counter=seams.tokenizer)
+        if cut is None:
+            raise ContextOverflowError(
+                budget=budget, pinned_tokens=pinned_tokens, newest_step_tokens=forced_tokens + REPLY_PRIMING_TOKENS
+            )
+        renditions.update(cut)
+        chains = {r: (replace(c, tokens=sum(renditions[i].tokens if i in renditions else store[i].token_count
+                                            for i in c.members)) if r in split.forced else c)
+                  for r, c in chains.items()}
+        forced_tokens = sum(chains[r].tokens for r in split.forced)
     ledger = ledger.spend(Purpose.WORKING_MEMORY, forced_tokens, "the newest step and the newest user message")
     recent = set(split.forced)
     warnings: list[str] = []
@@ -346,4 +387,5 @@ def partition(state: BuildState, seams: Seams) -> Partitioned:
         identity=False,
         ledger=ledger,
         warnings=tuple(warnings),
+        renditions=renditions,
     )

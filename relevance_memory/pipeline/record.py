@@ -58,6 +58,18 @@ def _decisions(state: BuildState, seams: Seams, part: Partitioned) -> list[Messa
         (roots.get(m.index) for m in reversed(store.messages) if m.role == "user" and m.index not in part.excluded),
         None,
     )
+    rendered = dict(part.renditions)
+    if selection is not None:
+        rendered.update(selection.rendered)
+
+    def sent(i: int, note: str = "") -> dict[str, Any]:
+        """The fidelity fields (and the note) of a message sent in the context."""
+        found = rendered.get(i)
+        if found is None:
+            return {"fidelity": "verbatim", "sent_tokens": store[i].token_count, "note": note}
+        return {"fidelity": found.fidelity, "sent_tokens": found.tokens,
+                "note": "; ".join(n for n in (found.note, note) if n)}
+
     decisions: list[MessageDecision] = []
     for message in store.messages:
         i = message.index
@@ -71,7 +83,7 @@ def _decisions(state: BuildState, seams: Seams, part: Partitioned) -> list[Messa
         if i in part.pinned:
             decisions.append(MessageDecision(
                 **common, tier="pinned", decision="kept", score_source=ScoreSource.PINNED,
-                reason="system prompt (pinned)", chain_id=message.id,
+                reason="system prompt (pinned)", chain_id=message.id, **sent(i),
             ))
             continue
         root = roots[i]
@@ -85,7 +97,7 @@ def _decisions(state: BuildState, seams: Seams, part: Partitioned) -> list[Messa
                 reason = "working memory (last steps)"
             decisions.append(MessageDecision(
                 **common, tier="recent", decision="recent", score_source=ScoreSource.RECENT,
-                reason=reason, chain_id=chain_id,
+                reason=reason, chain_id=chain_id, **sent(i),
             ))
             continue
         assert selection is not None and scored is not None
@@ -139,7 +151,7 @@ def _decisions(state: BuildState, seams: Seams, part: Partitioned) -> list[Messa
             score_source=ScoreSource.CACHE if i in scored.from_cache else score.source, reason=reason,
             tier=tier,  # type: ignore[arg-type]
             decision="kept" if kept else gone, chain_id=chain_id,  # type: ignore[arg-type]
-            note=note,
+            **(sent(i, note) if kept else {"note": note}),
         ))
     return decisions
 

@@ -29,7 +29,7 @@ from .ledger import BudgetLedger, Purpose
 from .partition import GOAL_POINTER, clip_to_tokens, goal_block_text
 from .select import fill_ranked
 
-__all__ = ["MIN_SUMMARY_RESERVE", "SUMMARY_RESERVE_SHARE", "summarise", "summarise_archive"]
+__all__ = ["MIN_SUMMARY_RESERVE", "SUMMARY_RESERVE_SHARE", "reserve_share", "summarise", "summarise_archive"]
 
 SUMMARY_RESERVE_SHARE = 0.1
 """Share of the budget reserved for summaries when ``summary_budget`` is 0."""
@@ -37,6 +37,24 @@ MIN_SUMMARY_RESERVE = 64
 """Least tokens reserved for summaries when ``summary_budget`` is 0 (room for one small summary)."""
 RESERVE_GROWTH_STEPS = 3
 """How many times the reserve may grow to what the summaries need."""
+
+
+def reserve_share(seams: Seams, part: Partitioned) -> float:
+    """Share of the budget the summary reserve takes (SPEC §7, §11): :data:`SUMMARY_RESERVE_SHARE`
+    for a conversation, rising linearly to ``MemoryConfig.tool_summary_share`` with the share of
+    the candidates' tokens that are an agent's tool traffic (tool results, and assistant
+    messages that call tools). An agent's archive is names and values its next steps use again
+    (the summary lists them); a chat's is prose whose verbatim turns answer questions better."""
+    store = seams.store
+    total = tools = 0
+    for chain in part.candidates.values():
+        for i in chain.members:
+            message = store[i]
+            total += message.token_count
+            if message.role == "tool" or message.tool_calls:
+                tools += message.token_count
+    agentic = tools / total if total else 0.0
+    return SUMMARY_RESERVE_SHARE + (seams.config.tool_summary_share - SUMMARY_RESERVE_SHARE) * agentic
 
 
 def _tool_name(seams: Seams, message: Message) -> str:
@@ -194,7 +212,7 @@ def summarise(state: BuildState, seams: Seams) -> Summarised:
             tuple(notes),
         )
     most = max(0, available - _protected(seams, part, scores, selection, ranked))
-    share = max(MIN_SUMMARY_RESERVE, int(state.budget * SUMMARY_RESERVE_SHARE))
+    share = max(MIN_SUMMARY_RESERVE, int(state.budget * reserve_share(seams, part)))
     reserve = min(most, config.summary_budget or share)
 
     def attempt(reserve: int, extra: int = 0) -> tuple[Selection, PyramidResult, set[int]]:

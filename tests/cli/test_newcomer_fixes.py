@@ -82,7 +82,9 @@ def test_constraint_cues(text: str, expected: bool) -> None:
     assert has_constraint(text) is expected
 
 
-def test_a_constraint_that_cannot_fit_verbatim_is_summarised_not_dropped() -> None:
+def test_a_constraint_that_cannot_fit_verbatim_enters_as_an_excerpt_not_dropped() -> None:
+    """Issue 21 (SPEC §11): a user's rule too large for the budget used to be summarised; it now
+    enters as an excerpt of itself (its head keeps the rule), marked, restorable by id."""
     history = [{"role": "system", "content": "You are a buyer."}]
     history.append({"role": "user", "content": "Start. Rules: never use vendor ACME-77 and the cap must stay under 41,872 EUR. " + "Detail. " * 300})
     for n in range(20):
@@ -93,10 +95,12 @@ def test_a_constraint_that_cannot_fit_verbatim_is_summarised_not_dropped() -> No
     memory.set_goal(final="Pick a vendor")
     built = memory.build_context()
     decision = built.record.decision_for("m1")
-    assert decision.decision == "summarised"
+    assert (decision.decision, decision.fidelity) == ("kept", "excerpt")
+    assert decision.sent_tokens is not None and decision.sent_tokens < decision.tokens
     text = "\n".join(str(m["content"]) for m in built.messages)
     assert "ACME-77" in text and "41,872" in text
-    assert any("only in a summary" in w for w in built.record.warnings)
+    assert "[relevance-memory: excerpt of m1" in text
+    assert memory.restore(["m1"])[0]["content"] == history[1]["content"]
 
 
 def test_unwritable_outputs_get_one_line_errors(tmp_path: Path) -> None:

@@ -1,0 +1,386 @@
+"""Fidelity (SPEC §11): how a message enters a context — verbatim, as an excerpt, or elided.
+
+A chain of an agent's history can be sent at four fidelities: *verbatim*; *excerpt* (each
+large member cut to its head and tail lines plus the lines that carry names the goal or
+the recent steps use, with one marker line naming the message id and what was left out);
+*elided* (the call kept, its output replaced by one restorable line that names the output's
+most relevant names); *summary* (folded into the pyramid, :mod:`.summarise`). This module
+makes the first three as OpenAI chat dicts, counts them, and caps what one message may take:
+
+- :func:`entry_cap` — no message is ever too large to enter: one larger than its share of the
+  budget (``MemoryConfig.excerpt_share``; twice that for a person's own message) enters as an
+  excerpt of that size, in every build mode, so one ``find /`` output never ends the loop;
+- :func:`excerpt_message` / :func:`elide_message` — the renditions (pure: the same message,
+  cap and names give the same bytes in every process);
+- :class:`Renditions` — a memo of renditions per (message, cap, fidelity, final goal), so an
+  appended excerpt is the same bytes at the next append and the provider's cache holds.
+
+The original always stays in the store (``memory.get(id)`` / ``memory.restore``); every
+excerpt and elided output starts with :data:`EXCERPT_MARKER` / :data:`ELIDED_MARKER`, so a
+model, a test and ``relmem explain`` can tell it from the original.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import OrderedDict
+from collections.abc import Collection, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from .._markers import ELIDED_MARKER, EXCERPT_MARKER
+from .._models import Message, content_text, thaw, user_authored
+from .._text import ERROR_RE, code_names
+from .._tokenizer import TokenCounter
+
+__all__ = [
+    "ELIDED_MARKER",
+    "EXCERPT_MARKER",
+    "MIN_EXCERPT_TOKENS",
+    "Fidelity",
+    "Rendition",
+    "Renditions",
+    "elide_message",
+    "entry_cap",
+    "entry_renditions",
+    "excerpt_message",
+    "excerpt_text",
+    "fit_chain",
+    "is_rendition",
+    "keep_names",
+]
+
+Fidelity = Literal["verbatim", "excerpt", "elided"]
+"""How a message is sent: whole, cut to an excerpt, or (a tool output) replaced by one line."""
+
+MIN_EXCERPT_TOKENS = 48
+"""Least tokens an excerpt is cut to: the marker line plus a line or two (tokens)."""
+HEAD_LINES = 4
+"""Lines of the head an excerpt keeps first (then as many as fit after the named lines)."""
+TAIL_LINES = 4
+"""Lines of the tail an excerpt keeps first."""
+MAX_LINE_CHARS = 400
+"""A longer line (a minified blob, a base64 string) is clipped to its head and tail (chars)."""
+ELIDED_NAMES = 8
+"""Most names an elided output's one line lists (the ones the goal and recent steps use first)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Rendition:
+    """One message as a build sends it.
+
+    Attributes:
+        message: the OpenAI chat dict sent (callers copy it before handing it out).
+        tokens: its token count, framing included (tokens).
+        fidelity: ``verbatim``, ``excerpt`` or ``elided``.
+        original_tokens: the stored message's tokens (tokens).
+        note: what was left out, for the decision record (``""`` when verbatim).
+    """
+
+    message: dict[str, Any]
+    tokens: int
+    fidelity: Fidelity
+    original_tokens: int
+    note: str = ""
+
+
+def is_rendition(message: Mapping[str, Any]) -> bool:
+    """Whether a built message is an excerpt or an elided output (its text starts with a marker)."""
+    text = content_text(message.get("content"))
+    return text.startswith(EXCERPT_MARKER) or text.startswith(ELIDED_MARKER)
+
+
+def entry_cap(message: Message, budget: int, share: float) -> int:
+    """Most tokens ``message`` may take in a context of ``budget`` tokens (SPEC §11): ``share``
+    of the budget, twice that (at most the whole budget) for a person's own message (the task
+    statement, an instruction), never below :data:`MIN_EXCERPT_TOKENS` (tokens)."""
+    factor = 2.0 if user_authored(message.role, message.msg_type.value) else 1.0
+    return max(MIN_EXCERPT_TOKENS, int(budget * min(1.0, share * factor)))
+
+
+# --------------------------------------------------------------------------- excerpts
+def _clip_line(line: str) -> str:
+    if len(line) <= MAX_LINE_CHARS:
+        return line
+    head = MAX_LINE_CHARS * 2 // 3
+    return f"{line[:head]} […{len(line) - MAX_LINE_CHARS:,} chars…] {line[-(MAX_LINE_CHARS - head):]}"
+
+
+def _priorities(lines: Sequence[str], keep: Collection[str]) -> list[int]:
+    """Per line, when an excerpt takes it: 0 head/tail, 1 names a kept name or an error,
+    2 names any code name, 3 the rest (lower first)."""
+    out: list[int] = []
+    n = len(lines)
+    for i, line in enumerate(lines):
+        if i < HEAD_LINES or i >= n - TAIL_LINES:
+            out.append(0)
+        elif (keep and any(name in line for name in code_names(line, min_chars=3) if name in keep)) or ERROR_RE.search(line):
+            out.append(1)
+        elif code_names(line):
+            out.append(2)
+        else:
+            out.append(3)
+    return out
+
+
+def excerpt_text(
+    text: str, max_tokens: int, keep: Collection[str], counter: TokenCounter
+) -> tuple[str, int, int]:
+    """An excerpt of ``text`` within about ``max_tokens`` tokens (pure).
+
+    Lines are taken by priority — head and tail (:data:`HEAD_LINES`, :data:`TAIL_LINES`), then
+    lines naming a name in ``keep`` or an error, then lines naming any code name, then the rest
+    — and within a priority head first, then tail, then in order; they are shown in original
+    order with one ``…`` line per gap. A line longer than :data:`MAX_LINE_CHARS` is clipped.
+
+    Returns:
+        ``(excerpt, lines kept, lines in all)``.
+    """
+    lines = [_clip_line(line) for line in text.split("\n")]
+    costs = counter.count_texts(lines) if lines else []
+    gap = counter.count_text("\n…") + 1
+    priority = _priorities(lines, frozenset(keep))
+    n = len(lines)
+    order = sorted(range(n), key=lambda i: (priority[i], 0 if i < n // 2 else 1, i if i < n // 2 else n - i))
+    chosen: set[int] = set()
+    seen: set[str] = set()
+    used = 0
+    for i in order:
+        key = lines[i].strip()
+        if priority[i] and key in seen:
+            continue  # a repeated line says nothing new (the same error line 30 times)
+        cost = costs[i] + 1 + gap  # the newline, and at worst one more gap
+        if used + cost > max_tokens:
+            continue
+        chosen.add(i)
+        seen.add(key)
+        used += cost
+    out: list[str] = []
+    previous = -1
+    for i in sorted(chosen):
+        if i != previous + 1:
+            out.append("…")
+        out.append(lines[i])
+        previous = i
+    if chosen and previous != n - 1:
+        out.append("…")
+    return "\n".join(out), len(chosen), n
+
+
+def _marker(message: Message, kind: str, detail: str) -> str:
+    return f"{kind} of {message.id} ({message.role}{', ' + message.msg_type.value if message.role != 'tool' else ''}): {detail}; the whole message is restorable by id {message.id}]"
+
+
+def _shrink_arguments(arguments: str, max_tokens: int, keep: Collection[str], counter: TokenCounter) -> str:
+    """Tool-call arguments within about ``max_tokens``: a JSON object keeps its keys and its
+    short values, its long strings excerpted (still valid JSON); anything else is excerpted as
+    text."""
+    if counter.count_text(arguments) <= max_tokens:
+        return arguments
+    try:
+        data = json.loads(arguments)
+    except (ValueError, RecursionError):
+        data = None
+    if isinstance(data, dict):
+        strings = {k: v for k, v in data.items() if isinstance(v, str)}
+        fixed = counter.count_text(json.dumps({k: v for k, v in data.items() if k not in strings}, ensure_ascii=False))
+        room = max(8, (max_tokens - fixed) // max(1, len(strings)))
+        out = {k: (excerpt_text(v, room, keep, counter)[0] if k in strings and counter.count_text(v) > room else v)
+               for k, v in data.items()}
+        return json.dumps(out, ensure_ascii=False)
+    return excerpt_text(arguments, max_tokens, keep, counter)[0]
+
+
+def _with_content(message: Message, content: Any, calls: list[dict[str, Any]] | None = None) -> dict[str, Any]:
+    out = thaw(message.raw)
+    out["content"] = content
+    if calls is not None:
+        out["tool_calls"] = calls
+    return out
+
+
+def excerpt_message(message: Message, cap: int, keep: Collection[str], counter: TokenCounter) -> Rendition:
+    """``message`` cut to at most ``cap`` tokens (SPEC §11 *excerpt*; pure).
+
+    The content becomes one marker line (:data:`EXCERPT_MARKER`: the id to restore, lines and
+    tokens left out) plus :func:`excerpt_text` of the text; an assistant's tool-call arguments
+    keep their JSON shape with long strings excerpted; image and other non-text parts are left
+    out (the marker says how many). Role, ``tool_call_id``, ``name`` and call ids stay, so the
+    chain stays valid. A message already within ``cap`` comes back verbatim.
+    """
+    original = message.token_count
+    if original <= cap:
+        return Rendition(thaw(message.raw), original, "verbatim", original)
+    text = content_text(message.content)
+    parts = message.content if isinstance(message.content, list) else []
+    other_parts = sum(1 for p in parts if not (isinstance(p, Mapping) and p.get("type") in ("text", "input_text")))
+    calls = [thaw(c) for c in (message.raw.get("tool_calls") or [])]
+    frame = counter.count_message(_with_content(message, "", [] if calls else None)) + 16
+    target = max(8, cap - frame)
+    for _ in range(6):
+        call_room = target // 2 if calls and text else target
+        text_room = target - call_room if calls else target
+        new_calls = None
+        if calls:
+            new_calls = []
+            per_call = max(8, call_room // len(calls))
+            for call in calls:
+                function = dict(call.get("function") or {})
+                if "arguments" in function:
+                    function["arguments"] = _shrink_arguments(str(function["arguments"]), per_call, keep, counter)
+                new_calls.append({**call, "function": function})
+        body, kept, total = excerpt_text(text, max(0, text_room), keep, counter) if text else ("", 0, 0)
+        detail = f"{kept} of {total} lines kept" if total else "content cut"
+        if other_parts:
+            detail += f", {other_parts} non-text part(s) left out"
+        marker = _marker(message, EXCERPT_MARKER, f"{detail} (about {{left}} of {original:,} tokens left out)")
+        draft = _with_content(message, f"{marker}\n{body}" if body else marker, new_calls)
+        tokens = counter.count_message(draft)
+        left = max(0, original - tokens)
+        content = draft["content"].replace("{left}", f"{left:,}")
+        final = _with_content(message, content, new_calls)
+        tokens = counter.count_message(final)
+        if tokens <= cap:
+            note = f"excerpt: {tokens:,} of {original:,} tokens sent ({detail}); the original is restorable by id"
+            return Rendition(final, tokens, "excerpt", original, note)
+        target = max(8, target - (tokens - cap) - 8)
+    bare = _with_content(message, _marker(message, EXCERPT_MARKER, f"all {original:,} tokens left out"),
+                         [{**c, "function": {**(c.get("function") or {}), "arguments": "{}"}} for c in calls] if calls else None)
+    tokens = counter.count_message(bare)
+    return Rendition(bare, tokens, "excerpt", original, f"excerpt: only a marker fits ({tokens} tokens); restorable by id")
+
+
+def elide_message(message: Message, keep: Collection[str], counter: TokenCounter) -> Rendition:
+    """``message``'s content replaced by one restorable line (SPEC §11 *elided*; pure): the
+    id, how many lines and tokens were left out, and up to :data:`ELIDED_NAMES` of its code
+    names (those in ``keep`` first). Tool calls stay whole (the call is the step; its output is
+    what is elided). Meant for tool results; any message with content can be elided."""
+    text = content_text(message.content)
+    names = code_names(text)
+    ranked = [n for n in names if n in keep] + [n for n in names if n not in keep]
+    shown = ", ".join(ranked[:ELIDED_NAMES])
+    lines = text.count("\n") + 1 if text else 0
+    detail = f"{lines:,} line(s), {message.token_count:,} tokens left out" + (f"; names: {shown}" if shown else "")
+    line = f"{ELIDED_MARKER} output of {message.id}: {detail}; restorable by id {message.id}]"
+    if message.role != "tool":
+        line = f"{ELIDED_MARKER} content of {message.id} ({message.role}): {detail}; restorable by id {message.id}]"
+    draft = _with_content(message, line)
+    tokens = counter.count_message(draft)
+    if tokens >= message.token_count:
+        return Rendition(thaw(message.raw), message.token_count, "verbatim", message.token_count)
+    return Rendition(draft, tokens, "elided", message.token_count,
+                     f"elided: {tokens} of {message.token_count:,} tokens sent (one restorable line)")
+
+
+class Renditions:
+    """Memo of renditions by (message id, content hash, fidelity, cap, final goal): the same
+    message at the same cap is the same bytes from build to build (an appended excerpt stays in
+    the provider's cached prefix). Bounded (LRU, ``maxsize`` entries)."""
+
+    def __init__(self, maxsize: int = 20_000) -> None:
+        self._data: OrderedDict[tuple[Any, ...], Rendition] = OrderedDict()
+        self._maxsize = maxsize
+
+    def get(
+        self, message: Message, fidelity: Fidelity, cap: int, keep: Collection[str], counter: TokenCounter, goal: str
+    ) -> Rendition:
+        """The rendition of ``message`` at ``fidelity`` (``cap`` only matters for an excerpt)."""
+        if fidelity == "verbatim":
+            return Rendition(message.to_openai(), message.token_count, "verbatim", message.token_count)
+        key = (message.id, message.content_hash, fidelity, cap if fidelity == "excerpt" else 0, goal)
+        found = self._data.get(key)
+        if found is not None:
+            self._data.move_to_end(key)
+            return found
+        made = excerpt_message(message, cap, keep, counter) if fidelity == "excerpt" else elide_message(message, keep, counter)
+        self._data[key] = made
+        while len(self._data) > self._maxsize:
+            self._data.popitem(last=False)
+        return made
+
+
+def keep_names(messages: Sequence[Message], index: int, goal_text: str, *, steps_back: int = 3) -> frozenset[str]:
+    """Names an excerpt or elided line of message ``index`` favours (pure): those of the goal
+    (final goal and subtask, ``goal_text``), of the message's own call (a tool result's
+    assistant message) and of the assistant messages of the ``steps_back`` steps before it —
+    what the agent was looking for when the output arrived. Depends only on the goal and on
+    messages up to ``index``, so the same message is cut the same way in every later build."""
+    names = set(code_names(goal_text, min_chars=3))
+    message = messages[index]
+    step = message.step
+    for j in range(index - 1, -1, -1):
+        other = messages[j]
+        if other.step < step - steps_back:
+            break
+        if other.role == "assistant":
+            names.update(code_names(other.text, min_chars=3))
+    return frozenset(names)
+
+
+def entry_renditions(
+    messages: Sequence[Message],
+    indices: Sequence[int],
+    *,
+    budget: int,
+    share: float,
+    goal_text: str,
+    memo: Renditions,
+    counter: TokenCounter,
+    room: int | None = None,
+) -> dict[int, Rendition]:
+    """The excerpts messages ``indices`` enter a context of ``budget`` tokens as (SPEC §11):
+    index → :class:`Rendition` for each message larger than its :func:`entry_cap` (or than
+    ``room``, what the pinned prompt and the newest user message leave); the others enter
+    verbatim and are not listed. Memoised in ``memo``, so a build costs a comparison per
+    message plus the cut of each new oversized one."""
+    out: dict[int, Rendition] = {}
+    for i in indices:
+        message = messages[i]
+        cap = entry_cap(message, budget, share)
+        if room is not None:
+            cap = max(MIN_EXCERPT_TOKENS, min(cap, room))
+        if message.token_count > cap:
+            out[i] = memo.get(message, "excerpt", cap, keep_names(messages, i, goal_text), counter, goal_text)
+    return out
+
+
+def fit_chain(
+    messages: Sequence[Message],
+    members: Sequence[int],
+    room: int,
+    *,
+    current: Mapping[int, Rendition],
+    goal_text: str,
+    memo: Renditions,
+    counter: TokenCounter,
+) -> dict[int, Rendition] | None:
+    """Excerpts that fit a whole chain (the newest step, which must be sent) into ``room``
+    tokens: the largest members are cut to one common cap (water-filling), the small ones stay
+    as they are. ``None`` when not even that fits (every member at :data:`MIN_EXCERPT_TOKENS`)."""
+
+    def size(i: int) -> int:
+        return current[i].tokens if i in current else messages[i].token_count
+
+    if sum(size(i) for i in members) <= room:
+        return {i: current[i] for i in members if i in current}
+    sizes = sorted((size(i) for i in members), reverse=True)
+    cap = room
+    for k in range(1, len(sizes) + 1):  # the common cap when the k largest are cut
+        rest = sum(sizes[k:])
+        cap = (room - rest) // k
+        if k == len(sizes) or cap >= sizes[k]:
+            break
+    for _ in range(4):
+        if cap < MIN_EXCERPT_TOKENS:
+            return None
+        out: dict[int, Rendition] = {}
+        for i in members:
+            if size(i) > cap:
+                out[i] = memo.get(messages[i], "excerpt", cap, keep_names(messages, i, goal_text), counter, goal_text)
+            elif i in current:
+                out[i] = current[i]
+        total = sum(out[i].tokens if i in out else messages[i].token_count for i in members)
+        if total <= room:
+            return out
+        cap -= max(8, (total - room) // max(1, len(out)) + 1)
+    return None
