@@ -8,9 +8,10 @@ from typing import Annotated
 import typer
 from rich import box
 from rich.table import Table
+from rich.text import Text
 
 from .._record import DecisionRecord
-from ._common import budget_notes, budget_table, console, fail, mode_lines
+from ._common import budget_notes, budget_table, console, fail, mode_lines, tagged
 
 __all__ = ["explain"]
 
@@ -27,9 +28,11 @@ def explain(
     record: Annotated[Path, typer.Argument(help="A decision record written by `relmem build`.")],
     decision: Annotated[str | None, typer.Option(help="Only messages with this decision: kept, recent, summarised, dropped.")] = None,
     limit: Annotated[int, typer.Option(help="Show at most this many rows (0 = all).")] = 0,
-    full: Annotated[bool, typer.Option("--full", help="Wrap each reason over several lines instead of cutting it.")] = False,
+    full: Annotated[bool, typer.Option("--full/--one-line", help="Wrap each reason over as many lines as it needs (default), or cut it to one line.")] = True,
 ) -> None:
-    """Show the per-message decisions of a build (score, source, tier, decision, reason) and where the budget went."""
+    """Show the per-message decisions of a build (score, tier, decision, reason) and where the budget went.
+
+    Reasons wrap to the terminal's width; from 120 columns the step and the score's source are shown too."""
     try:
         rec = DecisionRecord.from_json(record.read_bytes())
     except OSError as exc:
@@ -45,13 +48,15 @@ def explain(
         box=box.SIMPLE_HEAD,
         expand=True,
         pad_edge=False,
+        collapse_padding=True,
     )
-    wide = console.width >= 120  # narrow terminals: drop step and tier so the reason has room
-    columns = [("id", "left"), ("step", "right"), ("type", "left"), ("tokens", "right"), ("score", "left"), ("decision", "left")]
+    wide = console.width >= 120  # narrow terminals: no step column, the score without its source
+    columns = [("id", "left"), ("step", "right"), ("type", "left"), ("tokens", "right"), ("score", "left"),
+               ("tier", "left"), ("decision", "left")]
     for col, justify in columns if wide else [c for c in columns if c[0] != "step"]:
         table.add_column(col, justify=justify, no_wrap=True)  # type: ignore[arg-type]
-    # one line per message unless --full; the full reasons are also in the JSON record
-    table.add_column("reason", ratio=1, min_width=24, no_wrap=not full, overflow="fold" if full else "ellipsis")
+    # wrapped (a long path or id folds) unless --one-line; the full reasons are also in the JSON record
+    table.add_column("reason", ratio=1, min_width=20, no_wrap=not full, overflow="fold" if full else "ellipsis")
     style = {"kept": "green", "recent": "cyan", "summarised": "yellow", "dropped": "red"}
     for d in shown:
         reason = d.reason + (f" — {d.note}" if d.note else "")
@@ -62,9 +67,8 @@ def explain(
         score = "" if d.score is None else f"{d.score} {d.score_source.value if d.score_source else ''}"
         if not wide:
             score = "" if d.score is None else str(d.score)
-        tier = f" ({d.tier})" if wide and d.tier in ("core", "working", "archive") else ""
-        cells = [d.id, str(d.step), _TYPE_ABBREV.get(d.msg_type, d.msg_type), f"{d.tokens:,}", score,
-                 f"[{style[d.decision]}]{d.decision}[/]{tier}", reason]
+        cells: list[str | Text] = [d.id, str(d.step), _TYPE_ABBREV.get(d.msg_type, d.msg_type), f"{d.tokens:,}", score,
+                                   d.tier, Text(d.decision, style=style[d.decision]), reason]
         table.add_row(*(cells if wide else cells[:1] + cells[2:]))
     console.print(table)
     for line in mode_lines(rec):
@@ -87,6 +91,6 @@ def explain(
             console.print(f"  {item}: by {p['producer']} ({p['scope']}, {p['status']}); deposits "
                           f"{p['deposits']}, reinforcements {p['reinforcements']} ({added}); first selected: {first}")
         for fault in b.faults:
-            console.print(f"  [yellow]board fault:[/] {fault}")
+            console.print(Text.assemble("  ", tagged("board fault:", fault)))
     for warning in rec.warnings:
-        console.print(f"[yellow]warning:[/] {warning}")
+        console.print(tagged("warning:", warning))
