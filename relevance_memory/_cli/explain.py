@@ -34,10 +34,14 @@ def explain(
 
     Reasons wrap to the terminal's width; from 120 columns the step and the score's source are shown too."""
     try:
-        rec = DecisionRecord.from_json(record.read_bytes())
+        data = record.read_bytes()
+        rec = DecisionRecord.from_json(data)
     except OSError as exc:
         raise fail(f"cannot read {record}: {exc.strerror or exc}") from None
     except ValueError as exc:
+        if data.lstrip().startswith(b"["):  # the context `relmem build` writes beside the record
+            raise fail(f"{record} is a list (a context written by relmem build?), not a decision record: "
+                       "pass the <name>.record.json that build printed") from None
         raise fail(f"{record} is not a decision record: {str(exc).splitlines()[0]}") from None
     if decision is not None and decision not in ("kept", "recent", "summarised", "dropped"):
         raise fail(f"--decision must be kept, recent, summarised or dropped, not {decision!r}")
@@ -72,7 +76,7 @@ def explain(
         table.add_row(*(cells if wide else cells[:1] + cells[2:]))
     console.print(table)
     for line in mode_lines(rec):
-        console.print(line, soft_wrap=True)
+        console.print(line)
     if limit and len(rows) > limit:
         console.print(f"… {len(rows) - limit} more rows (use --limit 0 for all)")
     counts = rec.decision_counts()

@@ -182,7 +182,7 @@ def heatmap(
         first_step, first_error = replayed.failures[0]
         console.print(tagged("warning:", f"{failed} of {plural(replayed.builds, 'build')} did not fit the budget "
                              f"(first at step {first_step}: {first_error}); their columns show the strengths "
-                             "observed without a build"), soft_wrap=True)
+                             "observed without a build"))
     console.print(
         f"heat map → {target} ({run.name}{which}: {len(chosen)} messages × {len(snapshots)} columns "
         f"({plural(replayed.builds, 'build')} and the final field), {field.tick} ticks, "

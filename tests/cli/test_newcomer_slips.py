@@ -258,7 +258,18 @@ def test_no_help_text_loses_square_brackets_to_rich_markup() -> None:
     eaten = [(where, text) for where, text in texts if Text.from_markup(text).plain != text.replace("\\[", "[")]
     assert eaten == []
     shown = runner.invoke(app, ["build", "--help"], env={"COLUMNS": "250"})
-    assert "pip install 'relevance-memory[minilm]'" in shown.output
+    assert "needs the [minilm] extra" in shown.output
+
+
+def test_every_help_reads_whole_in_80_columns() -> None:
+    """Typer cuts a word wider than its help column with "…" (``'relevance-memory[min…``,
+    ``(CachePolicy.target_f…``, the categories' default): no help may lose words at 80 columns."""
+    commands = sorted({where.split(" ", 1)[1].rsplit(" ", 1)[0] for where, _ in _help_texts() if " " in where})
+    assert {"build", "eval locomo", "rubric compare"} <= set(commands)
+    for command in ["", *commands]:
+        shown = runner.invoke(app, [*command.split(), "--help"], env={"COLUMNS": "80"})
+        assert shown.exit_code == 0, shown.output
+        assert "…" not in shown.output, (command, [line for line in shown.output.splitlines() if "…" in line])
 
 
 def test_brackets_in_paths_goals_and_reasons_are_printed_as_given(tmp_path: Path) -> None:
@@ -331,3 +342,26 @@ def test_explain_wraps_reasons_and_shows_the_tier_in_80_columns(tmp_path: Path) 
     assert re.search(rf"\b{rec.decision_for('m3').tier} +{rec.decision_for('m3').decision}\b", row)
     cut = runner.invoke(app, ["explain", str(record), "--limit", "6", "--one-line"], env={"COLUMNS": "80"})
     assert "…" in cut.output and len(cut.output.splitlines()) < len(lines)
+
+
+# --------------------------------------------------------------------------- found trying the CLI in 80 columns
+def test_rubric_metrics_name_the_rubric_whole_in_80_columns(tmp_path: Path) -> None:
+    """The column header was the rubric's full version (embedder fingerprint and all), cut to
+    ``offline-v2+wordllama-l2_supercat-25…``; now its name, folded rather than cut."""
+    labelled = tmp_path / "labelled.json"
+    made = runner.invoke(app, ["rubric", "build", "locomo", str(_locomo(tmp_path)), "--out", str(labelled)])
+    assert made.exit_code == 0, made.output
+    for args in (["eval", str(labelled)], ["compare", str(labelled), "offline", "offline"]):
+        result = runner.invoke(app, ["rubric", *args], env={"COLUMNS": "80"})
+        assert result.exit_code == 0, result.output
+        assert "…" not in result.output and "AUROC · judge alone" in result.output
+        assert "offline-v2" in result.output and "@" not in result.output.split("examples / messages")[0]
+
+
+def test_explain_of_a_context_file_points_to_the_record(tmp_path: Path) -> None:
+    context = tmp_path / "run.context.json"
+    context.write_text(json.dumps(CHAT))
+    result = runner.invoke(app, ["explain", str(context)])
+    assert result.exit_code == 2
+    assert (f"{context} is a list (a context written by relmem build?), not a decision record: pass the "
+            "<name>.record.json that build printed") in _plain(result.output)
