@@ -602,9 +602,12 @@ class RelevanceMemoryManager:
         reason = step.decision.why
         if target != step.decision.target and step.decision.mode == "compacted":
             reason += f"; target grown to {target} tokens {grew or 'to keep the task statement and user constraints verbatim'}"
+        compacting = self._prefix is not None and step.decision.mode == "compacted"
         return BuildState(
             budget=target, goal=self.goal, build_number=self._builds + 1, limit=limit,
             mode=step.decision.mode, mode_reason=reason,
+            carried=self._prefix.summaries if compacting and self._prefix is not None else (),
+            previous=self._prefix.messages if compacting and self._prefix is not None else (),
         )
 
     def _grown(self, built: BuiltContext, target: int, budget: int) -> int | None:

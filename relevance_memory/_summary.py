@@ -30,6 +30,7 @@ from ._summary_pyramid import (
     SummaryDraft,
     SummaryItem,
     build_pyramid,
+    is_agentic,
     pointer_summary,
     pointer_tokens,
     render_summary,
@@ -172,7 +173,7 @@ class OfflineSummarizer:
         order = 0
         # an agent's tool traffic: the names it read and ran (paths, code names, line numbers)
         # are what its next steps use again (SPEC §11 action support), newest first
-        agentic = 2 * sum(1 for item in items if item.role == "tool" or item.tool_calls) >= len(items)
+        agentic = is_agentic(items)
         for item in items:
             for name, arguments in item.tool_calls:
                 call = f"{name}({arguments})"

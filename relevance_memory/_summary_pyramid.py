@@ -43,6 +43,7 @@ class SummaryItem:
             only as earlier ones, and gives them up first when space is short.
         supersedes: this message restates a fact with a new value: its sentences are kept
             before others of lower priority (at least priority 3, an id / date).
+        tokens: the message's token count (tokens; sizes an agent's level-1 summary).
     """
 
     id: str
@@ -54,6 +55,7 @@ class SummaryItem:
     source: str = ""
     superseded: str = ""
     supersedes: bool = False
+    tokens: int = 0
 
 
 class SummaryDraft(BaseModel):
@@ -360,15 +362,27 @@ def pointer_tokens(covered_ids: Sequence[str], *, role: str, count: Callable[[di
     return count({"role": role, "content": _pointer_text(covered_ids, 0)})
 
 
-def level1_tokens(run: int, archived: int, cap: int) -> int:
-    """Tokens asked of one level-1 summary (tokens): its run's share of ``cap`` by message count,
-    rounded up to a multiple of :data:`LEVEL1_MAX_TOKENS` (so a draft is reused while the cap
-    moves a little), and never below it. A large reserve is used, not wasted: a run of 120
-    archived tool steps under a 1,200-token reserve gets 1,200, not 400."""
-    if archived <= 0:
+def is_agentic(items: Sequence[SummaryItem]) -> bool:
+    """Whether ``items`` are mostly an agent's tool traffic (tool results and tool calls)."""
+    return 2 * sum(1 for item in items if item.role == "tool" or item.tool_calls) >= len(items)
+
+
+AGENT_SUMMARY_RATIO = 0.2
+"""Tokens an agent's level-1 summary is asked for per token of the run it covers (at least
+:data:`LEVEL1_MAX_TOKENS`): a summary's size follows what it covers, not the room left, so
+each compaction adds a summary of what it archived after the ones already sent (issue 21)."""
+
+
+def level1_tokens(run: Sequence[SummaryItem], cap: int) -> int:
+    """Tokens asked of the level-1 summary of ``run`` (tokens): :data:`LEVEL1_MAX_TOKENS` for a
+    conversation; for an agent's tool traffic (:func:`is_agentic`) :data:`AGENT_SUMMARY_RATIO`
+    of the run's tokens, rounded up to 100 and at most ``cap``, never below
+    :data:`LEVEL1_MAX_TOKENS`. Fixed by the run alone, so a draft caches well."""
+    if not is_agentic(run):
         return LEVEL1_MAX_TOKENS
-    share = cap * run // archived
-    return max(LEVEL1_MAX_TOKENS, -(-share // LEVEL1_MAX_TOKENS) * LEVEL1_MAX_TOKENS)
+    tokens = sum(item.tokens for item in run)
+    wanted = -(-int(tokens * AGENT_SUMMARY_RATIO) // 100) * 100
+    return max(LEVEL1_MAX_TOKENS, min(cap, wanted))
 
 
 def build_pyramid(
@@ -405,7 +419,7 @@ def build_pyramid(
         return result
     level1: list[RenderedSummary] = []
     for run in runs:
-        draft = cache.get_or_make(summarizer, run, level=1, max_tokens=level1_tokens(len(run), len(everything), cap))
+        draft = cache.get_or_make(summarizer, run, level=1, max_tokens=level1_tokens(run, cap))
         ids = [item.id for item in run]
         rendered = _fit(draft, level=1, covered_ids=ids, role=role, cap=cap, count=count)
         if rendered is None:

@@ -35,7 +35,9 @@ def _after_scoring(state: BuildState, seams: Seams) -> BuiltContext:
         state.summarised = summarise(state, seams)
     state.assembled = assemble(state, seams)
     state.record = record(state, seams)
-    return BuiltContext(messages=state.assembled.messages, record=state.record, sources=state.assembled.sources)
+    summaries = tuple(state.summarised.pyramid.summaries) if state.summarised is not None else ()
+    return BuiltContext(messages=state.assembled.messages, record=state.record, sources=state.assembled.sources,
+                        summaries=summaries)
 
 
 def build(state: BuildState, seams: Seams) -> BuiltContext:

@@ -27,7 +27,7 @@ from .._models import Message, RelevanceScore, TaskGoal
 from .._pheromone import PheromoneField
 from .._record import DecisionRecord
 from .._scoring import OfflineScorer, ScoreCache, Scorer, ScoringResult
-from .._summary import PyramidResult, Summarizer, SummaryCache
+from .._summary import PyramidResult, RenderedSummary, Summarizer, SummaryCache
 from .._supersede import SupersedeLink
 from .._tokenizer import TokenCounter
 from ._bm25 import PrefilterIndex
@@ -41,6 +41,7 @@ __all__ = [
     "BuildState",
     "BuiltContext",
     "Chain",
+    "ChainOption",
     "Partitioned",
     "Prefiltered",
     "Ranked",
@@ -187,6 +188,21 @@ class Chain:
         return self.members[-1]
 
 
+@dataclass(frozen=True)
+class ChainOption:
+    """One form a chain may be kept in (SPEC §11 graded fidelity).
+
+    Attributes:
+        fidelity: ``verbatim``, ``excerpt`` or ``elided`` (what its bulky outputs become).
+        tokens: the chain's tokens in this form (tokens).
+        rendered: message index → :class:`Rendition` for members not sent verbatim.
+    """
+
+    fidelity: str
+    tokens: int
+    rendered: Mapping[int, Rendition] = field(default_factory=dict)
+
+
 @dataclass
 class Selection:
     """Which candidate chains a fill keeps.
@@ -202,6 +218,7 @@ class Selection:
             (SPEC §11 graded fidelity; absent: verbatim).
         rendered: message index → the :class:`Rendition` it is sent as, for members of such
             chains.
+        sizes: chain root → tokens it takes as kept (its form's tokens).
     """
 
     tier: dict[int, str] = field(default_factory=dict)
@@ -211,6 +228,7 @@ class Selection:
     repeats: dict[int, int] = field(default_factory=dict)
     fidelity: dict[int, str] = field(default_factory=dict)
     rendered: dict[int, Rendition] = field(default_factory=dict)
+    sizes: dict[int, int] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -313,6 +331,8 @@ class Ranked:
             value (the newer is preferred over what it supersedes).
         current_views: roots of chains holding the newest view of a file the agent edited
             (issue 11): tried before other chains, and the summary reserve yields to them.
+        options: chain root → the forms it may be kept in, best first (SPEC §11; chains with a
+            bulky tool output only; the others are verbatim or nothing).
     """
 
     tier: Mapping[int, str]
@@ -325,6 +345,7 @@ class Ranked:
     superseded: Mapping[int, str] = field(default_factory=dict)
     preferred: Mapping[int, str] = field(default_factory=dict)
     current_views: frozenset[int] = frozenset()
+    options: Mapping[int, tuple[ChainOption, ...]] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -381,11 +402,13 @@ class BuiltContext:
         sources: per message of ``messages``, the index of the stored message it copies, or
             ``None`` for a message the build made (goal block, summary, subtask note);
             empty when unknown.
+        summaries: the summaries in ``messages`` (the next compaction carries them, issue 21).
     """
 
     messages: list[dict[str, Any]]
     record: DecisionRecord
     sources: tuple[int | None, ...] = ()
+    summaries: tuple[RenderedSummary, ...] = ()
 
     @property
     def token_count(self) -> int:
@@ -406,6 +429,10 @@ class BuildState:
             else ``None``; the record reports it as the budget.
         mode: ``compacted`` or ``full_rebuild`` (the pipeline never appends) and
             ``mode_reason`` why (:func:`~relevance_memory._cache_policy.decide_build_mode`).
+        carried: the summaries of the previous compaction, in the provider's cached prefix: a
+            compaction emits again those whose messages are all still archived (issue 21).
+        previous: the previous request's messages (a compaction places its new summaries after
+            the kept messages that repeat it, so the cached prefix runs through them).
         partition … record: each stage's output (``None`` until the stage ran; the stages
             after ``partition`` do not run when the whole history fits).
     """
@@ -416,6 +443,8 @@ class BuildState:
     limit: int | None = None
     mode: BuildMode = "full_rebuild"
     mode_reason: str = ""
+    carried: tuple[RenderedSummary, ...] = ()
+    previous: tuple[dict[str, Any], ...] = ()
     partition: Partitioned | None = None
     prefilter: Prefiltered | None = None
     scored: Scored | None = None

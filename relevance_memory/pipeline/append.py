@@ -31,6 +31,7 @@ from .._models import ScoreSource, TaskGoal, user_authored
 from .._prefix import AppendPlan, TailItem, plan_append, shared_prefix_tokens
 from .._record import BudgetBreakdown, BudgetLine, DecisionRecord, MessageDecision
 from .._scoring import ScorerUsage
+from .._summary import RenderedSummary
 from .._tokenizer import REPLY_PRIMING_TOKENS
 from ._state import BuiltContext, Seams, StoreView
 from .assemble import check_context, subtask_note
@@ -71,6 +72,7 @@ class PrefixState:
         restore_tool: the restore tool the model was offered when ``base`` was built (its
             goal block says so), or ``None``.
         renditions: store index → the excerpt each message appended since ``base`` was sent as.
+        summaries: the summaries ``base`` emitted (the next compaction carries them).
     """
 
     messages: tuple[dict[str, Any], ...]
@@ -91,6 +93,7 @@ class PrefixState:
     last_build_id: str = ""
     restore_tool: str | None = None
     renditions: Mapping[int, Rendition] = field(default_factory=dict)
+    summaries: tuple[RenderedSummary, ...] = ()
 
     @property
     def sent(self) -> list[dict[str, Any]]:
@@ -444,6 +447,7 @@ def remember(
             appended_tokens=previous.appended_tokens + step.plan.tokens, history_tokens=history, counted=counted,
             last_build_id=record.build_id, restore_tool=previous.restore_tool,
             renditions={**previous.renditions, **{i: r for i, r in step.renditions.items() if i in step.plan.indices}},
+            summaries=previous.summaries,
         )
     counter = seams.tokenizer
     if previous is not None:
@@ -464,5 +468,5 @@ def remember(
         note=dict(built.messages[-1]) if has_note else None,
         next_index=start, final_goal=final_goal, budget=budget, base=record, base_length=len(store),
         history_tokens=record.tokens_before - REPLY_PRIMING_TOKENS + held, counted=len(store),
-        last_build_id=record.build_id, restore_tool=seams.restore_tool,
+        last_build_id=record.build_id, restore_tool=seams.restore_tool, summaries=built.summaries,
     )

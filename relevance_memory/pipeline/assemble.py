@@ -17,6 +17,7 @@ from typing import Any
 
 from .._exceptions import RelevanceMemoryError
 from .._markers import GOAL_BLOCK_MARKER, SUBTASK_MARKER, SUMMARY_MARKER
+from .._prefix import message_key
 from .._tokenizer import REPLY_PRIMING_TOKENS
 from ._state import Assembled, BuildState, Seams, required
 from .ledger import Purpose
@@ -105,6 +106,30 @@ def check_context(messages: Sequence[Mapping[str, Any]]) -> list[str]:
     return problems
 
 
+def _shared_run(
+    previous: Sequence[Mapping[str, Any]], before: Sequence[Mapping[str, Any]], rest: Sequence[Mapping[str, Any]]
+) -> int:
+    """How many of ``rest`` can go before a compaction's new summaries and still repeat the
+    previous request: ``previous`` must start with ``before`` (pinned prompt, stable head, goal
+    block, carried summaries); then the length of the common run of ``previous`` and ``rest``
+    after it, shortened so it never ends between an assistant's tool calls and their results.
+    0 when there is no previous request or it does not start the same way."""
+    if not previous or len(previous) < len(before):
+        return 0
+    if any(message_key(a) != message_key(b) for a, b in zip(previous, before, strict=False)):
+        return 0
+    shared = 0
+    for old, new in zip(previous[len(before):], rest, strict=False):
+        if message_key(old) != message_key(new):
+            break
+        shared += 1
+    while 0 < shared < len(rest) and rest[shared].get("role") == "tool":
+        shared -= 1  # never part a tool block from its call
+    if 0 < shared < len(rest) and rest[shared - 1].get("tool_calls"):
+        shared -= 1
+    return shared
+
+
 def assemble(state: BuildState, seams: Seams) -> Assembled:
     """The assemble stage: the context in SPEC §3 step 8 order, checked (SPEC §9).
 
@@ -145,13 +170,24 @@ def assemble(state: BuildState, seams: Seams) -> Assembled:
         head, rest = stable_head(kept_indices, left_out)
     out.extend(message(i) for i in head)
     sources.extend(head)
+    rest_messages = [message(i) for i in rest]
     if summarised is not None:
         if summarised.goal_text is not None:
             out.append({"role": role, "content": summarised.goal_text})
             sources.append(None)
-        out.extend(dict(s.message) for s in summarised.pyramid.summaries)
-        sources.extend(None for _ in summarised.pyramid.summaries)
-    out.extend(message(i) for i in rest)
+        carried = [s for s in summarised.pyramid.summaries if s in state.carried]
+        fresh = [s for s in summarised.pyramid.summaries if s not in state.carried]
+        out.extend(dict(s.message) for s in carried)
+        sources.extend(None for _ in carried)
+        # cache-aware (issue 21): new summaries go after the kept messages that repeat the
+        # previous request right after its carried part, so the cached prefix runs through them
+        shared = _shared_run(state.previous, out, rest_messages) if fresh else 0
+        out.extend(rest_messages[:shared])
+        sources.extend(rest[:shared])
+        out.extend(dict(s.message) for s in fresh)
+        sources.extend(None for _ in fresh)
+        rest_messages, rest = rest_messages[shared:], rest[shared:]
+    out.extend(rest_messages)
     sources.extend(rest)
     ledger = summarised.ledger if summarised is not None else part.ledger
     note = None

@@ -53,6 +53,9 @@ __all__ = [
 Fidelity = Literal["verbatim", "excerpt", "elided"]
 """How a message is sent: whole, cut to an excerpt, or (a tool output) replaced by one line."""
 
+USER_FACTOR = 4.0
+"""A person's own message (the task statement, an instruction) may take this many times the
+share a tool output or an assistant message may (:func:`entry_cap`)."""
 MIN_EXCERPT_TOKENS = 48
 """Least tokens an excerpt is cut to: the marker line plus a line or two (tokens)."""
 HEAD_LINES = 4
@@ -92,9 +95,9 @@ def is_rendition(message: Mapping[str, Any]) -> bool:
 
 def entry_cap(message: Message, budget: int, share: float) -> int:
     """Most tokens ``message`` may take in a context of ``budget`` tokens (SPEC §11): ``share``
-    of the budget, twice that (at most the whole budget) for a person's own message (the task
-    statement, an instruction), never below :data:`MIN_EXCERPT_TOKENS` (tokens)."""
-    factor = 2.0 if user_authored(message.role, message.msg_type.value) else 1.0
+    of the budget, :data:`USER_FACTOR` times that (at most the whole budget) for a person's own
+    message (the task statement, an instruction), never below :data:`MIN_EXCERPT_TOKENS` (tokens)."""
+    factor = USER_FACTOR if user_authored(message.role, message.msg_type.value) else 1.0
     return max(MIN_EXCERPT_TOKENS, int(budget * min(1.0, share * factor)))
 
 

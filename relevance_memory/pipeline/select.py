@@ -40,11 +40,12 @@ from collections.abc import Collection, Iterable, Mapping, Sequence
 
 from .._models import USER_AUTHORED_TYPES, RelevanceScore, TaskGoal, content_text
 from .._supersede import asks_for_history
-from ._state import BuildState, Chain, Ranked, Seams, Selection, StoreView, required
+from ._state import BuildState, Chain, ChainOption, Partitioned, Ranked, Seams, Selection, StoreView, required
+from .fidelity import MIN_EXCERPT_TOKENS, Rendition, keep_names
 from .order import DEFAULT_ORDER, ChainFacts, OrderPolicy
 
 __all__ = [
-    "CONSTRAINT_SCORE", "ROOM_LEFT", "Selection", "current_file_views", "fill", "fill_ranked", "preferred_newer", "rank", "select", "select_chains",
+    "BULKY_TOKENS", "CONSTRAINT_SCORE", "ROOM_LEFT", "Selection", "chain_options", "current_file_views", "fill", "fill_ranked", "preferred_newer", "rank", "select", "select_chains",
     "superseded_chains", "view_edits",
 ]
 
@@ -152,27 +153,38 @@ def fill(
     available: int,
     *,
     skip: frozenset[int] | set[int] = frozenset(),
+    options: Mapping[int, Sequence[ChainOption]] | None = None,
 ) -> Selection:
     """Keep chains in ``order`` while they fit ``available`` tokens (greedy; pure).
 
-    A chain that does not fit is noted ``over budget`` and skipped; a smaller later one may
-    still fit. Roots in ``skip`` are passed over (and not noted). An archive chain in the
-    order (:func:`rank` with ``spare``) that fits is kept in the working tier with the note
-    :data:`ROOM_LEFT`; one that does not stays archived, with no note.
+    Each chain takes the best of its ``options`` that fits (SPEC §11 graded fidelity: verbatim,
+    else an excerpt of its bulky outputs, else those outputs elided; a chain with no options
+    is verbatim or nothing). A chain none of whose forms fits is noted ``over budget`` and
+    skipped; a smaller later one may still fit. Roots in ``skip`` are passed over (and not
+    noted). An archive chain in the order (:func:`rank` with ``spare``) that fits is kept in the
+    working tier with the note :data:`ROOM_LEFT`; one that does not stays archived, with no note.
     """
     selection = Selection(tier=dict(tier))
     for root in order:
         if root in skip:
             continue
-        size = tokens[root]
-        if selection.used + size <= available:
-            selection.kept.add(root)
-            selection.used += size
-            if tier[root] == "archive":
-                selection.tier[root] = "working"
-                selection.notes[root] = ROOM_LEFT
-        elif tier[root] != "archive":
-            selection.notes[root] = "over budget"
+        choices = options.get(root) if options else None
+        for option in choices or (ChainOption("verbatim", tokens[root]),):
+            if selection.used + option.tokens <= available:
+                break
+        else:
+            if tier[root] != "archive":
+                selection.notes[root] = "over budget"
+            continue
+        selection.kept.add(root)
+        selection.used += option.tokens
+        selection.sizes[root] = option.tokens
+        if option.fidelity != "verbatim":
+            selection.fidelity[root] = option.fidelity
+            selection.rendered.update(option.rendered)
+        if tier[root] == "archive":
+            selection.tier[root] = "working"
+            selection.notes[root] = ROOM_LEFT
     return selection
 
 
@@ -216,11 +228,11 @@ def fill_ranked(ranked: Ranked, available: int, store: StoreView) -> Selection:
         available: tokens the kept chains may take (tokens).
         store: the store view (message ids for the repeat notes).
     """
-    first = fill(ranked.tier, ranked.order, ranked.tokens, available)
+    first = fill(ranked.tier, ranked.order, ranked.tokens, available, options=ranked.options)
     repeats = _repeats(ranked, first.kept)
     if not repeats:
         return first
-    second = fill(ranked.tier, ranked.order, ranked.tokens, available, skip=set(repeats))
+    second = fill(ranked.tier, ranked.order, ranked.tokens, available, skip=set(repeats), options=ranked.options)
     shown = second.kept | set(ranked.recent_roots)
     if not all(newest in shown for newest in set(repeats.values())):
         return first
@@ -342,6 +354,7 @@ def select(state: BuildState, seams: Seams) -> Ranked:
         tier=tier,
         order=order,
         tokens={r: c.tokens for r, c in chains.items()},
+        options=chain_options(chains, order, part, seams, goal),
         repeat_keys=repeat_keys,
         shown_by=shown_by,
         recent_shown=recent_shown,
@@ -350,6 +363,52 @@ def select(state: BuildState, seams: Seams) -> Ranked:
         preferred={store.chain_root(i): note for i, (_, note) in preferred.items()},
         current_views=view_roots,
     )
+
+
+BULKY_TOKENS = 96
+"""A tool output larger than this is *bulky*: a chain kept below verbatim sends it as an excerpt
+or one elided line (SPEC §11); smaller outputs, the agent's own calls and reasoning and what
+people said stay whole (tokens)."""
+EXCERPT_RATIO = 0.25
+"""An older chain's excerpt keeps about this share of each bulky output (at least
+:data:`~relevance_memory.pipeline.fidelity.MIN_EXCERPT_TOKENS`)."""
+
+
+def chain_options(
+    chains: Mapping[int, Chain], order: Sequence[int], part: Partitioned, seams: Seams, goal: TaskGoal
+) -> dict[int, tuple[ChainOption, ...]]:
+    """Per chain in ``order`` with a bulky tool output (:data:`BULKY_TOKENS`), the forms it may
+    be kept in, best first (SPEC §11): verbatim; an excerpt of each bulky output
+    (:data:`EXCERPT_RATIO` of it); each bulky output elided to one restorable line. The agent's
+    calls and reasoning stay whole in every form: they are small and name what it does next.
+    Chains without a bulky output have one form (verbatim) and are not listed."""
+    store, counter, memo = seams.store, seams.tokenizer, seams.renditions
+    goal_text = f"{goal.final}\n{goal.subtask}"
+    out: dict[int, tuple[ChainOption, ...]] = {}
+    for root in order:
+        chain = chains[root]
+        entry = {i: part.renditions[i] for i in chain.members if i in part.renditions}
+
+        def size(i: int, entry: dict[int, Rendition] = entry) -> int:
+            return entry[i].tokens if i in entry else store[i].token_count
+
+        bulky = [i for i in chain.members if store[i].role == "tool" and size(i) > BULKY_TOKENS]
+        if not bulky:
+            continue
+        forms = [ChainOption("verbatim", chain.tokens, entry)]
+        for fidelity in ("excerpt", "elided"):
+            rendered = dict(entry)
+            for i in bulky:
+                keep = keep_names(store.messages, i, goal_text)
+                cap = max(MIN_EXCERPT_TOKENS, int(size(i) * EXCERPT_RATIO))
+                rendered[i] = memo.get(store[i], "excerpt" if fidelity == "excerpt" else "elided", cap, keep, counter,
+                                       goal.final)
+            tokens = sum(rendered[i].tokens if i in rendered else store[i].token_count for i in chain.members)
+            if tokens < forms[-1].tokens:
+                forms.append(ChainOption(fidelity, tokens, rendered))  # type: ignore[arg-type]
+        if len(forms) > 1:
+            out[root] = tuple(forms)
+    return out
 
 
 def _echoes_of_forgotten(

@@ -20,10 +20,10 @@ room last.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 
 from .._models import Message, RelevanceScore, content_text, user_authored
-from .._summary import PyramidResult, SummaryItem, build_pyramid, pointer_summary, pointer_tokens
+from .._summary import PyramidResult, RenderedSummary, SummaryItem, build_pyramid, pointer_summary, pointer_tokens
 from ._state import BuildState, Partitioned, Ranked, Seams, Selection, Summarised, required
 from .ledger import BudgetLedger, Purpose
 from .partition import GOAL_POINTER, clip_to_tokens, goal_block_text
@@ -67,6 +67,25 @@ def _tool_name(seams: Seams, message: Message) -> str:
     return message.source
 
 
+def _item(seams: Seams, message: Message) -> SummaryItem:
+    """An archived message as the summarizer sees it."""
+    return SummaryItem(
+        id=message.id,
+        role=message.role,
+        msg_type=message.msg_type.value,
+        text=content_text(message.content),
+        content_hash=message.content_hash,
+        tool_calls=tuple((c.name, c.arguments) for c in message.tool_calls),
+        source=_tool_name(seams, message),
+        superseded=_superseded_note(seams, message) if seams.config.supersede else "",
+        supersedes=seams.config.supersede and any(
+            seams.store.superseded_by[o].kind == "fact"
+            for o in seams.store.supersedes.get(message.id, ()) if o in seams.store.superseded_by
+        ),
+        tokens=message.token_count,
+    )
+
+
 def summarise_archive(
     seams: Seams,
     part: Partitioned,
@@ -74,10 +93,17 @@ def summarise_archive(
     kept_roots: set[int] | frozenset[int],
     cap: int,
     repeats: Mapping[int, int] | None = None,
+    carried: Sequence[RenderedSummary] = (),
 ) -> tuple[PyramidResult, set[int]]:
     """Runs of consecutive archived messages → the summary pyramid within ``cap`` tokens.
 
     Archived: neither pinned, excluded, a repeat, nor in a chain of ``kept_roots``.
+
+    Cache-aware (SPEC §3.1, issue 21): ``carried`` are the summaries of the previous compaction,
+    already in the provider's cached prefix. Each whose messages are all still archived is
+    emitted again byte for byte, first, and only the archived messages none of them covers are
+    summarised anew, after them; when that does not fit ``cap``, everything is summarised afresh
+    (the pyramid merges into one level-2 summary, which the next compaction carries in turn).
 
     Returns:
         The pyramid and the user messages scored ≥ ``core_score`` that had to be summarised
@@ -85,13 +111,20 @@ def summarise_archive(
         dropping them, and the pyramid's warnings say so).
     """
     store, config = seams.store, seams.config
+    archived_ids = {
+        m.id for m in store.messages
+        if m.index not in part.excluded and m.index not in part.pinned and not (repeats and m.index in repeats)
+        and store.chain_root(m.index) not in kept_roots
+    }
+    reused = [s for s in carried if s.level > 0 and set(s.covered_ids) <= archived_ids]
+    already = {i for s in reused for i in s.covered_ids}
     runs: list[list[SummaryItem]] = [[]]
     held: set[int] = set()
     for message in store.messages:
         i = message.index
         if i in part.excluded or i in part.pinned or (repeats and i in repeats):
             continue
-        if store.chain_root(i) in kept_roots:
+        if store.chain_root(i) in kept_roots or message.id in already:
             if runs[-1]:
                 runs.append([])
             continue
@@ -102,30 +135,30 @@ def summarise_archive(
             and message.id not in store.superseded_by  # archived on purpose: a newer value replaces it
         ):
             held.add(i)
-        runs[-1].append(
-            SummaryItem(
-                id=message.id,
-                role=message.role,
-                msg_type=message.msg_type.value,
-                text=content_text(message.content),
-                content_hash=message.content_hash,
-                tool_calls=tuple((c.name, c.arguments) for c in message.tool_calls),
-                source=_tool_name(seams, message),
-                superseded=_superseded_note(seams, message) if seams.config.supersede else "",
-                supersedes=seams.config.supersede and any(
-                    seams.store.superseded_by[o].kind == "fact"
-                    for o in seams.store.supersedes.get(message.id, ()) if o in seams.store.superseded_by
-                ),
-            )
+        runs[-1].append(_item(seams, message))
+    carried_tokens = sum(s.tokens for s in reused)
+    pyramid = PyramidResult()
+    if reused and carried_tokens <= cap:
+        fresh = build_pyramid(runs, summarizer=seams.summarizer, cache=seams.summary_cache,
+                              count=seams.tokenizer.count_message, role=config.context_role, cap=cap - carried_tokens)
+        if not any(runs) or (fresh.summaries and all(x.level == 1 for x in fresh.summaries)):
+            pyramid = PyramidResult(summaries=[*reused, *fresh.summaries], warnings=fresh.warnings)
+    if not pyramid.summaries:  # nothing carried, or it no longer fits: summarise everything afresh
+        everything: list[list[SummaryItem]] = [[]]
+        for message in store.messages:
+            if message.id not in archived_ids:
+                if everything[-1]:
+                    everything.append([])
+                continue
+            everything[-1].append(_item(seams, message))
+        pyramid = build_pyramid(
+            everything,
+            summarizer=seams.summarizer,
+            cache=seams.summary_cache,
+            count=seams.tokenizer.count_message,
+            role=config.context_role,
+            cap=cap,
         )
-    pyramid = build_pyramid(
-        runs,
-        summarizer=seams.summarizer,
-        cache=seams.summary_cache,
-        count=seams.tokenizer.count_message,
-        role=config.context_role,
-        cap=cap,
-    )
     if held:
         covered = pyramid.covered
         in_summary = [store[i].id for i in sorted(held) if store[i].id in covered]
@@ -147,13 +180,20 @@ def summarise_archive(
 
 def _protected(
     seams: Seams, part: Partitioned, scores: Mapping[int, RelevanceScore], selection: Selection, ranked: Ranked
-) -> int:
-    """Tokens of kept core chains that never yield to the summary reserve: the task statement,
-    user messages scored ≥ ``core_score`` and the newest views of the files the agent edited
-    (issue 11: their current state is what the next step needs; the older views they
-    supersede are what the summaries hold) (tokens)."""
-    roots = _protected_roots(seams, part, scores, selection) | (selection.kept & ranked.current_views)
-    return sum(part.candidates[r].tokens for r in roots)
+) -> tuple[int, int]:
+    """Tokens of kept core chains that yield to the summary reserve last, ``(strict, views)``:
+    the task statement and user messages scored ≥ ``core_score`` never yield (SPEC §7); the
+    newest views of the files the agent edited (issue 11: their current state is what the next
+    step needs; the older views they supersede are what the summaries hold) yield only down to
+    the reserve's floor (half its share: an agent that wrote many files keeps a summary of what
+    it read too) (tokens)."""
+    strict_roots = _protected_roots(seams, part, scores, selection)
+    view_roots = (selection.kept & ranked.current_views) - strict_roots
+
+    def size(r: int) -> int:
+        return selection.sizes.get(r, part.candidates[r].tokens)
+
+    return sum(size(r) for r in strict_roots), sum(size(r) for r in view_roots)
 
 
 def _goal_block_is_pointer(state: BuildState, part: Partitioned, goal_text: str | None, kept_roots: set[int]) -> bool:
@@ -170,7 +210,7 @@ def _goal_block_is_pointer(state: BuildState, part: Partitioned, goal_text: str 
 def _spend_selection(ledger: BudgetLedger, ranked: Ranked, selection: Selection, pyramid: PyramidResult) -> BudgetLedger:
     for purpose, tier in ((Purpose.CORE, "core"), (Purpose.WORKING, "working")):
         chains = [r for r in selection.kept if selection.tier[r] == tier]
-        tokens = sum(ranked.tokens[r] for r in chains)
+        tokens = sum(selection.sizes.get(r, ranked.tokens[r]) for r in chains)
         if tokens:
             ledger = ledger.spend(purpose, tokens, f"{len(chains)} chain(s) kept verbatim")
     if pyramid.summaries:
@@ -211,22 +251,26 @@ def summarise(state: BuildState, seams: Seams) -> Summarised:
             selection, PyramidResult(), frozenset(), goal_text, _spend_selection(ledger, ranked, selection, PyramidResult()),
             tuple(notes),
         )
-    most = max(0, available - _protected(seams, part, scores, selection, ranked))
+    strict, views = _protected(seams, part, scores, selection, ranked)
     share = max(MIN_SUMMARY_RESERVE, int(state.budget * reserve_share(seams, part)))
-    reserve = min(most, config.summary_budget or share)
+    wanted = config.summary_budget or share
+    most = max(0, available - strict - views, min(available - strict, wanted // 2))
+    reserve = min(most, wanted)
 
     def attempt(reserve: int, extra: int = 0) -> tuple[Selection, PyramidResult, set[int]]:
         chosen = fill_ranked(ranked, available - reserve, store) if reserve > 0 else selection
         room = available - chosen.used + extra
         cap = min(room, config.summary_budget) if config.summary_budget else room
-        pyramid, held = summarise_archive(seams, part, scores, part.recent | chosen.kept, cap, chosen.repeats)
+        pyramid, held = summarise_archive(seams, part, scores, part.recent | chosen.kept, cap, chosen.repeats,
+                                          state.carried)
         return chosen, pyramid, held
 
     chosen, pyramid, held = attempt(reserve)
     for _ in range(RESERVE_GROWTH_STEPS):  # grow the reserve to what the summaries need
         if pyramid.summaries or reserve >= most:
             break
-        probe, _ = summarise_archive(seams, part, scores, part.recent | chosen.kept, most, chosen.repeats)
+        probe, _ = summarise_archive(seams, part, scores, part.recent | chosen.kept, most, chosen.repeats,
+                                     state.carried)
         if not probe.summaries:
             break
         reserve = min(most, max(reserve + 1, probe.tokens))
