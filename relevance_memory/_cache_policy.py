@@ -43,12 +43,20 @@ class CachePolicy(BaseModel):
         always_rebuild: build every call from scratch within the whole budget (the
             behaviour before prefix stability; the beginning of the context can change on
             every call, so the provider's prompt cache rarely hits).
-        target_fraction: a compaction builds down to ``target_fraction × budget`` tokens,
-            so that many steps can be appended before the next one. Default 0.5: on the 14
-            SWE replays (``benchmarks/prompt_cache.py``, p = 0.1) it costs 0.45× the full
-            history at 8k and 0.59× at 16k with no run above 1.0×; 0.6 costs 0.48× / 0.64×
-            with one run at 1.01×. The task statement and user constraints scored ≥ 4 are
-            not bound by the target (they may use the whole budget).
+        target_fraction: a compaction builds down to at most ``target_fraction × budget``
+            tokens, and less when the agent's steps are large (``steps_ahead``), so that
+            several steps can be appended before the next one. Default 0.8, chosen on the
+            cost/support curve of ``benchmarks/agent_support.py`` (BENCHMARKS.md): with cache-aware
+            compactions (carried summaries, the kept run that repeats the previous request) a
+            fuller context costs little more and holds much more of what the next step uses.
+            The task statement and user constraints scored ≥ 4 are not bound by the target
+            (they may use the whole budget).
+        steps_ahead: a compaction leaves room for this many steps of the agent's typical size
+            (the mean of its last 8 steps) before the next one: with 2k-token tool outputs at
+            an 8k budget a 0.8 target would compact at every step, and every compaction is a
+            cache miss. 0: the target is ``target_fraction`` alone.
+        min_target_fraction: the target never goes below this share of the budget, whatever
+            the steps' size.
         clear_at_least: least tokens a compaction the caller asks for must free to be worth
             a cache miss (Anthropic's context editing calls this ``clear_at_least``); one
             that would free less is not run (the build appends and says why). Capped at
@@ -76,7 +84,9 @@ class CachePolicy(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
     always_rebuild: bool = False
-    target_fraction: float = Field(default=0.5, gt=0.0, le=1.0)
+    target_fraction: float = Field(default=0.8, gt=0.0, le=1.0)
+    steps_ahead: int = Field(default=4, ge=0)
+    min_target_fraction: float = Field(default=0.4, gt=0.0, le=1.0)
     clear_at_least: int = Field(default=1024, ge=0)
     cached_price: float = Field(default=0.1, ge=0.0, le=1.0)
     cache_min_tokens: int = Field(default=1024, ge=0)
@@ -130,19 +140,30 @@ class PrefixDecision:
     target: int
 
 
-def compaction_target(policy: CachePolicy, budget: int) -> int:
-    """Budget a compaction fills (tokens): ``floor(target_fraction × budget)``, in ``[1, budget]``.
+def compaction_target(policy: CachePolicy, budget: int, step_tokens: int = 0) -> int:
+    """Budget a compaction fills (tokens), in ``[1, budget]``:
+    ``min(target_fraction × budget, budget − steps_ahead × step_tokens)``, never below
+    ``min_target_fraction × budget``.
 
     What is left, ``budget − target``, is room for the steps appended until the next
     compaction. (The task statement and user constraints scored ≥ 4 may still use the
     whole budget: the manager grows the target when a compaction left them out.)
+
+    Args:
+        policy: the cache policy.
+        budget: the build's budget (tokens, > 0).
+        step_tokens: the agent's typical step (tokens; 0 when unknown).
 
     Raises:
         ValueError: ``budget`` is not positive.
     """
     if budget <= 0:
         raise ValueError(f"budget must be a positive number of tokens, got {budget}")
-    return max(1, min(budget, policy.target_tokens(budget)))
+    target = policy.target_tokens(budget)
+    if step_tokens > 0 and policy.steps_ahead:
+        floor = max(1, int(budget * min(policy.min_target_fraction, policy.target_fraction)))
+        target = max(floor, min(target, budget - policy.steps_ahead * step_tokens))
+    return max(1, min(budget, target))
 
 
 def least_freed(policy: CachePolicy, budget: int) -> int:
@@ -162,6 +183,7 @@ def decide_build_mode(
     new_messages: int,
     requested: bool = False,
     append_blocked: str | None = None,
+    step_tokens: int = 0,
 ) -> PrefixDecision:
     """Append, compact or rebuild (SPEC §3.1) — the first rule that applies wins.
 
@@ -189,6 +211,7 @@ def decide_build_mode(
         new_messages: how many messages the append would add.
         requested: the caller asked for a compaction.
         append_blocked: why the previous context cannot be extended, or ``None``.
+        step_tokens: the agent's typical step (tokens; :func:`compaction_target`).
 
     Returns:
         The :class:`PrefixDecision`.
@@ -202,13 +225,14 @@ def decide_build_mode(
         return PrefixDecision("full_rebuild", "cache policy always_rebuild", budget)
     if not has_previous:
         if requested:  # no cached prefix to lose: compact as asked
-            return PrefixDecision("compacted", "compaction requested by the caller", compaction_target(policy, budget))
+            return PrefixDecision("compacted", "compaction requested by the caller",
+                                  compaction_target(policy, budget, step_tokens))
         return PrefixDecision("full_rebuild", "first build: no previous context to append to", budget)
     if goal_changed:
         return PrefixDecision("full_rebuild", "the final goal changed", budget)
     if previous_budget is not None and previous_budget != budget:
         return PrefixDecision("full_rebuild", f"the budget changed ({previous_budget} → {budget} tokens)", budget)
-    target = compaction_target(policy, budget)
+    target = compaction_target(policy, budget, step_tokens)
     if requested:
         freed, least = appended_tokens - target, least_freed(policy, budget)
         if freed >= least:

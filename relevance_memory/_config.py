@@ -207,9 +207,10 @@ class MemoryConfig(BaseModel):
             lines and the lines naming what the goal and the recent steps name, with a marker
             line saying what was left out and the id that restores it — in appended builds and
             compactions alike, so one ``find /`` output neither ends the loop nor forces a
-            compaction. Default 0.25: Anthropic's and LangChain's tool-result clearing keep
-            the newest outputs whole and cut the rest; a quarter lets four such outputs share
-            the budget. ``ContextOverflowError`` is left for a system prompt that cannot fit.
+            compaction. Default 0.125 (an eighth: 1,000 tokens of an 8k budget): chosen by
+            ``benchmarks/agent_support.py`` — with a quarter, 2k-token outputs at 8k left at
+            most ~75 % of the tokens cacheable, since every new output is uncached; an eighth
+            also held more of what the next step uses. ``ContextOverflowError`` is left for a system prompt that cannot fit.
         pheromone: the pheromone field's parameters (:class:`PheromoneConfig`, SPEC §5).
         cache_policy: when a build appends to the previous context, compacts or rebuilds
             (:class:`CachePolicy`, SPEC §3.1: prefix-stable by default, so the provider's
@@ -236,7 +237,7 @@ class MemoryConfig(BaseModel):
     batch_max_tokens: int = Field(default=6000, ge=100)
     prefilter_top_n: int = Field(default=50, ge=1)
     summary_budget: int = Field(default=0, ge=0)
-    tool_summary_share: float = Field(default=0.3, ge=0, le=0.9)
+    tool_summary_share: float = Field(default=0.45, ge=0, le=0.9)
     reference_max_df: int = Field(default=4, ge=1)
     rubric_version: str = "score_v1"
     prefilter: bool | Literal["auto"] = "auto"
@@ -248,7 +249,7 @@ class MemoryConfig(BaseModel):
     supersede: bool = True
     supersede_archives_facts: bool = False
     episode_gap_s: float = Field(default=EPISODE_GAP_S, gt=0, allow_inf_nan=False, strict=True)  # not True, not "30"
-    excerpt_share: float = Field(default=0.25, gt=0, le=1)
+    excerpt_share: float = Field(default=0.125, gt=0, le=1)
     pheromone: PheromoneConfig = Field(default_factory=lambda: PheromoneConfig())
     cache_policy: CachePolicy = Field(default_factory=CachePolicy)
 

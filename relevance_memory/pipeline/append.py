@@ -35,10 +35,10 @@ from .._summary import RenderedSummary
 from .._tokenizer import REPLY_PRIMING_TOKENS
 from ._state import BuiltContext, Seams, StoreView
 from .assemble import check_context, subtask_note
-from .fidelity import Rendition, entry_renditions
+from .fidelity import Rendition, entry_cap, entry_renditions
 from .ledger import Purpose
 
-__all__ = ["BuildStep", "PrefixState", "append", "grown_target", "plan", "remember", "tail_start"]
+__all__ = ["BuildStep", "PrefixState", "append", "grown_target", "plan", "remember", "tail_start", "typical_step"]
 
 TARGET_GROWTH_STEPS = 3
 """How many times a compaction may grow its target to keep must-keep messages verbatim."""
@@ -160,6 +160,24 @@ def _note(seams: Seams, goal: TaskGoal, base: DecisionRecord) -> tuple[dict[str,
     return note, seams.tokenizer.count_message(note)
 
 
+TYPICAL_STEPS = 8
+"""How many of the newest steps :func:`typical_step` averages."""
+
+
+def typical_step(store: StoreView, budget: int, share: float) -> int:
+    """Mean tokens of the agent's newest :data:`TYPICAL_STEPS` steps, each message counted at most
+    at its entry cap (an oversized one enters as an excerpt), the newest step included
+    (tokens; 0 for an empty history). O(those steps)."""
+    totals: dict[int, int] = {}
+    for message in reversed(store.messages):
+        if message.step < 0:
+            continue
+        if message.step not in totals and len(totals) == TYPICAL_STEPS:
+            break
+        totals[message.step] = totals.get(message.step, 0) + min(message.token_count, entry_cap(message, budget, share))
+    return sum(totals.values()) // len(totals) if totals else 0
+
+
 def plan(
     previous: PrefixState | None, seams: Seams, *, goal: TaskGoal, budget: int, requested: bool = False
 ) -> BuildStep:
@@ -195,6 +213,7 @@ def plan(
         blocked = f"the restore tool {seams.restore_tool!r} was offered (the tools changed); the goal block says so"
     decision = decide_build_mode(
         policy,
+        step_tokens=typical_step(store, previous.budget, config.excerpt_share),
         has_previous=True,
         goal_changed=goal.final != previous.final_goal,
         previous_budget=previous.budget,
