@@ -58,8 +58,8 @@ __all__ = [
     "PlacedRequest",
     "anthropic_request_tokens",
     "check_anthropic_context",
+    "convert_history",
     "from_anthropic",
-    "is_anthropic_shaped",
     "place_cache_breakpoints",
     "to_anthropic",
 ]
@@ -160,25 +160,13 @@ def _system_content(system: Any, where: str) -> str | list[dict[str, Any]]:
     return blocks
 
 
-def is_anthropic_shaped(content: Any) -> bool:
-    """Whether a message ``content`` holds Anthropic ``tool_use`` / ``tool_result`` blocks."""
-    return isinstance(content, (list, tuple)) and any(
-        _get(part, "type") in ("tool_use", "tool_result") for part in content
-    )
-
-
 # --------------------------------------------------------------------------- Anthropic → store
-def _given(value: Any) -> bool:
-    """Whether an optional SDK argument was given (the SDK's ``omit`` / ``NOT_GIVEN`` are not)."""
-    return isinstance(value, (str, list, tuple, Mapping)) or hasattr(value, "model_dump")
-
-
 def convert_history(messages: Iterable[Any], system: Any = None) -> tuple[list[dict[str, Any]], list[int | None]]:
     """:func:`from_anthropic`, plus per store dict the index of the Anthropic message it came
     from (``None`` for the ``system=`` prompt): an ingest error can then name the caller's message."""
     out: list[dict[str, Any]] = []
     origins: list[int | None] = []
-    if _given(system) and system:
+    if isinstance(system, (str, list, tuple)) and system:  # the SDK's omit / NOT_GIVEN: no system prompt
         out.append({"role": "system", "content": _system_content(system, "system"), ANTHROPIC_FIELD: {"origin": "system"}})
         origins.append(None)
     names: dict[str, str] = {}
