@@ -27,12 +27,15 @@ from __future__ import annotations
 
 import inspect
 from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Mapping
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from ._exceptions import InvalidMessageError
 from ._manager import BuiltContext, RelevanceMemoryManager
 from ._record import DecisionRecord
 from ._session import MemorySession, OnDivergence, SessionView, field_of, record_usage
+
+if TYPE_CHECKING:
+    from ._anthropic_client import AsyncManagedAnthropic, ManagedAnthropic
 
 __all__ = ["AsyncManagedOpenAI", "ManagedOpenAI", "manage"]
 
@@ -468,13 +471,19 @@ def manage(
     on_build: Callable[[BuiltContext], None] | None = None,
     on_divergence: OnDivergence = "resync",
     **config: Any,
-) -> ManagedOpenAI | AsyncManagedOpenAI:
-    """Wrap an OpenAI client so its chat completions send a managed context (one line).
+) -> ManagedOpenAI | AsyncManagedOpenAI | ManagedAnthropic | AsyncManagedAnthropic:
+    """Wrap an OpenAI or Anthropic client so its requests send a managed context (one line).
 
-    Returns :class:`AsyncManagedOpenAI` for an async client (``openai.AsyncOpenAI``,
+    Returns :class:`AsyncManagedOpenAI` for an async OpenAI client (``openai.AsyncOpenAI``,
     ``AsyncAzureOpenAI``, or any client whose ``chat.completions.create`` is a coroutine
-    function), else :class:`ManagedOpenAI`. Arguments as for :class:`ManagedOpenAI`.
+    function), else :class:`ManagedOpenAI`; for an Anthropic client (one with ``messages``
+    and no ``chat``: ``anthropic.Anthropic`` / ``AsyncAnthropic``) :class:`ManagedAnthropic` /
+    :class:`AsyncManagedAnthropic`. Arguments as for :class:`ManagedOpenAI`.
     """
+    if not hasattr(client, "chat") and hasattr(client, "messages"):
+        from ._anthropic_client import manage_anthropic
+
+        return manage_anthropic(client, memory, on_build=on_build, on_divergence=on_divergence, **config)
     create = inspect.unwrap(client.chat.completions.create)
     is_async = inspect.iscoroutinefunction(create) or any(
         kind.__name__.startswith("Async") for kind in type(client).__mro__

@@ -133,11 +133,13 @@ class RelevanceMemoryManager:
         )
         # what this memory only guesses (unknown model: approximate counts, assumed window);
         # warned once per model, and every decision record says so
+        # a given tokenizer is taken as exact unless it says it stands in (``approximate``)
+        guessed = tokenizer is None or bool(getattr(tokenizer, "approximate", False))
         self.approximations: tuple[str, ...] = tuple(
-            note for kind, note in self.config.approximations() if kind != "tokens" or tokenizer is None
+            note for kind, note in self.config.approximations() if kind != "tokens" or guessed
         )
         for kind, note in self.config.approximations():
-            if kind != "tokens" or tokenizer is None:
+            if kind != "tokens" or guessed:
                 warn_once(self.config.model, kind, note, stacklevel=3)
         self._build_lock = threading.Lock()
         self.restore_tool_offered: str | None = None
