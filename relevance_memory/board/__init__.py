@@ -9,13 +9,15 @@ batches of operations applied atomically. Backends:
 - :class:`InMemoryBoard` — in this process (the reference);
 - :class:`RedisBoard` — on Redis (extra ``relevance-memory[redis]``), one Lua script per batch;
 - :class:`MirroredBoard` — a remote board plus a local copy that keeps builds going when
-  the server is unreachable, and says so.
+  the server is unreachable, and says so (a :class:`CircuitBreaker` in the remote board
+  makes an unreachable server cost one bounded call, not one per operation).
 """
 
 from __future__ import annotations
 
 from .._exceptions import BoardError, BoardUnavailableError, MissingExtraError, ScopeError
 from ._agent import AgentMemory
+from ._breaker import CircuitBreaker
 from ._link import AgentLink
 from ._memory import InMemoryBoard
 from ._mirror import MirroredBoard
@@ -62,6 +64,7 @@ __all__ = [
     "BoardRetry",
     "BoardUnavailableError",
     "CellView",
+    "CircuitBreaker",
     "Deposit",
     "Event",
     "Forget",

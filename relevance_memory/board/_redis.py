@@ -16,6 +16,13 @@ snapshot (the tick and ``HMGET`` of the ids), decoded and viewed by the same pur
 functions as the in-memory board. Connection errors and timeouts are retried with
 exponential backoff (tenacity); a batch keeps its id across retries, so it is applied at
 most once even when a reply was lost.
+
+Faults never stall a step: every socket operation is bounded (``from_url``: 200 ms to
+connect, 200 ms per read or write), a timeout is not retried, and a
+:class:`~relevance_memory.board.CircuitBreaker` turns the first failed call into fast
+failures (no round trip) for a back-off period, then lets one probe through. One board
+call therefore waits at most :data:`CALL_BOUND_S` (0.46 s with the defaults); every
+later call of the same step returns at once while the circuit is open.
 """
 
 from __future__ import annotations
@@ -32,7 +39,7 @@ from typing import Any, TypeVar
 from tenacity import (
     RetryError,
     Retrying,
-    retry_if_exception_type,
+    retry_if_exception,
     stop_after_attempt,
     stop_after_delay,
     wait_exponential,
@@ -41,6 +48,7 @@ from tenacity import (
 from .._config import PHEROMONE_KINDS
 from .._exceptions import BoardError, BoardUnavailableError, MissingExtraError
 from ._apply import check_ops, views
+from ._breaker import CircuitBreaker
 from ._model import (
     Add,
     Advance,
@@ -65,7 +73,12 @@ from ._model import (
     task_key,
 )
 
-__all__ = ["BoardRetry", "RedisBoard"]
+__all__ = ["CALL_BOUND_S", "CONNECT_TIMEOUT_S", "OP_TIMEOUT_S", "BoardRetry", "RedisBoard"]
+
+CONNECT_TIMEOUT_S = 0.2
+"""Default bound of one connection attempt (seconds; :meth:`RedisBoard.from_url`)."""
+OP_TIMEOUT_S = 0.2
+"""Default bound of one socket read or write (seconds; :meth:`RedisBoard.from_url`)."""
 
 T = TypeVar("T")
 
@@ -102,19 +115,26 @@ def _redis() -> Any:
 
 @dataclass(frozen=True)
 class BoardRetry:
-    """How a remote board retries connection errors and timeouts (tenacity).
+    """How a remote board retries a refused or reset connection (tenacity). A timeout is
+    never retried: it opens the :class:`CircuitBreaker` at once.
 
     Attributes:
         attempts: tries in all (≥ 1).
         first_wait_s: first backoff wait (seconds); doubles per try.
         max_wait_s: cap of one wait (seconds).
-        max_total_s: give up once this much time has passed (seconds).
+        max_total_s: no new try once this much time has passed (seconds).
     """
 
-    attempts: int = 4
-    first_wait_s: float = 0.05
-    max_wait_s: float = 1.0
-    max_total_s: float = 5.0
+    attempts: int = 3
+    first_wait_s: float = 0.02
+    max_wait_s: float = 0.1
+    max_total_s: float = 0.2
+
+
+CALL_BOUND_S = CONNECT_TIMEOUT_S + OP_TIMEOUT_S + BoardRetry.first_wait_s * 3
+"""The longest one board call waits with the defaults (seconds): a connection attempt, a
+timed-out read, and the retry waits before them (0.02 + 0.04 s). A step (an ``add()``, a
+build) makes at most one such call: the circuit is open after it."""
 
 
 def _s(value: Any) -> str:
@@ -174,7 +194,8 @@ class RedisBoard:
         name: the board's name (its hash tag: one board, one cluster slot).
         config: a :class:`BoardConfig`.
         prefix: the key prefix (default ``"relmem"``).
-        retry: the :class:`BoardRetry` policy for connection errors and timeouts.
+        retry: the :class:`BoardRetry` policy for refused or reset connections.
+        breaker: the :class:`CircuitBreaker` (default: a new one, 1 s back-off doubling to 30 s).
         sleep: the backoff's sleep (injected for tests).
 
     Raises:
@@ -182,7 +203,7 @@ class RedisBoard:
     """
 
     def __init__(self, client: Any, name: str = "board", config: BoardConfig | None = None, *,
-                 prefix: str = "relmem", retry: BoardRetry | None = None,
+                 prefix: str = "relmem", retry: BoardRetry | None = None, breaker: CircuitBreaker | None = None,
                  sleep: Callable[[float], None] = time.sleep) -> None:
         self._mod = _redis()
         self.client = client
@@ -190,6 +211,7 @@ class RedisBoard:
         self.config = config or BoardConfig()
         self.prefix = prefix
         self.retry = retry or BoardRetry()
+        self.breaker = breaker or CircuitBreaker()
         self._sleep = sleep
         self._base = f"{prefix}:{{{name}}}"
         p = self.config.pheromone
@@ -206,21 +228,36 @@ class RedisBoard:
         self._append_script = client.register_script(_APPEND_LUA)
         self.retries = 0
         """Connection errors retried so far (for the decision record)."""
+        self.round_trips = 0
+        """Calls that went to the server (each try counts; a fast failure does not)."""
         self._decoded: dict[tuple[str, str, bool], tuple[bytes, BoardCell]] = {}
         # (scope, id, with events) → (digest of the stored JSON, its decoded cell): a
         # snapshot decodes only the cells that changed since this client last read them
 
     @classmethod
     def from_url(cls, url: str, name: str = "board", config: BoardConfig | None = None, *,
-                 socket_timeout: float = 2.0, socket_connect_timeout: float = 1.0, **kwargs: Any) -> RedisBoard:
-        """A board on the server at ``url`` (``redis://host:port/db``), with timeouts in seconds.
+                 socket_timeout: float = OP_TIMEOUT_S, socket_connect_timeout: float = CONNECT_TIMEOUT_S,
+                 **kwargs: Any) -> RedisBoard:
+        """A board on the server at ``url`` (``redis://host:port/db``).
+
+        ``socket_timeout`` bounds each socket read or write, ``socket_connect_timeout`` each
+        connection attempt (seconds; defaults :data:`OP_TIMEOUT_S`, :data:`CONNECT_TIMEOUT_S`).
+        redis-py's own retries are turned off: :class:`BoardRetry` and the
+        :class:`CircuitBreaker` decide. (Before, 2 s reads and four tries of every timed-out
+        call cost ~6 s a call, ~25 s an ``add()`` on a paused server. A client you make
+        yourself with ``redis.Redis(host=…)`` retries on its own — redis-py 8: 10 tries
+        with back-off — so pass ``retry=Retry(NoBackoff(), 0)`` to it.)
 
         Raises:
             MissingExtraError: redis-py is not installed.
         """
         redis = _redis()
+        from redis.backoff import NoBackoff
+        from redis.retry import Retry
+
         client = redis.Redis.from_url(url, decode_responses=True, socket_timeout=socket_timeout,
-                                      socket_connect_timeout=socket_connect_timeout)
+                                      socket_connect_timeout=socket_connect_timeout, retry=Retry(NoBackoff(), 0),
+                                      retry_on_timeout=False)
         return cls(client, name, config, **kwargs)
 
     # ------------------------------------------------------------------ keys
@@ -229,27 +266,48 @@ class RedisBoard:
         return f"{self._base}:{kind}:{scope}"
 
     def _call(self, what: str, fn: Callable[[], T]) -> T:
-        errors = (self._mod.ConnectionError, self._mod.TimeoutError)
+        probe = self.breaker.enter(f"board {self.name!r}: {what}")  # raises while the circuit is open
+        refused, timeout = self._mod.ConnectionError, self._mod.TimeoutError
         policy = self.retry
         retrying = Retrying(
-            stop=stop_after_attempt(policy.attempts) | stop_after_delay(policy.max_total_s),
+            stop=stop_after_attempt(1 if probe else policy.attempts) | stop_after_delay(policy.max_total_s),
             wait=wait_exponential(multiplier=policy.first_wait_s, max=policy.max_wait_s),
-            retry=retry_if_exception_type(errors), sleep=self._sleep, reraise=False,
+            retry=retry_if_exception(lambda e: isinstance(e, refused)), sleep=self._sleep, reraise=False,
             before_sleep=lambda state: self._count_retry(),
         )
+
+        def attempt() -> T:
+            self.round_trips += 1
+            return fn()
+
         try:
-            return retrying(fn)
+            out = retrying(attempt)
         except RetryError as exc:
             attempts = exc.last_attempt.attempt_number
             cause = exc.last_attempt.exception()
+            self.breaker.failure(cause or exc)
             raise BoardUnavailableError(
                 f"board {self.name!r}: {what} failed after {attempts} tries: {cause}", attempts=attempts
             ) from cause
+        except timeout as exc:
+            self.breaker.failure(exc)
+            raise BoardUnavailableError(f"board {self.name!r}: {what} timed out: {exc}", attempts=1) from exc
         except self._mod.ResponseError as exc:
+            self.breaker.success()  # the server answered
             raise BoardError(f"board {self.name!r}: {what} was refused by the server: {exc}") from exc
+        except BaseException:  # anything else (a bug, an interrupt) says nothing of the server
+            if probe:
+                self.breaker.success()  # never leave the circuit half-open with no probe under way
+            raise
+        self.breaker.success()
+        return out
 
     def _count_retry(self) -> None:
         self.retries += 1
+
+    def take_faults(self) -> list[str]:
+        """The circuit breaker's faults since the last call (opened, probe failed, closed)."""
+        return [f"board {self.name!r}: {f}" for f in self.breaker.take_faults()]
 
     # ------------------------------------------------------------------ reads
     def snapshot(self, scope: str, ids: Iterable[str] | None = None, *, agent: str, goal: str | None = None,

@@ -10,7 +10,7 @@ import pytest
 
 from relevance_memory.board import BoardConfig, InMemoryBoard, MemoryBoard, MirroredBoard, RedisBoard
 
-from .board_support import BoardFactory, RedisServer
+from .board_support import SLOW_OK, BoardFactory, RedisServer
 
 MUST_RUN = bool(os.environ.get("RELMEM_REQUIRE_REDIS") or os.environ.get("CI"))
 
@@ -70,7 +70,7 @@ def make_board(request: pytest.FixtureRequest) -> Iterator[BoardFactory]:
             board = InMemoryBoard(name, config)
         else:
             url = request.getfixturevalue("redis_url")
-            remote = RedisBoard.from_url(url, name, config)
+            remote = RedisBoard.from_url(url, name, config, **SLOW_OK)
             board = remote if request.param == "redis" else MirroredBoard(remote)
         made.append(board)
         return board

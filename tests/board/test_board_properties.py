@@ -27,6 +27,8 @@ from relevance_memory.board import (
     Use,
 )
 
+from .board_support import SLOW_OK
+
 pytestmark = pytest.mark.block_network(allowed_hosts=["127.0.0.1"])
 
 IDS = [f"m{i}" for i in range(6)]
@@ -80,7 +82,7 @@ def test_redis_and_memory_boards_agree_bit_for_bit(redis_url: str, batches: list
                                                    subtask: str | None) -> None:
     config = BoardConfig(agent_share=0.4, lease_ticks=4, ttl_seconds={"shared": 1e5})
     name = f"p-{uuid.uuid4().hex[:10]}"
-    memory, redis = InMemoryBoard(name, config), RedisBoard.from_url(redis_url, name, config)
+    memory, redis = InMemoryBoard(name, config), RedisBoard.from_url(redis_url, name, config, **SLOW_OK)
     try:
         for ops in batches:
             got_m, got_r = memory.apply(ops), redis.apply(ops)
