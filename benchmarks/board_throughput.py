@@ -1,4 +1,5 @@
-"""Memory-board throughput and snapshot latency: in-memory vs a local Redis, 1/4/16 writers.
+"""Memory-board throughput and snapshot latency: in-memory vs a local Redis, 1/4/16 writers,
+each beside the limit of what it is built on, measured in the same run.
 
 For each backend and writer count, every writer applies batches of ``--batch`` deposits
 (each on a random item of ``--items``, a fresh subtask each time, so every deposit is
@@ -8,6 +9,18 @@ batches per second, and the snapshot latency p50 / p99 (ms) seen by the reader u
 load. In-memory writers are threads of one process (the board lives in it); Redis writers
 are separate processes, each with its own connection, against one ``redis-server`` this
 script starts on 127.0.0.1 and a random free port (and stops).
+
+The limits, same writers, same random items, same reader:
+
+- ``dict+lock``: the same 11 updates as ``+=`` on a dict behind a lock (threads); the reader
+  takes the 100 values under the lock — the floor of an in-process board;
+- ``min script``: a Lua script doing the same 11 updates as ``HINCRBYFLOAT`` (one call per
+  batch, like ours); the reader sends a raw ``HMGET`` of the 100 ids to the board's cells
+  hash (the same bytes a snapshot reads, not decoded) — the floor of an atomic batch;
+- ``pipelined``: the 11 ``HINCRBYFLOAT`` in one pipeline (not atomic); the reader as above.
+
+The reader pauses 0.5 ms between reads (a build does other work between snapshots; without
+the pause a spinning reader's p99 is CPython's 5 ms GIL switch interval, not the board).
 
 Then the size sweep: a board of 10k and 100k items, and the time of one snapshot of all
 of them (ids given: one pipelined ``HMGET``).
@@ -21,6 +34,8 @@ from __future__ import annotations
 import argparse
 import json
 import multiprocessing
+import os
+import platform
 import random
 import shutil
 import socket
@@ -36,6 +51,8 @@ from typing import Any
 from relevance_memory.board import Add, BoardConfig, Deposit, InMemoryBoard, MemoryBoard, RedisBoard, Reinforce
 
 SCOPE = "shared"
+PAUSE_S = 0.0005
+MIN_SCRIPT = "for i = 1, #ARGV do redis.call('HINCRBYFLOAT', KEYS[1], ARGV[i], 1) end return #ARGV"
 
 
 def _free_port() -> int:
@@ -81,24 +98,71 @@ def _write(board: MemoryBoard, writer: str, seconds: float, items: int, batch: i
     return n, deposits
 
 
+class _Limit:
+    """The limit backends' write side, shaped like a board's ``apply``: the same 11 item ids."""
+
+    def __init__(self, kind: str, url: str | None, name: str, lock: Any = None, table: Any = None) -> None:
+        self.kind, self.lock, self.table = kind, lock, table
+        if url is not None:
+            import redis
+
+            self.client = redis.Redis.from_url(url)
+            self.key = f"limit:{{{name}}}"
+            self.script = self.client.register_script(MIN_SCRIPT)
+
+    def apply(self, ops: list[Any]) -> Any:
+        ids = [op.id for op in ops]
+        if self.kind == "dict+lock":
+            with self.lock:
+                for i in ids:
+                    self.table[i] = self.table.get(i, 0.0) + 1.0
+        elif self.kind == "min script":
+            self.script(keys=[self.key], args=ids)
+        else:
+            pipe = self.client.pipeline(transaction=False)
+            for i in ids:
+                pipe.hincrbyfloat(self.key, i, 1.0)
+            pipe.execute()
+        return _Done(tuple("deposited" for _ in ids[:-1]))
+
+
+class _Done:
+    def __init__(self, outcomes: tuple[str, ...]) -> None:
+        self.outcomes = outcomes
+
+
 def _redis_writer(url: str, name: str, writer: str, seconds: float, items: int, batch: int, start: Any,
-                  out: Any) -> None:
-    board = RedisBoard.from_url(url, name, BoardConfig(agent_share=None))
+                  out: Any, kind: str) -> None:
+    board: Any = RedisBoard.from_url(url, name, BoardConfig(agent_share=None)) if kind == "redis" else \
+        _Limit(kind, url, name)
     out.put(_write(board, writer, seconds, items, batch, start))
-    board.close()
 
 
-def _read(board: MemoryBoard, seconds: float, items: int, read: int, start: Any) -> list[float]:
+def _read(snapshot: Any, seconds: float, items: int, read: int, start: Any) -> list[float]:
     rng = random.Random(7)
     start.wait()
     lat: list[float] = []
     deadline = time.perf_counter() + seconds
     while time.perf_counter() < deadline:
         ids = [f"m{rng.randrange(items)}" for _ in range(read)]
+        time.sleep(PAUSE_S)
         t0 = time.perf_counter()
-        board.snapshot(SCOPE, ids, agent="reader", goal="the task", subtask="now")
+        snapshot(ids)
         lat.append((time.perf_counter() - t0) * 1000)
     return lat
+
+
+def _reader(kind: str, board: Any, lock: Any, table: Any) -> Any:
+    if kind in ("memory", "redis"):
+        return lambda ids: board.snapshot(SCOPE, ids, agent="reader", goal="the task", subtask="now")
+    if kind == "dict+lock":
+        def under_lock(ids: list[str]) -> list[Any]:
+            with lock:
+                return [table.get(i) for i in ids]
+        return under_lock
+    raw = board._raw  # the same bytes a snapshot reads, not decoded
+    key = board.key("cells", SCOPE)
+    return lambda ids: raw.hmget(key, ids)
 
 
 def _seed(board: MemoryBoard, items: int) -> None:
@@ -114,26 +178,31 @@ def _pct(xs: list[float], q: float) -> float:
 def run_load(backend: str, writers: int, url: str | None, args: argparse.Namespace) -> dict[str, Any]:
     config = BoardConfig(agent_share=None)
     name = f"bench-{uuid.uuid4().hex[:8]}"
-    board: MemoryBoard = InMemoryBoard(name, config) if backend == "memory" else RedisBoard.from_url(url, name, config)  # type: ignore[arg-type]
-    _seed(board, args.items)
+    in_process = backend in ("memory", "dict+lock")
+    board: Any = InMemoryBoard(name, config) if in_process else RedisBoard.from_url(url, name, config)  # type: ignore[arg-type]
+    lock, table = threading.Lock(), {}
+    if backend != "dict+lock":
+        _seed(board, args.items)
     results: list[tuple[int, int]] = []
-    if backend == "memory":
+    snapshot = _reader(backend, board, lock, table)
+    if in_process:
+        target = board if backend == "memory" else _Limit(backend, None, name, lock, table)
         start = threading.Barrier(writers + 1)
         threads = [threading.Thread(target=lambda w=w: results.append(
-            _write(board, f"w{w}", args.seconds, args.items, args.batch, start))) for w in range(writers)]
+            _write(target, f"w{w}", args.seconds, args.items, args.batch, start))) for w in range(writers)]
         for t in threads:
             t.start()
-        lat = _read(board, args.seconds, args.items, args.read, start)
+        lat = _read(snapshot, args.seconds, args.items, args.read, start)
         for t in threads:
             t.join()
     else:
         ctx = multiprocessing.get_context("fork")
         pstart, out = ctx.Barrier(writers + 1), ctx.Queue()
         procs = [ctx.Process(target=_redis_writer, args=(url, name, f"w{w}", args.seconds, args.items, args.batch,
-                                                         pstart, out)) for w in range(writers)]
+                                                         pstart, out, backend)) for w in range(writers)]
         for p in procs:
             p.start()
-        lat = _read(board, args.seconds, args.items, args.read, pstart)
+        lat = _read(snapshot, args.seconds, args.items, args.read, pstart)
         results = [out.get(timeout=120) for _ in procs]
         for p in procs:
             p.join()
@@ -173,19 +242,32 @@ def main() -> None:
     parser.add_argument("--json", help="write the results here")
     args = parser.parse_args()
     proc, url, folder = start_redis()
+    print(f"{platform.platform()}, {os.cpu_count()} cores, load {os.getloadavg()[0]:.1f}, "
+          f"Python {platform.python_version()}")
     rows, sizes = [], []
     try:
         version = RedisBoard.from_url(url).client.info("server")["redis_version"]
         print(f"redis-server {version} on {url}; {args.items} items, batches of {args.batch} deposits + 1 "
               f"reinforcement, {args.seconds:g} s per cell, snapshots of {args.read} ids")
-        print("| backend | writers | deposits/s | batches/s | snapshot p50 ms | snapshot p99 ms | snapshots |")
-        print("|---|---:|---:|---:|---:|---:|---:|")
+        print("| backend | writers | deposits/s | batches/s | snapshot p50 ms | snapshot p99 ms | snapshots "
+              "| batches/s ÷ min script | p50 ÷ raw HMGET |")
+        print("|---|---:|---:|---:|---:|---:|---:|---:|---:|")
         for writers in args.writers:
-            for backend in ("memory", "redis"):
-                r = run_load(backend, writers, url, args)
+            got = {}
+            for backend in ("dict+lock", "memory", "min script", "pipelined", "redis"):
+                r = got[backend] = run_load(backend, writers, url, args)
                 rows.append(r)
+                ratios = " | "
+                if backend == "redis":
+                    limit = got["min script"]
+                    r["vs_min_script"] = r["batches_per_s"] / limit["batches_per_s"]
+                    r["vs_raw_hmget"] = r["snapshot_p50_ms"] / limit["snapshot_p50_ms"]
+                    ratios = f"{r['vs_min_script']:.0%} | {r['vs_raw_hmget']:.1f}×"
+                elif backend == "memory":
+                    r["p99_vs_dict"] = r["snapshot_p99_ms"] / got["dict+lock"]["snapshot_p99_ms"]
                 print(f"| {backend} | {writers} | {r['deposits_per_s']:,.0f} | {r['batches_per_s']:,.0f} | "
-                      f"{r['snapshot_p50_ms']:.2f} | {r['snapshot_p99_ms']:.2f} | {r['snapshots']:,} |", flush=True)
+                      f"{r['snapshot_p50_ms']:.2f} | {r['snapshot_p99_ms']:.2f} | {r['snapshots']:,} | {ratios} |",
+                      flush=True)
         if args.sizes:
             print("\n| backend | items | seed s (Adds, batches of 1000) | snapshot of all ids s |")
             print("|---|---:|---:|---:|")

@@ -36,7 +36,7 @@ from ._model import (
     task_key,
 )
 
-__all__ = ["Step", "check_ops", "step", "view", "views"]
+__all__ = ["Step", "check_ops", "prominence_cap", "step", "view", "views"]
 
 Step = tuple[BoardCell | None, str, float, str | None]
 """``(new cell or None when unchanged, outcome, amount added, edge source or None)``."""
@@ -51,29 +51,35 @@ def check_ops(ops: Sequence[Op]) -> None:
             an empty id, a non-finite number), naming the op.
     """
     for n, op in enumerate(ops):
-        if not isinstance(op, (Add, Advance, Deposit, Reinforce, Use, Forget, Archive, Supersede, Restore, Repair)):
+        kind = type(op)
+        if kind not in _OPS:
             raise BoardError(f"operation {n} is not a board operation: {op!r}")
         check_access(op.scope, op.agent)
-        if isinstance(op, Advance):
-            if not isinstance(op.ticks, int) or op.ticks < 0:
-                raise BoardError(f"operation {n}: Advance.ticks must be an int ≥ 0, got {op.ticks!r}")
-            if op.to is not None and (not isinstance(op.to, int) or op.to < 0):
-                raise BoardError(f"operation {n}: Advance.to must be an int ≥ 0, got {op.to!r}")
+        if kind is Advance:
+            if not isinstance(op.ticks, int) or op.ticks < 0:  # type: ignore[union-attr]
+                raise BoardError(f"operation {n}: Advance.ticks must be an int ≥ 0, got {op.ticks!r}")  # type: ignore[union-attr]
+            if op.to is not None and (not isinstance(op.to, int) or op.to < 0):  # type: ignore[union-attr]
+                raise BoardError(f"operation {n}: Advance.to must be an int ≥ 0, got {op.to!r}")  # type: ignore[union-attr]
             continue
-        if not isinstance(op.id, str) or not op.id:
-            raise BoardError(f"operation {n}: the item id must be a non-empty string, got {op.id!r}")
+        item = op.id  # type: ignore[union-attr]
+        if not isinstance(item, str) or not item:
+            raise BoardError(f"operation {n}: the item id must be a non-empty string, got {item!r}")
         numbers = [getattr(op, "at", 0.0)]
         if isinstance(op, Add):
             if op.kind not in PHEROMONE_KINDS:
                 raise BoardError(f"operation {n}: unknown kind {op.kind!r} (one of {', '.join(PHEROMONE_KINDS)})")
             if op.strength is not None:
                 numbers.append(op.strength)
-        if isinstance(op, Deposit) and (not isinstance(op.score, int) or not 1 <= op.score <= 5):
+        elif isinstance(op, Deposit) and (not isinstance(op.score, int) or not 1 <= op.score <= 5):
             raise BoardError(f"operation {n}: a score must be an int 1–5, got {op.score!r}")
-        if isinstance(op, Reinforce) and op.delta is not None:
+        elif isinstance(op, Reinforce) and op.delta is not None:
             numbers.append(op.delta)
-        if any(not isinstance(x, (int, float)) or not math.isfinite(x) or x < 0 for x in numbers):
-            raise BoardError(f"operation {n}: times and strengths must be finite numbers ≥ 0: {op!r}")
+        for x in numbers:
+            if not isinstance(x, (int, float)) or not 0 <= x < math.inf:
+                raise BoardError(f"operation {n}: times and strengths must be finite numbers ≥ 0: {op!r}")
+
+
+_OPS = frozenset((Add, Advance, Deposit, Reinforce, Use, Forget, Archive, Supersede, Restore, Repair))
 
 
 def _event(cell: BoardCell, config: BoardConfig, agent: str, op: str, tick: int, amount: float, at: float
@@ -197,7 +203,12 @@ def views(cells: Mapping[str, BoardCell] | Iterable[tuple[str, BoardCell]], tick
             carried=r.strength >= carry, latest_score=memory.latest_score, expired=expired,
             in_use_by=holders, cell=cell,
         )
-    if not cap or config.prominence is None or is_private(scope):
+    return prominence_cap(out, config, scope) if cap else out
+
+
+def prominence_cap(out: dict[str, CellView], config: BoardConfig, scope: str) -> dict[str, CellView]:
+    """The per-item prominence cap of :func:`views` over views read together (seed 000 §6.1)."""
+    if config.prominence is None or is_private(scope):
         return out
     active = [v.task_strength for v in out.values() if v.active]
     if len(active) < 2:

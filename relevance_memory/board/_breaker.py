@@ -73,8 +73,11 @@ class CircuitBreaker:
         Raises:
             BoardUnavailableError: the circuit is open (or another call is probing): fail fast.
         """
+        if self.state == "closed":  # the hot path takes no lock (a stale read lets one call through)
+            return False
         with self._lock:
-            if self.state == "closed":
+            state: State = self.state  # again, under the lock
+            if state == "closed":
                 return False
             now = self._clock()
             if self.state == "open" and now >= self._until:
@@ -88,6 +91,8 @@ class CircuitBreaker:
 
     def success(self) -> None:
         """The call reached the server: close the circuit (and reset the back-off)."""
+        if self.state == "closed" and self._wait == self.backoff_s:
+            return
         with self._lock:
             if self.state != "closed":
                 self.faults.append(f"server reached again after {self._clock() - self._since:.2f} s: circuit closed")

@@ -77,8 +77,20 @@ def check_access(scope: str, agent: str) -> None:
 
     Every agent may use every non-private scope (``shared``, ``global``, a team scope
     such as ``tech``); ``private:<a>`` belongs to agent ``a`` alone (seed 004 §3.3,
-    seed 000 §5.3: private workspaces, a shared blackboard).
+    seed 000 §5.3: private workspaces, a shared blackboard). Allowed pairs are remembered
+    (a batch checks every op's pair).
     """
+    if (scope, agent) in _ALLOWED:
+        return
+    _check_access(scope, agent)
+    if len(_ALLOWED) < 4096:
+        _ALLOWED.add((scope, agent))
+
+
+_ALLOWED: set[tuple[str, str]] = set()
+
+
+def _check_access(scope: str, agent: str) -> None:
     if not _SCOPE_RE.match(scope):
         raise ScopeError(f"scope {scope!r} must be a name [A-Za-z0-9_.-]+, optionally ':<agent>'")
     if not _AGENT_RE.match(agent):
