@@ -52,6 +52,7 @@ from relevance_memory.board import Add, BoardConfig, Deposit, InMemoryBoard, Mem
 
 SCOPE = "shared"
 PAUSE_S = 0.0005
+SLOW_OK = {"socket_timeout": 30.0, "socket_connect_timeout": 30.0}  # a loaded box must not trip the breaker
 MIN_SCRIPT = "for i = 1, #ARGV do redis.call('HINCRBYFLOAT', KEYS[1], ARGV[i], 1) end return #ARGV"
 
 
@@ -133,7 +134,7 @@ class _Done:
 
 def _redis_writer(url: str, name: str, writer: str, seconds: float, items: int, batch: int, start: Any,
                   out: Any, kind: str) -> None:
-    board: Any = RedisBoard.from_url(url, name, BoardConfig(agent_share=None)) if kind == "redis" else \
+    board: Any = RedisBoard.from_url(url, name, BoardConfig(agent_share=None), **SLOW_OK) if kind == "redis" else \
         _Limit(kind, url, name)
     out.put(_write(board, writer, seconds, items, batch, start))
 
@@ -179,7 +180,7 @@ def run_load(backend: str, writers: int, url: str | None, args: argparse.Namespa
     config = BoardConfig(agent_share=None)
     name = f"bench-{uuid.uuid4().hex[:8]}"
     in_process = backend in ("memory", "dict+lock")
-    board: Any = InMemoryBoard(name, config) if in_process else RedisBoard.from_url(url, name, config)  # type: ignore[arg-type]
+    board: Any = InMemoryBoard(name, config) if in_process else RedisBoard.from_url(url, name, config, **SLOW_OK)  # type: ignore[arg-type]
     lock, table = threading.Lock(), {}
     if backend != "dict+lock":
         _seed(board, args.items)
@@ -216,7 +217,7 @@ def run_load(backend: str, writers: int, url: str | None, args: argparse.Namespa
 
 def run_size(backend: str, size: int, url: str | None) -> dict[str, Any]:
     name = f"size-{uuid.uuid4().hex[:8]}"
-    board: MemoryBoard = InMemoryBoard(name) if backend == "memory" else RedisBoard.from_url(url, name)  # type: ignore[arg-type]
+    board: MemoryBoard = InMemoryBoard(name) if backend == "memory" else RedisBoard.from_url(url, name, **SLOW_OK)  # type: ignore[arg-type]
     t0 = time.perf_counter()
     _seed(board, size)
     seeded = time.perf_counter() - t0

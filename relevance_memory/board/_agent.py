@@ -70,7 +70,7 @@ class AgentMemory(PheromoneField):
         self.faults: list[str] = []
         """What went wrong talking to the board, one sentence each (cleared by :meth:`take_faults`)."""
         self.source = "memory"
-        """Where the shared strengths last came from: ``memory``, ``redis`` or ``local copy``."""
+        """Where the shared strengths last came from: ``memory``, ``redis``, ``sqlite`` or ``local copy``."""
 
     # ------------------------------------------------------------------ scopes
     def board_scope(self, message: Message) -> str:

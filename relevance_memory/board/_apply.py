@@ -9,8 +9,9 @@ path of every backend: evaporation computed into the value, nothing written.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import replace
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from typing import Final
 
 from .. import _pheromone_math as pm
 from .._config import PHEROMONE_KINDS
@@ -36,7 +37,7 @@ from ._model import (
     task_key,
 )
 
-__all__ = ["Step", "check_ops", "prominence_cap", "step", "view", "views"]
+__all__ = ["CORRUPT", "BatchWrites", "Step", "check_ops", "prominence_cap", "run_batch", "step", "view", "views"]
 
 Step = tuple[BoardCell | None, str, float, str | None]
 """``(new cell or None when unchanged, outcome, amount added, edge source or None)``."""
@@ -166,6 +167,73 @@ def step(cell: BoardCell | None, tick: int, op: Op, config: BoardConfig) -> Step
         new = replace(cell, status="active", superseded_by=None, status_by=op.agent, touched_at=op.at)
         return replace(new, events=_event(new, config, op.agent, "restored", tick, 0.0, op.at)), "restored", 0.0, None
     raise TypeError(f"not a board operation: {op!r}")
+
+
+class _Corrupt:
+    def __repr__(self) -> str:
+        return "CORRUPT"
+
+
+CORRUPT: Final = _Corrupt()
+"""What a backend's ``cell_of`` returns for a stored cell that does not decode."""
+
+
+@dataclass
+class BatchWrites:
+    """What :func:`run_batch` computed: one outcome and amount per op, and what to write."""
+
+    outcomes: list[str] = field(default_factory=list)
+    amounts: list[float] = field(default_factory=list)
+    ticks: dict[str, int] = field(default_factory=dict)
+    cells: dict[tuple[str, str], BoardCell] = field(default_factory=dict)
+    edges: dict[tuple[str, tuple[str, str]], float] = field(default_factory=dict)
+
+
+def run_batch(ops: Sequence[Op], config: BoardConfig, tick_of: Callable[[str], int],
+              cell_of: Callable[[str, str], BoardCell | _Corrupt | None],
+              edge_of: Callable[[str, tuple[str, str]], float | None]) -> BatchWrites:
+    """Compute a whole batch (ops in order, each seeing the ones before) on an overlay of
+    what a backend stores, reading through ``tick_of(scope)``, ``cell_of(scope, id)``
+    (``None``: no such item; :data:`CORRUPT`: it does not decode) and
+    ``edge_of(scope, (id, source))``; nothing is written here. The backend then commits
+    the returned ticks, cells and edges together (or nothing)."""
+    out = BatchWrites()
+    edge_delta = config.pheromone.edge_delta
+    for op in ops:
+        scope = op.scope
+        tick = out.ticks[scope] if scope in out.ticks else tick_of(scope)
+        if isinstance(op, Advance):
+            out.ticks[scope] = max(tick, op.to) if op.to is not None else tick + op.ticks
+            out.outcomes.append("advanced")
+            out.amounts.append(0.0)
+            continue
+        key = (scope, op.id)
+        cell = out.cells[key] if key in out.cells else cell_of(scope, op.id)
+        outcome: str | None = None
+        if isinstance(op, Repair):
+            outcome = "readable" if isinstance(cell, BoardCell) else "repaired"
+            if outcome == "repaired":
+                out.cells[key] = op.cell
+        elif isinstance(cell, _Corrupt):
+            outcome = "corrupt"
+        elif isinstance(op, Reinforce) and op.source is not None and cell is not None:
+            ek = (scope, (op.id, op.source))
+            if ek in out.edges or edge_of(scope, (op.id, op.source)) is not None:
+                outcome = "already"  # once per (item, source)
+        if outcome is not None:
+            out.outcomes.append(outcome)
+            out.amounts.append(0.0)
+            continue
+        assert not isinstance(cell, _Corrupt)
+        new, outcome, amount, source = step(cell, tick, op, config)
+        if new is not None:
+            out.cells[key] = new
+        if source is not None:
+            ek = (scope, (op.id, source))
+            out.edges[ek] = (out.edges[ek] if ek in out.edges else edge_of(scope, (op.id, source)) or 0.0) + edge_delta
+        out.outcomes.append(outcome)
+        out.amounts.append(amount)
+    return out
 
 
 def view(item_id: str, cell: BoardCell, tick: int, config: BoardConfig, scope: str, *,

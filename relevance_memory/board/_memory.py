@@ -8,16 +8,13 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
 from .._exceptions import BoardError
-from ._apply import check_ops, step, views
+from ._apply import check_ops, run_batch, views
 from ._model import (
-    Advance,
     BatchResult,
     BoardCell,
     BoardConfig,
     LogEntry,
     Op,
-    Reinforce,
-    Repair,
     Snapshot,
     check_access,
     is_private,
@@ -134,42 +131,9 @@ class InMemoryBoard:
         with self._lock:
             if batch_id in self._batches:
                 return BatchResult(batch_id, (), (), duplicate=True)
-            ticks: dict[str, int] = {}
-            cells: dict[tuple[str, str], BoardCell] = {}
-            edges: dict[tuple[str, tuple[str, str]], float] = {}
-            outcomes: list[str] = []
-            amounts: list[float] = []
-            for op in ops:
-                state = self._scope(op.scope)
-                tick = ticks.get(op.scope, state.tick)
-                if isinstance(op, Advance):
-                    ticks[op.scope] = max(tick, op.to) if op.to is not None else tick + op.ticks
-                    outcomes.append("advanced")
-                    amounts.append(0.0)
-                    continue
-                key = (op.scope, op.id)
-                cell = cells.get(key, state.cells.get(op.id))
-                if isinstance(op, Reinforce) and op.source is not None and cell is not None:
-                    ek = (op.scope, (op.id, op.source))
-                    if ek in edges or (op.id, op.source) in state.edges:
-                        outcomes.append("already")
-                        amounts.append(0.0)
-                        continue
-                if isinstance(op, Repair):
-                    outcomes.append("readable" if cell is not None else "repaired")
-                    if cell is None:
-                        cells[key] = op.cell
-                    amounts.append(0.0)
-                    continue
-                new, outcome, amount, source = step(cell, tick, op, self.config)
-                if new is not None:
-                    cells[key] = new
-                if source is not None:
-                    ek = (op.scope, (op.id, source))
-                    edges[ek] = edges.get(ek, state.edges.get((op.id, source), 0.0)) + \
-                        self.config.pheromone.edge_delta
-                outcomes.append(outcome)
-                amounts.append(amount)
+            got = run_batch(ops, self.config, self.tick, lambda scope, item: self._scope(scope).cells.get(item),
+                            lambda scope, edge: self._scope(scope).edges.get(edge))
+            ticks, cells, edges = got.ticks, got.cells, got.edges
             self._version += 1
             for scope, tick in ticks.items():
                 self._scope(scope).tick = tick
@@ -179,7 +143,7 @@ class InMemoryBoard:
                 self._scope(scope).edges[edge] = weight
             self._version += 1
             self._batches.add(batch_id)
-        return BatchResult(batch_id, tuple(outcomes), tuple(amounts))
+        return BatchResult(batch_id, tuple(got.outcomes), tuple(got.amounts))
 
     # ------------------------------------------------------------------ log
     def append(self, scope: str, entries: Sequence[Mapping[str, str]], *, agent: str,

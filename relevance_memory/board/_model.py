@@ -528,8 +528,8 @@ class Snapshot:
         cells: id → :class:`CellView` for every id found (and decodable).
         missing: ids asked for that the board does not hold.
         corrupt: ids whose stored cell does not decode (treated as missing).
-        source: ``"memory"``, ``"redis"`` or ``"local copy"`` (a mirrored board that could
-            not reach its server).
+        source: ``"memory"``, ``"redis"``, ``"sqlite"`` or ``"local copy"`` (a mirrored
+            board that could not reach its server).
         faults: what went wrong while reading, one sentence each (for the decision record).
     """
 
