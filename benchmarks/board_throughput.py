@@ -4,9 +4,10 @@ each beside the limit of what it is built on, measured in the same run.
 For each backend and writer count, every writer applies batches of ``--batch`` deposits
 (each on a random item of ``--items``, a fresh subtask each time, so every deposit is
 effective) plus one reinforcement, for ``--seconds``; meanwhile one reader takes
-snapshots of ``--read`` random ids. Reported: deposits applied per second (all writers),
-batches per second, and the snapshot latency p50 / p99 (ms) seen by the reader under that
-load. In-memory writers are threads of one process (the board lives in it); Redis writers
+snapshots of ``--read`` random ids. The backends take turns, ``--rounds`` times, so all of
+them see the same machine load; reported per backend: the median over rounds of deposits
+applied per second (all writers) and batches per second, and the snapshot latency p50 / p99
+(ms) of all the reader's reads under that load. In-memory writers are threads of one process (the board lives in it); Redis writers
 are separate processes, each with its own connection, against one ``redis-server`` this
 script starts on 127.0.0.1 and a random free port (and stops).
 
@@ -31,7 +32,7 @@ Then the size sweep: a board of 10k and 100k items, and the time of one snapshot
 of them (ids given: one pipelined ``HMGET``).
 
     python benchmarks/board_throughput.py                 # the BENCHMARKS.md table
-    python benchmarks/board_throughput.py --seconds 1 --writers 1 4 --sizes 10000   # quick
+    python benchmarks/board_throughput.py --rounds 1 --writers 1 4 --sizes 10000   # quick
 """
 
 from __future__ import annotations
@@ -228,9 +229,24 @@ def run_load(backend: str, writers: int, url: str | None, args: argparse.Namespa
     board.close()
     return {"backend": backend, "writers": writers, "deposits_per_s": deposits / args.seconds,
             "batches_per_s": batches / args.seconds, "snapshot_p50_ms": _pct(lat, 0.5),
-            "snapshot_p99_ms": _pct(lat, 0.99), "snapshots": len(lat),
+            "snapshot_p99_ms": _pct(lat, 0.99), "snapshots": len(lat), "latencies_ms": lat,
             "cpu_us_per_batch": None if in_process else 1e6 * (cpu_client + cpu_server) / max(batches, 1),
             "server_cpu_us_per_batch": None if in_process else 1e6 * cpu_server / max(batches, 1)}
+
+
+BACKENDS = ("dict+lock", "memory", "min script", "pipelined", "redis")
+
+
+def _median(backend: str, writers: int, runs: list[dict[str, Any]]) -> dict[str, Any]:
+    """One row from a backend's rounds: median rates and CPU, percentiles of all reads pooled."""
+    lat = [x for r in runs for x in r.pop("latencies_ms")]
+    out: dict[str, Any] = {"backend": backend, "writers": writers, "rounds": len(runs),
+                           "snapshot_p50_ms": _pct(lat, 0.5), "snapshot_p99_ms": _pct(lat, 0.99), "snapshots": len(lat)}
+    for key in ("deposits_per_s", "batches_per_s", "cpu_us_per_batch", "server_cpu_us_per_batch"):
+        values = [r[key] for r in runs if r[key] is not None]
+        out[key] = statistics.median(values) if values else None
+        out[f"{key}_rounds"] = [r[key] for r in runs]
+    return out
 
 
 def run_size(backend: str, size: int, url: str | None) -> dict[str, Any]:
@@ -253,7 +269,9 @@ def run_size(backend: str, size: int, url: str | None) -> dict[str, Any]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--writers", type=int, nargs="+", default=[1, 4, 16])
-    parser.add_argument("--seconds", type=float, default=3.0)
+    parser.add_argument("--seconds", type=float, default=1.0, help="seconds per round")
+    parser.add_argument("--rounds", type=int, default=5,
+                        help="rounds per writer count, the backends taking turns within each (they see the same load)")
     parser.add_argument("--items", type=int, default=1000)
     parser.add_argument("--batch", type=int, default=10)
     parser.add_argument("--read", type=int, default=100, help="ids per snapshot")
@@ -267,14 +285,18 @@ def main() -> None:
     try:
         version = RedisBoard.from_url(url).client.info("server")["redis_version"]
         print(f"redis-server {version} on {url}; {args.items} items, batches of {args.batch} deposits + 1 "
-              f"reinforcement, {args.seconds:g} s per cell, snapshots of {args.read} ids")
+              f"reinforcement, {args.rounds} rounds of {args.seconds:g} s per cell (backends in turn; medians, "
+              f"reads pooled), snapshots of {args.read} ids")
         print("| backend | writers | deposits/s | batches/s | snapshot p50 ms | snapshot p99 ms | snapshots "
               "| CPU µs/batch (server) | batches/s ÷ min script | p50 ÷ raw HMGET |")
         print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
         for writers in args.writers:
-            got = {}
-            for backend in ("dict+lock", "memory", "min script", "pipelined", "redis"):
-                r = got[backend] = run_load(backend, writers, url, args)
+            runs: dict[str, list[dict[str, Any]]] = {b: [] for b in BACKENDS}
+            for _ in range(args.rounds):
+                for backend in BACKENDS:
+                    runs[backend].append(run_load(backend, writers, url, args))
+            got = {backend: _median(backend, writers, rs) for backend, rs in runs.items()}
+            for backend, r in got.items():
                 rows.append(r)
                 ratios = " | "
                 cpu = "" if r["cpu_us_per_batch"] is None else \

@@ -179,10 +179,6 @@ def _s(value: Any) -> str:
     return value.decode("utf-8") if isinstance(value, bytes) else str(value)
 
 
-def _f(x: float) -> str:
-    return repr(float(x))
-
-
 _NONE = False  # "none" in a MessagePack slot (see _packed)
 
 
@@ -244,7 +240,6 @@ class RedisBoard:
         self.breaker = breaker or CircuitBreaker()
         self._sleep = sleep
         self._base = f"{prefix}:{{{name}}}"
-        self._packer = self._msgpack.Packer(use_bin_type=True)
         self._raw = _binary(self._mod, client)  # cells are MessagePack bytes: a client that leaves them so
         source = resources.files(__package__).joinpath("_board.lua").read_text(encoding="utf-8")
         self._script = self._raw.register_script(source.replace("--@CONFIG@", _config_lua(self.config), 1))
@@ -450,7 +445,7 @@ class RedisBoard:
                      self.key("events", scope)]
             cap = self.config.share_cap(scope)
             caps.append(_NONE if cap is None else cap)
-        payload = self._packer.pack([caps, [_pack_op(op, index) for op in ops]])
+        payload = self._msgpack.packb([caps, [_pack_op(op, index) for op in ops]])  # a Packer is not thread-safe
         args = [payload]
         reply = self._call(f"batch {batch_id}", lambda: self._script(keys=keys, args=args))
         data = self._msgpack.unpackb(reply)
