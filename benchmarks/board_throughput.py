@@ -175,7 +175,7 @@ def _reader(kind: str, board: Any, lock: Any, table: Any) -> Any:
             with lock:
                 return [table.get(i) for i in ids]
         return under_lock
-    raw = board._raw  # the same bytes a snapshot reads, not decoded
+    raw = getattr(board, "_raw", board.client)  # the same bytes a snapshot reads, not decoded (a tree before _raw: its client)
     key = board.key("cells", SCOPE)
     return lambda ids: raw.hmget(key, ids)
 
@@ -249,6 +249,31 @@ def _median(backend: str, writers: int, runs: list[dict[str, Any]]) -> dict[str,
     return out
 
 
+def script_time(url: str, args: argparse.Namespace, batches: int = 300, turns: int = 3) -> dict[str, Any]:
+    """Server time of one batch's script (``INFO commandstats`` usec_per_call of EVALSHA),
+    ours and the minimal script in turns, one writer, no reader: what the server spends
+    inside the script, apart from the network and the scheduling of a loaded machine."""
+    import redis
+
+    stats = redis.Redis.from_url(url)
+    name = f"lua-{uuid.uuid4().hex[:8]}"
+    ours = RedisBoard.from_url(url, name, BoardConfig(agent_share=None), **SLOW_OK)
+    _seed(ours, args.items)
+    limit = _Limit("min script", url, name)
+    rng = random.Random(3)
+    out: dict[str, list[float]] = {"redis": [], "min script": []}
+    k = 0
+    for _ in range(turns):
+        for label, board in (("min script", limit), ("redis", ours)):
+            stats.config_resetstat()
+            for _ in range(batches):
+                board.apply(_ops(rng, "w", k, args.items, args.batch))
+                k += 1
+            out[label].append(float(stats.info("commandstats")["cmdstat_evalsha"]["usec_per_call"]))
+    ours.close()
+    return {label: statistics.median(v) for label, v in out.items()} | {"turns": out}
+
+
 def run_size(backend: str, size: int, url: str | None) -> dict[str, Any]:
     name = f"size-{uuid.uuid4().hex[:8]}"
     board: MemoryBoard = InMemoryBoard(name) if backend == "memory" else RedisBoard.from_url(url, name, **SLOW_OK)  # type: ignore[arg-type]
@@ -282,6 +307,7 @@ def main() -> None:
     print(f"{platform.platform()}, {os.cpu_count()} cores, load {os.getloadavg()[0]:.1f}, "
           f"Python {platform.python_version()}")
     rows, sizes = [], []
+    lua: dict[str, Any] = {}
     try:
         version = RedisBoard.from_url(url).client.info("server")["redis_version"]
         print(f"redis-server {version} on {url}; {args.items} items, batches of {args.batch} deposits + 1 "
@@ -312,6 +338,9 @@ def main() -> None:
                 print(f"| {backend} | {writers} | {r['deposits_per_s']:,.0f} | {r['batches_per_s']:,.0f} | "
                       f"{r['snapshot_p50_ms']:.2f} | {r['snapshot_p99_ms']:.2f} | {r['snapshots']:,} | {cpu} | {ratios} |",
                       flush=True)
+        lua = script_time(url, args)
+        print(f"\nscript server time per batch (usec_per_call, median of 3 turns of 300 batches): ours "
+              f"{lua['redis']:.0f} µs, minimal script {lua['min script']:.0f} µs ({lua['redis'] / lua['min script']:.1f}×)")
         if args.sizes:
             print("\n| backend | items | seed s (Adds, batches of 1000) | snapshot of all ids s |")
             print("|---|---:|---:|---:|")
@@ -326,7 +355,7 @@ def main() -> None:
         shutil.rmtree(folder, ignore_errors=True)
     if args.json:
         with open(args.json, "w") as f:
-            json.dump({"load": rows, "sizes": sizes}, f, indent=2)
+            json.dump({"load": rows, "script_time_us": lua, "sizes": sizes}, f, indent=2)
 
 
 if __name__ == "__main__":
