@@ -1,9 +1,9 @@
 """Board data: the config, the operations, the stored cells and the snapshot view (SPEC §10).
 
-All values here are immutable. The stored form of a cell (:func:`encode_cell` /
-:func:`decode_cell`) is one JSON object per item; the Redis backend's Lua script reads
-and writes the same form, with floats written as ``%.17g`` strings so that they round-trip
-exactly (Lua's ``cjson`` keeps only 14 digits of a number).
+All values here are immutable. :func:`encode_cell` / :func:`decode_cell` give a cell's
+portable form, one JSON object per item with floats as exact decimal strings (the SQLite
+board stores it); the Redis board stores a MessagePack array instead (``_packed``), which
+its Lua script works on without decimal text.
 """
 
 from __future__ import annotations

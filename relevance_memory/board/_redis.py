@@ -18,15 +18,16 @@ appended to their own hash entry, never decoded by a batch; a scope costs a batc
 ``HMGET`` and one ``HSET`` of its cells and the same of their events. Reads: one
 pipelined round trip per snapshot (the tick and one ``HMGET`` of the ids, plus one of
 their events with ``provenance=True``), each cell decoded once per change and viewed by
-the same pure functions as the in-memory board. A batch keeps its id across retries, so it is applied
-at most once even when a reply was lost.
+the same pure functions as the in-memory board. A batch keeps its id across retries, so
+it is applied at most once even when a reply was lost.
 
 Faults never stall a step: every socket operation is bounded (``from_url``: 200 ms to
 connect, 200 ms per read or write), a timeout is not retried, and a
 :class:`~relevance_memory.board.CircuitBreaker` turns the first failed call into fast
-failures (no round trip) for a back-off period, then lets one probe through. One board
-call therefore waits at most :data:`CALL_BOUND_S` (0.46 s with the defaults); every
-later call of the same step returns at once while the circuit is open.
+failures (no round trip) for a back-off period, then lets one probe through. A call
+that fails therefore waits at most :data:`CALL_BOUND_S` (0.46 s with the defaults), and
+every later call of the same step returns at once while the circuit is open. (The bound
+is per socket operation: a server that answers each one just inside it is slow, not down.)
 """
 
 from __future__ import annotations
@@ -143,7 +144,7 @@ class BoardRetry:
 
 
 CALL_BOUND_S = CONNECT_TIMEOUT_S + OP_TIMEOUT_S + BoardRetry.first_wait_s * 3
-"""The longest one board call waits with the defaults (seconds): a connection attempt, a
+"""The longest a failing board call waits with the defaults (seconds): a connection attempt, a
 timed-out read, and the retry waits before them (0.02 + 0.04 s). A step (an ``add()``, a
 build) makes at most one such call: the circuit is open after it."""
 
