@@ -28,15 +28,37 @@ it between different conversations.
 from __future__ import annotations
 
 import inspect
-from collections.abc import AsyncIterator, Callable, Iterable, Iterator
+from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Mapping
 from typing import Any, ClassVar
 
+from ._exceptions import InvalidMessageError
 from ._manager import BuiltContext, RelevanceMemoryManager
 from ._record import DecisionRecord
 from ._session import MemorySession, OnDivergence, SessionView, field_of, record_usage
 from ._telemetry import ModelCallSpan, model_call
 
 __all__ = ["AsyncManagedOpenAI", "ManagedOpenAI", "manage"]
+
+
+def _history(messages: Iterable[Any]) -> list[Any]:
+    """The request's ``messages`` as a list, refused before anything is recorded or sent when
+    it cannot be a chat history.
+
+    Raises:
+        InvalidMessageError: ``messages`` is empty (the API would reject it; an empty history
+            would also reset the memory), or one message (a mapping, a string) instead of a list.
+    """
+    if isinstance(messages, (str, bytes, Mapping)) or not isinstance(messages, Iterable):
+        raise InvalidMessageError(
+            f"messages must be a list of chat messages, got {type(messages).__name__}; wrap one message in a list"
+        )
+    history = list(messages)
+    if not history:
+        raise InvalidMessageError(
+            "messages is empty: a request needs at least one message (pass the whole history, "
+            "system prompt and user message included, on every call)"
+        )
+    return history
 
 
 class _ReplyAccumulator:
@@ -244,7 +266,7 @@ class _Completions(_Passthrough):
 
     def _build(self, messages: Iterable[Any], kwargs: dict[str, Any]) -> tuple[RelevanceMemoryManager, BuiltContext]:
         """Record the new messages of ``messages`` and build the context for this request."""
-        return self._session.prepare(messages, kwargs.get("model"), kwargs.get("tools"))
+        return self._session.prepare(_history(messages), kwargs.get("model"), kwargs.get("tools"))
 
     def _call(self, method: str, *, messages: Iterable[Any], **kwargs: Any) -> Any:
         session = self._session
@@ -332,9 +354,10 @@ class ManagedOpenAI(_ManagedBase):
             ``model="gpt-4o"``, ``max_input_tokens=8000``, ``keep_recent=4``.
 
     The budget of each build is the memory's budget minus the tokens of the request's
-    ``tools`` schema (tokens). Raises what the memory raises (:class:`InvalidMessageError`,
-    :class:`ContextOverflowError`, :class:`HistoryDivergedError`) before sending, and
-    whatever the client raises.
+    ``tools`` schema (tokens). Raises before sending: :class:`InvalidMessageError` for an
+    empty ``messages`` (or one message not in a list), :class:`ConfigError` when the ``tools``
+    schema leaves no room, and what the memory raises (:class:`InvalidMessageError`,
+    :class:`ContextOverflowError`, :class:`HistoryDivergedError`); then whatever the client raises.
     """
 
     _completions = _Completions
@@ -410,11 +433,11 @@ class _AsyncCompletions(_Passthrough):
 
     async def _abuild(self, memory: RelevanceMemoryManager, kwargs: dict[str, Any]) -> BuiltContext:
         """Build the context for this request (awaited: no blocking call)."""
-        return await memory.abuild_context(budget=self._session.budget(memory, kwargs))
+        return await memory.abuild_context(tools=kwargs.get("tools"))
 
     async def _call(self, method: str, *, messages: Iterable[Any], **kwargs: Any) -> Any:
         session = self._session
-        memory, built = await session.aprepare(messages, kwargs.get("model"), kwargs.get("tools"))
+        memory, built = await session.aprepare(_history(messages), kwargs.get("model"), kwargs.get("tools"))
         span = model_call(kwargs.get("model"), built, stream=bool(kwargs.get("stream")))
         try:
             with span.current():
@@ -450,7 +473,7 @@ class _AsyncHelperStreamManager:
     def __init__(self, completions: _AsyncCompletions, messages: Iterable[Any], kwargs: dict[str, Any]) -> None:
         session = completions._session
         self._completions = completions
-        self._memory = session.sync(messages, kwargs.get("model"))
+        self._memory = session.sync(_history(messages), kwargs.get("model"))
         self._kwargs = kwargs
         self._manager: Any = None
         self._span: ModelCallSpan | None = None

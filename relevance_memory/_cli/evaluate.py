@@ -20,12 +20,12 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import typer
-from rich.markup import escape
 from rich.table import Table
+from rich.text import Text
 
 from .._exceptions import RelevanceMemoryError
 from .._extras import MissingExtraError
-from ._common import EMBEDDER_HELP, console, err, fail
+from ._common import EMBEDDER_HELP, console, err, fail, tagged
 from ._scorer_options import (
     BaseUrl,
     BatchSize,
@@ -77,10 +77,11 @@ def _provenance() -> dict[str, Any]:
 def _run_eval(
     name: str, path: Path, budgets_text: str, limit: int | None, questions: str | None,
     categories: str | None, scorers: str, keep_recent: int, goal_block: bool, jobs: int,
-    out: Path, details: bool, embedder: str = "wordllama",
+    out: Path, details: bool, embedder: str = "wordllama", model_name: str = "gpt-4o",
 ) -> None:
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
+    from .._config import encoding_for
     from .._embedding import embedder_unavailable_reason, load_embedder
     from ..evaluation import (
         RecallRun,
@@ -96,6 +97,7 @@ def _run_eval(
     )
 
     budgets = _ints(budgets_text or DEFAULT_BUDGETS[name], "--budgets")
+    encoding = encoding_for(model_name)  # as `relmem build` / `replay` count for the same --model
     try:
         dataset = load_dataset(name, path)
     except (OSError, ValueError) as exc:
@@ -109,10 +111,11 @@ def _run_eval(
     if not evaluable:
         raise fail("no question with evidence selected (check --questions / --categories / --limit)")
     if dataset.unresolved:
-        console.print(f"[yellow]{len(dataset.unresolved)} evidence id(s) could not be resolved[/] "
-                      f"(dropped from their question): {', '.join(f'{q} {raw!r}' for q, raw in dataset.unresolved)}")
+        console.print(Text.assemble((f"{len(dataset.unresolved)} evidence id(s) of the data set could not be resolved", "yellow"),
+                                    " (dropped from their question): ",
+                                    ", ".join(f"{q} {raw!r}" for q, raw in dataset.unresolved)))
     if dataset.repaired:
-        console.print(f"{len(dataset.repaired)} malformed evidence id(s) repaired")
+        console.print(f"{len(dataset.repaired)} malformed evidence id(s) of the data set repaired")
     results = []
     try:  # before the run: an unwritable --out should not cost the whole evaluation
         out.mkdir(parents=True, exist_ok=True)
@@ -125,8 +128,8 @@ def _run_eval(
         raise fail(str(exc)) from None
     if "offline" in labels and model is None:
         # said once, here, instead of a Python warning per process from the first score
-        console.print(f"[yellow]note:[/] {embedder_unavailable_reason()}: 'offline' below is the lexical scorer alone",
-                      soft_wrap=True, highlight=False)
+        console.print(tagged("note:", f"{embedder_unavailable_reason()}: 'offline' below is the lexical scorer alone"),
+                      highlight=False)
     started = time.perf_counter()
     try:
         with warnings.catch_warnings():
@@ -137,9 +140,9 @@ def _run_eval(
                 run = RecallRun(
                     budgets=budgets, methods=_first_methods(model is not None) if n == 0 else ("manager",),
                     keep_recent=keep_recent, goal_block=goal_block, scorer=scorer, label=spec.split(":")[0],
-                    embedder=embedder,
+                    embedder=embedder, encoding=encoding,
                 )
-                with Progress(TextColumn(f"{name} · {spec}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                with Progress(TextColumn(f"{name} · {spec}", markup=False), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                               console=err, transient=True) as bar:
                     task = bar.add_task("questions", total=len(dataset.questions))
                     advance = functools.partial(bar.advance, task)
@@ -149,12 +152,12 @@ def _run_eval(
     elapsed = time.perf_counter() - started
     summary = summarise_results(results)
     embedded = model.name if model is not None else "none: lexical"
-    title = f"{name}: evidence recall at a token budget ({len(evaluable):,} questions, cl100k, embedder {embedded})"
+    title = f"{name}: evidence recall at a token budget ({len(evaluable):,} questions, tokens counted in {encoding} ({model_name}), embedder {embedded})"
     console.print(recall_table(summary, budgets, title=title))
     json_path, png_path = out / f"{name}.json", out / f"{name}.png"
     payload: dict[str, Any] = {
         "dataset": name, "path": str(path), **_provenance(), "elapsed_s": round(elapsed, 1),
-        "config": {"budgets": list(budgets), "encoding": "cl100k_base", "keep_recent": keep_recent,
+        "config": {"budgets": list(budgets), "model": model_name, "encoding": encoding, "keep_recent": keep_recent,
                    "goal_block": goal_block, "scorers": scorers, "categories": categories, "limit": limit,
                    "embedder": embedder, "embedder_version": model.version if model is not None else None},
         "questions": len(evaluable),
@@ -166,11 +169,31 @@ def _run_eval(
         payload["results"] = results_as_dicts(results)
     write_json(json_path, payload)
     try:
-        plot_recall(summary, budgets, png_path, title=f"{name} ({len(evaluable):,} questions)")
-        plotted = f" · plot → [bold]{png_path}[/]"
+        plot_recall(summary, budgets, png_path, title=f"{name} ({len(evaluable):,} questions)", encoding=encoding)
+        plotted = Text.assemble(" · plot → ", (str(png_path), "bold"))
     except MissingExtraError as exc:  # the numbers are in the JSON: a missing plot library costs only the PNG
-        plotted = f" · no plot: {escape(str(exc))}"
-    console.print(f"{elapsed:.0f} s · results → [bold]{json_path}[/]{plotted}")
+        plotted = Text(f" · no plot: {exc}")
+    console.print(Text.assemble(f"{elapsed:.0f} s · results → ", (str(json_path), "bold"), plotted))
+    _report_failed_builds(results, labels)
+
+
+def _report_failed_builds(results: list[Any], labels: list[str]) -> None:
+    """Say which manager builds failed (each is counted as a miss, so a column of failures reads
+    as recall 0); every one failing is an error (exit 2), not a result.
+
+    Raises:
+        typer.Exit: every build of the manager failed.
+    """
+    managed = [r for r in results if r.method in {spec.split(":")[0] for spec in labels}]
+    failed = [r for r in managed if r.error]
+    for method, budget in dict.fromkeys((r.method, r.budget) for r in failed):
+        cell = [r for r in managed if (r.method, r.budget) == (method, budget)]
+        errors = [r.error for r in cell if r.error]
+        console.print(tagged("warning:", f"{method} at budget {budget:,}: {len(errors)} of {len(cell)} builds failed, "
+                                         f"counted as misses (first: {errors[0]})"))
+    if managed and len(failed) == len(managed):
+        raise fail(f"every one of the manager's {len(managed):,} builds failed: its recall above is not a measurement; "
+                   "raise --budgets")
 
 
 _BUDGETS = typer.Option("--budgets", help="Comma-separated token budgets. Default: 1000,2000,4000 (LoCoMo), 2000,4000,8000 (LongMemEval).")
@@ -183,6 +206,8 @@ _GOAL = typer.Option("--goal-block/--no-goal-block", help="Let the manager add i
 _JOBS = typer.Option(help="Worker processes (conversations run in parallel).")
 _OUT = typer.Option(help="Folder for <dataset>.json and <dataset>.png.")
 _DETAILS = typer.Option("--details/--no-details", help="Also write every (question, method, budget) row to the JSON.")
+_MODEL = typer.Option("--model", help="Model name; picks the tokenizer (o200k/cl100k) every method counts budgets in, "
+                      "as in relmem build / replay. gpt-4 or gpt-3.5-turbo: cl100k (the encoding of the runs in BENCHMARKS.md).")
 _EMBEDDER = typer.Option("--embedder", help=EMBEDDER_HELP.replace("offline scorer", "manager and the embedding baselines"))
 
 
@@ -192,7 +217,9 @@ def eval_locomo(
     budgets: Annotated[str, _BUDGETS] = "",
     limit: Annotated[int | None, _LIMIT] = None,
     questions: Annotated[str | None, _QUESTIONS] = None,
-    categories: Annotated[str, typer.Option(help="Categories to measure, comma-separated names (adversarial excluded by default).")] = "multi-hop,temporal,open-domain,single-hop",
+    categories: Annotated[str, typer.Option(
+        help="Categories to measure, comma-separated names (adversarial excluded by default).",
+        show_default="multi-hop, temporal, open-domain, single-hop")] = "multi-hop,temporal,open-domain,single-hop",
     scorer: Annotated[str, _SCORERS] = "offline",
     keep_recent: Annotated[int, _KEEP] = 0,
     goal_block: Annotated[bool, _GOAL] = False,
@@ -200,10 +227,11 @@ def eval_locomo(
     out: Annotated[Path, _OUT] = Path("relmem-eval"),
     details: Annotated[bool, _DETAILS] = False,
     embedder: Annotated[str, _EMBEDDER] = "wordllama",
+    model: Annotated[str, _MODEL] = "gpt-4o",
 ) -> None:
     """Evidence recall on LoCoMo: manager vs recency, BM25 and full history at each budget."""
     _run_eval("locomo", path, budgets, limit, questions, categories, scorer, keep_recent, goal_block, jobs, out, details,
-              embedder)
+              embedder, model)
 
 
 @eval_app.command("longmemeval")
@@ -219,10 +247,11 @@ def eval_longmemeval(
     out: Annotated[Path, _OUT] = Path("relmem-eval"),
     details: Annotated[bool, _DETAILS] = False,
     embedder: Annotated[str, _EMBEDDER] = "wordllama",
+    model: Annotated[str, _MODEL] = "gpt-4o",
 ) -> None:
     """Evidence recall on LongMemEval: manager vs recency, BM25 and full history at each budget."""
     _run_eval("longmemeval", path, budgets, limit, questions, None, scorer, keep_recent, goal_block, jobs, out, details,
-              embedder)
+              embedder, model)
 
 
 # --------------------------------------------------------------------------- rubric
@@ -245,7 +274,7 @@ def rubric_build(
     labelled = build_labelled_set(data, negatives=negatives, seed=seed, limit=limit)
     labelled.save(out)
     n = sum(len(e.gold) for e in labelled.examples)
-    console.print(f"{len(labelled.examples):,} examples, {n:,} labelled messages → [bold]{out}[/]")
+    console.print(Text.assemble(f"{len(labelled.examples):,} examples, {n:,} labelled messages → ", (str(out), "bold")))
 
 
 def _load_set(path: Path) -> Any:
@@ -266,8 +295,9 @@ def _report_rows(reports: list[Any]) -> Table:
                   caption="judge alone = the scorer's own scores; with fallbacks = every score, as a build uses them")
     table.add_column("metric")
     for r in reports:
-        table.add_column(f"{r.scorer} · {r.rubric_version}" + (f"\n{r.model}" if r.scorer != "offline" else ""),
-                         justify="right")
+        # the rubric's name (its full version, with the embedder's fingerprint, is in the JSON); folded, not cut
+        table.add_column(f"{r.scorer} · {r.rubric_version.split('@')[0]}" + (f"\n{r.model}" if r.scorer != "offline" else ""),
+                         justify="right", overflow="fold")
 
     def f(v: float) -> str:
         return "—" if v != v else f"{v:.3f}"
@@ -318,14 +348,14 @@ def _evaluate(set_path: Path, specs: list[str], repeats: int, json_out: Path | N
 
                 label = scorer.describe() if isinstance(scorer, LLMScorer) else spec
                 err.print(f"scorer: llm ({label}) — message contents are sent to this "
-                          "endpoint", soft_wrap=True, highlight=False)
+                          "endpoint", highlight=False)
             reports.append(evaluate_rubric(labelled, scorer, repeats=repeats))
     except RelevanceMemoryError as exc:
         raise fail(str(exc)) from None
     console.print(_report_rows(reports))
     if json_out is not None:
         write_json(json_out, {"set": str(set_path), **_provenance(), "reports": [r.model_dump() for r in reports]})
-        console.print(f"metrics → [bold]{json_out}[/]")
+        console.print(Text.assemble("metrics → ", (str(json_out), "bold")))
 
 
 def _scorer_settings(

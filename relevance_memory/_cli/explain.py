@@ -8,9 +8,10 @@ from typing import Annotated
 import typer
 from rich import box
 from rich.table import Table
+from rich.text import Text
 
 from .._record import DecisionRecord
-from ._common import budget_notes, budget_table, console, fail, mode_lines
+from ._common import budget_notes, budget_table, console, fail, mode_lines, tagged
 
 __all__ = ["explain"]
 
@@ -27,14 +28,20 @@ def explain(
     record: Annotated[Path, typer.Argument(help="A decision record written by `relmem build`.")],
     decision: Annotated[str | None, typer.Option(help="Only messages with this decision: kept, recent, summarised, dropped.")] = None,
     limit: Annotated[int, typer.Option(help="Show at most this many rows (0 = all).")] = 0,
-    full: Annotated[bool, typer.Option("--full", help="Wrap each reason over several lines instead of cutting it.")] = False,
+    full: Annotated[bool, typer.Option("--full/--one-line", help="Wrap each reason over as many lines as it needs (default), or cut it to one line.")] = True,
 ) -> None:
-    """Show the per-message decisions of a build (score, source, tier, decision, reason) and where the budget went."""
+    """Show the per-message decisions of a build (score, tier, decision, reason) and where the budget went.
+
+    Reasons wrap to the terminal's width; from 120 columns the step and the score's source are shown too."""
     try:
-        rec = DecisionRecord.from_json(record.read_bytes())
+        data = record.read_bytes()
+        rec = DecisionRecord.from_json(data)
     except OSError as exc:
         raise fail(f"cannot read {record}: {exc.strerror or exc}") from None
     except ValueError as exc:
+        if data.lstrip().startswith(b"["):  # the context `relmem build` writes beside the record
+            raise fail(f"{record} is a list (a context written by relmem build?), not a decision record: "
+                       "pass the <name>.record.json that build printed") from None
         raise fail(f"{record} is not a decision record: {str(exc).splitlines()[0]}") from None
     if decision is not None and decision not in ("kept", "recent", "summarised", "dropped"):
         raise fail(f"--decision must be kept, recent, summarised or dropped, not {decision!r}")
@@ -45,13 +52,15 @@ def explain(
         box=box.SIMPLE_HEAD,
         expand=True,
         pad_edge=False,
+        collapse_padding=True,
     )
-    wide = console.width >= 120  # narrow terminals: drop step and tier so the reason has room
-    columns = [("id", "left"), ("step", "right"), ("type", "left"), ("tokens", "right"), ("score", "left"), ("decision", "left")]
+    wide = console.width >= 120  # narrow terminals: no step column, the score without its source
+    columns = [("id", "left"), ("step", "right"), ("type", "left"), ("tokens", "right"), ("score", "left"),
+               ("tier", "left"), ("decision", "left")]
     for col, justify in columns if wide else [c for c in columns if c[0] != "step"]:
         table.add_column(col, justify=justify, no_wrap=True)  # type: ignore[arg-type]
-    # one line per message unless --full; the full reasons are also in the JSON record
-    table.add_column("reason", ratio=1, min_width=24, no_wrap=not full, overflow="fold" if full else "ellipsis")
+    # wrapped (a long path or id folds) unless --one-line; the full reasons are also in the JSON record
+    table.add_column("reason", ratio=1, min_width=20, no_wrap=not full, overflow="fold" if full else "ellipsis")
     style = {"kept": "green", "recent": "cyan", "summarised": "yellow", "dropped": "red"}
     for d in shown:
         reason = d.reason + (f" — {d.note}" if d.note else "")
@@ -62,13 +71,12 @@ def explain(
         score = "" if d.score is None else f"{d.score} {d.score_source.value if d.score_source else ''}"
         if not wide:
             score = "" if d.score is None else str(d.score)
-        tier = f" ({d.tier})" if wide and d.tier in ("core", "working", "archive") else ""
-        cells = [d.id, str(d.step), _TYPE_ABBREV.get(d.msg_type, d.msg_type), f"{d.tokens:,}", score,
-                 f"[{style[d.decision]}]{d.decision}[/]{tier}", reason]
+        cells: list[str | Text] = [d.id, str(d.step), _TYPE_ABBREV.get(d.msg_type, d.msg_type), f"{d.tokens:,}", score,
+                                   d.tier, Text(d.decision, style=style[d.decision]), reason]
         table.add_row(*(cells if wide else cells[:1] + cells[2:]))
     console.print(table)
     for line in mode_lines(rec):
-        console.print(line, soft_wrap=True)
+        console.print(line)
     if limit and len(rows) > limit:
         console.print(f"… {len(rows) - limit} more rows (use --limit 0 for all)")
     counts = rec.decision_counts()
@@ -87,6 +95,6 @@ def explain(
             console.print(f"  {item}: by {p['producer']} ({p['scope']}, {p['status']}); deposits "
                           f"{p['deposits']}, reinforcements {p['reinforcements']} ({added}); first selected: {first}")
         for fault in b.faults:
-            console.print(f"  [yellow]board fault:[/] {fault}")
+            console.print(Text.assemble("  ", tagged("board fault:", fault)))
     for warning in rec.warnings:
-        console.print(f"[yellow]warning:[/] {warning}")
+        console.print(tagged("warning:", warning))

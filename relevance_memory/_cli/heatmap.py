@@ -3,14 +3,17 @@
 Replays RUN message by message, building the context before every assistant message
 (offline scorer unless a scorer is configured elsewhere), records every message's
 strength after each build, and renders a PNG heat map (``matplotlib``, Agg backend,
-headless) of strength over steps for the most important messages. Optionally writes
-the final field as JSON and GraphML and the strength history (top-N per tick) as JSON.
+headless) of strength over steps for the most important messages — next to RUN unless
+``--out`` says where. Optionally writes the final field as JSON and GraphML and the
+strength history (top-N per tick) as JSON. A build that cannot fit the budget is counted
+and said; when every build fails, no map is drawn and the command exits with code 2.
 """
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, NamedTuple
 
 import typer
 
@@ -18,37 +21,57 @@ from .._exceptions import ContextOverflowError, RelevanceMemoryError
 from .._extras import MissingExtraError, require
 from .._io import load_transcript
 from .._manager import RelevanceMemoryManager
-from ._common import console, fail, write_output
+from ._common import console, fail, plural, tagged, write_output
 
-__all__ = ["heatmap", "render_heatmap", "replay_strengths"]
+__all__ = ["StrengthReplay", "heatmap", "render_heatmap", "replay_strengths"]
+
+
+class StrengthReplay(NamedTuple):
+    """What :func:`replay_strengths` returns."""
+
+    memory: RelevanceMemoryManager
+    steps: list[int]
+    """The step of each column: one per build, then the final field."""
+    snapshots: list[dict[str, float]]
+    """Each column's strengths (message id → strength)."""
+    builds: int
+    """Builds attempted (one before each assistant message but the first message)."""
+    failures: list[tuple[int, str]]
+    """``(step, error)`` of each build that could not fit the budget (its column shows the
+    strengths observed without a build)."""
 
 
 def replay_strengths(
-    messages: list[dict[str, Any]], *, budget: int, keep_recent: int = 4, goal: str | None = None
-) -> tuple[RelevanceMemoryManager, list[int], list[dict[str, float]]]:
-    """Replay ``messages``; returns the manager, the step of each build and each build's strengths.
+    messages: list[dict[str, Any]], *, budget: int, keep_recent: int = 4, goal: str | None = None,
+    model: str = "gpt-4o",
+) -> StrengthReplay:
+    """Replay ``messages``, building before each assistant message (budget in tokens of
+    ``model``'s encoding); a build that overflows is recorded in ``failures``, not raised.
 
     Raises:
         InvalidMessageError: a message is invalid.
     """
-    memory = RelevanceMemoryManager(max_input_tokens=budget, keep_recent=keep_recent)
+    memory = RelevanceMemoryManager(model=model, max_input_tokens=budget, keep_recent=keep_recent)
     if goal:
         memory.set_goal(final=goal)
     steps: list[int] = []
     snapshots: list[dict[str, float]] = []
+    failures: list[tuple[int, str]] = []
     for message in messages:
         if message.get("role") == "assistant" and len(memory.store):
             try:
                 memory.build_context()
-            except ContextOverflowError:
+            except ContextOverflowError as exc:
+                failures.append((memory.store.step_count, str(exc)))
                 memory.pheromone.observe(memory.store.messages)
             steps.append(memory.store.step_count)
             snapshots.append(memory.pheromone.strengths())
         memory.add(message)
+    builds = len(steps)
     memory.pheromone.observe(memory.store.messages)
     steps.append(memory.store.step_count)
     snapshots.append(memory.pheromone.strengths())
-    return memory, steps, snapshots
+    return StrengthReplay(memory, steps, snapshots, builds, failures)
 
 
 def render_heatmap(
@@ -97,15 +120,16 @@ def render_heatmap(
 def heatmap(
     run: Annotated[Path, typer.Argument(help="Transcript to replay (OpenAI JSON/JSONL, SWE-bench run, τ-bench).")],
     index: Annotated[int, typer.Option(help="Which run to take from a file holding many (τ-bench).")] = 0,
-    out: Annotated[Path | None, typer.Option(help="PNG to write. Default: <name>-heatmap.png in the current directory.")] = None,
+    out: Annotated[Path | None, typer.Option(help="PNG to write. Default: <name>-heatmap.png next to RUN.")] = None,
     top: Annotated[int, typer.Option(min=1, help="Messages to draw (highest peak strength).")] = 30,
     budget: Annotated[int, typer.Option(min=1, help="Token budget of each replayed build (tokens).")] = 8000,
+    model: Annotated[str, typer.Option(help="Model name; picks the tokenizer (o200k/cl100k).")] = "gpt-4o",
     keep_recent: Annotated[int, typer.Option(min=0, help="Working memory in steps.")] = 4,
     field_json: Annotated[Path | None, typer.Option(help="Also write the final field as JSON.")] = None,
     graphml: Annotated[Path | None, typer.Option(help="Also write the final field as GraphML.")] = None,
     history: Annotated[Path | None, typer.Option(help="Also write the strength history (top-N per tick) as JSON.")] = None,
 ) -> None:
-    """Replay RUN step by step and render a PNG heat map of pheromone strength over steps."""
+    """Replay RUN step by step and render a PNG heat map of pheromone strength over steps (next to RUN by default)."""
     try:  # before the replay: a missing plot library should not cost a minute of work first
         require("matplotlib", "relmem heatmap")
         if graphml:
@@ -116,23 +140,33 @@ def heatmap(
         transcript = load_transcript(run, index=index)
         if not transcript.messages:
             raise fail(f"{run} holds no messages: nothing to replay")
-        memory, steps, snapshots = replay_strengths(
-            transcript.messages, budget=budget, keep_recent=keep_recent, goal=transcript.task
+        which = f" run {index} of {transcript.count}" if transcript.count > 1 else ""
+        target = out or run.with_name(run.stem + (f".{index}" if which else "") + "-heatmap.png")
+        if out is None and not os.access(target.parent, os.W_OK):  # said now, not after the replay
+            raise fail(f"cannot write the heat map next to {run} (the folder {target.parent} is not writable); "
+                       "pass --out")
+        replayed = replay_strengths(
+            transcript.messages, budget=budget, keep_recent=keep_recent, goal=transcript.task, model=model
         )
     except OSError as exc:
         raise fail(f"cannot read {run}: {exc.strerror or exc}") from None
     except RelevanceMemoryError as exc:
         raise fail(str(exc)) from None
+    memory, steps, snapshots = replayed.memory, replayed.steps, replayed.snapshots
+    failed = len(replayed.failures)
+    if failed and failed == replayed.builds:  # a map of no build would look like a result
+        first_step, first_error = replayed.failures[0]
+        raise fail(f"every one of the {plural(failed, 'build')} failed at --budget {budget:,} (step {first_step}: "
+                   f"{first_error}); no heat map written")
     labels = {
         m.id: f"{m.id} {m.msg_type.value[:12]} {' '.join(m.text.split())[:28]}" for m in memory.store.messages
     }
-    which = f" run {index} of {transcript.count}" if transcript.count > 1 else ""
-    target = out or Path(run.stem + (f".{index}" if which else "") + "-heatmap.png")
+    title = f"pheromone strength — {run.name}{which}"
+    if failed:
+        title += f" ({failed} of {replayed.builds} builds did not fit {budget:,} tokens)"
     field = memory.pheromone
     try:
-        chosen = render_heatmap(
-            steps, snapshots, labels, target, top=top, title=f"pheromone strength — {run.name}{which}"
-        )
+        chosen = render_heatmap(steps, snapshots, labels, target, top=top, title=title)
         graph = field.graphml() if graphml else None
     except MissingExtraError as exc:
         raise fail(str(exc)) from None
@@ -144,7 +178,14 @@ def heatmap(
         write_output(graphml, graph, "GraphML")
     if history:
         write_output(history, field.history_json(), "strength history")
+    if failed:
+        first_step, first_error = replayed.failures[0]
+        console.print(tagged("warning:", f"{failed} of {plural(replayed.builds, 'build')} did not fit the budget "
+                             f"(first at step {first_step}: {first_error}); their columns show the strengths "
+                             "observed without a build"))
     console.print(
-        f"wrote {target} ({run.name}{which}: {len(chosen)} messages × {len(snapshots)} builds, {field.tick} ticks)"
+        f"heat map → {target} ({run.name}{which}: {len(chosen)} messages × {len(snapshots)} columns "
+        f"({plural(replayed.builds, 'build')} and the final field), {field.tick} ticks, "
+        f"budget {budget:,} {memory.config.resolved_encoding} tokens)"
     )
 

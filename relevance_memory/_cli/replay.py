@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
+from rich.text import Text
 
 from .._cache_policy import CachePolicy
 from .._exceptions import RelevanceMemoryError
@@ -31,7 +32,7 @@ def replay(
     transcript: Annotated[Path, typer.Argument(help="Transcript: OpenAI chat JSON/JSONL, a SWE-bench run, or τ-bench results.")],
     budget: Annotated[int, typer.Option(min=1, help="Token budget of every built context (tokens).")] = 8000,
     keep_recent: Annotated[int, typer.Option("--keep-recent", min=0, help="Working memory: last K steps kept verbatim.")] = 4,
-    target: Annotated[float, typer.Option(min=0.01, max=1.0, help="Share of the budget a compaction fills (CachePolicy.target_fraction).")] = 0.5,
+    target: Annotated[float, typer.Option(min=0.01, max=1.0, help="Share of the budget a compaction fills (the target_fraction of CachePolicy).")] = 0.5,
     always_rebuild: Annotated[bool, typer.Option("--always-rebuild", help="Rebuild every request from scratch (the behaviour before prefix stability).")] = False,
     model: Annotated[str, typer.Option(help="Model name; picks the tokenizer (o200k/cl100k).")] = "gpt-4o",
     index: Annotated[int, typer.Option(help="Which run to take from a file holding many (τ-bench).")] = 0,
@@ -55,9 +56,11 @@ def replay(
     modes = dict.fromkeys(MODE_LABEL, 0)
     previous_full: int | None = None
     if not quiet:
-        console.print(f"[bold]relmem replay[/] {transcript} ({len(points)} requests, budget {budget:,}, "
-                      f"{'always rebuild' if always_rebuild else f'compaction target {target:.0%}'}, "
-                      f"embedder {memory.vectors.embedder.name if memory.vectors is not None else 'none: lexical'})")
+        console.print(Text.assemble(
+            ("relmem replay", "bold"),
+            f" {transcript} ({len(points)} requests, budget {budget:,} {memory.config.resolved_encoding} tokens, "
+            f"{'always rebuild' if always_rebuild else f'compaction target {target:.0%}'}, "
+            f"embedder {memory.vectors.embedder.name if memory.vectors is not None else 'none: lexical'})"))
         console.print(f"{'req':>4} {'history':>8} {'mode':<12} {'sent':>7} {'cached':>7} {'share':>6} "
                       f"{'cost@0.1 vs full':>16} {'@0.5':>6}")
     done = 0
@@ -65,7 +68,10 @@ def replay(
         for n, k in enumerate(points, 1):
             memory.extend(messages[done:k])
             done = k
-            record = memory.build_context().record
+            try:
+                record = memory.build_context().record
+            except RelevanceMemoryError as exc:  # which request, so a --quiet run is not a bare error
+                raise fail(f"request {n} of {len(points)} (message {k}) could not be built: {exc}") from None
             full_cached = policy.cacheable(previous_full - REPLY_PRIMING_TOKENS) if previous_full is not None else 0
             meter.add(record.tokens_after, record.cacheable_tokens, record.tokens_before, full_cached)
             previous_full = record.tokens_before
@@ -84,6 +90,6 @@ def replay(
         f"TOTAL requests={meter.requests} sent_tokens={meter.sent:,} full_history_tokens={meter.full_sent:,} "
         f"cached_share={meter.share:.1%} (full history {meter.full_cached / max(1, meter.full_sent):.1%}) "
         + " ".join(f"cost@{p}={meter.cost(p):,.0f} ({meter.ratio(p):.2f}× full)" for p in PRICES)
-        + f" {counts}",
+        + f" {counts} encoding={memory.config.resolved_encoding}",
         highlight=False, soft_wrap=True,
     )

@@ -95,8 +95,11 @@ def write_json(path: Path, payload: dict[str, Any]) -> None:
     path.write_text(json.dumps(clean(payload), ensure_ascii=False, indent=1) + "\n", encoding="utf-8")
 
 
-def plot_recall(summary: dict[str, Any], budgets: Sequence[int], path: Path, *, title: str) -> None:
-    """Save a small PNG of overall recall against budget, one line per method (Agg backend).
+def plot_recall(
+    summary: dict[str, Any], budgets: Sequence[int], path: Path, *, title: str, encoding: str = "cl100k_base"
+) -> None:
+    """Save a small PNG of overall recall against budget, one line per method (Agg backend);
+    the x axis names ``encoding``, the tiktoken encoding the budgets (tokens) were counted in.
 
     Raises:
         MissingExtraError: matplotlib is not installed (the ``plot`` extra).
@@ -117,7 +120,7 @@ def plot_recall(summary: dict[str, Any], budgets: Sequence[int], path: Path, *, 
     ax.set_xticks(list(budgets))
     ax.set_xticklabels([f"{b / 1000:g}k" for b in budgets])
     ax.set_ylim(0, 1)
-    ax.set_xlabel("token budget (cl100k)")
+    ax.set_xlabel(f"token budget ({encoding.removesuffix('_base')})")
     ax.set_ylabel("evidence recall")
     ax.set_title(title, fontsize=9)
     ax.grid(alpha=0.3)

