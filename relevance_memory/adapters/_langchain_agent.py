@@ -97,7 +97,8 @@ class RelevanceMemoryMiddleware(AgentMiddleware):  # type: ignore[type-arg]
         on_divergence: ``"resync"`` (default: an edited or trimmed state starts the thread's
             memory over, with a warning) or ``"raise"`` (:class:`HistoryDivergedError`).
         max_threads: most thread memories kept (least recently used evicted first).
-        restore_tool: register the ``restore_messages`` tool (default ``True``).
+        restore_tool: register the ``restore_messages`` tool (default ``True``; its schema,
+            113 tokens, is sent with every request and counts against the budget).
         restore_max_tokens: most tokens one answer of the restore tool carries (tokens).
         **config: :class:`MemoryConfig` fields, e.g. ``max_input_tokens=8000``, ``keep_recent=4``.
 

@@ -192,10 +192,17 @@ def _interpretable(data: Mapping[str, Any]) -> bool:
     )
 
 
-def _opaque_tokens(counter: TokenCounter, item: Any) -> int:
-    """Tokens of an item with no chat form, counted as the memory counts a content part it
-    does not know (the text it carries, each encoded payload at the image placeholder cost)."""
-    return counter.count_message({"role": "user", "content": [_as_dict(item)]})
+def _outside_tokens(counter: TokenCounter, items: Sequence[Any], instructions: str | None) -> int:
+    """Tokens of a request that the memory does not hold (tokens): the instructions as a system
+    message, and each item with no chat form (reasoning included) counted as the memory counts
+    a content part it does not know (the text it carries, each encoded payload at the image
+    placeholder cost)."""
+    total = counter.count_message({"role": "system", "content": instructions}) if instructions else 0
+    for item in items:
+        data = _as_dict(item)
+        if not _interpretable(data) or data.get("type") in _TRAVELS:
+            total += counter.count_message({"role": "user", "content": [data]})
+    return total
 
 
 def _chat_to_items(message: Mapping[str, Any]) -> list[dict[str, Any]]:
@@ -236,14 +243,11 @@ def request_tokens(
     counter: TokenCounter, items: Sequence[Any], *, instructions: str | None = None, tools: Sequence[Any] = ()
 ) -> int:
     """Tokens of one model request as the filter budgets it (tokens): the instructions as a system
-    message, the items (chat-shaped ones as chat messages, the others as :func:`_opaque_tokens`),
-    the reply priming and the tools' schema (:func:`~relevance_memory.tools_tokens`)."""
+    message, the chat-shaped items as the chat messages they form, every other item as an
+    unknown content part, the reply priming and the tools' schema (:func:`~relevance_memory.tools_tokens`)."""
     messages, _ = items_to_chat(items)
-    total = sum(counter.count_message(m) for m in messages) + REPLY_PRIMING_TOKENS + tools_tokens(counter, list(tools))
-    total += sum(_opaque_tokens(counter, i) for i in items if not _interpretable(_as_dict(i)) or _as_dict(i).get("type") in _TRAVELS)
-    if instructions:
-        total += counter.count_message({"role": "system", "content": instructions})
-    return total
+    chat = sum(counter.count_message(m) for m in messages) + REPLY_PRIMING_TOKENS
+    return chat + tools_tokens(counter, list(tools)) + _outside_tokens(counter, items, instructions)
 
 
 class ManagedInputFilter(SessionView):
@@ -309,16 +313,11 @@ class ManagedInputFilter(SessionView):
         """The messages' budget: the request budget minus the instructions and the kept-whole
         items (the tools' schema is taken by the build itself)."""
         total = self.budget if self.budget is not None else memory.config.token_budget()
-        counter = memory.tokenizer
-        overhead = sum(_opaque_tokens(counter, i) for i in items if _as_dict(i).get("type") in _TRAVELS)
-        overhead += sum(_opaque_tokens(counter, i) for i in items if not _interpretable(_as_dict(i)))
-        if instructions:
-            overhead += counter.count_message({"role": "system", "content": instructions})
-        if total - overhead - tools_tokens(counter, tools) <= REPLY_PRIMING_TOKENS:
-            raise ContextOverflowError(
-                budget=total, pinned_tokens=overhead + tools_tokens(counter, tools), newest_step_tokens=REPLY_PRIMING_TOKENS
-            )
-        return total - overhead
+        outside = _outside_tokens(memory.tokenizer, items, instructions)
+        schema = tools_tokens(memory.tokenizer, tools)
+        if total - outside - schema <= REPLY_PRIMING_TOKENS:
+            raise ContextOverflowError(budget=total, pinned_tokens=outside + schema, newest_step_tokens=REPLY_PRIMING_TOKENS)
+        return total - outside
 
     @staticmethod
     def _emit(built: BuiltContext, memory: RelevanceMemoryManager, items: list[Any], groups: list[list[Any]]) -> list[Any]:
