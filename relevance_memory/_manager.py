@@ -15,7 +15,7 @@ from collections.abc import AsyncIterator, Callable, Generator, Iterable, Iterat
 from datetime import datetime, timezone
 from typing import Any
 
-from . import pipeline
+from . import _telemetry, pipeline
 from ._cache import DiskScoreCache
 from ._capabilities import ScorerCapabilities
 from ._config import MemoryConfig, warn_once
@@ -396,6 +396,7 @@ class RelevanceMemoryManager:
         return TaskGoal(final="", subtask=self._subtask, source="none")
 
     # ------------------------------------------------------------------ build
+    @_telemetry.build_span
     def build_context(
         self, *, budget: int | None = None, tools: Sequence[Any] | None = None, compact: bool = False
     ) -> BuiltContext:
@@ -449,6 +450,7 @@ class RelevanceMemoryManager:
                 except StopIteration as done:
                     return self._after_build(done.value)
 
+    @_telemetry.abuild_span
     async def abuild_context(
         self, *, budget: int | None = None, tools: Sequence[Any] | None = None, compact: bool = False
     ) -> BuiltContext:
@@ -638,7 +640,7 @@ class RelevanceMemoryManager:
         return Seams(
             config=self.config,
             store=self.store.snapshot(),  # a consistent view: concurrent writes wait for the next build
-            scorer=self.scorer,
+            scorer=_telemetry.traced_scorer(self.scorer),  # each call a child span of the build's
             capabilities=capabilities,
             fallback=self._offline,
             # a context-dependent scorer's scores read this history: cached for this
