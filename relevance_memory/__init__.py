@@ -13,6 +13,14 @@ chains, a token budget filled by score, and a decision record saying why.
 
 from typing import TYPE_CHECKING, Any
 
+from ._anthropic import (
+    AnthropicTokenCounter,
+    anthropic_request_tokens,
+    check_anthropic_context,
+    from_anthropic,
+    to_anthropic,
+)
+from ._anthropic_client import AsyncManagedAnthropic, ManagedAnthropic
 from ._cache import DiskScoreCache
 from ._cache_policy import CachePolicy
 from ._capabilities import AsyncScorer
@@ -85,6 +93,8 @@ __all__ = [
     "GOAL_BLOCK_MARKER",
     "RESTORE_TOOL_NAME",
     "SUMMARY_MARKER",
+    "AnthropicTokenCounter",
+    "AsyncManagedAnthropic",
     "AsyncManagedOpenAI",
     "AsyncScorer",
     "BoardError",
@@ -103,6 +113,7 @@ __all__ = [
     "InvalidMessageError",
     "LLMScorer",
     "LLMSummarizer",
+    "ManagedAnthropic",
     "ManagedOpenAI",
     "MemoryConfig",
     "Message",
@@ -144,11 +155,15 @@ __all__ = [
     "TransportPolicy",
     "VectorIndex",
     "__version__",
+    "anthropic_request_tokens",
+    "check_anthropic_context",
     "check_context",
+    "from_anthropic",
     "load_transcript",
     "manage",
     "message_to_dict",
     "parse_transcript",
     "restore_tool_definition",
+    "to_anthropic",
     "tools_tokens",
 ]

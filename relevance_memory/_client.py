@@ -14,7 +14,9 @@ Everything else — other resources (the Responses API among them), other keywor
 ``with_options``: wrap that one too).
 
 This module is a thin seam: it imports nothing from ``openai`` (the client is duck-typed)
-and all context logic stays in :class:`RelevanceMemoryManager`.
+and all context logic stays in :class:`RelevanceMemoryManager`. With OpenTelemetry installed,
+each model call is a ``chat {model}`` span carrying ``gen_ai.conversation.compacted`` when its
+context is not the whole history, and the response's usage (:mod:`relevance_memory._telemetry`).
 
 The history is synced with the memory by prefix (:mod:`relevance_memory._session`: an
 edited or trimmed history resyncs, or raises :class:`HistoryDivergedError` with
@@ -27,12 +29,16 @@ from __future__ import annotations
 
 import inspect
 from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Mapping
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from ._exceptions import InvalidMessageError
 from ._manager import BuiltContext, RelevanceMemoryManager
 from ._record import DecisionRecord
 from ._session import MemorySession, OnDivergence, SessionView, field_of, record_usage
+from ._telemetry import ModelCallSpan, model_call
+
+if TYPE_CHECKING:
+    from ._anthropic_client import AsyncManagedAnthropic, ManagedAnthropic
 
 __all__ = ["AsyncManagedOpenAI", "ManagedOpenAI", "manage"]
 
@@ -67,13 +73,18 @@ class _ReplyAccumulator:
         self.calls: dict[int, dict[str, Any]] = {}
         self.seen = False
         self.usage: Any = None
+        self.head: dict[str, Any] = {}  # id, model and finish reason, for the model call's trace span
 
     def feed(self, chunk: Any) -> None:
         if field_of(chunk, "usage") is not None:  # the last chunk, with stream_options={"include_usage": True}
             self.usage = field_of(chunk, "usage")
+        for key in ("id", "model"):
+            self.head.setdefault(key, field_of(chunk, key))
         for choice in field_of(chunk, "choices") or ():
             if (field_of(choice, "index") or 0) != 0:
                 continue
+            if field_of(choice, "finish_reason"):
+                self.head["choices"] = [{"finish_reason": field_of(choice, "finish_reason")}]
             delta = field_of(choice, "delta")
             if delta is None:
                 continue
@@ -127,11 +138,14 @@ class _Recorded(_Passthrough):
     """What every recording stream shares: the wrapped SDK stream, the context sent with the
     request, and a record-once guard (:meth:`_claim`)."""
 
-    def __init__(self, stream: Any, session: MemorySession, memory: RelevanceMemoryManager, build: BuiltContext) -> None:
+    def __init__(
+        self, stream: Any, session: MemorySession, memory: RelevanceMemoryManager, build: BuiltContext, span: ModelCallSpan
+    ) -> None:
         self._wrapped = stream
         self._session = session
         self._memory = memory
         self._done = False
+        self._span = span  # the model call's trace span, ended when the reply is recorded or the stream closed
         self.build = build
         """The :class:`BuiltContext` sent with this request."""
 
@@ -150,14 +164,17 @@ class _StreamBase(_Recorded):
     """What the sync and async ``create(stream=True)`` streams share: the reply accumulator
     and the record-once step run when the stream is exhausted."""
 
-    def __init__(self, stream: Any, session: MemorySession, memory: RelevanceMemoryManager, build: BuiltContext) -> None:
-        super().__init__(stream, session, memory, build)
+    def __init__(
+        self, stream: Any, session: MemorySession, memory: RelevanceMemoryManager, build: BuiltContext, span: ModelCallSpan
+    ) -> None:
+        super().__init__(stream, session, memory, build, span)
         self._acc = _ReplyAccumulator()
 
     def _finish(self) -> None:
         if self._claim():
             record_usage(self.build, self._acc.usage)
             self._session.record_reply(self._memory, self._acc.message())
+            self._span.end(self._acc.head, usage=self._acc.usage)
 
 
 class _RecordingStream(_StreamBase):
@@ -183,6 +200,7 @@ class _RecordingStream(_StreamBase):
 
     def close(self) -> None:
         """Close the HTTP response; a reply not consumed to the end is not recorded."""
+        self._span.end()
         self._wrapped.close()
 
 
@@ -192,7 +210,9 @@ class _HelperStream(_Recorded):
 
     def _finish(self) -> None:
         if self._claim():
-            self._session.record_response(self._memory, self._wrapped.get_final_completion(), self.build)
+            completion = self._wrapped.get_final_completion()
+            self._session.record_response(self._memory, completion, self.build)
+            self._span.end(completion)
 
     def __iter__(self) -> Iterator[Any]:
         yield from self._wrapped
@@ -221,6 +241,7 @@ class _HelperStream(_Recorded):
         return self
 
     def __exit__(self, *exc: object) -> None:
+        self._span.end()
         self._wrapped.close()
 
 
@@ -228,14 +249,16 @@ class _HelperStreamManager:
     """Wraps the SDK's ``ChatCompletionStreamManager``: entering it sends the request (with
     the context built when ``stream`` was called) and yields a recording stream."""
 
-    def __init__(self, manager: Any, wrap: Callable[[Any], Any]) -> None:
+    def __init__(self, manager: Any, wrap: Callable[[Any], Any], span: ModelCallSpan) -> None:
         self._manager = manager
         self._wrap = wrap
+        self._span = span
 
     def __enter__(self) -> Any:
         return self._wrap(self._manager.__enter__())
 
     def __exit__(self, *exc: Any) -> Any:
+        self._span.end()  # a stream left before its end: the span ends without a reply
         return self._manager.__exit__(*exc)
 
 
@@ -251,10 +274,17 @@ class _Completions(_Passthrough):
     def _call(self, method: str, *, messages: Iterable[Any], **kwargs: Any) -> Any:
         session = self._session
         memory, built = self._build(messages, kwargs)
-        out = getattr(self._wrapped, method)(messages=session.built(built), **kwargs)
+        span = model_call(kwargs.get("model"), built, stream=bool(kwargs.get("stream")))
+        try:
+            with span.current():
+                out = getattr(self._wrapped, method)(messages=session.built(built), **kwargs)
+        except BaseException as exc:
+            span.end(error=exc)
+            raise
         if kwargs.get("stream"):
-            return _RecordingStream(out, session, memory, built)
+            return _RecordingStream(out, session, memory, built, span)
         session.record_response(memory, out, built)
+        span.end(out)
         return out
 
     def create(self, *, messages: Iterable[Any], **kwargs: Any) -> Any:
@@ -273,8 +303,9 @@ class _Completions(_Passthrough):
         """
         session = self._session
         memory, built = self._build(messages, kwargs)
+        span = model_call(kwargs.get("model"), built, stream=True)
         manager = self._wrapped.stream(messages=session.built(built), **kwargs)
-        return _HelperStreamManager(manager, lambda stream: _HelperStream(stream, session, memory, built))
+        return _HelperStreamManager(manager, lambda stream: _HelperStream(stream, session, memory, built, span), span)
 
 
 _CompletionsFactory = Callable[[Any, MemorySession], _Passthrough]
@@ -359,6 +390,7 @@ class _AsyncRecordingStream(_StreamBase):
 
     async def close(self) -> None:
         """Close the HTTP response; a reply not consumed to the end is not recorded."""
+        self._span.end()
         await self._wrapped.close()
 
 
@@ -368,7 +400,9 @@ class _AsyncHelperStream(_Recorded):
 
     async def _finish(self) -> None:
         if self._claim():
-            self._session.record_response(self._memory, await self._wrapped.get_final_completion(), self.build)
+            completion = await self._wrapped.get_final_completion()
+            self._session.record_response(self._memory, completion, self.build)
+            self._span.end(completion)
 
     async def __aiter__(self) -> AsyncIterator[Any]:
         async for event in self._wrapped:
@@ -391,6 +425,7 @@ class _AsyncHelperStream(_Recorded):
         return self
 
     async def __aexit__(self, *exc: object) -> None:
+        self._span.end()
         await self._wrapped.close()
 
 
@@ -406,10 +441,17 @@ class _AsyncCompletions(_Passthrough):
     async def _call(self, method: str, *, messages: Iterable[Any], **kwargs: Any) -> Any:
         session = self._session
         memory, built = await session.aprepare(_history(messages), kwargs.get("model"), kwargs.get("tools"))
-        out = await getattr(self._wrapped, method)(messages=session.built(built), **kwargs)
+        span = model_call(kwargs.get("model"), built, stream=bool(kwargs.get("stream")))
+        try:
+            with span.current():
+                out = await getattr(self._wrapped, method)(messages=session.built(built), **kwargs)
+        except BaseException as exc:
+            span.end(error=exc)
+            raise
         if kwargs.get("stream"):
-            return _AsyncRecordingStream(out, session, memory, built)
+            return _AsyncRecordingStream(out, session, memory, built, span)
         session.record_response(memory, out, built)
+        span.end(out)
         return out
 
     async def create(self, *, messages: Iterable[Any], **kwargs: Any) -> Any:
@@ -437,14 +479,18 @@ class _AsyncHelperStreamManager:
         self._memory = session.sync(_history(messages), kwargs.get("model"))
         self._kwargs = kwargs
         self._manager: Any = None
+        self._span: ModelCallSpan | None = None
 
     async def __aenter__(self) -> _AsyncHelperStream:
         session = self._completions._session
         built = await self._completions._abuild(self._memory, self._kwargs)
+        self._span = span = model_call(self._kwargs.get("model"), built, stream=True)
         self._manager = self._completions._wrapped.stream(messages=session.built(built), **self._kwargs)
-        return _AsyncHelperStream(await self._manager.__aenter__(), session, self._memory, built)
+        return _AsyncHelperStream(await self._manager.__aenter__(), session, self._memory, built, span)
 
     async def __aexit__(self, *exc: Any) -> Any:
+        if self._span is not None:
+            self._span.end()  # a stream left before its end: the span ends without a reply
         if self._manager is not None:
             return await self._manager.__aexit__(*exc)
         return None
@@ -468,13 +514,19 @@ def manage(
     on_build: Callable[[BuiltContext], None] | None = None,
     on_divergence: OnDivergence = "resync",
     **config: Any,
-) -> ManagedOpenAI | AsyncManagedOpenAI:
-    """Wrap an OpenAI client so its chat completions send a managed context (one line).
+) -> ManagedOpenAI | AsyncManagedOpenAI | ManagedAnthropic | AsyncManagedAnthropic:
+    """Wrap an OpenAI or Anthropic client so its requests send a managed context (one line).
 
-    Returns :class:`AsyncManagedOpenAI` for an async client (``openai.AsyncOpenAI``,
+    Returns :class:`AsyncManagedOpenAI` for an async OpenAI client (``openai.AsyncOpenAI``,
     ``AsyncAzureOpenAI``, or any client whose ``chat.completions.create`` is a coroutine
-    function), else :class:`ManagedOpenAI`. Arguments as for :class:`ManagedOpenAI`.
+    function), else :class:`ManagedOpenAI`; for an Anthropic client (one with ``messages``
+    and no ``chat``: ``anthropic.Anthropic`` / ``AsyncAnthropic``) :class:`ManagedAnthropic` /
+    :class:`AsyncManagedAnthropic`. Arguments as for :class:`ManagedOpenAI`.
     """
+    if not hasattr(client, "chat") and hasattr(client, "messages"):
+        from ._anthropic_client import manage_anthropic
+
+        return manage_anthropic(client, memory, on_build=on_build, on_divergence=on_divergence, **config)
     create = inspect.unwrap(client.chat.completions.create)
     is_async = inspect.iscoroutinefunction(create) or any(
         kind.__name__.startswith("Async") for kind in type(client).__mro__

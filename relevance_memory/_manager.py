@@ -15,7 +15,7 @@ from collections.abc import AsyncIterator, Callable, Generator, Iterable, Iterat
 from datetime import datetime, timezone
 from typing import Any
 
-from . import pipeline
+from . import _telemetry, pipeline
 from ._cache import DiskScoreCache
 from ._capabilities import ScorerCapabilities
 from ._config import MemoryConfig, warn_once
@@ -135,11 +135,13 @@ class RelevanceMemoryManager:
         )
         # what this memory only guesses (unknown model: approximate counts, assumed window);
         # warned once per model, and every decision record says so
+        # a given tokenizer is taken as exact unless it says it stands in (``approximate``)
+        guessed = tokenizer is None or bool(getattr(tokenizer, "approximate", False))
         self.approximations: tuple[str, ...] = tuple(
-            note for kind, note in self.config.approximations() if kind != "tokens" or tokenizer is None
+            note for kind, note in self.config.approximations() if kind != "tokens" or guessed
         )
         for kind, note in self.config.approximations():
-            if kind != "tokens" or tokenizer is None:
+            if kind != "tokens" or guessed:
                 warn_once(self.config.model, kind, note, stacklevel=3)
         self._build_lock = threading.Lock()
         self.restore_tool_offered: str | None = None
@@ -396,6 +398,7 @@ class RelevanceMemoryManager:
         return TaskGoal(final="", subtask=self._subtask, source="none")
 
     # ------------------------------------------------------------------ build
+    @_telemetry.build_span
     def build_context(
         self, *, budget: int | None = None, tools: Sequence[Any] | None = None, compact: bool = False
     ) -> BuiltContext:
@@ -449,6 +452,7 @@ class RelevanceMemoryManager:
                 except StopIteration as done:
                     return self._after_build(done.value)
 
+    @_telemetry.abuild_span
     async def abuild_context(
         self, *, budget: int | None = None, tools: Sequence[Any] | None = None, compact: bool = False
     ) -> BuiltContext:
@@ -641,7 +645,7 @@ class RelevanceMemoryManager:
         return Seams(
             config=self.config,
             store=self.store.snapshot(),  # a consistent view: concurrent writes wait for the next build
-            scorer=self.scorer,
+            scorer=_telemetry.traced_scorer(self.scorer),  # each call a child span of the build's
             capabilities=capabilities,
             fallback=self._offline,
             # a context-dependent scorer's scores read this history: cached for this

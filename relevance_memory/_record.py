@@ -158,7 +158,9 @@ class DecisionRecord(BaseModel):
     what of that a provider bills as cached (OpenAI's rule: from 1,024 tokens, in steps of
     128), and ``provider_cached_tokens`` what the provider reported for the request
     (``usage.prompt_tokens_details.cached_tokens`` or Anthropic's
-    ``cache_read_input_tokens``; set by the managed client, ``None`` when unknown).
+    ``cache_read_input_tokens``; set by the managed client, ``None`` when unknown), and
+    ``provider_cache_creation_tokens`` what it wrote to its cache (Anthropic's
+    ``cache_creation_input_tokens``).
 
     ``messages`` (one :class:`MessageDecision` per stored message) is built on first use for
     an appended build — the last compaction's decisions plus the appended messages — so an
@@ -206,6 +208,9 @@ class DecisionRecord(BaseModel):
     prefix_tokens: int = Field(default=0, description="tokens shared exactly with the previous request's start")
     cacheable_tokens: int = Field(default=0, description="of prefix_tokens, what a provider bills as cached")
     provider_cached_tokens: int | None = Field(default=None, description="cached tokens the provider reported")
+    provider_cache_creation_tokens: int | None = Field(
+        default=None, description="tokens the provider reported writing to its prompt cache (Anthropic)"
+    )
     board: BoardReport | None = Field(default=None, description="the memory board's part (None without a board)")
 
     _messages: list[MessageDecision] | None = PrivateAttr(default=None)

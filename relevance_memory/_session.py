@@ -165,11 +165,15 @@ class MemorySession:
             overrides = dict(self._overrides)
             if model and "model" not in overrides:
                 overrides["model"] = model
-            self._memory = RelevanceMemoryManager(**overrides)
+            self._memory = self._new_memory(overrides)
             if self._pending_goal is not None:
                 self._memory.set_goal(*self._pending_goal)
                 self._pending_goal = None
         return self._memory
+
+    def _new_memory(self, overrides: dict[str, Any]) -> RelevanceMemoryManager:
+        """The default memory, made from ``overrides`` (a wrapper may make it differently)."""
+        return RelevanceMemoryManager(**overrides)
 
     def set_goal(self, final: str | None, subtask: str | None) -> TaskGoal | None:
         with self.lock:

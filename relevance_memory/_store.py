@@ -16,8 +16,10 @@ problem:
   their payload (``text`` → a string ``text``; ``image_url`` → ``{url: str}``;
   ``refusal`` → a string ``refusal``; ``input_audio`` → ``{data, format}``; ``file`` →
   an object), in a role whose message type allows it (``image_url``, ``input_audio`` and
-  ``file`` only from the user, ``refusal`` only from the assistant). Other part types
-  (Responses API, Anthropic ``tool_use``/``tool_result``) are kept and counted by their text.
+  ``file`` only from the user, ``refusal`` only from the assistant). Anthropic ``tool_use`` /
+  ``tool_result`` blocks are refused (they would split a chain: convert the history with
+  :func:`~relevance_memory._anthropic.from_anthropic`); other part types (Responses API,
+  Anthropic images, documents, thinking) are kept and counted by what they carry.
 - ``name``, when present, is a string without whitespace or ``< | \\ / >`` (the API's
   pattern).
 - ``tool_calls`` only on assistant messages: a non-empty list of

@@ -107,6 +107,14 @@ def _validate_content(content: Any, role: str, index: int) -> None:
         kind = part.get("type")
         if not isinstance(kind, str) or not kind:
             raise InvalidMessageError(f"content[{n}] has no string 'type'", index=index)
+        if kind in ("tool_use", "tool_result"):
+            raise InvalidMessageError(
+                f"content[{n}] is an Anthropic {kind!r} block; the store keeps OpenAI chat messages, where a "
+                "call is an assistant's tool_calls entry and its result a tool message, so the two stay one chain: "
+                "convert the history with relevance_memory.from_anthropic(messages, system=...), or wrap the "
+                "client with manage(anthropic.Anthropic())",
+                index=index,
+            )
         expected = _PART_PAYLOAD.get(kind)
         if expected is not None:
             key, types = expected

@@ -7,6 +7,7 @@ pinned the same way.
 """
 
 import relevance_memory
+import relevance_memory.board
 import relevance_memory.pipeline
 import relevance_memory.testing
 
@@ -14,6 +15,8 @@ PUBLIC = [
     "GOAL_BLOCK_MARKER",
     "RESTORE_TOOL_NAME",
     "SUMMARY_MARKER",
+    "AnthropicTokenCounter",
+    "AsyncManagedAnthropic",
     "AsyncManagedOpenAI",
     "AsyncScorer",
     "BoardError",
@@ -32,6 +35,7 @@ PUBLIC = [
     "InvalidMessageError",
     "LLMScorer",
     "LLMSummarizer",
+    "ManagedAnthropic",
     "ManagedOpenAI",
     "MemoryConfig",
     "Message",
@@ -73,12 +77,16 @@ PUBLIC = [
     "TransportPolicy",
     "VectorIndex",
     "__version__",
+    "anthropic_request_tokens",
+    "check_anthropic_context",
     "check_context",
+    "from_anthropic",
     "load_transcript",
     "manage",
     "message_to_dict",
     "parse_transcript",
     "restore_tool_definition",
+    "to_anthropic",
     "tools_tokens",
 ]
 
@@ -119,6 +127,51 @@ PIPELINE = [
 ]
 
 
+BOARD = [
+    "Add",
+    "Advance",
+    "AgentLink",
+    "AgentMemory",
+    "Archive",
+    "BatchResult",
+    "BoardCell",
+    "BoardConfig",
+    "BoardError",
+    "BoardRetry",
+    "BoardUnavailableError",
+    "CellView",
+    "CircuitBreaker",
+    "Deposit",
+    "Event",
+    "Forget",
+    "InMemoryBoard",
+    "LogEntry",
+    "MemoryBoard",
+    "MirroredBoard",
+    "MissingExtraError",
+    "Op",
+    "PublishRule",
+    "RedisBoard",
+    "Reinforce",
+    "Repair",
+    "Restore",
+    "ScopeError",
+    "Snapshot",
+    "SqliteBoard",
+    "Supersede",
+    "Use",
+    "check_access",
+    "decode_cell",
+    "encode_cell",
+    "imported_message",
+    "is_private",
+    "log_entry",
+    "private_scope",
+    "task_key",
+]
+"""``relevance_memory.board`` (SqliteBoard and CircuitBreaker added by issues 22 and 23)."""
+
+
 def test_all_is_exactly_the_public_api() -> None:
     assert relevance_memory.__all__ == PUBLIC
 
@@ -126,10 +179,11 @@ def test_all_is_exactly_the_public_api() -> None:
 def test_testing_and_pipeline_modules_are_pinned_too() -> None:
     assert relevance_memory.testing.__all__ == TESTING
     assert relevance_memory.pipeline.__all__ == PIPELINE
+    assert relevance_memory.board.__all__ == BOARD
 
 
 def test_every_public_name_is_importable_and_documented() -> None:
-    for module in (relevance_memory, relevance_memory.testing, relevance_memory.pipeline):
+    for module in (relevance_memory, relevance_memory.testing, relevance_memory.pipeline, relevance_memory.board):
         for name in module.__all__:
             obj = getattr(module, name)
             if callable(obj) and not isinstance(obj, str):

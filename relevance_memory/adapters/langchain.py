@@ -1,10 +1,17 @@
-"""LangChain / LangGraph adapter: LangChain messages in, the managed context out.
+"""LangChain / LangGraph adapters: LangChain messages in, the managed context out.
 
-    from relevance_memory.adapters.langchain import ManagedContextHook
+Two ways in:
 
-    hook = ManagedContextHook(max_input_tokens=8000)
-    agent = create_react_agent(model, tools, pre_model_hook=hook)   # LangGraph
-    chain = hook.as_runnable() | model                              # plain LangChain
+- :class:`RelevanceMemoryMiddleware` (LangChain v1 ``create_agent``; the current path):
+  ``create_agent(model, tools, middleware=[RelevanceMemoryMiddleware(max_input_tokens=8000)])``
+  manages every model call of the agent loop (see :mod:`relevance_memory.adapters._langchain_agent`).
+- :class:`ManagedContextHook` (the **legacy** path): LangGraph's ``create_react_agent``
+  ``pre_model_hook`` (deprecated since LangGraph 1.0, removal planned for 2.0) and plain
+  LangChain chains::
+
+    hook = ManagedContextHook(max_input_tokens=8000, tools=tools, prompt=prompt)
+    agent = create_react_agent(model, tools, prompt=prompt, pre_model_hook=hook)   # LangGraph
+    chain = hook.as_runnable() | model                                           # plain LangChain
 
 The hook takes the whole, growing message list on every call (a list of
 ``BaseMessage``, or a LangGraph state dict with ``"messages"``), records what is new in
@@ -16,7 +23,12 @@ message (ids, tool calls and metadata untouched) plus a ``SystemMessage`` (or
 ``{"llm_input_messages": [...]}`` back — LangGraph's ``pre_model_hook`` contract, which
 feeds the model without rewriting the graph state.
 
-One memory per conversation: LangGraph passes the run config to the hook, and each
+The hook does not see what ``create_react_agent`` adds to each request: give it the same
+``tools=`` and ``prompt=`` and their tokens (the tools' schema, the prompt's system message)
+are taken from the budget, so the request the model receives fits ``max_input_tokens``.
+
+One memory per conversation: LangGraph passes the run config to the hook (its ``config``
+parameter is annotated so that LangGraph recognises it), and each
 ``config["configurable"]["thread_id"]`` gets its own memory, so interleaved threads never
 resync each other (calls without a thread id share one default memory). A thread's
 memory lives until ``max_threads`` newer threads have been used (least recently used
@@ -32,21 +44,36 @@ Needs the ``langchain`` extra: ``pip install 'relevance-memory[langchain]'``.
 
 from __future__ import annotations
 
-import threading
-from collections import OrderedDict
 from collections.abc import Hashable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Optional
 
 from .._manager import BuiltContext, RelevanceMemoryManager
 from .._session import MemorySession, OnDivergence, SessionView, project_built
+from ._threads import ThreadSessions
 
 if TYPE_CHECKING:
     from langchain_core.messages import BaseMessage
     from langchain_core.runnables import RunnableConfig, RunnableLambda
 
-__all__ = ["ManagedContextHook", "from_openai_messages", "thread_id_of", "to_openai_messages"]
+    from ._langchain_agent import RelevanceMemoryMiddleware
+
+__all__ = [
+    "ManagedContextHook",
+    "RelevanceMemoryMiddleware",
+    "from_openai_messages",
+    "thread_id_of",
+    "to_openai_messages",
+]
 
 _EXTRA_HINT = "the LangChain adapter needs langchain-core: pip install 'relevance-memory[langchain]'"
+
+
+def __getattr__(name: str) -> Any:
+    if name == "RelevanceMemoryMiddleware":  # imports langchain (v1) itself: only on first use
+        from ._langchain_agent import RelevanceMemoryMiddleware
+
+        return RelevanceMemoryMiddleware
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def _messages_module() -> Any:
@@ -87,18 +114,27 @@ def thread_id_of(config: Mapping[str, Any] | None) -> Hashable | None:
 
 
 class ManagedContextHook(SessionView):
-    """Turns a LangChain message list into the managed context (module doc).
+    """Turns a LangChain message list into the managed context (module doc; the legacy path).
 
     Args:
         memory: the memory for calls without a thread id; each LangGraph thread gets
             ``memory.fresh()`` (same config, scorer, score cache and summarizer, its own
             messages). Default: new managers built with ``**config``
             (budget from ``model``'s context window, SPEC defaults).
-        budget: token budget of each build (tokens); default the memory's budget.
+        budget: token budget of each request (tokens): prompt, tools' schema and messages
+            together; default the memory's budget.
+        tools: the tools the agent binds to its model (``BaseTool``, functions or dicts, as
+            given to ``create_react_agent``): their schema's tokens are taken from the budget.
+        prompt: the ``prompt=`` of ``create_react_agent`` when it is a string or a
+            ``SystemMessage``: its tokens are taken from the budget.
         on_divergence: ``"resync"`` (default) or ``"raise"`` (:class:`HistoryDivergedError`).
         max_threads: most thread memories kept (least recently used evicted first; an
             evicted thread re-ingests its graph state on its next call).
         **config: :class:`MemoryConfig` fields, e.g. ``model="gpt-4o"``, ``max_input_tokens=8000``.
+
+    Raises:
+        ValueError: both ``memory`` and config fields given, or ``max_threads`` below 1.
+        ImportError: ``langchain-core`` is not installed (names the extra).
 
     Calling it (``hook(messages)`` or ``hook(state, config)``; ``await hook.ainvoke(...)``
     for async graphs) raises what the memory raises: :class:`InvalidMessageError`,
@@ -112,6 +148,8 @@ class ManagedContextHook(SessionView):
         memory: RelevanceMemoryManager | None = None,
         *,
         budget: int | None = None,
+        tools: Sequence[Any] = (),
+        prompt: str | BaseMessage | None = None,
         on_divergence: OnDivergence = "resync",
         max_threads: int = 256,
         **config: Any,
@@ -119,38 +157,28 @@ class ManagedContextHook(SessionView):
         _messages_module()
         if memory is not None and config:
             raise ValueError("pass either memory= or MemoryConfig fields, not both")
-        if max_threads < 1:
-            raise ValueError(f"max_threads must be at least 1, got {max_threads}")
-        self._template = memory
-        self._config = config
-        self._on_divergence: OnDivergence = on_divergence
-        self._session = MemorySession(memory, on_build=None, on_divergence=on_divergence, overrides=config)
-        self._default = self._session
-        self._threads: OrderedDict[Hashable, MemorySession] = OrderedDict()
-        self._lock = threading.Lock()
-        self.max_threads = max_threads
+        template = memory
+        self._sessions = ThreadSessions(
+            memory,
+            lambda: template.fresh() if template is not None else None,
+            on_divergence=on_divergence,
+            max_threads=max_threads,
+            config=config,
+        )
+        self._session: MemorySession = self._sessions.default
         self.budget = budget
+        self._tools = _openai_tools(tools)
+        self._prompt = _system_prompt(prompt)
 
-    def _session_for(self, thread: Hashable | None) -> MemorySession:
-        if thread is None:
-            return self._default
-        with self._lock:
-            session = self._threads.get(thread)
-            if session is None:
-                memory = self._template.fresh() if self._template is not None else None
-                session = MemorySession(memory, on_build=None, on_divergence=self._on_divergence, overrides=self._config)
-                self._threads[thread] = session
-                while len(self._threads) > self.max_threads:
-                    self._threads.popitem(last=False)
-            else:
-                self._threads.move_to_end(thread)
-            return session
+    @property
+    def max_threads(self) -> int:
+        """Most thread memories kept."""
+        return self._sessions.max_threads
 
     @property
     def threads(self) -> list[Hashable]:
         """Thread ids with a memory, least recently used first."""
-        with self._lock:
-            return list(self._threads)
+        return self._sessions.threads
 
     def memory_for(self, thread_id: Hashable | None) -> RelevanceMemoryManager:
         """The memory of LangGraph thread ``thread_id`` (``None``: the default memory).
@@ -158,13 +186,11 @@ class ManagedContextHook(SessionView):
         Raises:
             KeyError: no call has used that thread yet (or it was evicted).
         """
-        if thread_id is None:
-            return self._default.memory_for(None)
-        with self._lock:
-            if thread_id not in self._threads:
-                raise KeyError(f"no memory for thread {thread_id!r} (not used yet, or evicted)")
-            session = self._threads[thread_id]
-        return session.memory_for(None)
+        return self._sessions.existing(thread_id).memory_for(None)
+
+    def request_overhead(self, memory: RelevanceMemoryManager) -> int:
+        """Tokens every request spends outside the built messages: the ``prompt`` message (tokens)."""
+        return memory.tokenizer.count_message(self._prompt) if self._prompt is not None else 0
 
     def _prepare(
         self, value: Any, config: Mapping[str, Any] | None
@@ -175,10 +201,11 @@ class ManagedContextHook(SessionView):
             messages = list(value.messages)
         else:
             messages = list(value)
-        session = self._session_for(thread_id_of(config))
+        session = self._sessions.session_for(thread_id_of(config))
         self._session = session
         memory = session.sync(to_openai_messages(messages), None)
-        return session, messages, memory, self.budget if self.budget is not None else memory.config.token_budget()
+        budget = self.budget if self.budget is not None else memory.config.token_budget()
+        return session, messages, memory, budget - self.request_overhead(memory)
 
     def _finish(
         self, session: MemorySession, value: Any, messages: list[Any], memory: RelevanceMemoryManager, built: BuiltContext
@@ -187,26 +214,61 @@ class ManagedContextHook(SessionView):
         out = project_built(built, memory, messages, lambda m: from_openai_messages([m])[0])
         return out if isinstance(value, Sequence) else {"llm_input_messages": out}
 
+    # ``config`` is annotated ``Optional[RunnableConfig]`` on purpose: LangGraph injects the run
+    # config into a node only when the annotation is one it recognises, and under postponed
+    # evaluation it compares the annotation's text ("RunnableConfig | None" is not recognised).
     def __call__(
-        self, value: Sequence[BaseMessage] | Mapping[str, Any], config: RunnableConfig | None = None
+        self,
+        value: Sequence[BaseMessage] | Mapping[str, Any],
+        config: Optional[RunnableConfig] = None,  # noqa: UP045 - LangGraph matches this text
     ) -> Any:
         """Managed context for ``value``: a message list → a list; a state (a dict with
         ``messages`` or an object with a ``messages`` attribute) → ``{"llm_input_messages": list}``.
         ``config`` is the run config LangGraph / ``RunnableLambda`` pass in; its
         ``configurable.thread_id`` picks the memory."""
         session, messages, memory, budget = self._prepare(value, config)
-        return self._finish(session, value, messages, memory, memory.build_context(budget=budget))
+        return self._finish(session, value, messages, memory, memory.build_context(budget=budget, tools=self._tools))
 
     async def ainvoke(
-        self, value: Sequence[BaseMessage] | Mapping[str, Any], config: RunnableConfig | None = None
+        self,
+        value: Sequence[BaseMessage] | Mapping[str, Any],
+        config: Optional[RunnableConfig] = None,  # noqa: UP045 - LangGraph matches this text
     ) -> Any:
         """Async :meth:`__call__`; builds with :meth:`RelevanceMemoryManager.abuild_context`."""
         session, messages, memory, budget = self._prepare(value, config)
-        return self._finish(session, value, messages, memory, await memory.abuild_context(budget=budget))
+        built = await memory.abuild_context(budget=budget, tools=self._tools)
+        return self._finish(session, value, messages, memory, built)
 
     def as_runnable(self) -> RunnableLambda[Any, Any]:
         """The hook as a ``RunnableLambda`` (sync and async; the run config reaches the hook),
-        e.g. ``hook.as_runnable() | model``."""
+        e.g. ``hook.as_runnable() | model``, or ``pre_model_hook=hook.as_runnable()`` in an async graph."""
         from langchain_core.runnables import RunnableLambda
 
         return RunnableLambda(self.__call__, afunc=self.ainvoke, name="relevance_memory")
+
+
+def _openai_tools(tools: Sequence[Any]) -> list[dict[str, Any]]:
+    """LangChain tools (``BaseTool``, functions, or dicts) as OpenAI ``tools=`` entries, for counting.
+
+    A provider's built-in tool given as a dict (``{"type": "web_search"}``) is kept as it is.
+    """
+    if not tools:
+        return []
+    from langchain_core.utils.function_calling import convert_to_openai_tool
+
+    out: list[dict[str, Any]] = []
+    for tool in tools:
+        try:
+            out.append(dict(convert_to_openai_tool(tool)))
+        except (ValueError, TypeError):  # a provider's own tool dict: counted as its JSON
+            out.append(dict(tool) if isinstance(tool, Mapping) else {"tool": repr(tool)})
+    return out
+
+
+def _system_prompt(prompt: str | BaseMessage | None) -> dict[str, Any] | None:
+    """``create_react_agent``'s ``prompt=`` (a string or a message) as the OpenAI message it sends."""
+    if prompt is None:
+        return None
+    if isinstance(prompt, str):
+        return {"role": "system", "content": prompt}
+    return to_openai_messages([prompt])[0]

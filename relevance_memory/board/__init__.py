@@ -8,14 +8,17 @@ batches of operations applied atomically. Backends:
 
 - :class:`InMemoryBoard` — in this process (the reference);
 - :class:`RedisBoard` — on Redis (extra ``relevance-memory[redis]``), one Lua script per batch;
+- :class:`SqliteBoard` — in one SQLite file (stdlib): durable, crash-safe, no server;
 - :class:`MirroredBoard` — a remote board plus a local copy that keeps builds going when
-  the server is unreachable, and says so.
+  the server is unreachable, and says so (a :class:`CircuitBreaker` in the remote board
+  makes an unreachable server cost one bounded call, not one per operation).
 """
 
 from __future__ import annotations
 
 from .._exceptions import BoardError, BoardUnavailableError, MissingExtraError, ScopeError
 from ._agent import AgentMemory
+from ._breaker import CircuitBreaker
 from ._link import AgentLink
 from ._memory import InMemoryBoard
 from ._mirror import MirroredBoard
@@ -48,6 +51,7 @@ from ._model import (
 from ._protocol import MemoryBoard
 from ._publish import PublishRule, imported_message, log_entry
 from ._redis import BoardRetry, RedisBoard  # imports redis-py only when a RedisBoard is made
+from ._sqlite import SqliteBoard
 
 __all__ = [
     "Add",
@@ -62,6 +66,7 @@ __all__ = [
     "BoardRetry",
     "BoardUnavailableError",
     "CellView",
+    "CircuitBreaker",
     "Deposit",
     "Event",
     "Forget",
@@ -78,6 +83,7 @@ __all__ = [
     "Restore",
     "ScopeError",
     "Snapshot",
+    "SqliteBoard",
     "Supersede",
     "Use",
     "check_access",

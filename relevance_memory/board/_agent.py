@@ -70,7 +70,7 @@ class AgentMemory(PheromoneField):
         self.faults: list[str] = []
         """What went wrong talking to the board, one sentence each (cleared by :meth:`take_faults`)."""
         self.source = "memory"
-        """Where the shared strengths last came from: ``memory``, ``redis`` or ``local copy``."""
+        """Where the shared strengths last came from: ``memory``, ``redis``, ``sqlite`` or ``local copy``."""
 
     # ------------------------------------------------------------------ scopes
     def board_scope(self, message: Message) -> str:
@@ -135,11 +135,18 @@ class AgentMemory(PheromoneField):
     # ------------------------------------------------------------------ writes
     def observe(self, messages: Sequence[Message]) -> None:
         """:meth:`PheromoneField.observe`, mirrored to the board (Add, Reinforce, Advance)."""
-        start = self._observed
+        start, start_tick, every = self._observed, self.tick, self.config.tick_every
         super().observe(messages)
         now = self._clock()
         ops: list[Op] = []
-        for message in messages[start:]:
+        tick = start_tick
+        for n, message in enumerate(messages[start:], start):
+            # the private scope ticks where the field ticked, between the same two messages,
+            # so each item is born and reinforced at the field's tick (a restart resumes exactly)
+            at_tick = start_tick + n // every - start // every
+            if at_tick != tick:
+                tick = at_tick
+                ops.append(Advance(self.private, self.agent, to=tick))
             scope = self.board_scope(message)
             self._scope_of[message.id] = scope
             if is_private(scope) or (message.producer or self.agent) == self.agent:

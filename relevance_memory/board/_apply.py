@@ -9,8 +9,9 @@ path of every backend: evaporation computed into the value, nothing written.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import replace
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from typing import Final
 
 from .. import _pheromone_math as pm
 from .._config import PHEROMONE_KINDS
@@ -36,7 +37,7 @@ from ._model import (
     task_key,
 )
 
-__all__ = ["Step", "check_ops", "step", "view", "views"]
+__all__ = ["CORRUPT", "BatchWrites", "Step", "check_ops", "prominence_cap", "run_batch", "step", "view", "views"]
 
 Step = tuple[BoardCell | None, str, float, str | None]
 """``(new cell or None when unchanged, outcome, amount added, edge source or None)``."""
@@ -51,29 +52,35 @@ def check_ops(ops: Sequence[Op]) -> None:
             an empty id, a non-finite number), naming the op.
     """
     for n, op in enumerate(ops):
-        if not isinstance(op, (Add, Advance, Deposit, Reinforce, Use, Forget, Archive, Supersede, Restore, Repair)):
+        kind = type(op)
+        if kind not in _OPS:
             raise BoardError(f"operation {n} is not a board operation: {op!r}")
         check_access(op.scope, op.agent)
-        if isinstance(op, Advance):
-            if not isinstance(op.ticks, int) or op.ticks < 0:
-                raise BoardError(f"operation {n}: Advance.ticks must be an int ≥ 0, got {op.ticks!r}")
-            if op.to is not None and (not isinstance(op.to, int) or op.to < 0):
-                raise BoardError(f"operation {n}: Advance.to must be an int ≥ 0, got {op.to!r}")
+        if kind is Advance:
+            if not isinstance(op.ticks, int) or op.ticks < 0:  # type: ignore[union-attr]
+                raise BoardError(f"operation {n}: Advance.ticks must be an int ≥ 0, got {op.ticks!r}")  # type: ignore[union-attr]
+            if op.to is not None and (not isinstance(op.to, int) or op.to < 0):  # type: ignore[union-attr]
+                raise BoardError(f"operation {n}: Advance.to must be an int ≥ 0, got {op.to!r}")  # type: ignore[union-attr]
             continue
-        if not isinstance(op.id, str) or not op.id:
-            raise BoardError(f"operation {n}: the item id must be a non-empty string, got {op.id!r}")
+        item = op.id  # type: ignore[union-attr]
+        if not isinstance(item, str) or not item:
+            raise BoardError(f"operation {n}: the item id must be a non-empty string, got {item!r}")
         numbers = [getattr(op, "at", 0.0)]
         if isinstance(op, Add):
             if op.kind not in PHEROMONE_KINDS:
                 raise BoardError(f"operation {n}: unknown kind {op.kind!r} (one of {', '.join(PHEROMONE_KINDS)})")
             if op.strength is not None:
                 numbers.append(op.strength)
-        if isinstance(op, Deposit) and (not isinstance(op.score, int) or not 1 <= op.score <= 5):
+        elif isinstance(op, Deposit) and (not isinstance(op.score, int) or not 1 <= op.score <= 5):
             raise BoardError(f"operation {n}: a score must be an int 1–5, got {op.score!r}")
-        if isinstance(op, Reinforce) and op.delta is not None:
+        elif isinstance(op, Reinforce) and op.delta is not None:
             numbers.append(op.delta)
-        if any(not isinstance(x, (int, float)) or not math.isfinite(x) or x < 0 for x in numbers):
-            raise BoardError(f"operation {n}: times and strengths must be finite numbers ≥ 0: {op!r}")
+        for x in numbers:
+            if not isinstance(x, (int, float)) or not 0 <= x < math.inf:
+                raise BoardError(f"operation {n}: times and strengths must be finite numbers ≥ 0: {op!r}")
+
+
+_OPS = frozenset((Add, Advance, Deposit, Reinforce, Use, Forget, Archive, Supersede, Restore, Repair))
 
 
 def _event(cell: BoardCell, config: BoardConfig, agent: str, op: str, tick: int, amount: float, at: float
@@ -162,6 +169,73 @@ def step(cell: BoardCell | None, tick: int, op: Op, config: BoardConfig) -> Step
     raise TypeError(f"not a board operation: {op!r}")
 
 
+class _Corrupt:
+    def __repr__(self) -> str:
+        return "CORRUPT"
+
+
+CORRUPT: Final = _Corrupt()
+"""What a backend's ``cell_of`` returns for a stored cell that does not decode."""
+
+
+@dataclass
+class BatchWrites:
+    """What :func:`run_batch` computed: one outcome and amount per op, and what to write."""
+
+    outcomes: list[str] = field(default_factory=list)
+    amounts: list[float] = field(default_factory=list)
+    ticks: dict[str, int] = field(default_factory=dict)
+    cells: dict[tuple[str, str], BoardCell] = field(default_factory=dict)
+    edges: dict[tuple[str, tuple[str, str]], float] = field(default_factory=dict)
+
+
+def run_batch(ops: Sequence[Op], config: BoardConfig, tick_of: Callable[[str], int],
+              cell_of: Callable[[str, str], BoardCell | _Corrupt | None],
+              edge_of: Callable[[str, tuple[str, str]], float | None]) -> BatchWrites:
+    """Compute a whole batch (ops in order, each seeing the ones before) on an overlay of
+    what a backend stores, reading through ``tick_of(scope)``, ``cell_of(scope, id)``
+    (``None``: no such item; :data:`CORRUPT`: it does not decode) and
+    ``edge_of(scope, (id, source))``; nothing is written here. The backend then commits
+    the returned ticks, cells and edges together (or nothing)."""
+    out = BatchWrites()
+    edge_delta = config.pheromone.edge_delta
+    for op in ops:
+        scope = op.scope
+        tick = out.ticks[scope] if scope in out.ticks else tick_of(scope)
+        if isinstance(op, Advance):
+            out.ticks[scope] = max(tick, op.to) if op.to is not None else tick + op.ticks
+            out.outcomes.append("advanced")
+            out.amounts.append(0.0)
+            continue
+        key = (scope, op.id)
+        cell = out.cells[key] if key in out.cells else cell_of(scope, op.id)
+        outcome: str | None = None
+        if isinstance(op, Repair):
+            outcome = "readable" if isinstance(cell, BoardCell) else "repaired"
+            if outcome == "repaired":
+                out.cells[key] = op.cell
+        elif isinstance(cell, _Corrupt):
+            outcome = "corrupt"
+        elif isinstance(op, Reinforce) and op.source is not None and cell is not None:
+            ek = (scope, (op.id, op.source))
+            if ek in out.edges or edge_of(scope, (op.id, op.source)) is not None:
+                outcome = "already"  # once per (item, source)
+        if outcome is not None:
+            out.outcomes.append(outcome)
+            out.amounts.append(0.0)
+            continue
+        assert not isinstance(cell, _Corrupt)
+        new, outcome, amount, source = step(cell, tick, op, config)
+        if new is not None:
+            out.cells[key] = new
+        if source is not None:
+            ek = (scope, (op.id, source))
+            out.edges[ek] = (out.edges[ek] if ek in out.edges else edge_of(scope, (op.id, source)) or 0.0) + edge_delta
+        out.outcomes.append(outcome)
+        out.amounts.append(amount)
+    return out
+
+
 def view(item_id: str, cell: BoardCell, tick: int, config: BoardConfig, scope: str, *,
          goal: str | None = None, subtask: str | None = None, now: float | None = None) -> CellView:
     """The cell as a reader sees it at ``tick`` for ``(goal, subtask)`` (pure; nothing stored).
@@ -197,7 +271,12 @@ def views(cells: Mapping[str, BoardCell] | Iterable[tuple[str, BoardCell]], tick
             carried=r.strength >= carry, latest_score=memory.latest_score, expired=expired,
             in_use_by=holders, cell=cell,
         )
-    if not cap or config.prominence is None or is_private(scope):
+    return prominence_cap(out, config, scope) if cap else out
+
+
+def prominence_cap(out: dict[str, CellView], config: BoardConfig, scope: str) -> dict[str, CellView]:
+    """The per-item prominence cap of :func:`views` over views read together (seed 000 §6.1)."""
+    if config.prominence is None or is_private(scope):
         return out
     active = [v.task_strength for v in out.values() if v.active]
     if len(active) < 2:

@@ -2,103 +2,79 @@
 --
 -- A line-by-line mirror of relevance_memory/_pheromone_math.py (settle, deposit,
 -- reinforce, capped_deposit) and relevance_memory/board/_apply.py (step); the board
--- contract tests prove both give bit-identical snapshots. Floats are stored as %.17g
--- strings (cjson keeps only 14 digits of a number), so every value round-trips exactly.
+-- contract and property tests prove both give bit-identical snapshots.
+--
+-- Stored form (see relevance_memory/board/_packed.py): one MessagePack array per cell in
+-- the scope's cells hash, numbers as MessagePack numbers (a double stays a double: exact,
+-- no decimal formatting), false for "none". The provenance events live apart, in the
+-- scope's events hash (item id → its events, packed one after another, newest last): a
+-- batch appends its new events to the bytes without decoding them, and cuts the oldest
+-- only once an item holds twice events_kept (slot 24 of the cell counts them). Each
+-- scope costs a batch one HMGET of the cells it touches, one HSET of those it changed,
+-- and the same for their events. Evaporation is settled, in closed form, only for the
+-- cells a batch touches.
 --
 -- KEYS[1]            the batch marker (a retried batch id is applied once)
--- KEYS[3j-1 .. 3j+1] scope j's cells hash, meta hash (field "tick"), edges hash
--- ARGV[1]            config JSON: rates, initial, deposits, s_max, reinforce, edge,
---                    protect, exempt, events_kept, lease, batch_ttl
--- ARGV[2]            batch JSON: {scopes = [{cap}], ops = [...]}
--- Returns the JSON {dup, out = [outcome...], amt = ["%.17g"...]}.
+-- KEYS[4j-2 .. 4j+1] scope j's cells hash, meta hash (field "tick"), edges hash, events hash
+-- ARGV[1]            MessagePack batch: {{cap or false per scope}, {op...}}; an op is an
+--                    array whose first element names it (see _redis._pack_op)
+-- The board's config is written into the script on the placeholder line below (RATES, INIT,
+-- DEP, SMAX, RF, EDGE, PROTECT, EXEMPT, KEPT, LEASE, BATCH_TTL: see _redis._config_lua),
+-- numbers as Python's shortest round-trip text, which Lua reads back to the same double.
+-- Returns MessagePack {dup} or {false, {outcome...}, {amount...}}.
 --
 -- Nothing is written until every operation has been computed: a runtime error leaves
 -- the board as it was (Redis does not roll a script back).
 
 if redis.call('EXISTS', KEYS[1]) == 1 then
-  return cjson.encode({dup = true})
+  return cmsgpack.pack({true})
 end
 
-local cfg = cjson.decode(ARGV[1])
-local batch = cjson.decode(ARGV[2])
-local RATES, INIT, DEP = {}, {}, {}
-for k, v in pairs(cfg.rates) do RATES[k] = tonumber(v) end
-for k, v in pairs(cfg.initial) do INIT[k] = tonumber(v) end
-for k, v in pairs(cfg.deposits) do DEP[tonumber(k)] = tonumber(v) end
-local SMAX, RF, EDGE = tonumber(cfg.s_max), tonumber(cfg.reinforce), tonumber(cfg.edge)
-local PROTECT, EXEMPT, KEPT, LEASE = cfg.protect, cfg.exempt, cfg.events_kept, cfg.lease
+--@CONFIG@
+local batch = cmsgpack.unpack(ARGV[1])
+local NONE = false
 
 local function fmt(x) return string.format('%.17g', x) end
+local function finite(x) return type(x) == 'number' and x == x and x ~= math.huge and x ~= -math.huge end
 
 -- ------------------------------------------------------------------ cells
-local function decode(raw)
+-- A cell is its unpacked array, worked on in place (no table per field, no conversion):
+-- false in a slot is "none". Slots (see _packed.py):
+local KIND, BORN, S, AT, EARNED, LDEP, SUBS, PRODUCER, CREATED, TOUCHED = 1, 2, 3, 4, 5, 6, 7, 8, 9, 10
+local STATUS, CONTRIB, NDEP, NRF, USERS, SCORE, GOAL, LKEY, SKEY, PREV = 11, 12, 13, 14, 15, 16, 17, 18, 19, 20
+local SUPBY, STATUSBY, FIRST, NEV = 21, 22, 23, 24
+-- SUBS: the subtask keys, each followed by '\n', after a first '\n' (a membership test is
+-- one plain string.find); NEV: how many events the item's entry in the events hash holds.
+
+local function valid(c)
+  return type(c) == 'table' and #c == 24 and type(c[KIND]) == 'string' and RATES[c[KIND]] ~= nil
+    and finite(c[S]) and finite(c[EARNED]) and finite(c[LDEP]) and type(c[BORN]) == 'number'
+    and type(c[AT]) == 'number' and type(c[SUBS]) == 'string' and type(c[CONTRIB]) == 'table'
+    and type(c[USERS]) == 'table' and type(c[NEV]) == 'number'
+end
+
+local function decode(raw)  -- cell, corrupt
   if not raw then return nil, false end
-  local ok, d = pcall(cjson.decode, raw)
-  if not ok or type(d) ~= 'table' then return nil, true end
-  local c = {}
-  c.kind = d.kind
-  c.born, c.at = tonumber(d.born), tonumber(d.at)
-  c.s, c.earned, c.ldep = tonumber(d.s), tonumber(d.earned or '0'), tonumber(d.ldep or '0')
-  c.created, c.touched = tonumber(d.created or '0'), tonumber(d.touched or '0')
-  if type(c.kind) ~= 'string' or not RATES[c.kind] or not c.born or not c.at or not c.s
-     or not c.earned or not c.ldep or not c.created or not c.touched or type(d.producer) ~= 'string' then
-    return nil, true
-  end
-  if c.s ~= c.s or c.s == math.huge or c.s == -math.huge then return nil, true end
-  c.score, c.prev, c.goal = d.score, d.prev, d.goal
-  if d.lkey then c.lkey = {d.lkey[1], d.lkey[2]} end
-  if d.skey then c.skey = {d.skey[1], d.skey[2]} end
-  c.subs = {}
-  if type(d.subs) == 'table' then for _, s in ipairs(d.subs) do c.subs[#c.subs + 1] = s end end
-  c.producer, c.status = d.producer, d.status or 'active'
-  c.sup_by, c.status_by, c.first = d.sup_by, d.status_by, d.first
-  c.contrib = {}
-  if type(d.contrib) == 'table' then for a, v in pairs(d.contrib) do c.contrib[a] = tonumber(v) end end
-  c.users = {}
-  if type(d.users) == 'table' then for a, t in pairs(d.users) do c.users[a] = tonumber(t) end end
-  c.n_dep, c.n_rf = tonumber(d.n_dep or 0), tonumber(d.n_rf or 0)
-  c.events = {}
-  if type(d.events) == 'table' then
-    for _, e in ipairs(d.events) do c.events[#c.events + 1] = {e[1], e[2], tonumber(e[3]), tonumber(e[4]), tonumber(e[5])} end
-  end
-  return c, false
-end
-
-local function encode(c)
-  local contrib = {}
-  for a, v in pairs(c.contrib) do contrib[a] = fmt(v) end
-  local events = {}
-  for i, e in ipairs(c.events) do events[i] = {e[1], e[2], e[3], fmt(e[4]), fmt(e[5])} end
-  return cjson.encode({
-    kind = c.kind, born = c.born, s = fmt(c.s), at = c.at, earned = fmt(c.earned), ldep = fmt(c.ldep),
-    subs = c.subs, producer = c.producer, created = fmt(c.created), touched = fmt(c.touched),
-    status = c.status, contrib = contrib, n_dep = c.n_dep, n_rf = c.n_rf, users = c.users, events = events,
-    score = c.score, goal = c.goal, lkey = c.lkey, skey = c.skey, prev = c.prev,
-    sup_by = c.sup_by, status_by = c.status_by, first = c.first,
-  })
-end
-
-local function event(c, agent, op, tick, amount, at)
-  if KEPT == 0 then return end
-  c.events[#c.events + 1] = {agent, op, tick, amount, at}
-  while #c.events > KEPT do table.remove(c.events, 1) end
+  local ok, c = pcall(cmsgpack.unpack, raw)
+  if ok and valid(c) then return c, false end
+  return nil, true
 end
 
 -- ------------------------------------------------------------------ SPEC §5 (mirrors _pheromone_math)
 local function evaporating_ticks(c, tick)
-  if c.at >= tick then return 0 end
-  if c.score ~= nil and c.score >= EXEMPT then return 0 end
-  return math.max(0, tick - math.max(c.at, c.born + PROTECT))
+  if c[AT] >= tick then return 0 end
+  if c[SCORE] ~= NONE and c[SCORE] >= EXEMPT then return 0 end
+  return math.max(0, tick - math.max(c[AT], c[BORN] + PROTECT))
 end
 
 local function settle(c, tick)
-  if c.at >= tick then return end
+  if c[AT] >= tick then return end
   local n = evaporating_ticks(c, tick)
   if n > 0 then
-    local f = (1.0 - RATES[c.kind]) ^ n
-    c.s, c.earned, c.ldep = c.s * f, c.earned * f, c.ldep * f
+    local f = (1.0 - RATES[c[KIND]]) ^ n
+    c[S], c[EARNED], c[LDEP] = c[S] * f, c[EARNED] * f, c[LDEP] * f
   end
-  c.at = tick
+  c[AT] = tick
 end
 
 local function capped(strength, delta)
@@ -107,14 +83,14 @@ end
 
 local function limit_of(c, cap, agent)
   if cap == nil then return nil end
-  return math.max(0.0, cap - (c.contrib[agent] or 0.0))
+  return math.max(0.0, cap - (c[CONTRIB][agent] or 0.0))
 end
 
-local function keq(a, b) return a ~= nil and a[1] == b[1] and a[2] == b[2] end
+local function keq(a, b) return a ~= NONE and a[1] == b[1] and a[2] == b[2] end
 
 local function holders(c, tick, other_than)
   local out = {}
-  for a, t in pairs(c.users) do
+  for a, t in pairs(c[USERS]) do
     if a ~= other_than and tick - t <= LEASE then out[#out + 1] = a end
   end
   table.sort(out)
@@ -123,176 +99,235 @@ end
 
 -- ------------------------------------------------------------------ the batch
 local scopes = {}
-for j, sc in ipairs(batch.scopes) do
-  local base = 3 * j - 1
-  scopes[j] = {cells = KEYS[base], meta = KEYS[base + 1], edges = KEYS[base + 2],
-               cap = sc.cap and tonumber(sc.cap) or nil,
-               tick = tonumber(redis.call('HGET', KEYS[base + 1], 'tick') or '0'),
-               cache = {}, dirty = {}, edge_cache = {}, ticked = false}
+for j, cap in ipairs(batch[1]) do
+  local base = 4 * j - 2
+  scopes[j] = {cells = KEYS[base], meta = KEYS[base + 1], edges = KEYS[base + 2], events = KEYS[base + 3],
+               cap = cap ~= NONE and cap or nil, tick = tonumber(redis.call('HGET', KEYS[base + 1], 'tick') or '0'),
+               cache = {}, raw = {}, dirty = {}, edge_cache = {}, new_events = {}, reset = {}, ticked = false}
+end
+
+-- one HMGET per scope for every cell the batch names (decoded when first used)
+do
+  local wanted = {}
+  for _, op in ipairs(batch[2]) do
+    if op[1] ~= 'advance' then
+      local j = op[2]
+      local ids = wanted[j]
+      if ids == nil then ids = {}; wanted[j] = ids end
+      if not ids[op[3]] then ids[op[3]] = true; ids[#ids + 1] = op[3] end
+    end
+  end
+  for j, ids in pairs(wanted) do
+    local sc = scopes[j]
+    for lo = 1, #ids, 1000 do
+      local part = {unpack(ids, lo, math.min(#ids, lo + 999))}
+      local got = redis.call('HMGET', sc.cells, unpack(part))
+      for k, id in ipairs(part) do sc.raw[id] = got[k] end
+    end
+  end
 end
 
 local function load(sc, id)
   local got = sc.cache[id]
   if got == nil then
-    local c, corrupt = decode(redis.call('HGET', sc.cells, id))
+    local c, corrupt = decode(sc.raw[id])
     got = {c = c, corrupt = corrupt}
     sc.cache[id] = got
   end
   return got
 end
 
+local function event(sc, id, agent, op, tick, amount, at)
+  if KEPT == 0 then return end
+  local list = sc.new_events[id]
+  if list == nil then list = {}; sc.new_events[id] = list end
+  list[#list + 1] = cmsgpack.pack({agent, op, tick, amount, at})
+end
+
 local out, amt = {}, {}
-for i, op in ipairs(batch.ops) do
-  local sc = scopes[op.scope]
+for i, op in ipairs(batch[2]) do
+  local t, sc = op[1], scopes[op[2]]
   local tick = sc.tick
   local outcome, amount = nil, 0.0
-  if op.t == 'advance' then
-    if op.to then sc.tick = math.max(tick, op.to) else sc.tick = tick + op.ticks end
+  if t == 'advance' then
+    if op[4] ~= NONE then sc.tick = math.max(tick, op[4]) else sc.tick = tick + op[3] end
     sc.ticked = true
     outcome = 'advanced'
-  elseif op.t == 'repair' then
-    local got = load(sc, op.id)
-    if got.c ~= nil then
-      outcome = 'readable'
-    else
-      local c = decode(op.cell)
-      sc.cache[op.id] = {c = c, corrupt = false}
-      sc.dirty[op.id] = true
-      outcome = 'repaired'
-    end
   else
-    local got = load(sc, op.id)
+    local id, agent = op[3], op[4]
+    local got = load(sc, id)
     local c = got.c
-    local at = tonumber(op.at)
-    if got.corrupt then
+    if t == 'repair' then
+      if c ~= nil then
+        outcome = 'readable'
+      else
+        local fixed = op[5]
+        if not valid(fixed) then return redis.error_reply('repair of ' .. id .. ': not a cell') end
+        fixed[NEV] = 0
+        sc.cache[id] = {c = fixed, corrupt = false}
+        sc.dirty[id] = true
+        sc.reset[id] = true  -- the repaired cell's events replace whatever the entry held
+        local list = {}
+        if KEPT > 0 then for k, e in ipairs(op[6]) do list[k] = cmsgpack.pack(e) end end
+        sc.new_events[id] = list
+        outcome = 'repaired'
+      end
+    elseif got.corrupt then
       outcome = 'corrupt'
-    elseif op.t == 'add' then
+    elseif t == 'add' then
+      local at = op[5]
       if c ~= nil then
         outcome = 'exists'
       else
-        local s = op.strength and tonumber(op.strength) or INIT[op.kind]
-        c = {kind = op.kind, born = tick, s = s, at = tick, earned = 0.0, ldep = 0.0, subs = {},
-             producer = op.agent, created = at, touched = at, status = 'active', contrib = {},
-             users = {}, n_dep = 0, n_rf = 0, events = {}}
-        event(c, op.agent, 'add', tick, s, at)
+        local s = op[7] ~= NONE and op[7] or INIT[op[6]]
+        c = {op[6], tick, s, tick, 0.0, 0.0, '\n', agent, at, at, 'active', {}, 0, 0, {},
+             NONE, NONE, NONE, NONE, NONE, NONE, NONE, NONE, 0}
+        event(sc, id, agent, 'add', tick, s, at)
         got.c = c
-        sc.dirty[op.id] = true
+        sc.dirty[id] = true
         outcome = 'added'
       end
     elseif c == nil then
       outcome = 'missing'
-    elseif op.t == 'deposit' then
-      local limit = limit_of(c, sc.cap, op.agent)
+    elseif t == 'deposit' then
+      local at, score, sub, goal = op[5], op[6], op[7], op[8]
+      local limit = limit_of(c, sc.cap, agent)
       settle(c, tick)
-      local strength, earned, ldep = c.s, c.earned, c.ldep
-      local lkey, skey = c.lkey, c.skey
-      local score, prev, subs = c.score, c.prev, c.subs
-      if c.goal ~= nil and c.goal ~= op.goal then
+      local strength, earned, ldep = c[S], c[EARNED], c[LDEP]
+      local lkey, skey = c[LKEY], c[SKEY]
+      local cscore, prev, subs = c[SCORE], c[PREV], c[SUBS]
+      if c[GOAL] ~= NONE and c[GOAL] ~= goal then
         strength = math.max(0.0, strength - earned)
         earned, ldep = 0.0, 0.0
-        lkey, skey, score, prev = nil, nil, nil, nil
-        subs = {}
+        lkey, skey, cscore, prev = NONE, NONE, NONE, NONE
+        subs = '\n'
       end
-      local key = {op.goal or '', op.sub}
-      if not keq(skey, key) then prev, skey = score, key end
-      local seen = false
-      for _, s in ipairs(subs) do if s == op.sub then seen = true end end
-      c.earned, c.ldep, c.lkey, c.skey, c.score, c.prev, c.goal, c.subs = earned, ldep, lkey, skey, op.score, prev, op.goal, subs
+      local key = {goal or '', sub}
+      if not keq(skey, key) then prev, skey = cscore, key end
+      local seen = string.find(subs, '\n' .. sub .. '\n', 1, true) ~= nil
+      c[EARNED], c[LDEP], c[LKEY], c[SKEY], c[SCORE], c[PREV], c[GOAL], c[SUBS] =
+        earned, ldep, lkey, skey, score, prev, goal, subs
       if seen then
-        c.s = strength
+        c[S] = strength
         outcome = 'already'
       else
-        amount = capped(strength, DEP[op.score])
+        amount = capped(strength, DEP[score])
         if limit ~= nil then amount = math.min(amount, limit) end
-        c.s, c.earned, c.ldep, c.lkey = strength + amount, earned + amount, amount, key
-        subs[#subs + 1] = op.sub
-        c.contrib[op.agent] = (c.contrib[op.agent] or 0.0) + amount
-        c.n_dep, c.touched = c.n_dep + 1, at
-        event(c, op.agent, 'deposit:' .. op.score, tick, amount, at)
+        c[S], c[EARNED], c[LDEP], c[LKEY] = strength + amount, earned + amount, amount, key
+        c[SUBS] = subs .. sub .. '\n'
+        c[CONTRIB][agent] = (c[CONTRIB][agent] or 0.0) + amount
+        c[NDEP], c[TOUCHED] = c[NDEP] + 1, at
+        event(sc, id, agent, 'deposit:' .. score, tick, amount, at)
         outcome = 'deposited'
       end
-      sc.dirty[op.id] = true
-    elseif op.t == 'reinforce' and op.source and (sc.edge_cache[op.id .. '\t' .. op.source] ~= nil
-        or redis.call('HEXISTS', sc.edges, op.id .. '\t' .. op.source) == 1) then
+      sc.dirty[id] = true
+    elseif t == 'reinforce' and op[6] ~= NONE and (sc.edge_cache[id .. '\t' .. op[6]] ~= nil
+        or redis.call('HEXISTS', sc.edges, id .. '\t' .. op[6]) == 1) then
       outcome = 'already'  -- once per (item, source)
-    elseif op.t == 'reinforce' then
-      local limit = limit_of(c, sc.cap, op.agent)
+    elseif t == 'reinforce' then
+      local at, source, delta = op[5], op[6], op[7]
+      local limit = limit_of(c, sc.cap, agent)
       settle(c, tick)
-      amount = capped(c.s, op.delta and tonumber(op.delta) or RF)
+      amount = capped(c[S], delta ~= NONE and delta or RF)
       if limit ~= nil then amount = math.min(amount, limit) end
-      c.s = c.s + amount
-      c.contrib[op.agent] = (c.contrib[op.agent] or 0.0) + amount
-      c.n_rf, c.touched = c.n_rf + 1, at
-      event(c, op.agent, 'reinforce', tick, amount, at)
-      sc.dirty[op.id] = true
-      if op.source then
-        local field = op.id .. '\t' .. op.source
+      c[S] = c[S] + amount
+      c[CONTRIB][agent] = (c[CONTRIB][agent] or 0.0) + amount
+      c[NRF], c[TOUCHED] = c[NRF] + 1, at
+      event(sc, id, agent, 'reinforce', tick, amount, at)
+      sc.dirty[id] = true
+      if source ~= NONE then
+        local field = id .. '\t' .. source
         local w = sc.edge_cache[field]
         if w == nil then w = tonumber(redis.call('HGET', sc.edges, field) or '0') end
         sc.edge_cache[field] = w + EDGE
       end
       outcome = 'reinforced'
-    elseif op.t == 'use' then
-      c.users[op.agent] = tick
-      if c.first == nil then c.first = {op.agent, op.build} end
-      c.touched = at
-      event(c, op.agent, 'use:' .. op.build, tick, 0.0, at)
-      sc.dirty[op.id] = true
+    elseif t == 'use' then
+      local at, build = op[5], op[6]
+      c[USERS][agent] = tick
+      if c[FIRST] == NONE then c[FIRST] = {agent, build} end
+      c[TOUCHED] = at
+      event(sc, id, agent, 'use:' .. build, tick, 0.0, at)
+      sc.dirty[id] = true
       outcome = 'used'
-    elseif op.t == 'forget' or op.t == 'archive' then
-      local status = (op.t == 'forget') and 'forgotten' or 'archived'
-      if c.status ~= 'active' then
-        outcome = 'conflict:' .. c.status
+    elseif t == 'forget' or t == 'archive' then
+      local status = (t == 'forget') and 'forgotten' or 'archived'
+      if c[STATUS] ~= 'active' then
+        outcome = 'conflict:' .. c[STATUS]
       else
-        local h = holders(c, tick, op.agent)
+        local h = holders(c, tick, agent)
         if #h > 0 then
           outcome = 'in_use:' .. h[1]
         else
-          c.status, c.status_by = status, op.agent
-          event(c, op.agent, status, tick, 0.0, at)
-          sc.dirty[op.id] = true
+          c[STATUS], c[STATUSBY] = status, agent
+          event(sc, id, agent, status, tick, 0.0, op[5])
+          sc.dirty[id] = true
           outcome = status
         end
       end
-    elseif op.t == 'supersede' then
-      if c.status ~= 'active' then
-        outcome = 'conflict:' .. c.status
+    elseif t == 'supersede' then
+      if c[STATUS] ~= 'active' then
+        outcome = 'conflict:' .. c[STATUS]
       else
-        c.status, c.sup_by, c.status_by = 'superseded', op.by, op.agent
-        event(c, op.agent, 'superseded:' .. op.by, tick, 0.0, at)
-        sc.dirty[op.id] = true
+        c[STATUS], c[SUPBY], c[STATUSBY] = 'superseded', op[6], agent
+        event(sc, id, agent, 'superseded:' .. op[6], tick, 0.0, op[5])
+        sc.dirty[id] = true
         outcome = 'superseded'
       end
-    elseif op.t == 'restore' then
-      if c.status == 'active' then
+    elseif t == 'restore' then
+      if c[STATUS] == 'active' then
         outcome = 'conflict:active'
       else
-        c.status, c.sup_by, c.status_by, c.touched = 'active', nil, op.agent, at
-        event(c, op.agent, 'restored', tick, 0.0, at)
-        sc.dirty[op.id] = true
+        c[STATUS], c[SUPBY], c[STATUSBY], c[TOUCHED] = 'active', NONE, agent, op[5]
+        event(sc, id, agent, 'restored', tick, 0.0, op[5])
+        sc.dirty[id] = true
         outcome = 'restored'
       end
     else
-      return redis.error_reply('unknown board operation ' .. tostring(op.t))
+      return redis.error_reply('unknown board operation ' .. tostring(t))
     end
   end
-  out[i], amt[i] = outcome, fmt(amount)
+  out[i], amt[i] = outcome, amount
 end
 
 -- ------------------------------------------------------------------ commit
+local function hset_all(key, args)
+  for lo = 1, #args, 1000 do  -- unpack() is bounded by Lua's stack
+    redis.call('HSET', key, unpack(args, lo, math.min(#args, lo + 999)))
+  end
+end
+
 for _, sc in ipairs(scopes) do
+  -- events first: they update each cell's count of stored events
+  local ids = {}
+  for id in pairs(sc.new_events) do ids[#ids + 1] = id end
+  if #ids > 0 then
+    local old = redis.call('HMGET', sc.events, unpack(ids))
+    local args = {}
+    for k, id in ipairs(ids) do
+      local c, list = sc.cache[id].c, sc.new_events[id]
+      local blob = (sc.reset[id] or not old[k]) and '' or old[k]
+      blob = blob .. table.concat(list)
+      c[NEV] = c[NEV] + #list
+      if KEPT > 0 and c[NEV] >= 2 * KEPT then  -- keep the newest KEPT: decoded only now and then
+        local all, kept = {cmsgpack.unpack(blob)}, {}
+        for e = #all - KEPT + 1, #all do kept[#kept + 1] = cmsgpack.pack(all[e]) end
+        blob, c[NEV] = table.concat(kept), KEPT
+      end
+      sc.dirty[id] = true
+      args[#args + 1] = id
+      args[#args + 1] = blob
+    end
+    hset_all(sc.events, args)
+  end
   local args = {}
   for id in pairs(sc.dirty) do
     args[#args + 1] = id
-    args[#args + 1] = encode(sc.cache[id].c)
-    if #args >= 1000 then  -- unpack() is bounded by Lua's stack
-      redis.call('HSET', sc.cells, unpack(args))
-      args = {}
-    end
+    args[#args + 1] = cmsgpack.pack(sc.cache[id].c)
   end
-  if #args > 0 then redis.call('HSET', sc.cells, unpack(args)) end
+  if #args > 0 then hset_all(sc.cells, args) end
   if sc.ticked then redis.call('HSET', sc.meta, 'tick', sc.tick) end
   for field, w in pairs(sc.edge_cache) do redis.call('HSET', sc.edges, field, fmt(w)) end
 end
-redis.call('SET', KEYS[1], '1', 'EX', cfg.batch_ttl)
-return cjson.encode({dup = false, out = out, amt = amt})
+redis.call('SET', KEYS[1], '1', 'EX', BATCH_TTL)
+return cmsgpack.pack({false, out, amt})

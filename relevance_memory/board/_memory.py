@@ -8,16 +8,13 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
 from .._exceptions import BoardError
-from ._apply import check_ops, step, views
+from ._apply import check_ops, run_batch, views
 from ._model import (
-    Advance,
     BatchResult,
     BoardCell,
     BoardConfig,
     LogEntry,
     Op,
-    Reinforce,
-    Repair,
     Snapshot,
     check_access,
     is_private,
@@ -30,8 +27,13 @@ __all__ = ["InMemoryBoard"]
 class _Scope:
     tick: int = 0
     cells: dict[str, BoardCell] = field(default_factory=dict)
+    bare: dict[str, BoardCell] = field(default_factory=dict)  # the same cells without their events
     edges: dict[tuple[str, str], float] = field(default_factory=dict)
     log: list[LogEntry] = field(default_factory=list)
+
+    def put(self, item: str, cell: BoardCell) -> None:
+        self.cells[item] = cell
+        self.bare[item] = replace(cell, events=()) if cell.events else cell
 
 
 class InMemoryBoard:
@@ -39,8 +41,11 @@ class InMemoryBoard:
 
     A batch is applied under one lock: all its operations are computed on an overlay
     with the pure :func:`~relevance_memory.board._apply.step`, then committed together
-    (a ``ScopeError`` or ``TypeError`` commits nothing). Snapshots read under the same lock
-    and write nothing.
+    (a ``ScopeError`` or ``TypeError`` commits nothing). Snapshots take no lock: they read
+    the ids asked (O(ids), the cells' events only with ``provenance``) between two reads
+    of a version counter that every commit makes odd while it writes (a sequence lock), and
+    read again — under the lock after three tries — when a commit ran meanwhile. So a
+    reader never waits behind a stream of writers, and never sees half a batch.
 
     Args:
         name: the board's name.
@@ -54,6 +59,7 @@ class InMemoryBoard:
         self._batches: set[str] = set()
         self._appends: dict[str, tuple[str, ...]] = {}
         self._lock = threading.RLock()
+        self._version = 0  # odd while a commit writes (see the class doc)
 
     def _scope(self, scope: str) -> _Scope:
         got = self._scopes.get(scope)
@@ -66,20 +72,31 @@ class InMemoryBoard:
                  subtask: str | None = None, now: float | None = None, provenance: bool = False) -> Snapshot:
         """See :meth:`MemoryBoard.snapshot`."""
         check_access(scope, agent)
-        with self._lock:
-            state = self._scopes.get(scope) or _Scope()
-            tick = state.tick
-            if ids is None:
-                found = dict(state.cells)
-                missing: tuple[str, ...] = ()
-            else:
-                wanted = list(dict.fromkeys(ids))
-                found = {i: state.cells[i] for i in wanted if i in state.cells}
-                missing = tuple(i for i in wanted if i not in state.cells)
-        if not provenance:
-            found = {i: replace(c, events=()) if c.events else c for i, c in found.items()}
+        wanted = None if ids is None else list(dict.fromkeys(ids))
+        for _ in range(3):
+            version = self._version
+            if version & 1:
+                continue
+            got = self._read(scope, wanted, provenance)
+            if self._version == version:
+                break
+        else:
+            with self._lock:
+                got = self._read(scope, wanted, provenance)
+        tick, found, missing = got
         return Snapshot(scope=scope, tick=tick, missing=missing, source="memory",
                         cells=views(found, tick, self.config, scope, goal=goal, subtask=subtask, now=now))
+
+    def _read(self, scope: str, wanted: list[str] | None, provenance: bool
+              ) -> tuple[int, dict[str, BoardCell], tuple[str, ...]]:
+        state = self._scopes.get(scope)
+        if state is None:
+            return 0, {}, tuple(wanted or ())
+        source = state.cells if provenance else state.bare
+        if wanted is None:
+            return state.tick, dict(source), ()
+        found = {i: c for i in wanted if (c := source.get(i)) is not None}
+        return state.tick, found, tuple(i for i in wanted if i not in found)
 
     def tick(self, scope: str) -> int:
         """See :meth:`MemoryBoard.tick`."""
@@ -100,8 +117,11 @@ class InMemoryBoard:
         lifecycle, the server keeps the provenance history."""
         with self._lock:
             state = self._scope(scope)
+            self._version += 1
             state.tick = tick
-            state.cells.update(cells)
+            for item, cell in cells.items():
+                state.put(item, cell)
+            self._version += 1
 
     # ------------------------------------------------------------------ writes
     def apply(self, ops: Sequence[Op], *, batch_id: str | None = None) -> BatchResult:
@@ -111,50 +131,19 @@ class InMemoryBoard:
         with self._lock:
             if batch_id in self._batches:
                 return BatchResult(batch_id, (), (), duplicate=True)
-            ticks: dict[str, int] = {}
-            cells: dict[tuple[str, str], BoardCell] = {}
-            edges: dict[tuple[str, tuple[str, str]], float] = {}
-            outcomes: list[str] = []
-            amounts: list[float] = []
-            for op in ops:
-                state = self._scope(op.scope)
-                tick = ticks.get(op.scope, state.tick)
-                if isinstance(op, Advance):
-                    ticks[op.scope] = max(tick, op.to) if op.to is not None else tick + op.ticks
-                    outcomes.append("advanced")
-                    amounts.append(0.0)
-                    continue
-                key = (op.scope, op.id)
-                cell = cells.get(key, state.cells.get(op.id))
-                if isinstance(op, Reinforce) and op.source is not None and cell is not None:
-                    ek = (op.scope, (op.id, op.source))
-                    if ek in edges or (op.id, op.source) in state.edges:
-                        outcomes.append("already")
-                        amounts.append(0.0)
-                        continue
-                if isinstance(op, Repair):
-                    outcomes.append("readable" if cell is not None else "repaired")
-                    if cell is None:
-                        cells[key] = op.cell
-                    amounts.append(0.0)
-                    continue
-                new, outcome, amount, source = step(cell, tick, op, self.config)
-                if new is not None:
-                    cells[key] = new
-                if source is not None:
-                    ek = (op.scope, (op.id, source))
-                    edges[ek] = edges.get(ek, state.edges.get((op.id, source), 0.0)) + \
-                        self.config.pheromone.edge_delta
-                outcomes.append(outcome)
-                amounts.append(amount)
+            got = run_batch(ops, self.config, self.tick, lambda scope, item: self._scope(scope).cells.get(item),
+                            lambda scope, edge: self._scope(scope).edges.get(edge))
+            ticks, cells, edges = got.ticks, got.cells, got.edges
+            self._version += 1
             for scope, tick in ticks.items():
                 self._scope(scope).tick = tick
             for (scope, item), cell in cells.items():
-                self._scope(scope).cells[item] = cell
+                self._scope(scope).put(item, cell)
             for (scope, edge), weight in edges.items():
                 self._scope(scope).edges[edge] = weight
+            self._version += 1
             self._batches.add(batch_id)
-        return BatchResult(batch_id, tuple(outcomes), tuple(amounts))
+        return BatchResult(batch_id, tuple(got.outcomes), tuple(got.amounts))
 
     # ------------------------------------------------------------------ log
     def append(self, scope: str, entries: Sequence[Mapping[str, str]], *, agent: str,
@@ -176,7 +165,9 @@ class InMemoryBoard:
                 log.append(LogEntry(cursor, dict(entry)))
                 out.append(cursor)
                 if every and len(log) % every == 0:
+                    self._version += 1
                     state.tick += 1
+                    self._version += 1
             if append_id is not None:
                 self._appends[append_id] = tuple(out)
             return out

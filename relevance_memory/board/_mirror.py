@@ -20,8 +20,9 @@ class MirroredBoard:
     """A :class:`~relevance_memory.board.MemoryBoard` that keeps a local copy of a remote one.
 
     Every batch is applied to the local copy first, then sent to the remote board under
-    its batch id. When the remote stays unreachable after its retries
-    (:class:`~relevance_memory.BoardUnavailableError`), the batch waits in :attr:`pending`
+    its batch id. When the remote stays unreachable after its retries, or its circuit
+    breaker fails the call fast (:class:`~relevance_memory.BoardUnavailableError`), the
+    batch waits in :attr:`pending`
     and is sent — once, by its id — before the next write or read that reaches the
     server. Snapshots read the remote board and refresh the local copy with what they
     read; when it cannot be reached they are served from the local copy
@@ -57,9 +58,12 @@ class MirroredBoard:
         return not self.pending and not self._pending_log
 
     def take_faults(self) -> list[str]:
-        """The faults since the last call (and clear them) — for a decision record."""
+        """The faults since the last call (and clear them), the remote board's own (its
+        circuit breaker's) included — for a decision record."""
+        take = getattr(self.remote, "take_faults", None)
+        remote: list[str] = take() if callable(take) else []
         with self._lock:
-            out, self.faults = self.faults, []
+            out, self.faults = [*self.faults, *remote], []
             return out
 
     def _flush(self) -> bool:

@@ -1,9 +1,9 @@
 """Board data: the config, the operations, the stored cells and the snapshot view (SPEC §10).
 
-All values here are immutable. The stored form of a cell (:func:`encode_cell` /
-:func:`decode_cell`) is one JSON object per item; the Redis backend's Lua script reads
-and writes the same form, with floats written as ``%.17g`` strings so that they round-trip
-exactly (Lua's ``cjson`` keeps only 14 digits of a number).
+All values here are immutable. :func:`encode_cell` / :func:`decode_cell` give a cell's
+portable form, one JSON object per item with floats as exact decimal strings (the SQLite
+board stores it); the Redis board stores a MessagePack array instead (``_packed``), which
+its Lua script works on without decimal text.
 """
 
 from __future__ import annotations
@@ -77,8 +77,20 @@ def check_access(scope: str, agent: str) -> None:
 
     Every agent may use every non-private scope (``shared``, ``global``, a team scope
     such as ``tech``); ``private:<a>`` belongs to agent ``a`` alone (seed 004 §3.3,
-    seed 000 §5.3: private workspaces, a shared blackboard).
+    seed 000 §5.3: private workspaces, a shared blackboard). Allowed pairs are remembered
+    (a batch checks every op's pair).
     """
+    if (scope, agent) in _ALLOWED:
+        return
+    _check_access(scope, agent)
+    if len(_ALLOWED) < 4096:
+        _ALLOWED.add((scope, agent))
+
+
+_ALLOWED: set[tuple[str, str]] = set()
+
+
+def _check_access(scope: str, agent: str) -> None:
     if not _SCOPE_RE.match(scope):
         raise ScopeError(f"scope {scope!r} must be a name [A-Za-z0-9_.-]+, optionally ':<agent>'")
     if not _AGENT_RE.match(agent):
@@ -516,8 +528,8 @@ class Snapshot:
         cells: id → :class:`CellView` for every id found (and decodable).
         missing: ids asked for that the board does not hold.
         corrupt: ids whose stored cell does not decode (treated as missing).
-        source: ``"memory"``, ``"redis"`` or ``"local copy"`` (a mirrored board that could
-            not reach its server).
+        source: ``"memory"``, ``"redis"``, ``"sqlite"`` or ``"local copy"`` (a mirrored
+            board that could not reach its server).
         faults: what went wrong while reading, one sentence each (for the decision record).
     """
 

@@ -1,38 +1,49 @@
-"""A memory board on Redis (optional extra ``relevance-memory[redis]``, redis-py).
+"""A memory board on Redis (optional extra ``relevance-memory[redis]``: redis-py, msgpack).
 
 Layout, for board ``B`` under prefix ``P`` (the ``{B}`` hash tag puts a whole board in one
 Redis Cluster slot, so one script may touch all its keys)::
 
-    P:{B}:cells:<scope>   hash   item id → cell JSON (see ``_model.encode_cell``)
-    P:{B}:meta:<scope>    hash   "tick" → the scope's tick
-    P:{B}:edges:<scope>   hash   "<id>\\t<source>" → edge strength
-    P:{B}:log:<scope>     stream the scope's shared message log
-    P:{B}:batch:<id>      string marker of an applied batch (expires after batch_ttl_seconds)
+    P:{B}:cells:<scope>     hash   item id → the cell, one MessagePack array (``_packed``)
+    P:{B}:events:<scope>    hash   item id → its newest provenance events, packed end to end
+    P:{B}:meta:<scope>      hash   "tick" → the scope's tick
+    P:{B}:edges:<scope>     hash   "<id>\\t<source>" → edge strength
+    P:{B}:log:<scope>       stream the scope's shared message log
+    P:{B}:batch:<id>        string marker of an applied batch (expires after batch_ttl_seconds)
 
-Writes: one Lua script (``_board.lua``) applies a whole batch atomically — it settles each
-cell's evaporation in closed form, then adds the soft-capped, share-capped deposit
-(``HINCRBYFLOAT`` alone cannot express the cap). Reads: one pipelined round trip per
-snapshot (the tick and ``HMGET`` of the ids), decoded and viewed by the same pure
-functions as the in-memory board. Connection errors and timeouts are retried with
-exponential backoff (tenacity); a batch keeps its id across retries, so it is applied at
-most once even when a reply was lost.
+Writes: one Lua script (``_board.lua``) applies a whole batch atomically — it settles the
+evaporation of the cells it touches in closed form, then adds the soft-capped,
+share-capped deposit (``HINCRBYFLOAT`` alone cannot express the cap); a cell is one
+MessagePack array (exact doubles, no JSON, no decimal formatting) and its events are
+appended to their own hash entry, never decoded by a batch; a scope costs a batch one
+``HMGET`` and one ``HSET`` of its cells and the same of their events. Reads: one
+pipelined round trip per snapshot (the tick and one ``HMGET`` of the ids, plus one of
+their events with ``provenance=True``), each cell decoded once per change and viewed by
+the same pure functions as the in-memory board. A batch keeps its id across retries, so
+it is applied at most once even when a reply was lost.
+
+Faults never stall a step: every socket operation is bounded (``from_url``: 200 ms to
+connect, 200 ms per read or write), a timeout is not retried, and a
+:class:`~relevance_memory.board.CircuitBreaker` turns the first failed call into fast
+failures (no round trip) for a back-off period, then lets one probe through. A call
+that fails therefore waits at most :data:`CALL_BOUND_S` (0.46 s with the defaults), and
+every later call of the same step returns at once while the circuit is open. (The bound
+is per socket operation: a server that answers each one just inside it is slow, not down.)
 """
 
 from __future__ import annotations
 
-import hashlib
 import json
 import time
 import uuid
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from importlib import resources
 from typing import Any, TypeVar
 
 from tenacity import (
     RetryError,
     Retrying,
-    retry_if_exception_type,
+    retry_if_exception,
     stop_after_attempt,
     stop_after_delay,
     wait_exponential,
@@ -40,7 +51,8 @@ from tenacity import (
 
 from .._config import PHEROMONE_KINDS
 from .._exceptions import BoardError, BoardUnavailableError, MissingExtraError
-from ._apply import check_ops, views
+from ._apply import check_ops, prominence_cap, views
+from ._breaker import CircuitBreaker
 from ._model import (
     Add,
     Advance,
@@ -48,6 +60,7 @@ from ._model import (
     BatchResult,
     BoardCell,
     BoardConfig,
+    CellView,
     Deposit,
     Forget,
     LogEntry,
@@ -59,13 +72,17 @@ from ._model import (
     Supersede,
     Use,
     check_access,
-    decode_cell,
-    encode_cell,
     is_private,
     task_key,
 )
+from ._packed import pack_cell, pack_events, unpack_cell, unpack_events
 
-__all__ = ["BoardRetry", "RedisBoard"]
+__all__ = ["CALL_BOUND_S", "CONNECT_TIMEOUT_S", "OP_TIMEOUT_S", "BoardRetry", "RedisBoard"]
+
+CONNECT_TIMEOUT_S = 0.2
+"""Default bound of one connection attempt (seconds; :meth:`RedisBoard.from_url`)."""
+OP_TIMEOUT_S = 0.2
+"""Default bound of one socket read or write (seconds; :meth:`RedisBoard.from_url`)."""
 
 T = TypeVar("T")
 
@@ -100,69 +117,98 @@ def _redis() -> Any:
     return redis
 
 
+def _msgpack() -> Any:
+    try:
+        import msgpack
+    except ImportError as exc:  # pragma: no cover - exercised where the extra is absent
+        raise MissingExtraError("msgpack", "redis", "RedisBoard (a memory board on Redis)") from exc
+    return msgpack
+
+
 @dataclass(frozen=True)
 class BoardRetry:
-    """How a remote board retries connection errors and timeouts (tenacity).
+    """How a remote board retries a refused or reset connection (tenacity). A timeout is
+    never retried: it opens the :class:`CircuitBreaker` at once.
 
     Attributes:
         attempts: tries in all (≥ 1).
         first_wait_s: first backoff wait (seconds); doubles per try.
         max_wait_s: cap of one wait (seconds).
-        max_total_s: give up once this much time has passed (seconds).
+        max_total_s: no new try once this much time has passed (seconds).
     """
 
-    attempts: int = 4
-    first_wait_s: float = 0.05
-    max_wait_s: float = 1.0
-    max_total_s: float = 5.0
+    attempts: int = 3
+    first_wait_s: float = 0.02
+    max_wait_s: float = 0.1
+    max_total_s: float = 0.2
+
+
+CALL_BOUND_S = CONNECT_TIMEOUT_S + OP_TIMEOUT_S + BoardRetry.first_wait_s * 3
+"""The longest a failing board call waits with the defaults (seconds): a connection attempt, a
+timed-out read, and the retry waits before them (0.02 + 0.04 s). A step (an ``add()``, a
+build) makes at most one such call: the circuit is open after it."""
+
+
+def _config_lua(config: BoardConfig) -> str:
+    """The board's config as Lua constants, written into the batch script (no decoding per
+    call). ``repr`` of a float is its shortest round-trip text: Lua reads the same double."""
+    p = config.pheromone
+
+    def table(values: Mapping[str, float]) -> str:
+        return "{" + ", ".join(f"[{json.dumps(k)}] = {float(v)!r}" for k, v in values.items()) + "}"
+
+    deposits = ", ".join(repr(float(p.deposits[score])) for score in range(1, 6))
+    return (f"local RATES = {table({k: p.rate(k) for k in PHEROMONE_KINDS})}\n"
+            f"local INIT = {table({k: p.initial_strength[k] for k in PHEROMONE_KINDS})}\n"
+            f"local DEP = {{{deposits}}}\n"
+            f"local SMAX, RF, EDGE = {float(p.s_max)!r}, {float(p.reinforce_delta)!r}, {float(p.edge_delta)!r}\n"
+            f"local PROTECT, EXEMPT = {int(p.protect_ticks)}, {int(p.exempt_score)}\n"
+            f"local KEPT, LEASE, BATCH_TTL = {int(config.events_kept)}, {int(config.lease_ticks)}, "
+            f"{int(config.batch_ttl_seconds)}")
+
+
+def _binary(mod: Any, client: Any) -> Any:
+    """``client`` when it returns bytes, else a twin on the same server that does."""
+    pool = getattr(client, "connection_pool", None)
+    if pool is None or not pool.connection_kwargs.get("decode_responses"):
+        return client
+    kwargs = {**pool.connection_kwargs, "decode_responses": False}
+    return mod.Redis(connection_pool=mod.ConnectionPool(connection_class=pool.connection_class, **kwargs))
 
 
 def _s(value: Any) -> str:
     return value.decode("utf-8") if isinstance(value, bytes) else str(value)
 
 
-def _f(x: float) -> str:
-    return repr(float(x))
+_NONE = False  # "none" in a MessagePack slot (see _packed)
 
 
-def _op_json(op: Op, index: Mapping[str, int]) -> dict[str, Any]:
-    base: dict[str, Any] = {"scope": index[op.scope]}
+def _pack_op(op: Op, index: Mapping[str, int]) -> list[Any]:
+    """One operation as the Lua script reads it: ``[name, scope number, id, agent, at, ...]``."""
+    scope = index[op.scope]
     if isinstance(op, Advance):
-        out: dict[str, Any] = {**base, "t": "advance", "ticks": op.ticks}
-        if op.to is not None:
-            out["to"] = op.to
-        return out
-    base.update(id=op.id, agent=op.agent)
+        return ["advance", scope, op.ticks, _NONE if op.to is None else op.to]
     if isinstance(op, Repair):
-        return {**base, "t": "repair", "cell": encode_cell(op.cell)}
-    base["at"] = _f(op.at)
-    if isinstance(op, Add):
-        out = {**base, "t": "add", "kind": op.kind}
-        if op.strength is not None:
-            out["strength"] = _f(op.strength)
-        return out
+        return ["repair", scope, op.id, op.agent, pack_cell(op.cell), pack_events(op.cell)]
+    head = [scope, op.id, op.agent, float(op.at)]
     if isinstance(op, Deposit):
-        out = {**base, "t": "deposit", "score": op.score, "sub": task_key(op.subtask)}
-        if op.goal is not None:
-            out["goal"] = task_key(op.goal)
-        return out
+        goal = task_key(op.goal)
+        return ["deposit", *head, op.score, task_key(op.subtask), _NONE if goal is None else goal]
     if isinstance(op, Reinforce):
-        out = {**base, "t": "reinforce"}
-        if op.source is not None:
-            out["source"] = op.source
-        if op.delta is not None:
-            out["delta"] = _f(op.delta)
-        return out
+        return ["reinforce", *head, _NONE if op.source is None else op.source,
+                _NONE if op.delta is None else float(op.delta)]
+    if isinstance(op, Add):
+        return ["add", *head, op.kind, _NONE if op.strength is None else float(op.strength)]
     if isinstance(op, Use):
-        return {**base, "t": "use", "build": op.build}
-    if isinstance(op, Forget):
-        return {**base, "t": "forget"}
-    if isinstance(op, Archive):
-        return {**base, "t": "archive"}
+        return ["use", *head, op.build]
     if isinstance(op, Supersede):
-        return {**base, "t": "supersede", "by": op.by}
+        return ["supersede", *head, op.by]
+    if isinstance(op, Forget):
+        return ["forget", *head]
+    if isinstance(op, Archive):
+        return ["archive", *head]
     if isinstance(op, Restore):
-        return {**base, "t": "restore"}
+        return ["restore", *head]
     raise TypeError(f"not a board operation: {op!r}")
 
 
@@ -174,7 +220,8 @@ class RedisBoard:
         name: the board's name (its hash tag: one board, one cluster slot).
         config: a :class:`BoardConfig`.
         prefix: the key prefix (default ``"relmem"``).
-        retry: the :class:`BoardRetry` policy for connection errors and timeouts.
+        retry: the :class:`BoardRetry` policy for refused or reset connections.
+        breaker: the :class:`CircuitBreaker` (default: a new one, 1 s back-off doubling to 30 s).
         sleep: the backoff's sleep (injected for tests).
 
     Raises:
@@ -182,119 +229,192 @@ class RedisBoard:
     """
 
     def __init__(self, client: Any, name: str = "board", config: BoardConfig | None = None, *,
-                 prefix: str = "relmem", retry: BoardRetry | None = None,
+                 prefix: str = "relmem", retry: BoardRetry | None = None, breaker: CircuitBreaker | None = None,
                  sleep: Callable[[float], None] = time.sleep) -> None:
         self._mod = _redis()
+        self._msgpack = _msgpack()
         self.client = client
         self.name = name
         self.config = config or BoardConfig()
         self.prefix = prefix
         self.retry = retry or BoardRetry()
+        self.breaker = breaker or CircuitBreaker()
         self._sleep = sleep
         self._base = f"{prefix}:{{{name}}}"
-        p = self.config.pheromone
-        self._cfg_json = json.dumps({
-            "rates": {k: _f(p.rate(k)) for k in PHEROMONE_KINDS},
-            "initial": {k: _f(p.initial_strength[k]) for k in PHEROMONE_KINDS},
-            "deposits": {str(k): _f(v) for k, v in p.deposits.items()},
-            "s_max": _f(p.s_max), "reinforce": _f(p.reinforce_delta), "edge": _f(p.edge_delta),
-            "protect": p.protect_ticks, "exempt": p.exempt_score, "events_kept": self.config.events_kept,
-            "lease": self.config.lease_ticks, "batch_ttl": self.config.batch_ttl_seconds,
-        })
+        self._raw = _binary(self._mod, client)  # cells are MessagePack bytes: a client that leaves them so
         source = resources.files(__package__).joinpath("_board.lua").read_text(encoding="utf-8")
-        self._script = client.register_script(source)
+        self._script = self._raw.register_script(source.replace("--@CONFIG@", _config_lua(self.config), 1))
         self._append_script = client.register_script(_APPEND_LUA)
         self.retries = 0
         """Connection errors retried so far (for the decision record)."""
-        self._decoded: dict[tuple[str, str, bool], tuple[bytes, BoardCell]] = {}
-        # (scope, id, with events) → (digest of the stored JSON, its decoded cell): a
-        # snapshot decodes only the cells that changed since this client last read them
+        self.round_trips = 0
+        """Calls that went to the server (each try counts; a fast failure does not)."""
+        self._decoded: dict[tuple[str, str], tuple[bytes, BoardCell, Any, CellView | None]] = {}
+        # (scope, id) → (the stored bytes, their cell without events, the tick, task and
+        # clock of its last view, that view): a snapshot decodes only the cells that changed
+        # since this client last read them, and views again only what it has not seen so
 
     @classmethod
     def from_url(cls, url: str, name: str = "board", config: BoardConfig | None = None, *,
-                 socket_timeout: float = 2.0, socket_connect_timeout: float = 1.0, **kwargs: Any) -> RedisBoard:
-        """A board on the server at ``url`` (``redis://host:port/db``), with timeouts in seconds.
+                 socket_timeout: float = OP_TIMEOUT_S, socket_connect_timeout: float = CONNECT_TIMEOUT_S,
+                 **kwargs: Any) -> RedisBoard:
+        """A board on the server at ``url`` (``redis://host:port/db``).
+
+        ``socket_timeout`` bounds each socket read or write, ``socket_connect_timeout`` each
+        connection attempt (seconds; defaults :data:`OP_TIMEOUT_S`, :data:`CONNECT_TIMEOUT_S`).
+        redis-py's own retries are turned off: :class:`BoardRetry` and the
+        :class:`CircuitBreaker` decide. (Before, 2 s reads and four tries of every timed-out
+        call cost ~6 s a call, ~25 s an ``add()`` on a paused server. A client you make
+        yourself with ``redis.Redis(host=…)`` retries on its own — redis-py 8: 10 tries
+        with back-off — so pass ``retry=Retry(NoBackoff(), 0)`` to it.)
 
         Raises:
             MissingExtraError: redis-py is not installed.
         """
         redis = _redis()
+        from redis.backoff import NoBackoff
+        from redis.retry import Retry
+
         client = redis.Redis.from_url(url, decode_responses=True, socket_timeout=socket_timeout,
-                                      socket_connect_timeout=socket_connect_timeout)
+                                      socket_connect_timeout=socket_connect_timeout, retry=Retry(NoBackoff(), 0),
+                                      retry_on_timeout=False)
         return cls(client, name, config, **kwargs)
 
     # ------------------------------------------------------------------ keys
     def key(self, kind: str, scope: str) -> str:
-        """The Redis key of ``kind`` (``cells``, ``meta``, ``edges``, ``log``) for ``scope``."""
+        """The Redis key of ``kind`` (``cells``, ``events``, ``meta``, ``edges``, ``log``) for ``scope``."""
         return f"{self._base}:{kind}:{scope}"
 
+
     def _call(self, what: str, fn: Callable[[], T]) -> T:
-        errors = (self._mod.ConnectionError, self._mod.TimeoutError)
-        policy = self.retry
-        retrying = Retrying(
-            stop=stop_after_attempt(policy.attempts) | stop_after_delay(policy.max_total_s),
-            wait=wait_exponential(multiplier=policy.first_wait_s, max=policy.max_wait_s),
-            retry=retry_if_exception_type(errors), sleep=self._sleep, reraise=False,
-            before_sleep=lambda state: self._count_retry(),
-        )
+        probe = self.breaker.enter(f"board {self.name!r}: {what}")  # raises while the circuit is open
+        refused, timeout = self._mod.ConnectionError, self._mod.TimeoutError
+
+        def attempt() -> T:
+            self.round_trips += 1
+            return fn()
+
         try:
-            return retrying(fn)
+            try:
+                out = attempt()  # the first try is a plain call: no retry machinery on the hot path
+            except refused:
+                if probe or self.retry.attempts < 2:
+                    raise
+                out = self._retrying(refused)(attempt)
         except RetryError as exc:
-            attempts = exc.last_attempt.attempt_number
+            attempts = exc.last_attempt.attempt_number + 1
             cause = exc.last_attempt.exception()
+            self.breaker.failure(cause or exc)
             raise BoardUnavailableError(
                 f"board {self.name!r}: {what} failed after {attempts} tries: {cause}", attempts=attempts
             ) from cause
+        except refused as exc:
+            self.breaker.failure(exc)
+            raise BoardUnavailableError(f"board {self.name!r}: {what} failed: {exc}", attempts=1) from exc
+        except timeout as exc:
+            self.breaker.failure(exc)
+            raise BoardUnavailableError(f"board {self.name!r}: {what} timed out: {exc}", attempts=1) from exc
         except self._mod.ResponseError as exc:
+            self.breaker.success()  # the server answered
             raise BoardError(f"board {self.name!r}: {what} was refused by the server: {exc}") from exc
+        except BaseException:  # anything else (a bug, an interrupt) says nothing of the server
+            if probe:
+                self.breaker.success()  # never leave the circuit half-open with no probe under way
+            raise
+        self.breaker.success()
+        return out
+
+    def _retrying(self, refused: type[BaseException]) -> Retrying:
+        """The tries after a refused first one (waits of first_wait_s, doubling)."""
+        policy = self.retry
+        self._count_retry()
+        self._sleep(policy.first_wait_s)
+        return Retrying(
+            stop=stop_after_attempt(policy.attempts - 1) | stop_after_delay(policy.max_total_s),
+            wait=wait_exponential(multiplier=2 * policy.first_wait_s, max=policy.max_wait_s),
+            retry=retry_if_exception(lambda e: isinstance(e, refused)), sleep=self._sleep, reraise=False,
+            before_sleep=lambda state: self._count_retry(),
+        )
 
     def _count_retry(self) -> None:
         self.retries += 1
 
+    def take_faults(self) -> list[str]:
+        """The circuit breaker's faults since the last call (opened, probe failed, closed)."""
+        return [f"board {self.name!r}: {f}" for f in self.breaker.take_faults()]
+
     # ------------------------------------------------------------------ reads
     def snapshot(self, scope: str, ids: Iterable[str] | None = None, *, agent: str, goal: str | None = None,
                  subtask: str | None = None, now: float | None = None, provenance: bool = False) -> Snapshot:
-        """See :meth:`MemoryBoard.snapshot`: one pipelined round trip (tick + ``HMGET``)."""
+        """See :meth:`MemoryBoard.snapshot`: one pipelined round trip (tick + ``HMGET``; with
+        ``provenance``, a second one for the events)."""
         check_access(scope, agent)
         wanted = None if ids is None else list(dict.fromkeys(ids))
+        meta, cells_key = self.key("meta", scope), self.key("cells", scope)
 
         def read() -> list[Any]:
-            pipe = self.client.pipeline(transaction=False)
-            pipe.hget(self.key("meta", scope), "tick")
+            pipe = self._raw.pipeline(transaction=False)
+            pipe.hget(meta, "tick")
             if wanted is None:
-                pipe.hgetall(self.key("cells", scope))
+                pipe.hgetall(cells_key)
+                if provenance:
+                    pipe.hgetall(self.key("events", scope))
             elif wanted:
-                pipe.hmget(self.key("cells", scope), wanted)
+                pipe.hmget(cells_key, wanted)
+                if provenance:
+                    pipe.hmget(self.key("events", scope), wanted)
             return list(pipe.execute())
 
         got = self._call(f"snapshot of {scope!r}", read)
-        tick = int(_s(got[0])) if got[0] is not None else 0
+        tick = int(got[0]) if got[0] is not None else 0
         if wanted is None:
-            raw: list[tuple[str, Any]] = [(_s(k), v) for k, v in (got[1] or {}).items()]
+            raw: Iterable[tuple[str, Any]] = [(_s(k), v) for k, v in (got[1] or {}).items()]
+            events = {_s(k): v for k, v in (got[2] or {}).items()} if provenance else {}
         else:
-            raw = list(zip(wanted, got[1] if wanted else [], strict=True))
-        cells: dict[str, BoardCell] = {}
+            raw = zip(wanted, got[1] if wanted else (), strict=True)
+            events = dict(zip(wanted, got[2], strict=True)) if provenance and wanted else {}
         missing, corrupt, faults = [], [], []
+        known, unpackb = self._decoded, self._msgpack.unpackb
+        # a view depends on the cell's bytes, the tick, the task and (with a TTL) the clock
+        at = (tick, goal, subtask, now if scope in self.config.ttl_seconds else None)
+        found: dict[str, CellView | None] = {}
+        fresh: dict[str, BoardCell] = {}
         for item, value in raw:
             if value is None:
                 missing.append(item)
                 continue
-            data: bytes = value.encode("utf-8") if isinstance(value, str) else bytes(value)
-            digest = hashlib.blake2b(data, digest_size=16).digest()
-            key = (scope, item, provenance)
-            known = self._decoded.get(key)
-            if known is not None and known[0] == digest:
-                cells[item] = known[1]
-                continue
-            try:
-                cells[item] = decode_cell(data, events=provenance)
-                self._decoded[key] = (digest, cells[item])
-            except ValueError as exc:
-                corrupt.append(item)
-                faults.append(f"cell {item!r} in {scope!r} is corrupt on the board ({exc}); treated as missing")
+            key = (scope, item)
+            hit = known.get(key)
+            if hit is not None and hit[0] == value:
+                if hit[2] == at and not provenance:
+                    found[item] = hit[3]
+                    continue
+                cell = hit[1]
+            else:
+                try:
+                    cell = unpack_cell(unpackb(value))
+                except ValueError as exc:  # msgpack's own errors are ValueErrors too
+                    corrupt.append(item)
+                    faults.append(f"cell {item!r} in {scope!r} is corrupt on the board ({exc}); treated as missing")
+                    continue
+                known[key] = (value, cell, None, None)
+            found[item] = None
+            fresh[item] = cell
+        if provenance:
+            kept = self.config.events_kept
+            for item, cell in fresh.items():
+                try:
+                    fresh[item] = replace(cell, events=unpack_events(self._msgpack.Unpacker(), events.get(item), kept))
+                except ValueError as exc:
+                    faults.append(f"events of {item!r} in {scope!r} are corrupt on the board ({exc}); left out")
+        made = views(fresh, tick, self.config, scope, goal=goal, subtask=subtask, now=now, cap=False)
+        if not provenance:
+            for item, view in made.items():
+                value, cell = known[(scope, item)][:2]
+                known[(scope, item)] = (value, cell, at, view)
+        cells = {i: v if v is not None else made[i] for i, v in found.items()}
         return Snapshot(scope=scope, tick=tick, missing=tuple(missing), corrupt=tuple(corrupt), source="redis",
-                        faults=tuple(faults),
-                        cells=views(cells, tick, self.config, scope, goal=goal, subtask=subtask, now=now))
+                        faults=tuple(faults), cells=prominence_cap(cells, self.config, scope))
 
     def tick(self, scope: str) -> int:
         """See :meth:`MemoryBoard.tick`."""
@@ -318,24 +438,21 @@ class RedisBoard:
         if not ops:
             return BatchResult(batch_id, (), ())
         scopes = list(dict.fromkeys(op.scope for op in ops))
-        index = {s: i + 1 for i, s in enumerate(scopes)}
+        index = {sc: i + 1 for i, sc in enumerate(scopes)}
         keys = [f"{self._base}:batch:{batch_id}"]
-        batch_scopes = []
+        caps: list[Any] = []
         for scope in scopes:
-            keys += [self.key("cells", scope), self.key("meta", scope), self.key("edges", scope)]
+            keys += [self.key("cells", scope), self.key("meta", scope), self.key("edges", scope),
+                     self.key("events", scope)]
             cap = self.config.share_cap(scope)
-            batch_scopes.append({} if cap is None else {"cap": _f(cap)})
-        payload = json.dumps({"scopes": batch_scopes, "ops": [_op_json(op, index) for op in ops]},
-                             ensure_ascii=False, separators=(",", ":"))
-        reply = self._call(f"batch {batch_id}", lambda: self._script(keys=keys, args=[self._cfg_json, payload]))
-        data = json.loads(_s(reply))
-        if data.get("dup"):
+            caps.append(_NONE if cap is None else cap)
+        payload = self._msgpack.packb([caps, [_pack_op(op, index) for op in ops]])  # a Packer is not thread-safe
+        args = [payload]
+        reply = self._call(f"batch {batch_id}", lambda: self._script(keys=keys, args=args))
+        data = self._msgpack.unpackb(reply)
+        if data[0]:
             return BatchResult(batch_id, (), (), duplicate=True)
-        out = data.get("out") or []
-        amounts = data.get("amt") or []
-        if isinstance(out, dict):  # cjson's empty array
-            out, amounts = [], []
-        return BatchResult(batch_id, tuple(str(o) for o in out), tuple(float(a) for a in amounts))
+        return BatchResult(batch_id, tuple(data[1]), tuple(float(a) for a in data[2]))
 
     # ------------------------------------------------------------------ log
     def append(self, scope: str, entries: Sequence[Mapping[str, str]], *, agent: str,
@@ -368,3 +485,5 @@ class RedisBoard:
     def close(self) -> None:
         """Close the client's connections."""
         self.client.close()
+        if self._raw is not self.client:
+            self._raw.close()

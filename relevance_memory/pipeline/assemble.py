@@ -65,7 +65,9 @@ def check_context(messages: Sequence[Mapping[str, Any]]) -> list[str]:
     Checks (SPEC §9): every tool message sits in the block of tool messages right
     after the assistant message whose ``tool_calls`` contains its ``tool_call_id``;
     every assistant ``tool_calls`` has all its results in that block, once; roles are
-    known; no summary or goal block uses the assistant role (SPEC §7).
+    known; no summary or goal block uses the assistant role (SPEC §7); no message holds
+    Anthropic ``tool_use`` / ``tool_result`` blocks (an Anthropic request is checked by
+    :func:`~relevance_memory._anthropic.check_anthropic_context`).
     """
     problems: list[str] = []
     open_calls: dict[str, bool] | None = None  # call id → answered, for the current tool block
@@ -81,6 +83,11 @@ def check_context(messages: Sequence[Mapping[str, Any]]) -> list[str]:
         role = message.get("role")
         if role not in ("system", "developer", "user", "assistant", "tool"):
             problems.append(f"message {n} has unknown role {role!r}")
+        parts = message.get("content")
+        if isinstance(parts, list) and any(isinstance(p, Mapping) and p.get("type") in ("tool_use", "tool_result")
+                                           for p in parts):
+            problems.append(f"message {n} holds Anthropic tool_use/tool_result blocks; an Anthropic request "
+                            "is checked by check_anthropic_context")
         if role == "tool":
             call_id = message.get("tool_call_id")
             if open_calls is None or call_id not in open_calls:

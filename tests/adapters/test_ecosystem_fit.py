@@ -14,7 +14,15 @@ from typing import Any
 
 import pytest
 
-from relevance_memory import MemoryConfig, MissingExtraError, RelevanceMemoryManager
+from relevance_memory import (
+    InvalidMessageError,
+    MemoryConfig,
+    MissingExtraError,
+    RelevanceMemoryManager,
+    check_anthropic_context,
+    from_anthropic,
+    to_anthropic,
+)
 from relevance_memory._config import encoding_is_exact, warn_once
 from relevance_memory._extras import require
 from relevance_memory._models import content_text
@@ -89,7 +97,7 @@ def test_unknown_parts_count_their_strings_and_payloads_at_a_bounded_cost() -> N
     assert content_text([part]) == "site plan"
 
 
-def test_anthropic_shaped_history_is_ingested_and_built_within_budget() -> None:
+def test_anthropic_shaped_history_is_refused_as_is_and_built_within_budget_once_converted() -> None:
     history = [
         user("Summarise the invoices; never include personal data."),
         {"role": "assistant", "content": [{"type": "text", "text": "Reading."},
@@ -98,10 +106,15 @@ def test_anthropic_shaped_history_is_ingested_and_built_within_budget() -> None:
         user("Thanks. Now the total?"),
     ]
     memory = RelevanceMemoryManager(max_input_tokens=600, keep_recent=1)
-    memory.extend(history)
+    with pytest.raises(InvalidMessageError, match="from_anthropic"):  # a tool_use kept, its result summarised: never
+        memory.extend(history)
+    memory.extend(from_anthropic(history))
+    assert [m.role for m in memory.messages] == ["user", "assistant", "tool", "user"]
     assert memory.messages[2].token_count > COUNTER.count_text(BIG_TEXT)  # not a flat 765
     built = memory.build_context()
     assert built.record.tokens_after <= 600
+    context = to_anthropic(built.messages)
+    assert check_anthropic_context(context.messages, system=context.system) == []
 
 
 # --------------------------------------------------------------------------- unknown models

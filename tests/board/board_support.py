@@ -18,6 +18,10 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+SLOW_OK: dict[str, float] = {"socket_timeout": 10.0, "socket_connect_timeout": 10.0}
+"""Timeouts for the tests that are not about faults: a loaded CI machine must not trip the
+circuit breaker (the 200 ms defaults are for agents, which fall back to a local copy)."""
+
 BoardFactory = Callable[..., Any]
 """Makes a fresh board of the backend under test: ``make(config=None)``."""
 
@@ -110,7 +114,7 @@ def hammer(url: str, name: str, agent: str, rounds: int, barrier: Any, config: d
     ``deep`` (a fresh subtask each time), plus a log append — all on the shared scope."""
     from relevance_memory.board import BoardConfig, Deposit, RedisBoard, Reinforce
 
-    board = RedisBoard.from_url(url, name, BoardConfig(**config))
+    board = RedisBoard.from_url(url, name, BoardConfig(**config), **SLOW_OK)
     barrier.wait()
     for j in range(rounds):
         board.apply([Reinforce("shared", "hot", agent, at=float(j)),
@@ -123,7 +127,7 @@ def race(url: str, name: str, agent: str, items: list[str], what: str, barrier: 
     """One racer: supersede (or forget) every item of ``items``; reports its outcomes."""
     from relevance_memory.board import Forget, RedisBoard, Supersede
 
-    board = RedisBoard.from_url(url, name)
+    board = RedisBoard.from_url(url, name, **SLOW_OK)
     barrier.wait()
     out = []
     for item in items:
@@ -193,3 +197,55 @@ class DelayProxy:
         for s in self._sockets:
             with contextlib.suppress(OSError):
                 s.close()
+
+
+# --------------------------------------------------------------------------- faults without waiting
+class Ticker:
+    """A monotonic clock the test moves by hand (a circuit breaker's back-off, with no sleep)."""
+
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+    def advance(self, seconds: float) -> None:
+        self.now += seconds
+
+
+def bounded(fn: Callable[[], Any], seconds: float = 10.0) -> Any:
+    """Run ``fn`` in a thread and return its result; fail if it is still running after
+    ``seconds`` (a hang guard, not a timing assertion: the bound is far above any wait
+    the code under test may make)."""
+    import threading
+
+    box: dict[str, Any] = {}
+
+    def run() -> None:
+        try:
+            box["out"] = fn()
+        except BaseException as exc:  # re-raised in the test's thread
+            box["exc"] = exc
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    thread.join(seconds)
+    assert not thread.is_alive(), f"hung: still running after {seconds} s"
+    if "exc" in box:
+        raise box["exc"]
+    return box.get("out")
+
+
+@contextlib.contextmanager
+def paused(server: RedisServer) -> Any:
+    """The server process stopped with SIGSTOP (it accepts connections, never answers)
+    until the block ends (SIGCONT), even when the block fails."""
+    import os
+    import signal
+
+    assert server.proc is not None
+    os.kill(server.proc.pid, signal.SIGSTOP)
+    try:
+        yield server
+    finally:
+        os.kill(server.proc.pid, signal.SIGCONT)

@@ -8,9 +8,9 @@ from collections.abc import Iterator
 
 import pytest
 
-from relevance_memory.board import BoardConfig, InMemoryBoard, MemoryBoard, MirroredBoard, RedisBoard
+from relevance_memory.board import BoardConfig, InMemoryBoard, MemoryBoard, MirroredBoard, RedisBoard, SqliteBoard
 
-from .board_support import BoardFactory, RedisServer
+from .board_support import SLOW_OK, BoardFactory, RedisServer
 
 MUST_RUN = bool(os.environ.get("RELMEM_REQUIRE_REDIS") or os.environ.get("CI"))
 
@@ -57,7 +57,7 @@ def own_redis() -> Iterator[RedisServer]:
         server.close()
 
 
-@pytest.fixture(params=["memory", "redis", "mirrored"])
+@pytest.fixture(params=["memory", "redis", "mirrored", "sqlite"])
 def make_board(request: pytest.FixtureRequest) -> Iterator[BoardFactory]:
     """A factory of fresh boards (a unique name each) of one backend: the contract suite
     runs every test against each."""
@@ -68,9 +68,11 @@ def make_board(request: pytest.FixtureRequest) -> Iterator[BoardFactory]:
         board: MemoryBoard
         if request.param == "memory":
             board = InMemoryBoard(name, config)
+        elif request.param == "sqlite":
+            board = SqliteBoard(request.getfixturevalue("tmp_path") / f"{name}.db", name, config)
         else:
             url = request.getfixturevalue("redis_url")
-            remote = RedisBoard.from_url(url, name, config)
+            remote = RedisBoard.from_url(url, name, config, **SLOW_OK)
             board = remote if request.param == "redis" else MirroredBoard(remote)
         made.append(board)
         return board

@@ -12,9 +12,9 @@ import pytest
 from invariants import assert_invariants
 
 from relevance_memory import RelevanceMemoryManager
-from relevance_memory.board import Advance, BoardRetry, InMemoryBoard, RedisBoard, ScopeError
+from relevance_memory.board import Advance, BoardRetry, CircuitBreaker, InMemoryBoard, RedisBoard, ScopeError
 
-from .board_support import RedisServer
+from .board_support import RedisServer, Ticker
 
 pytestmark = pytest.mark.block_network(allowed_hosts=["127.0.0.1"])
 
@@ -155,12 +155,12 @@ def test_fresh_keeps_the_agent_and_its_board_memory() -> None:
 
 
 def test_the_build_completes_when_redis_is_down_and_says_so(own_redis: RedisServer) -> None:
-    name = f"team-{uuid.uuid4().hex[:6]}"
+    name, ticker = f"team-{uuid.uuid4().hex[:6]}", Ticker()
 
     def board() -> RedisBoard:
         return RedisBoard.from_url(own_redis.url, name, retry=BoardRetry(attempts=2, first_wait_s=0.01,
                                                                          max_wait_s=0.02, max_total_s=1.0),
-                                   socket_timeout=0.3, socket_connect_timeout=0.3)
+                                   socket_timeout=0.3, socket_connect_timeout=0.3, breaker=CircuitBreaker(clock=ticker))
 
     _planner, _coder, reviewer = _team(board())
     reviewer.sync()
@@ -174,6 +174,7 @@ def test_the_build_completes_when_redis_is_down_and_says_so(own_redis: RedisServ
     assert any("memory board" in w for w in built.record.warnings)
     assert len(reviewer.messages) == 4  # nothing in the local store is lost
     own_redis.start()
+    ticker.advance(1.0)  # the circuit breaker's back-off is over
     built = reviewer.build_context()
     assert built.record.board is not None and built.record.board.source == "redis"
     assert built.record.board.items["coder:m3"]["users"].get("reviewer") is not None  # the queued use arrived

@@ -12,7 +12,7 @@ import pytest
 from relevance_memory import _pheromone_math as pm
 from relevance_memory.board import Add, BoardConfig, RedisBoard
 
-from .board_support import hammer, race
+from .board_support import SLOW_OK, hammer, race
 
 pytestmark = pytest.mark.block_network(allowed_hosts=["127.0.0.1"])
 
@@ -25,7 +25,7 @@ def test_no_lost_update_across_processes(redis_url: str) -> None:
     # final value is exact whatever the interleaving (likewise the score-3 deposits on "deep")
     config = BoardConfig(agent_share=None, log_tick_every=None)  # the log appends must not tick
     name = f"c-{uuid.uuid4().hex[:10]}"
-    board = RedisBoard.from_url(redis_url, name, config)
+    board = RedisBoard.from_url(redis_url, name, config, **SLOW_OK)
     board.apply([Add("shared", "hot", "tool_result", "setup"), Add("shared", "deep", "assistant_reasoning", "setup")])
     ctx = multiprocessing.get_context("fork")
     barrier = ctx.Barrier(N_PROCESSES)
@@ -60,7 +60,7 @@ def test_no_lost_update_across_processes(redis_url: str) -> None:
 @pytest.mark.parametrize("what", ["supersede", "forget"])
 def test_concurrent_supersede_or_forget_leaves_exactly_one_outcome(redis_url: str, what: str) -> None:
     name = f"r-{uuid.uuid4().hex[:10]}"
-    board = RedisBoard.from_url(redis_url, name)
+    board = RedisBoard.from_url(redis_url, name, **SLOW_OK)
     items = [f"fact{i}" for i in range(40)]
     board.apply([Add("shared", i, "tool_result", "setup") for i in items])
     ctx = multiprocessing.get_context("fork")

@@ -15,6 +15,7 @@ from relevance_memory.board import (
     Advance,
     BoardRetry,
     BoardUnavailableError,
+    CircuitBreaker,
     Deposit,
     InMemoryBoard,
     MirroredBoard,
@@ -22,7 +23,7 @@ from relevance_memory.board import (
     Reinforce,
 )
 
-from .board_support import DelayProxy, RedisServer
+from .board_support import DelayProxy, RedisServer, Ticker
 
 pytestmark = pytest.mark.block_network(allowed_hosts=["127.0.0.1"])
 
@@ -40,8 +41,9 @@ def _batches() -> list[list]:  # type: ignore[type-arg]
     ]
 
 
-def _remote(url: str, name: str, timeout: float = 0.5) -> RedisBoard:
-    return RedisBoard.from_url(url, name, retry=FAST, socket_timeout=timeout, socket_connect_timeout=timeout)
+def _remote(url: str, name: str, timeout: float = 0.5, ticker: Ticker | None = None) -> RedisBoard:
+    return RedisBoard.from_url(url, name, retry=FAST, socket_timeout=timeout, socket_connect_timeout=timeout,
+                               breaker=CircuitBreaker(clock=ticker or Ticker()))
 
 
 def _reference() -> InMemoryBoard:
@@ -52,8 +54,8 @@ def _reference() -> InMemoryBoard:
 
 
 def test_redis_stopped_mid_run_then_restarted(own_redis: RedisServer) -> None:
-    name = f"f-{uuid.uuid4().hex[:8]}"
-    board = MirroredBoard(_remote(own_redis.url, name))
+    name, ticker = f"f-{uuid.uuid4().hex[:8]}", Ticker()
+    board = MirroredBoard(_remote(own_redis.url, name, ticker=ticker))
     first, second, third = _batches()
     board.apply(first)
     assert board.reachable and board.snapshot("shared", IDS, agent="coder").source == "redis"
@@ -67,10 +69,12 @@ def test_redis_stopped_mid_run_then_restarted(own_redis: RedisServer) -> None:
     ref = _reference().snapshot("shared", IDS, agent="coder", goal="goal")
     assert snap.cells == ref.cells  # nothing written locally is lost
     assert any("unreachable" in f for f in board.take_faults())
-    with pytest.raises(BoardUnavailableError, match="after 3 tries"):
+    assert board.remote.round_trips == 2 + 3  # a batch and a read; then one call refused thrice opened the circuit
+    with pytest.raises(BoardUnavailableError, match="circuit open"):
         board.remote.snapshot("shared", IDS, agent="coder")
 
     own_redis.start()  # back, with its data (append-only file)
+    ticker.advance(1.0)  # the breaker's back-off is over: the next call probes
     back = board.snapshot("shared", IDS, agent="coder", goal="goal")
     assert back.source == "redis" and board.reachable
     assert back.cells == ref.cells and back.tick == 6  # every batch applied exactly once
@@ -99,8 +103,8 @@ def test_redis_restarted_without_its_data(own_redis: RedisServer) -> None:
 def test_a_slow_link_times_out_then_every_batch_lands_once(own_redis: RedisServer) -> None:
     proxy = DelayProxy(own_redis.port)
     try:
-        name = f"f-{uuid.uuid4().hex[:8]}"
-        board = MirroredBoard(_remote(proxy.url, name, timeout=0.3))
+        name, ticker = f"f-{uuid.uuid4().hex[:8]}", Ticker()
+        board = MirroredBoard(_remote(proxy.url, name, timeout=0.3, ticker=ticker))
         first, second, third = _batches()
         board.apply(first)
         proxy.delay = 0.1  # slow but within the timeout: works
@@ -111,8 +115,9 @@ def test_a_slow_link_times_out_then_every_batch_lands_once(own_redis: RedisServe
         assert len(board.pending) == 1
         slow = board.snapshot("shared", IDS, agent="coder", goal="goal")
         assert slow.source == "local copy"
-        assert board.remote.retries > 0
+        assert board.remote.breaker.state == "open" and board.remote.retries == 0  # a timeout is not retried
         proxy.delay = 0.0
+        ticker.advance(1.0)
         fine = board.snapshot("shared", IDS, agent="coder", goal="goal")
         ref = _reference().snapshot("shared", IDS, agent="coder", goal="goal")
         assert fine.source == "redis" and fine.cells == ref.cells  # retried under its id: applied once

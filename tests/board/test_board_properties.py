@@ -22,10 +22,13 @@ from relevance_memory.board import (
     InMemoryBoard,
     RedisBoard,
     Reinforce,
+    Repair,
     Restore,
     Supersede,
     Use,
 )
+
+from .board_support import SLOW_OK
 
 pytestmark = pytest.mark.block_network(allowed_hosts=["127.0.0.1"])
 
@@ -75,12 +78,16 @@ def board_op(draw: Any) -> Any:
 
 @settings(max_examples=60, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(batches=st.lists(st.lists(board_op(), min_size=1, max_size=8), min_size=1, max_size=8),
-       goal=st.sampled_from(GOALS), subtask=st.sampled_from(["sub0", "sub1", None]))
+       goal=st.sampled_from(GOALS), subtask=st.sampled_from(["sub0", "sub1", None]),
+       kept=st.sampled_from([0, 1, 3, 16]))
 def test_redis_and_memory_boards_agree_bit_for_bit(redis_url: str, batches: list[list[Any]], goal: str | None,
-                                                   subtask: str | None) -> None:
-    config = BoardConfig(agent_share=0.4, lease_ticks=4, ttl_seconds={"shared": 1e5})
+                                                   subtask: str | None, kept: int) -> None:
+    """Every outcome, amount and snapshot equal, provenance events included: the Redis
+    board appends events to a per-item entry and cuts it back to the newest ``kept`` only
+    once it holds twice as many (small ``kept`` makes every history cross that line)."""
+    config = BoardConfig(agent_share=0.4, lease_ticks=4, ttl_seconds={"shared": 1e5}, events_kept=kept)
     name = f"p-{uuid.uuid4().hex[:10]}"
-    memory, redis = InMemoryBoard(name, config), RedisBoard.from_url(redis_url, name, config)
+    memory, redis = InMemoryBoard(name, config), RedisBoard.from_url(redis_url, name, config, **SLOW_OK)
     try:
         for ops in batches:
             got_m, got_r = memory.apply(ops), redis.apply(ops)
@@ -94,8 +101,31 @@ def test_redis_and_memory_boards_agree_bit_for_bit(redis_url: str, batches: list
             assert memory.edges(sc) == redis.edges(sc)
             assert memory.snapshot(sc, None, agent="coder", provenance=True).cells == \
                 redis.snapshot(sc, None, agent="coder", provenance=True).cells
+            assert m.cells == redis.snapshot(sc, [*IDS, "absent"], agent="coder", goal=goal, subtask=subtask,
+                                             now=5e5).cells  # the client's decoded-cell cache changes nothing
     finally:
         redis.close()
+
+
+def test_a_repaired_cell_takes_its_events_along(redis_url: str) -> None:
+    """A Repair writes the local copy's cell and its events (replacing what the item held)."""
+    config = BoardConfig(events_kept=3)
+    name = f"p-{uuid.uuid4().hex[:10]}"
+    memory, redis = InMemoryBoard(name, config), RedisBoard.from_url(redis_url, name, config, **SLOW_OK)
+    ops = [Add("shared", "m", "tool_result", "a"), *(Reinforce("shared", "m", "a", at=float(i)) for i in range(5))]
+    memory.apply(ops)
+    redis.apply(ops)
+    cell = memory.snapshot("shared", ["m"], agent="a", provenance=True).cells["m"].cell
+    redis.client.hset(redis.key("cells", "shared"), "m", "not a cell")
+    assert redis.apply([Reinforce("shared", "m", "a")]).outcomes == ("corrupt",)
+    assert redis.apply([Repair("shared", "m", cell, "a")]).outcomes == ("repaired",)
+    got = redis.snapshot("shared", ["m"], agent="a", provenance=True).cells["m"].cell
+    assert got == cell and [e.at for e in got.events] == [2.0, 3.0, 4.0]
+    assert redis.apply([Use("shared", "m", "b", 7, at=9.0)]).outcomes == ("used",)
+    memory.apply([Use("shared", "m", "b", 7, at=9.0)])
+    assert redis.snapshot("shared", ["m"], agent="a", provenance=True).cells == \
+        memory.snapshot("shared", ["m"], agent="a", provenance=True).cells
+    redis.close()
 
 
 @st.composite

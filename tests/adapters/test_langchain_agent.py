@@ -1,0 +1,213 @@
+"""LangChain v1 ``create_agent`` with RelevanceMemoryMiddleware, and LangGraph's legacy
+``create_react_agent`` with ManagedContextHook — each run through the framework's own runner."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+pytest.importorskip("langchain.agents.middleware")
+pytest.importorskip("langgraph")
+
+from langchain.agents import create_agent
+from langchain_core.language_models import BaseChatModel
+from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, SystemMessage, ToolMessage
+from langchain_core.outputs import ChatGeneration, ChatResult
+from langgraph.checkpoint.memory import InMemorySaver
+from pydantic import Field
+
+from relevance_memory import GOAL_BLOCK_MARKER, RelevanceMemoryManager, TiktokenCounter
+from relevance_memory.adapters.langchain import ManagedContextHook, RelevanceMemoryMiddleware
+
+from .lc_fakes import ScriptedAgentModel, assert_valid_request, read_file, request_tokens
+
+COUNTER = TiktokenCounter()
+PROMPT = "You are a careful coding agent. Read the files you need, then fix the bug. " * 8
+BUDGET = 4000
+STEPS = 6  # tool calls per user turn
+PER_TURN = 1 + 2 * STEPS + 1  # the user message, STEPS calls with their results, the answer
+
+
+def config(thread: str) -> dict[str, Any]:
+    return {"configurable": {"thread_id": thread}}
+
+
+def ask(thread: str, turn: int) -> dict[str, Any]:
+    return {"messages": [HumanMessage(f"{thread}: fix the parser, round {turn}; never change the public API")]}
+
+
+def assert_requests_within_budget_and_valid(model: ScriptedAgentModel, budget: int) -> int:
+    """Every input the model received fits ``budget`` (system message, messages and tools counted)
+    and is valid; no input mixes two threads. Returns the largest request (tokens)."""
+    largest = 0
+    for messages, tools in model.inputs:
+        assert isinstance(messages[0], SystemMessage) and messages[0].content == PROMPT  # once, first, unchanged
+        assert not any(isinstance(m, SystemMessage) and m.content == PROMPT for m in messages[1:])
+        assert "restore_messages" in {t["function"]["name"] for t in tools}  # registered through the middleware
+        tokens = request_tokens(messages, tools, COUNTER)
+        assert tokens <= budget
+        largest = max(largest, tokens)
+        assert_valid_request(messages)
+        threads = {str(m.content).split(":")[0] for m in messages if isinstance(m, HumanMessage)}
+        assert len(threads) == 1
+    return largest
+
+
+def assert_state_is_the_whole_conversation(agent: Any, thread: str, turns: int) -> None:
+    values = agent.get_state(config(thread)).values
+    assert set(values) == {"messages"}  # the decision record is not in the graph state
+    messages = values["messages"]
+    assert len(messages) == turns * PER_TURN
+    outputs = [m for m in messages if isinstance(m, ToolMessage)]
+    assert len(outputs) == turns * STEPS and all(str(m.content).startswith(f"[{thread} step") for m in outputs)
+    assert not any(str(m.content).startswith(GOAL_BLOCK_MARKER) for m in messages)  # nothing of ours written back
+
+
+def make_agent(middleware: RelevanceMemoryMiddleware, model: ScriptedAgentModel) -> Any:
+    return create_agent(
+        model, [read_file], system_prompt=PROMPT, middleware=[middleware], checkpointer=InMemorySaver()
+    )
+
+
+def test_three_interleaved_threads_with_invoke_stay_within_budget_and_leave_the_state_whole() -> None:
+    model = ScriptedAgentModel(steps=STEPS)
+    memory = RelevanceMemoryMiddleware(max_input_tokens=BUDGET, keep_recent=2)
+    agent = make_agent(memory, model)
+    for turn in range(3):
+        for thread in "ABC":
+            out = agent.invoke(ask(thread, turn), config(thread))
+            assert out["messages"][-1].content == f"Done with {thread}: the parser is fixed."
+    assert len(model.inputs) == 3 * 3 * (STEPS + 1)
+    largest = assert_requests_within_budget_and_valid(model, BUDGET)
+    assert largest > BUDGET * 3 // 4  # the budget was used, not left idle
+    for thread in "ABC":
+        assert_state_is_the_whole_conversation(agent, thread, 3)
+        record = memory.last_record(thread)
+        assert record is not None and not record.identity  # the state outgrew the budget: compacted
+        assert len(memory.memory_for(thread).messages) == 3 * PER_TURN - 1  # everything but the last answer
+    assert memory.threads == ["A", "B", "C"]
+    modes = [memory.last_record(t).mode for t in "ABC"]  # type: ignore[union-attr]
+    assert set(modes) <= {"appended", "compacted"}
+    longest = max(len(messages) for messages, _ in model.inputs)
+    assert longest < 3 * PER_TURN  # the model never saw a whole thread
+
+
+async def test_ainvoke_and_astream_run_through_the_async_hook() -> None:
+    model = ScriptedAgentModel(steps=STEPS)
+    memory = RelevanceMemoryMiddleware(max_input_tokens=BUDGET, keep_recent=2)
+    agent = make_agent(memory, model)
+    for turn in range(2):
+        for thread in "AB":
+            await agent.ainvoke(ask(thread, turn), config(thread))
+        chunks = [chunk async for chunk in agent.astream(ask("C", turn), config("C"), stream_mode="updates")]
+        assert any("model" in chunk for chunk in chunks)
+    assert_requests_within_budget_and_valid(model, BUDGET)
+    for thread in "ABC":
+        assert_state_is_the_whole_conversation(agent, thread, 2)
+    assert memory.threads == ["A", "B", "C"]
+
+
+def test_stream_keeps_the_state_whole_and_each_thread_its_own_memory() -> None:
+    model = ScriptedAgentModel(steps=STEPS)
+    memory = RelevanceMemoryMiddleware(max_input_tokens=BUDGET, keep_recent=2)
+    agent = make_agent(memory, model)
+    for turn in range(3):
+        for thread in "CAB":
+            states = list(agent.stream(ask(thread, turn), config(thread), stream_mode="values"))
+            assert len(states[-1]["messages"]) == (turn + 1) * PER_TURN
+    assert_requests_within_budget_and_valid(model, BUDGET)
+    for thread in "ABC":
+        assert_state_is_the_whole_conversation(agent, thread, 3)
+    assert memory.memory_for("A") is not memory.memory_for("B")
+
+
+class _RestoringModel(BaseChatModel):
+    """Calls ``restore_messages`` for the thread's first message once, then answers with what it got."""
+
+    inputs: list[list[BaseMessage]] = Field(default_factory=list)
+
+    @property
+    def _llm_type(self) -> str:
+        return "restoring"
+
+    def bind_tools(self, tools: Any, **kwargs: Any) -> Any:
+        return self
+
+    def _generate(self, messages: list[BaseMessage], stop: Any = None, run_manager: Any = None, **kwargs: Any) -> ChatResult:
+        self.inputs.append(list(messages))
+        last = messages[-1]
+        if isinstance(last, ToolMessage):
+            reply = AIMessage(f"restored: {last.content}")
+        else:
+            reply = AIMessage("", tool_calls=[{"name": "restore_messages", "args": {"ids": ["m0"]}, "id": "call_r"}])
+        return ChatResult(generations=[ChatGeneration(message=reply)])
+
+
+def test_the_restore_tool_reads_the_calling_threads_store() -> None:
+    model = _RestoringModel()
+    memory = RelevanceMemoryMiddleware(max_input_tokens=BUDGET)
+    agent = create_agent(model, [], middleware=[memory], checkpointer=InMemorySaver())
+    for thread in "AB":
+        out = agent.invoke(ask(thread, 0), config(thread))
+        restored = out["messages"][-2]
+        assert isinstance(restored, ToolMessage) and restored.name == "restore_messages"
+        assert restored.content == f"[m0] user: {thread}: fix the parser, round 0; never change the public API"
+    goal_blocks = [m for m in model.inputs[0] if str(m.content).startswith(GOAL_BLOCK_MARKER)]
+    assert all("restore_messages" in str(m.content) for m in goal_blocks)
+
+
+def test_thread_memories_are_bounded_and_a_run_without_checkpointer_uses_the_default() -> None:
+    template = RelevanceMemoryManager(max_input_tokens=BUDGET, keep_recent=2)
+    model = ScriptedAgentModel(steps=2)
+    memory = RelevanceMemoryMiddleware(template, max_threads=2)
+    agent = make_agent(memory, model)
+    for thread in "ABC":
+        agent.invoke(ask(thread, 0), config(thread))
+    assert memory.threads == ["B", "C"]
+    with pytest.raises(KeyError, match="'A'"):
+        memory.memory_for("A")
+    assert memory.last_record("A") is None
+    agent.invoke(ask("A", 1), config("A"))  # an evicted thread re-ingests its state: nothing lost
+    assert len(memory.memory_for("A").messages) == 2 * (1 + 2 * 2 + 1) - 1
+    assert memory.memory_for("A").scorer is template.scorer  # thread memories are fresh() copies
+
+    stateless = create_agent(model, [read_file], system_prompt=PROMPT, middleware=[memory])
+    stateless.invoke(ask("D", 0))
+    assert memory.memory_for(None) is template and memory.last_record() is not None
+
+
+def test_both_memory_and_config_is_refused() -> None:
+    with pytest.raises(ValueError, match="either memory= or MemoryConfig"):
+        RelevanceMemoryMiddleware(RelevanceMemoryManager(), max_input_tokens=100)
+
+
+# --------------------------------------------------------------------------- the legacy path
+@pytest.mark.filterwarnings("ignore::langgraph.warnings.LangGraphDeprecatedSinceV10")
+@pytest.mark.parametrize("runnable", [False, True])
+def test_create_react_agent_threads_a_b_a_b_get_their_memories_and_the_prompt_and_tools_count(runnable: bool) -> None:
+    from langgraph.prebuilt import create_react_agent
+
+    model = ScriptedAgentModel(steps=STEPS)
+    hook = ManagedContextHook(max_input_tokens=BUDGET, keep_recent=2, tools=[read_file], prompt=PROMPT)
+    agent = create_react_agent(
+        model, [read_file], prompt=PROMPT, pre_model_hook=hook.as_runnable() if runnable else hook,
+        checkpointer=InMemorySaver(),
+    )
+    for turn in range(2):
+        for thread in "AB":  # A, B, A, B: a thread switch must not resync (that would warn: an error here)
+            agent.invoke(ask(thread, turn), config(thread))
+    assert hook.threads == ["A", "B"]
+    largest = 0
+    for messages, tools in model.inputs:
+        assert messages[0].content == PROMPT
+        tokens = request_tokens(messages, tools, COUNTER)
+        assert tokens <= BUDGET
+        largest = max(largest, tokens)
+        assert_valid_request(messages)
+    assert largest > BUDGET * 3 // 4
+    for thread in "AB":
+        state = agent.get_state(config(thread)).values["messages"]
+        assert len(state) == 2 * PER_TURN
+        assert len(hook.memory_for(thread).messages) == 2 * PER_TURN - 1
+        assert not hook.memory_for(thread).store.messages[0].text.startswith("B" if thread == "A" else "A")
