@@ -21,9 +21,10 @@ from ._capabilities import ScorerCapabilities
 from ._config import MemoryConfig, warn_once
 from ._embedding import VectorIndex, load_embedder
 from ._exceptions import ConfigError, ContextOverflowError
-from ._models import Message, TaskGoal, content_text
+from ._models import Message, TaskGoal, content_text, user_authored
 from ._pheromone import PheromoneField
 from ._record import BoardReport
+from ._requests import NoticeIndex, goal_from_requests, is_opener
 from ._restore import RESTORE_TOOL_NAME, RestoreHandler, restore_tool_definition
 from ._scoring import InMemoryScoreCache, OfflineScorer, ScoreCache, Scorer
 from ._semantic import SemanticScorer
@@ -129,6 +130,7 @@ class RelevanceMemoryManager:
         self._deposits = DepositLog()
         self._prefilter_index = PrefilterIndex()
         self._renditions = Renditions()  # excerpts and elided outputs, the same bytes from build to build
+        self._notices = NoticeIndex()  # user messages by notice key: repeated harness notices
         self.order: OrderPolicy = order or DEFAULT_ORDER
         self.tokenizer: TokenCounter = tokenizer or TiktokenCounter(
             self.config.resolved_encoding, image_tokens=self.config.image_tokens
@@ -394,8 +396,22 @@ class RelevanceMemoryManager:
         first = self.store.first_user_index
         if first is not None:
             text = content_text(self.store[first].content).strip()
+            if is_opener(text) and self._user_spoke_again(first):
+                # a chat-style agent: the goal follows the user's requests (SPEC §11)
+                self._notices.update(self.store.messages)
+                final = goal_from_requests(self.store.messages, first, self._notices)
+                return TaskGoal(final=final, subtask=self._subtask, source="user_requests")
             return TaskGoal(final=text, subtask=self._subtask, source="first_user_message")
         return TaskGoal(final="", subtask=self._subtask, source="none")
+
+    def _user_spoke_again(self, first: int) -> bool:
+        """Whether a person wrote a user message after the first one (format notices aside)."""
+        self._notices.update(self.store.messages)
+        messages = self.store.messages
+        for message in reversed(messages[first + 1:]):
+            if user_authored(message.role, message.msg_type.value) and not self._notices.is_notice(message):
+                return True
+        return False
 
     # ------------------------------------------------------------------ build
     @_telemetry.build_span
@@ -629,13 +645,13 @@ class RelevanceMemoryManager:
         goal = self.goal
         built = prefix_builds.append(self._prefix, step, seams, goal=goal, build_number=self._builds + 1)
         self._builds += 1
-        self._prefix = prefix_builds.remember(self._prefix, built, step, seams, final_goal=goal.final, budget=budget)
+        self._prefix = prefix_builds.remember(self._prefix, built, step, seams, final_goal=goal.key, budget=budget)
         return built
 
     def _finish(self, state: BuildState, built: BuiltContext, step: BuildStep, seams: Seams, budget: int) -> BuiltContext:
         self._builds = state.build_number
         self._prefix = prefix_builds.remember(
-            self._prefix, built, step, seams, final_goal=state.goal.final, budget=budget
+            self._prefix, built, step, seams, final_goal=state.goal.key, budget=budget
         )
         return built
 
@@ -662,6 +678,7 @@ class RelevanceMemoryManager:
             approximations=self.approximations,
             restore_tool=self.restore_tool_offered,
             renditions=self._renditions,
+            notices=self._notices,
         )
 
 

@@ -257,19 +257,29 @@ class TaskGoal(BaseModel):
         final: the whole job with every hard requirement.
         subtask: what is being done now; defaults to the final goal when empty.
         source: ``"explicit"`` when set by the caller, ``"first_user_message"`` when
-            derived from the first user message, ``"none"`` when there is none yet.
+            derived from the first user message, ``"user_requests"`` when formed from the
+            user's requests as they arrive (a chat-style agent whose first message is an
+            opener, SPEC §11), ``"none"`` when there is none yet.
     """
 
     model_config = ConfigDict(frozen=True)
 
     final: str = ""
     subtask: str = ""
-    source: Literal["explicit", "first_user_message", "none"] = "none"
+    source: Literal["explicit", "first_user_message", "user_requests", "none"] = "none"
 
     @property
     def effective_subtask(self) -> str:
         """The subtask, or the final goal when no subtask was given."""
         return self.subtask or self.final
+
+    @property
+    def key(self) -> str:
+        """What must stay the same for the next build to extend the previous context (SPEC
+        §3.1): the final goal — or, for a goal formed from the user's requests, only that it
+        is one (each new request conditions scoring at the next compaction and never forces
+        a rebuild)."""
+        return "(the user's requests)" if self.source == "user_requests" else self.final
 
 
 class RelevanceScore(BaseModel):

@@ -53,6 +53,8 @@ class ScoreItem:
             (issue 11); the LLM scorer's prompt shows the mark.
         episode: the message's episode (conversation session) number
             (:attr:`MessageStore.episodes`); items of one episode give each other context.
+        notice: for a format notice the harness repeats (:class:`~relevance_memory._requests.NoticeIndex`),
+            ``"newest"`` for its newest copy and ``"older"`` for the others; ``""`` otherwise.
     """
 
     id: str
@@ -64,6 +66,7 @@ class ScoreItem:
     step: int = 0
     referenced_by: int = 0
     is_task_statement: bool = False
+    notice: str = ""
     content_hash: str = ""
     terms: frozenset[str] = frozenset()
     identifiers: frozenset[str] | None = None
@@ -292,6 +295,13 @@ TIME_WEIGHT = 0.1
 _CHAT_TYPES = frozenset({MessageType.USER_CHAT.value, MessageType.ASSISTANT_REASONING.value})
 
 
+_USER_TYPES = frozenset({MessageType.USER_INSTRUCTION.value, MessageType.USER_CHAT.value})
+
+NOTICE_SCORE = 3
+"""Score of the newest copy of a format notice a harness repeats (SPEC §11: background, not a
+hard constraint); older copies score one less."""
+
+
 class OfflineScorer:
     """Deterministic relevance scorer with no network (SPEC §4, the embedded default).
 
@@ -347,7 +357,20 @@ class OfflineScorer:
     def _score(features: _GoalFeatures, item: ScoreItem) -> RelevanceScore:
         if item.is_task_statement:
             return RelevanceScore(id=item.id, score=5, reason="task statement", source=ScoreSource.OFFLINE, weight=1.0)
+        if item.notice:  # SPEC §11: a notice the harness repeats is a format notice, not a hard constraint
+            newest = item.notice == "newest"
+            return RelevanceScore(
+                id=item.id, score=NOTICE_SCORE if newest else NOTICE_SCORE - 1, source=ScoreSource.OFFLINE,
+                reason="format notice the harness repeats (not a hard constraint): "
+                + ("its newest copy" if newest else "an older copy; the newest is the one kept"),
+            )
         coverage = features.coverage(item.terms or frozenset(lexical_terms(item.text)))
+        if (features.requests and item.role == "user" and item.msg_type in _USER_TYPES
+                and " ".join(item.text.split())[:120] in features.requests):
+            return RelevanceScore(
+                id=item.id, score=4, reason="one of the user's requests the goal is formed from", source=ScoreSource.OFFLINE,
+                weight=max(coverage, 0.5),
+            )
         if item.msg_type == MessageType.USER_INSTRUCTION.value and item.role == "user" and has_constraint(item.text):
             return RelevanceScore(
                 id=item.id, score=5, reason="user states a hard constraint", source=ScoreSource.OFFLINE,
@@ -411,6 +434,7 @@ class _GoalFeatures:
     queries: tuple[dict[str, float], ...]
     identifiers: frozenset[str]
     asks_when: bool = False
+    requests: str = ""
 
     @classmethod
     def of(cls, goal: TaskGoal, context: ScoringContext | None) -> _GoalFeatures:
@@ -426,7 +450,8 @@ class _GoalFeatures:
             if sum(weights.values()) > 0:
                 queries.append(weights)
         text = goal.final + "\n" + goal.subtask
-        return cls(tuple(queries), frozenset(identifiers(text)), asks_when(text))
+        requests = goal.final if goal.source == "user_requests" else ""
+        return cls(tuple(queries), frozenset(identifiers(text)), asks_when(text), requests)
 
     def coverage(self, doc_terms: frozenset[str]) -> float:
         """Largest share of a query's IDF mass that ``doc_terms`` covers (0..1)."""

@@ -26,6 +26,7 @@ from .._embedding import VectorIndex
 from .._models import Message, RelevanceScore, TaskGoal
 from .._pheromone import PheromoneField
 from .._record import DecisionRecord
+from .._requests import NoticeIndex
 from .._scoring import OfflineScorer, ScoreCache, Scorer, ScoringResult
 from .._summary import PyramidResult, RenderedSummary, Summarizer, SummaryCache
 from .._supersede import SupersedeLink
@@ -147,6 +148,7 @@ class Seams:
             it can fetch archived messages with it), or ``None``.
         renditions: the memo of excerpts and elided outputs (:mod:`.fidelity`): the same
             message is cut the same way from build to build.
+        notices: user messages by notice key (format notices a harness repeats).
     """
 
     config: MemoryConfig
@@ -166,6 +168,7 @@ class Seams:
     approximations: tuple[str, ...] = ()
     restore_tool: str | None = None
     renditions: Renditions = field(default_factory=Renditions)
+    notices: NoticeIndex = field(default_factory=NoticeIndex)
 
 
 # --------------------------------------------------------------------------- outputs

@@ -58,7 +58,7 @@ class PrefixState:
         sent_tokens: tokens of the request as sent (``tokens`` plus the subtask note).
         note: the subtask note sent at the end, or ``None``.
         next_index: the first store index the next append starts at.
-        final_goal: the final goal the context was built for.
+        final_goal: the final goal the context was built for (:attr:`TaskGoal.key`).
         budget: the budget it was built within (tokens).
         base: the record of the last compaction or full rebuild.
         base_length: how many stored messages ``base.messages`` describes.
@@ -215,7 +215,7 @@ def plan(
         policy,
         step_tokens=typical_step(store, previous.budget, config.excerpt_share),
         has_previous=True,
-        goal_changed=goal.final != previous.final_goal,
+        goal_changed=goal.key != previous.final_goal,
         previous_budget=previous.budget,
         budget=budget,
         appended_tokens=appended,

@@ -53,7 +53,7 @@ __all__ = [
 Fidelity = Literal["verbatim", "excerpt", "elided"]
 """How a message is sent: whole, cut to an excerpt, or (a tool output) replaced by one line."""
 
-USER_FACTOR = 4.0
+USER_FACTOR = 8.0
 """A person's own message (the task statement, an instruction) may take this many times the
 share a tool output or an assistant message may (:func:`entry_cap`)."""
 MIN_EXCERPT_TOKENS = 48

@@ -196,7 +196,10 @@ def goal_block_text(
         "goal; the rest are archived and restorable by message id"
         + (f" (call {restore_tool} with their ids to read any of them)." if restore_tool else "."),
     ]
-    if final_excerpt is None:
+    if goal.source == "user_requests":
+        lines.append("Final goal: what the user asked for in their messages, newest last (each request is kept "
+                     "verbatim here while it fits; a correction replaces what it corrects).")
+    elif final_excerpt is None:
         lines.append(f"Final goal: as stated in the first user message ({task_statement_id}), {GOAL_POINTER}.")
     else:
         lines.append(f"Final goal: {final_excerpt}")

@@ -38,15 +38,28 @@ def _prefix(seams: Seams, goal: TaskGoal) -> str:
     return score_cache_prefix(rubric_version=scorer.rubric_version, model=scorer.model, goal=goal)
 
 
+def notice_of(seams: Seams, message: Message) -> str:
+    """``"newest"`` / ``"older"`` for a copy of a format notice the harness repeats, else ``""``
+    (:class:`~relevance_memory._requests.NoticeIndex`; O(new messages) per build)."""
+    if message.role != "user":
+        return ""
+    seams.notices.update(seams.store.messages)
+    if not seams.notices.is_notice(message):
+        return ""
+    return "newest" if seams.notices.copies(message)[-1] == message.index else "older"
+
+
 def cache_keys(seams: Seams, prefix: str, message: Message) -> tuple[str, ...]:
     """Score-cache keys of ``message`` under a build's ``prefix``, the first to read first (module doc)."""
     key = functools.partial(
         message_cache_key, prefix, content_hash=message.content_hash, role=message.role,
         msg_type=message.msg_type.value,
     )
+    notice = notice_of(seams, message)
     if seams.capabilities.context_dependent:
         references = len(seams.store.referenced_by.get(message.id, ()))
-        return (key(message_id=message.id, referenced_by=references),)
+        # a notice's copies change status as new copies arrive: the status is part of the key
+        return (key(message_id=f"{message.id}~{notice}" if notice else message.id, referenced_by=references),)
     return (key(message_id=message.id), key())
 
 
@@ -69,6 +82,7 @@ def _items(state: BuildState, seams: Seams, indices: Sequence[int]) -> tuple[Sco
             identifiers=store.idents[i],
             superseded_by=_superseded(seams, m.id),
             episode=store.episodes[i],
+            notice=notice_of(seams, m),
         )
         for i, m in ((i, store[i]) for i in indices)
     )

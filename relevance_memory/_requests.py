@@ -1,0 +1,137 @@
+"""What the user asked for (SPEC §11 *Goal*): the final goal of a chat-style agent, and the
+notices an agent harness repeats.
+
+- A chat-style agent's first user message is often an opener ("Hi! I need to make a few
+  changes to my upcoming trip."), and the customer's real requests come in later turns
+  (τ-bench). When the first user message is short and the user speaks again, the final goal
+  is formed from the user's requests as they arrive (:func:`goal_from_requests`), newest
+  last, a correction marking the request it corrects; the decision record says so
+  (``TaskGoal.source == "user_requests"``).
+- A message the harness repeats verbatim or near-verbatim (mini-swe-agent's "Please always
+  provide EXACTLY ONE action …", up to 8 times in one run) is a format notice, not a hard
+  constraint (:class:`NoticeIndex`): the offline scorer scores its newest copy once, as
+  background, and its older copies as repeats.
+
+Pure functions plus one incremental index (O(new messages) per build).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from ._models import Message, content_text, user_authored
+
+__all__ = [
+    "OPENER_MAX_WORDS",
+    "NoticeIndex",
+    "goal_from_requests",
+    "is_correction",
+    "is_opener",
+    "notice_key",
+]
+
+OPENER_MAX_WORDS = 60
+"""A first user message of at most this many words may be an opener (a greeting, a vague
+request): when the user speaks again, the goal follows their requests."""
+GOAL_MAX_CHARS = 2_400
+"""The longest goal formed from the user's requests (characters; the newest requests win)."""
+REQUEST_MAX_CHARS = 400
+"""Each request is clipped to this many characters in that goal."""
+
+_WORD = re.compile(r"\w+")
+_CORRECTION = re.compile(
+    r"\b(?:wrong|mistake|mistaken|actually|instead|sorry,? (?:i|it|that)|i meant|correction|change of plans?|"
+    r"scratch that|never mind|not that one|rather than)\b|搞错|说错|改成|不是.{0,12}而是",
+    re.IGNORECASE,
+)
+_DIGITS = re.compile(r"\d+")
+_SPACE = re.compile(r"\s+")
+
+
+def is_opener(text: str) -> bool:
+    """Whether a first user message is short enough to be an opener, not a full task statement
+    (at most :data:`OPENER_MAX_WORDS` words). An agent's task statement (a GitHub issue, a spec)
+    is longer; a chat's first turn rarely is."""
+    return len(_WORD.findall(text)) <= OPENER_MAX_WORDS
+
+
+def is_correction(text: str) -> bool:
+    """Whether a user message corrects an earlier one ("I provided the wrong reservation ID",
+    "actually, …", "… instead", "change of plan")."""
+    return _CORRECTION.search(text) is not None
+
+
+def notice_key(text: str) -> str:
+    """What a near-verbatim repeat shares: the text lower-cased, digits as ``#``, whitespace
+    collapsed, hashed ("found 0 actions" and "found 2 actions" are one notice)."""
+    normal = _SPACE.sub(" ", _DIGITS.sub("#", text.lower())).strip()
+    return hashlib.sha256(normal.encode()).hexdigest()[:16]
+
+
+def goal_from_requests(messages: Sequence[Message], first_user: int, notices: NoticeIndex | None = None) -> str:
+    """The final goal of a chat-style agent (module doc): every message the user wrote, from
+    the first, in order — a request a later correction corrects marked ``(corrected below)``,
+    format notices and repeats left out — each clipped to :data:`REQUEST_MAX_CHARS`, the newest
+    kept when they exceed :data:`GOAL_MAX_CHARS`. Pure."""
+    requests: list[str] = []
+    seen: set[str] = set()
+    for message in messages[first_user:]:
+        if not user_authored(message.role, message.msg_type.value):
+            continue
+        if notices is not None and notices.is_notice(message):
+            continue
+        text = " ".join(content_text(message.content).split())
+        if not text or text in seen:
+            continue
+        seen.add(text)
+        if requests and is_correction(text):
+            requests[-1] += " (corrected below)"
+        requests.append(text if len(text) <= REQUEST_MAX_CHARS else text[: REQUEST_MAX_CHARS - 1] + "…")
+    out: list[str] = []
+    used = 0
+    for request in reversed(requests):
+        if out and used + len(request) + 1 > GOAL_MAX_CHARS:
+            break
+        out.append(request)
+        used += len(request) + 1
+    return "\n".join(reversed(out))
+
+
+@dataclass
+class NoticeIndex:
+    """User messages by :func:`notice_key`, grown incrementally with the store (O(new)).
+
+    A user message is a *format notice* when its key occurs at least :attr:`min_copies` times,
+    or twice in an agent run (one with tool calls): a person rarely repeats a sentence word for
+    word, a harness does every time the agent breaks its format.
+    """
+
+    min_copies: int = 3
+    _seen: int = 0
+    _copies: dict[str, list[int]] = field(default_factory=dict)
+    _keys: dict[int, str] = field(default_factory=dict)
+    _tools: bool = False
+
+    def update(self, messages: Sequence[Message]) -> None:
+        """Index the messages stored since the last call."""
+        for message in messages[self._seen:]:
+            if message.tool_calls:
+                self._tools = True
+            if message.role == "user" and user_authored(message.role, message.msg_type.value):
+                key = notice_key(content_text(message.content))
+                self._keys[message.index] = key
+                self._copies.setdefault(key, []).append(message.index)
+        self._seen = max(self._seen, len(messages))
+
+    def copies(self, message: Message) -> list[int]:
+        """Store indices of the message's copies (itself included), oldest first."""
+        key = self._keys.get(message.index)
+        return self._copies.get(key, []) if key is not None else []
+
+    def is_notice(self, message: Message) -> bool:
+        """Whether ``message`` is a format notice (class doc)."""
+        n = len(self.copies(message))
+        return n >= self.min_copies or (n >= 2 and self._tools)
