@@ -321,9 +321,36 @@ def _managed(make: Callable[[int], RelevanceMemoryManager]) -> Callable[[Run, in
 OURS_OVERRIDES: dict[str, Any] = {}
 """MemoryConfig overrides of ``ours`` (``--config``; empty: the defaults)."""
 
+VARIANTS: dict[str, tuple[dict[str, Any], dict[str, Any]]] = {
+    "default": ({}, {}),
+    "keep-or-summarise": ({"graded_fidelity": False}, {}),
+    "no names index": ({}, {"agent_names": False}),
+    "no carried summaries": ({"cache_policy": {"carry_summaries": False}}, {}),
+    "summary share 0.1": ({"tool_summary_share": 0.1}, {}),
+    "target 0.8 fixed": ({"cache_policy": {"steps_ahead": 0}}, {}),
+    "target 0.5 fixed": ({"cache_policy": {"steps_ahead": 0, "target_fraction": 0.5}}, {}),
+    "excerpt 1/4": ({"excerpt_share": 0.25}, {}),
+    "excerpt 1/8": ({"excerpt_share": 0.125}, {}),
+    "before issue 21": ({"excerpt_share": 1.0, "graded_fidelity": False, "tool_summary_share": 0.1,
+                         "cache_policy": {"carry_summaries": False, "steps_ahead": 0, "target_fraction": 0.5}},
+                        {"agent_names": False}),
+}
+"""``--ablation``: name → (MemoryConfig overrides, OfflineSummarizer arguments) of ``ours``.
+"before issue 21" switches every change of issue 21 off (excerpt_share 1.0 only cuts a message
+larger than the whole budget, which then raised ContextOverflowError)."""
+
 
 def ours_memory(budget: int) -> RelevanceMemoryManager:
     return RelevanceMemoryManager(max_input_tokens=budget, **OURS_OVERRIDES)
+
+
+def variant_method(config: dict[str, Any], summarizer: dict[str, Any]) -> Callable[[Run, int, Counter], Iterator[Step]]:
+    from relevance_memory import OfflineSummarizer
+
+    def make(budget: int) -> RelevanceMemoryManager:
+        return RelevanceMemoryManager(max_input_tokens=budget, summarizer=OfflineSummarizer(**summarizer), **config)
+
+    return _managed(make)
 
 
 def recency_memory(budget: int) -> RelevanceMemoryManager:
@@ -441,13 +468,13 @@ def ratio(a: float, b: float) -> float:
     return a / b if b else 0.0
 
 
-HEADER = (f"{'run':30} {'method':9} {'reqs':>5} {'×full':>5} {'@0.1×':>5} {'@0.5×':>5} {'cache':>6} {'cmp':>4} "
+HEADER = (f"{'run':30} {'method':20} {'reqs':>5} {'×full':>5} {'@0.1×':>5} {'@0.5×':>5} {'cache':>6} {'cmp':>4} "
           f"{'over':>4} {'max':>7} {'support':>7} {'task':>5} {'users':>5} {'fail':>4} {'ms/req':>6}")
 
 
 def row_text(name: str, method: str, m: Meter, full: Meter) -> str:
     users = f"{ratio(m.user_kept, m.user_pairs):.2f}" if m.user_pairs else "  -  "
-    return (f"{name[:30]:30} {method:9} {m.requests:>5} {ratio(m.sent, full.sent):>5.2f} "
+    return (f"{name[:30]:30} {method[:20]:20} {m.requests:>5} {ratio(m.sent, full.sent):>5.2f} "
             f"{ratio(m.cost['0.1'], full.cost['0.1']):>5.2f} {ratio(m.cost['0.5'], full.cost['0.5']):>5.2f} "
             f"{ratio(m.cached, m.sent):>6.1%} {m.compactions:>4} {m.over_budget:>4} {m.max_sent:>7,} "
             f"{ratio(m.supported, m.needed):>7.3f} {ratio(m.task_kept, m.requests):>5.2f} {users:>5} {m.failed:>4} "
@@ -467,9 +494,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, default=None, help="write every row as JSON here")
     parser.add_argument("--quiet", action="store_true", help="totals only")
     parser.add_argument("--config", default="", help="JSON of MemoryConfig overrides for 'ours' (ablations)")
+    parser.add_argument("--ablation", action="store_true",
+                        help="run the VARIANTS of 'ours' instead of the methods (SWE and synthetic totals)")
     args = parser.parse_args(argv)
     if args.config:
         OURS_OVERRIDES.update(json.loads(args.config))
+    if args.ablation:
+        for name, (config, summarizer) in VARIANTS.items():
+            METHOD_FUNCS[name] = variant_method(config, summarizer)
+        args.methods = ",".join(VARIANTS)
 
     swe_dirs = args.swe or [ROOT.parent / "shared" / "data" / "swebench_trajectories", ROOT / "fixtures"]
     runs = load_runs(swe_dirs, args.tau_file, args.tau)

@@ -71,6 +71,11 @@ class CachePolicy(BaseModel):
             the very end of the context (after the newest messages, as agents that recite
             their plan do). Off by default: the subtask only conditions scoring at the next
             compaction and never rewrites the prefix.
+        carry_summaries: a compaction sends the previous compaction's summaries again, byte
+            for byte, when none of their messages is kept now, and summarises only what they do
+            not cover, after them; its new summaries go after the kept messages that repeat the
+            previous request (issue 21): the cached prefix runs through all of that. ``False``:
+            every compaction summarises the archive afresh (for ablations).
 
     Sources: OpenAI's prompt caching guide (``developers.openai.com/api/docs/guides/
     prompt-caching``) and cookbook *Prompt Caching 201*: "Cache hits require an exact,
@@ -92,6 +97,7 @@ class CachePolicy(BaseModel):
     cache_min_tokens: int = Field(default=1024, ge=0)
     cache_step_tokens: int = Field(default=128, ge=1)
     subtask_at_end: bool = False
+    carry_summaries: bool = True
 
     def target_tokens(self, budget: int) -> int:
         """Size a compaction aims for: ``floor(target_fraction × budget)`` (tokens, ≥ 1)."""

@@ -202,9 +202,9 @@ class MemoryConfig(BaseModel):
             the caller gave no timestamp, and once the caller gives timestamps only the
             caller's cut (:attr:`~relevance_memory._store.MessageStore.episodes`).
         excerpt_share: no message is ever too large to enter (SPEC §11): a tool output or an
-            assistant message larger than this share of the budget (a person's own message —
-            the task statement, an instruction — up to eight times it, half the budget at the
-            default) enters every context as an excerpt of that size: its head and tail lines
+            assistant's tool call larger than this share of the budget (any other message — the
+            task statement, an instruction, a chat turn — up to eight times it, half the budget
+            at the default) enters every context as an excerpt of that size: its head and tail lines
             and the lines naming what the goal and the recent steps name, with a marker line
             saying what was left out and the id that restores it — in appended builds and
             compactions alike, so one ``find /`` output neither ends the loop nor forces a
@@ -214,6 +214,10 @@ class MemoryConfig(BaseModel):
             with 2k-token outputs at 8k a quarter left at most ~75 % of the tokens cacheable
             (an eighth 73 %, a sixteenth 80.5 %), and on the SWE runs a sixteenth also held more
             of what the next step uses at 8k (support 0.841 against 0.793 with an eighth).
+        graded_fidelity: an older chain with a bulky tool output may be kept as an excerpt
+            of it or with it elided to one restorable line when it does not fit verbatim (SPEC
+            §11; the agent's own calls and reasoning stay whole), instead of only verbatim or
+            summarised. ``False``: keep-or-summarise (for ablations).
         pheromone: the pheromone field's parameters (:class:`PheromoneConfig`, SPEC §5).
         cache_policy: when a build appends to the previous context, compacts or rebuilds
             (:class:`CachePolicy`, SPEC §3.1: prefix-stable by default, so the provider's
@@ -253,6 +257,7 @@ class MemoryConfig(BaseModel):
     supersede_archives_facts: bool = False
     episode_gap_s: float = Field(default=EPISODE_GAP_S, gt=0, allow_inf_nan=False, strict=True)  # not True, not "30"
     excerpt_share: float = Field(default=0.0625, gt=0, le=1)
+    graded_fidelity: bool = True
     pheromone: PheromoneConfig = Field(default_factory=lambda: PheromoneConfig())
     cache_policy: CachePolicy = Field(default_factory=CachePolicy)
 

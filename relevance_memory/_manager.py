@@ -622,7 +622,8 @@ class RelevanceMemoryManager:
         reason = step.decision.why
         if target != step.decision.target and step.decision.mode == "compacted":
             reason += f"; target grown to {target} tokens {grew or 'to keep the task statement and user constraints verbatim'}"
-        compacting = self._prefix is not None and step.decision.mode == "compacted"
+        compacting = (self._prefix is not None and step.decision.mode == "compacted"
+                      and self.config.cache_policy.carry_summaries)
         return BuildState(
             budget=target, goal=self.goal, build_number=self._builds + 1, limit=limit,
             mode=step.decision.mode, mode_reason=reason,

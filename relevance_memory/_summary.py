@@ -108,6 +108,8 @@ class OfflineSummarizer:
             (:func:`~relevance_memory._text.code_names`: paths, dotted and underscore names,
             camelCase, numbers of 3+ digits) is a value, newest first, and the values get half
             of the room — what an agent's next step names again (SPEC §11 action support).
+        agent_names: list those names (``False``: an agent's values are chosen like a chat's;
+            for ablations).
         memo_size: messages whose extraction is memoised (LRU); sized so a 100k-message
             archive is extracted once, not on every build.
     """
@@ -116,6 +118,7 @@ class OfflineSummarizer:
     max_sentence_chars: int = 240
     max_values: int = 40
     max_names: int = 400
+    agent_names: bool = True
     memo_size: int = 500_000
     _memo: dict[tuple[str, str, str], list[_Line]] = field(default_factory=dict, repr=False, compare=False)
     _names_memo: dict[tuple[str, str], list[str]] = field(default_factory=dict, repr=False, compare=False)
@@ -173,7 +176,7 @@ class OfflineSummarizer:
         order = 0
         # an agent's tool traffic: the names it read and ran (paths, code names, line numbers)
         # are what its next steps use again (SPEC §11 action support), newest first
-        agentic = is_agentic(items)
+        agentic = self.agent_names and is_agentic(items)
         for item in items:
             for name, arguments in item.tool_calls:
                 call = f"{name}({arguments})"

@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from .._markers import ELIDED_MARKER, EXCERPT_MARKER
-from .._models import Message, content_text, thaw, user_authored
+from .._models import Message, content_text, thaw
 from .._text import ERROR_RE, code_names
 from .._tokenizer import TokenCounter
 
@@ -53,9 +53,11 @@ __all__ = [
 Fidelity = Literal["verbatim", "excerpt", "elided"]
 """How a message is sent: whole, cut to an excerpt, or (a tool output) replaced by one line."""
 
-USER_FACTOR = 8.0
-"""A person's own message (the task statement, an instruction) may take this many times the
-share a tool output or an assistant message may (:func:`entry_cap`)."""
+PROSE_FACTOR = 8.0
+"""A message that is neither a tool output nor a tool call — what a person wrote (the task
+statement, an instruction, a chat turn) or an assistant's plain answer — may take this many
+times the share a tool output or a call may (:func:`entry_cap`): an agent's bulky traffic is
+cut early, a conversation's turns only when they would crowd out everything else."""
 MIN_EXCERPT_TOKENS = 48
 """Least tokens an excerpt is cut to: the marker line plus a line or two (tokens)."""
 HEAD_LINES = 4
@@ -95,9 +97,10 @@ def is_rendition(message: Mapping[str, Any]) -> bool:
 
 def entry_cap(message: Message, budget: int, share: float) -> int:
     """Most tokens ``message`` may take in a context of ``budget`` tokens (SPEC §11): ``share``
-    of the budget, :data:`USER_FACTOR` times that (at most the whole budget) for a person's own
-    message (the task statement, an instruction), never below :data:`MIN_EXCERPT_TOKENS` (tokens)."""
-    factor = USER_FACTOR if user_authored(message.role, message.msg_type.value) else 1.0
+    of the budget for a tool output or an assistant's tool call, :data:`PROSE_FACTOR` times that
+    (at most the whole budget) for any other message, never below :data:`MIN_EXCERPT_TOKENS`
+    (tokens)."""
+    factor = 1.0 if message.role == "tool" or message.tool_calls else PROSE_FACTOR
     return max(MIN_EXCERPT_TOKENS, int(budget * min(1.0, share * factor)))
 
 

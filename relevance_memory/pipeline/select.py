@@ -354,7 +354,7 @@ def select(state: BuildState, seams: Seams) -> Ranked:
         tier=tier,
         order=order,
         tokens={r: c.tokens for r, c in chains.items()},
-        options=chain_options(chains, order, part, seams, goal),
+        options=chain_options(chains, order, part, seams, goal) if config.graded_fidelity else {},
         repeat_keys=repeat_keys,
         shown_by=shown_by,
         recent_shown=recent_shown,
