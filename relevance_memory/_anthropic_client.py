@@ -19,9 +19,10 @@ never sent), and record the reply and its usage: ``cache_read_input_tokens`` in
 ``record.provider_cache_creation_tokens``. A streamed reply is recorded once the stream is
 read to the end (or ``get_final_message()`` / ``until_done()`` / ``text_stream`` ran out).
 
-The budget of each build is the memory's budget minus the ``tools`` schema, the tool-use
-system prompt Anthropic adds with tools (:data:`~relevance_memory._anthropic.TOOL_USE_SYSTEM_PROMPT_TOKENS`)
-and the few tokens of a continuation turn; the default memory counts messages at their
+The budget of each build is the memory's budget minus the ``tools`` schema (taken by the build
+itself, ``build_context(tools=)``), the tool-use system prompt Anthropic adds with tools
+(:data:`~relevance_memory._anthropic.TOOL_USE_SYSTEM_PROMPT_TOKENS`) and the few tokens of a
+continuation turn (:meth:`_AnthropicSession.reserved_tokens`); the default memory counts messages at their
 Anthropic cost (:class:`~relevance_memory._anthropic.AnthropicTokenCounter`), so every
 request, as :func:`~relevance_memory._anthropic.anthropic_request_tokens` counts it, is within
 the budget. Counts use an OpenAI encoding in place of Claude's tokenizer (not public): leave
@@ -57,7 +58,6 @@ from ._config import MemoryConfig
 from ._exceptions import InvalidMessageError, RelevanceMemoryError
 from ._manager import BuiltContext, RelevanceMemoryManager
 from ._session import MemorySession, OnDivergence, SessionView, field_of
-from ._tokenizer import tools_tokens
 
 __all__ = ["AsyncManagedAnthropic", "ManagedAnthropic"]
 
@@ -99,13 +99,12 @@ class _AnthropicSession(MemorySession):
         )
         return RelevanceMemoryManager(config, tokenizer=tokenizer, **rest)
 
-    def budget(self, memory: RelevanceMemoryManager, kwargs: Mapping[str, Any]) -> int:
-        """The build budget: the memory's, minus the tools schema, the tool-use system prompt
-        (with tools) and a continuation turn (tokens)."""
-        tools = _tools(kwargs)
+    def reserved_tokens(self, memory: RelevanceMemoryManager, tools: Any) -> int:
+        """What a request carries besides its messages and the tools schema (tokens): the
+        tool-use system prompt Anthropic adds with tools, and a continuation turn (the build
+        takes the schema itself)."""
         continuation = memory.tokenizer.count_message({"role": "user", "content": CONTINUATION_TEXT})
-        return (memory.config.token_budget() - tools_tokens(memory.tokenizer, tools)
-                - (TOOL_USE_SYSTEM_PROMPT_TOKENS if tools else 0) - continuation)
+        return (TOOL_USE_SYSTEM_PROMPT_TOKENS if tools else 0) + continuation
 
     def request(self, memory: RelevanceMemoryManager, built: BuiltContext, kwargs: Mapping[str, Any]) -> dict[str, Any]:
         """``system``, ``messages`` and ``tools`` to send for ``built``, breakpoints placed, checked.
