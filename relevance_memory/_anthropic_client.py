@@ -18,10 +18,13 @@ never sent), and record the reply and its usage: ``cache_read_input_tokens`` in
 ``record.provider_cached_tokens``, ``cache_creation_input_tokens`` in
 ``record.provider_cache_creation_tokens``. A streamed reply is recorded once the stream is
 read to the end (or ``get_final_message()`` / ``until_done()`` / ``text_stream`` ran out).
+With OpenTelemetry installed each call is a ``chat {model}`` span with
+``gen_ai.provider.name = "anthropic"``, as the OpenAI client's (:mod:`relevance_memory._telemetry`).
 
-The budget of each build is the memory's budget minus the ``tools`` schema, the tool-use
-system prompt Anthropic adds with tools (:data:`~relevance_memory._anthropic.TOOL_USE_SYSTEM_PROMPT_TOKENS`)
-and the few tokens of a continuation turn; the default memory counts messages at their
+The budget of each build is the memory's budget minus the ``tools`` schema (taken by the build
+itself, ``build_context(tools=)``), the tool-use system prompt Anthropic adds with tools
+(:data:`~relevance_memory._anthropic.TOOL_USE_SYSTEM_PROMPT_TOKENS`) and the few tokens of a
+continuation turn (:meth:`_AnthropicSession.reserved_tokens`); the default memory counts messages at their
 Anthropic cost (:class:`~relevance_memory._anthropic.AnthropicTokenCounter`), so every
 request, as :func:`~relevance_memory._anthropic.anthropic_request_tokens` counts it, is within
 the budget. Counts use an OpenAI encoding in place of Claude's tokenizer (not public): leave
@@ -57,7 +60,7 @@ from ._config import MemoryConfig
 from ._exceptions import InvalidMessageError, RelevanceMemoryError
 from ._manager import BuiltContext, RelevanceMemoryManager
 from ._session import MemorySession, OnDivergence, SessionView, field_of
-from ._tokenizer import tools_tokens
+from ._telemetry import ModelCallSpan, model_call
 
 __all__ = ["AsyncManagedAnthropic", "ManagedAnthropic"]
 
@@ -99,13 +102,12 @@ class _AnthropicSession(MemorySession):
         )
         return RelevanceMemoryManager(config, tokenizer=tokenizer, **rest)
 
-    def budget(self, memory: RelevanceMemoryManager, kwargs: Mapping[str, Any]) -> int:
-        """The build budget: the memory's, minus the tools schema, the tool-use system prompt
-        (with tools) and a continuation turn (tokens)."""
-        tools = _tools(kwargs)
+    def reserved_tokens(self, memory: RelevanceMemoryManager, tools: Any) -> int:
+        """What a request carries besides its messages and the tools schema (tokens): the
+        tool-use system prompt Anthropic adds with tools, and a continuation turn (the build
+        takes the schema itself)."""
         continuation = memory.tokenizer.count_message({"role": "user", "content": CONTINUATION_TEXT})
-        return (memory.config.token_budget() - tools_tokens(memory.tokenizer, tools)
-                - (TOOL_USE_SYSTEM_PROMPT_TOKENS if tools else 0) - continuation)
+        return (TOOL_USE_SYSTEM_PROMPT_TOKENS if tools else 0) + continuation
 
     def request(self, memory: RelevanceMemoryManager, built: BuiltContext, kwargs: Mapping[str, Any]) -> dict[str, Any]:
         """``system``, ``messages`` and ``tools`` to send for ``built``, breakpoints placed, checked.
@@ -138,9 +140,11 @@ class _AnthropicSession(MemorySession):
             self.built(built)
         return sent
 
-    def record_message(self, memory: RelevanceMemoryManager, message: Any, built: BuiltContext) -> None:
-        """Record an Anthropic ``Message`` (its usage in the record of ``built``, its content as the reply)."""
+    def record_message(self, memory: RelevanceMemoryManager, message: Any, built: BuiltContext, span: ModelCallSpan) -> None:
+        """Record an Anthropic ``Message`` (its usage in the record of ``built``, its content as
+        the reply) and end the model call's ``span`` with it."""
         record_anthropic_usage(built, field_of(message, "usage"))
+        span.end(message)
         content = field_of(message, "content")
         if content is None:
             return
@@ -190,6 +194,11 @@ async def _aprepare(
     return memory, built, {**rest, **session.request(memory, built, rest)}
 
 
+def _span(call: Mapping[str, Any], built: BuiltContext, *, stream: bool) -> ModelCallSpan:
+    """The span of the model call that sends ``call`` (:func:`~relevance_memory._telemetry.model_call`)."""
+    return model_call(call.get("model"), built, stream=stream, provider="anthropic")
+
+
 # --------------------------------------------------------------------------- streamed replies
 class _EventAccumulator:
     """Rebuilds the reply from raw stream events (``message_start`` … ``message_stop``)."""
@@ -198,6 +207,7 @@ class _EventAccumulator:
         self.blocks: dict[int, dict[str, Any]] = {}
         self.partial_json: dict[int, str] = {}
         self.usage: dict[str, Any] = {}
+        self.head: dict[str, Any] = {}  # id, model and stop reason, for the model call's trace span
         self.started = False
 
     def _take_usage(self, usage: Any) -> None:
@@ -213,7 +223,9 @@ class _EventAccumulator:
         index = field_of(event, "index")
         if kind == "message_start":
             self.started = True
-            self._take_usage(field_of(field_of(event, "message"), "usage"))
+            message = field_of(event, "message")
+            self.head.update({key: field_of(message, key) for key in ("id", "model")})
+            self._take_usage(field_of(message, "usage"))
         elif kind == "content_block_start":
             self.blocks[index] = _block(field_of(event, "content_block"), "content_block")
         elif kind == "content_block_delta" and index in self.blocks:
@@ -222,6 +234,7 @@ class _EventAccumulator:
             with contextlib.suppress(ValueError):  # a cut-off stream: the input stays as the block started
                 self.blocks[index]["input"] = json.loads(self.partial_json[index])
         elif kind == "message_delta":
+            self.head["stop_reason"] = field_of(field_of(event, "delta"), "stop_reason")
             self._take_usage(field_of(event, "usage"))
 
     def _delta(self, block: dict[str, Any], index: int, delta: Any) -> None:
@@ -238,10 +251,11 @@ class _EventAccumulator:
             block.setdefault("citations", []).append(_block(field_of(delta, "citation"), "citation"))
 
     def message(self) -> dict[str, Any] | None:
-        """The reply as ``{"content": [...], "usage": {...}}``, or ``None`` when nothing started."""
+        """The reply as ``{"id", "model", "stop_reason", "content": [...], "usage": {...}}``, or
+        ``None`` when nothing started."""
         if not self.started:
             return None
-        return {"content": [self.blocks[i] for i in sorted(self.blocks)], "usage": self.usage}
+        return {**self.head, "content": [self.blocks[i] for i in sorted(self.blocks)], "usage": self.usage}
 
 
 class _EventStreamBase(_Recorded):
@@ -249,14 +263,20 @@ class _EventStreamBase(_Recorded):
 
     _session: _AnthropicSession
 
-    def __init__(self, stream: Any, session: _AnthropicSession, memory: RelevanceMemoryManager, build: BuiltContext) -> None:
-        super().__init__(stream, session, memory, build)
+    def __init__(
+        self, stream: Any, session: _AnthropicSession, memory: RelevanceMemoryManager, build: BuiltContext, span: ModelCallSpan
+    ) -> None:
+        super().__init__(stream, session, memory, build, span)
         self._acc = _EventAccumulator()
 
     def _finish(self) -> None:
+        if not self._claim():
+            return
         reply = self._acc.message()
-        if self._claim() and reply is not None:
-            self._session.record_message(self._memory, reply, self.build)
+        if reply is None:
+            self._span.end()
+        else:
+            self._session.record_message(self._memory, reply, self.build, self._span)
 
 
 class _EventStream(_EventStreamBase):
@@ -283,6 +303,7 @@ class _EventStream(_EventStreamBase):
 
     def close(self) -> None:
         """Close the HTTP response; a reply not read to the end is not recorded."""
+        self._span.end()
         self._wrapped.close()
 
 
@@ -294,7 +315,7 @@ class _MessageStream(_Recorded):
 
     def _finish(self) -> None:
         if self._claim():
-            self._session.record_message(self._memory, self._wrapped.get_final_message(), self.build)
+            self._session.record_message(self._memory, self._wrapped.get_final_message(), self.build, self._span)
 
     def __iter__(self) -> Iterator[Any]:
         yield from self._wrapped
@@ -333,6 +354,7 @@ class _MessageStream(_Recorded):
         return self
 
     def __exit__(self, *exc: object) -> None:
+        self._span.end()
         self._wrapped.close()
 
 
@@ -359,6 +381,7 @@ class _AsyncEventStream(_EventStreamBase):
 
     async def close(self) -> None:
         """Close the HTTP response; a reply not read to the end is not recorded."""
+        self._span.end()
         await self._wrapped.close()
 
 
@@ -369,7 +392,7 @@ class _AsyncMessageStream(_Recorded):
 
     async def _finish(self) -> None:
         if self._claim():
-            self._session.record_message(self._memory, await self._wrapped.get_final_message(), self.build)
+            self._session.record_message(self._memory, await self._wrapped.get_final_message(), self.build, self._span)
 
     async def __aiter__(self) -> AsyncIterator[Any]:
         async for event in self._wrapped:
@@ -403,6 +426,7 @@ class _AsyncMessageStream(_Recorded):
         return self
 
     async def __aexit__(self, *exc: object) -> None:
+        self._span.end()
         await self._wrapped.close()
 
 
@@ -415,17 +439,22 @@ class _Messages(_Passthrough):
     def create(self, **kwargs: Any) -> Any:
         """``messages.create`` with the managed context (module doc); same arguments and result."""
         memory, built, call = _prepare(self._session, kwargs)
-        out = self._wrapped.create(**call)
-        if call.get("stream") is True:
-            return _EventStream(out, self._session, memory, built)
-        self._session.record_message(memory, out, built)
+        streamed = call.get("stream") is True
+        span = _span(call, built, stream=streamed)
+        with span.sending():
+            out = self._wrapped.create(**call)
+        if streamed:
+            return _EventStream(out, self._session, memory, built, span)
+        self._session.record_message(memory, out, built, span)
         return out
 
     def parse(self, **kwargs: Any) -> Any:
         """``messages.parse`` with the managed context (module doc); same arguments and result."""
         memory, built, call = _prepare(self._session, kwargs)
-        out = self._wrapped.parse(**call)
-        self._session.record_message(memory, out, built)
+        span = _span(call, built, stream=False)
+        with span.sending():
+            out = self._wrapped.parse(**call)
+        self._session.record_message(memory, out, built, span)
         return out
 
     def stream(self, **kwargs: Any) -> Any:
@@ -433,8 +462,9 @@ class _Messages(_Passthrough):
         manager like the SDK's, whose stream records the reply once read to the end."""
         session = self._session
         memory, built, call = _prepare(session, kwargs)
+        span = _span(call, built, stream=True)
         manager = self._wrapped.stream(**call)
-        return _HelperStreamManager(manager, lambda stream: _MessageStream(stream, session, memory, built))
+        return _HelperStreamManager(manager, lambda stream: _MessageStream(stream, session, memory, built, span), span)
 
 
 class _AsyncMessages(_Passthrough):
@@ -445,17 +475,22 @@ class _AsyncMessages(_Passthrough):
     async def create(self, **kwargs: Any) -> Any:
         """Async ``messages.create`` with the managed context (built with ``abuild_context``)."""
         memory, built, call = await _aprepare(self._session, kwargs)
-        out = await self._wrapped.create(**call)
-        if call.get("stream") is True:
-            return _AsyncEventStream(out, self._session, memory, built)
-        self._session.record_message(memory, out, built)
+        streamed = call.get("stream") is True
+        span = _span(call, built, stream=streamed)
+        with span.sending():
+            out = await self._wrapped.create(**call)
+        if streamed:
+            return _AsyncEventStream(out, self._session, memory, built, span)
+        self._session.record_message(memory, out, built, span)
         return out
 
     async def parse(self, **kwargs: Any) -> Any:
         """Async ``messages.parse`` with the managed context (built with ``abuild_context``)."""
         memory, built, call = await _aprepare(self._session, kwargs)
-        out = await self._wrapped.parse(**call)
-        self._session.record_message(memory, out, built)
+        span = _span(call, built, stream=False)
+        with span.sending():
+            out = await self._wrapped.parse(**call)
+        self._session.record_message(memory, out, built, span)
         return out
 
     def stream(self, **kwargs: Any) -> _AsyncStreamManager:
@@ -466,20 +501,26 @@ class _AsyncMessages(_Passthrough):
 
 class _AsyncStreamManager:
     """``async with`` target of the managed async ``stream``: records, builds, sends, yields a
-    recording stream; closes the SDK's manager on exit."""
+    recording stream; closes the SDK's manager (and the model call's span) on exit."""
 
     def __init__(self, messages: _AsyncMessages, kwargs: dict[str, Any]) -> None:
         self._messages = messages
         self._kwargs = kwargs
         self._manager: Any = None
+        self._span: ModelCallSpan | None = None
 
     async def __aenter__(self) -> _AsyncMessageStream:
         session = self._messages._session
         memory, built, call = await _aprepare(session, self._kwargs)
-        self._manager = self._messages._wrapped.stream(**call)
-        return _AsyncMessageStream(await self._manager.__aenter__(), session, memory, built)
+        self._span = span = _span(call, built, stream=True)
+        self._manager = manager = self._messages._wrapped.stream(**call)
+        with span.sending():
+            stream = await manager.__aenter__()
+        return _AsyncMessageStream(stream, session, memory, built, span)
 
     async def __aexit__(self, *exc: Any) -> Any:
+        if self._span is not None:
+            self._span.end()  # a stream left before its end: the span ends without a reply
         if self._manager is not None:
             return await self._manager.__aexit__(*exc)
         return None

@@ -246,8 +246,10 @@ class _HelperStream(_Recorded):
 
 
 class _HelperStreamManager:
-    """Wraps the SDK's ``ChatCompletionStreamManager``: entering it sends the request (with
-    the context built when ``stream`` was called) and yields a recording stream."""
+    """Wraps the SDK's stream manager (OpenAI's ``ChatCompletionStreamManager``, Anthropic's
+    ``MessageStreamManager``): entering it sends the request (with the context built when
+    ``stream`` was called) and yields a recording stream; a request that fails ends the
+    model call's span with the error."""
 
     def __init__(self, manager: Any, wrap: Callable[[Any], Any], span: ModelCallSpan) -> None:
         self._manager = manager
@@ -255,7 +257,9 @@ class _HelperStreamManager:
         self._span = span
 
     def __enter__(self) -> Any:
-        return self._wrap(self._manager.__enter__())
+        with self._span.sending():
+            stream = self._manager.__enter__()
+        return self._wrap(stream)
 
     def __exit__(self, *exc: Any) -> Any:
         self._span.end()  # a stream left before its end: the span ends without a reply
@@ -275,12 +279,8 @@ class _Completions(_Passthrough):
         session = self._session
         memory, built = self._build(messages, kwargs)
         span = model_call(kwargs.get("model"), built, stream=bool(kwargs.get("stream")))
-        try:
-            with span.current():
-                out = getattr(self._wrapped, method)(messages=session.built(built), **kwargs)
-        except BaseException as exc:
-            span.end(error=exc)
-            raise
+        with span.sending():
+            out = getattr(self._wrapped, method)(messages=session.built(built), **kwargs)
         if kwargs.get("stream"):
             return _RecordingStream(out, session, memory, built, span)
         session.record_response(memory, out, built)
@@ -442,12 +442,8 @@ class _AsyncCompletions(_Passthrough):
         session = self._session
         memory, built = await session.aprepare(_history(messages), kwargs.get("model"), kwargs.get("tools"))
         span = model_call(kwargs.get("model"), built, stream=bool(kwargs.get("stream")))
-        try:
-            with span.current():
-                out = await getattr(self._wrapped, method)(messages=session.built(built), **kwargs)
-        except BaseException as exc:
-            span.end(error=exc)
-            raise
+        with span.sending():
+            out = await getattr(self._wrapped, method)(messages=session.built(built), **kwargs)
         if kwargs.get("stream"):
             return _AsyncRecordingStream(out, session, memory, built, span)
         session.record_response(memory, out, built)
@@ -486,7 +482,9 @@ class _AsyncHelperStreamManager:
         built = await self._completions._abuild(self._memory, self._kwargs)
         self._span = span = model_call(self._kwargs.get("model"), built, stream=True)
         self._manager = self._completions._wrapped.stream(messages=session.built(built), **self._kwargs)
-        return _AsyncHelperStream(await self._manager.__aenter__(), session, self._memory, built, span)
+        with span.sending():
+            stream = await self._manager.__aenter__()
+        return _AsyncHelperStream(stream, session, self._memory, built, span)
 
     async def __aexit__(self, *exc: Any) -> Any:
         if self._span is not None:

@@ -46,7 +46,7 @@ import weakref
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any, Literal, TypeVar
 
-from ._exceptions import HistoryDivergedError, InvalidMessageError, RelevanceMemoryError
+from ._exceptions import ConfigError, HistoryDivergedError, InvalidMessageError, RelevanceMemoryError
 from ._io import message_to_dict
 from ._manager import BuiltContext, RelevanceMemoryManager
 from ._models import TaskGoal
@@ -140,7 +140,7 @@ class MemorySession:
         history and no message is recorded twice."""
         with self.lock:
             memory = self.sync(history, model)
-            return memory, memory.build_context(tools=tools)
+            return memory, memory.build_context(budget=self._budget(memory, tools), tools=tools)
 
     async def aprepare(
         self, history: Iterable[Any], model: str | None, tools: Any = None
@@ -154,7 +154,33 @@ class MemorySession:
                 turn = self._async_locks[loop] = asyncio.Lock()
         async with turn:
             memory = self.sync(history, model)
-            return memory, await memory.abuild_context(tools=tools)
+            return memory, await memory.abuild_context(budget=self._budget(memory, tools), tools=tools)
+
+    def reserved_tokens(self, memory: RelevanceMemoryManager, tools: Any) -> int:
+        """Tokens a request carries besides its messages and its ``tools`` schema (tokens): 0
+        here; a provider's session adds what its API puts around them (the Anthropic session:
+        the tool-use system prompt and a continuation turn). The schema is not counted here:
+        the build takes it from the budget itself (``build_context(tools=)``)."""
+        return 0
+
+    def _budget(self, memory: RelevanceMemoryManager, tools: Any) -> int | None:
+        """The budget to build with before the tools schema (tokens): the memory's minus
+        :meth:`reserved_tokens`; ``None`` (the memory's own) when nothing is reserved.
+
+        Raises:
+            ConfigError: the reserved tokens take the whole budget.
+        """
+        reserved = self.reserved_tokens(memory, tools)
+        if not reserved:
+            return None
+        total = memory.config.token_budget()
+        if total - reserved <= 0:
+            raise ConfigError(
+                f"each request carries {reserved:,} tokens besides its messages and tools (the provider's "
+                f"framing), {'more than' if reserved > total else 'all of'} the budget of {total:,}: nothing "
+                "is left for the messages; raise the budget (max_input_tokens)"
+            )
+        return total - reserved
 
     def memory_for(self, model: str | None) -> RelevanceMemoryManager:
         with self.lock:

@@ -28,11 +28,14 @@ Spans, named after the OpenTelemetry GenAI semantic conventions where they defin
   ``requests``, ``retries``, ``fallbacks``).
 - **the model call that follows** (the managed client, :func:`relevance_memory.manage`): span
   ``chat {model}``, kind ``CLIENT``, ``gen_ai.operation.name = "chat"``,
-  ``gen_ai.provider.name = "openai"``, ``gen_ai.request.model``, ``gen_ai.request.stream``,
-  ``gen_ai.conversation.compacted``, and from the response ``gen_ai.response.id`` /
-  ``model`` / ``finish_reasons``, ``gen_ai.usage.input_tokens`` / ``output_tokens`` and
-  ``gen_ai.usage.cache_read.input_tokens`` (the provider's cached prompt tokens);
-  ``relevance_memory.build.id`` links it to its build.
+  ``gen_ai.provider.name`` (``"openai"`` or ``"anthropic"``), ``gen_ai.request.model``,
+  ``gen_ai.request.stream``, ``gen_ai.conversation.compacted``, and from the response
+  ``gen_ai.response.id`` / ``model`` / ``finish_reasons`` (OpenAI's ``finish_reason`` of each
+  choice, Anthropic's ``stop_reason``), ``gen_ai.usage.input_tokens`` / ``output_tokens`` and
+  ``gen_ai.usage.cache_read.input_tokens`` (the provider's cached prompt tokens; for Anthropic
+  also ``gen_ai.usage.cache_creation.input_tokens``, and ``input_tokens`` is the sum of
+  Anthropic's ``input_tokens`` and both cache counts, as the convention asks: every input
+  token, cached ones included); ``relevance_memory.build.id`` links it to its build.
 
 Logging: logger ``relevance_memory`` (a ``NullHandler`` is attached, as libraries do: nothing
 shows until the application configures logging). Each warning a build's decision record gains
@@ -261,16 +264,17 @@ def traced_scorer(scorer: Scorer) -> Scorer:
 class ModelCallSpan:
     """The span of one managed model call (module doc), ended once by :meth:`end`."""
 
-    def __init__(self, model: str | None, built: BuiltContext, *, stream: bool) -> None:
+    def __init__(self, model: str | None, built: BuiltContext, *, stream: bool, provider: str = "openai") -> None:
         tracer = _tracer()
         self._span: Any = None
+        self._provider = provider
         if tracer is None:
             return
         from opentelemetry.trace import SpanKind
 
         attributes: dict[str, Any] = {
             "gen_ai.operation.name": "chat",
-            "gen_ai.provider.name": "openai",
+            "gen_ai.provider.name": provider,
             "gen_ai.request.stream": stream,
             "relevance_memory.build.id": built.record.build_id,
             "relevance_memory.build.mode": built.record.mode,
@@ -292,6 +296,17 @@ class ModelCallSpan:
         with trace.use_span(self._span, end_on_exit=False, record_exception=False, set_status_on_exception=False):
             yield
 
+    @contextmanager
+    def sending(self) -> Iterator[None]:
+        """Around sending the request: the span is current (:meth:`current`) and an exception
+        ends it with the error (:meth:`end`) before it propagates."""
+        try:
+            with self.current():
+                yield
+        except BaseException as exc:
+            self.end(error=exc)
+            raise
+
     def end(self, response: Any = None, *, usage: Any = None, error: BaseException | None = None) -> None:
         """Set what ``response`` (or a stream's ``usage``) reports, or the error, and end the span (once)."""
         span, self._span = self._span, None
@@ -304,19 +319,29 @@ class ModelCallSpan:
             span.set_status(Status(StatusCode.ERROR, str(error)))
             span.set_attribute("error.type", type(error).__qualname__)
         if span.is_recording():
-            span.set_attributes(_response_attributes(response, usage))
+            reply = _anthropic_attributes if self._provider == "anthropic" else _openai_attributes
+            span.set_attributes({**_response_head(response), **reply(response, usage)})
         span.end()
 
 
-def _response_attributes(response: Any, usage: Any) -> dict[str, Any]:
+def _response_head(response: Any) -> dict[str, Any]:
+    """``gen_ai.response.id`` / ``model`` of a response (either provider's, SDK object or dict)."""
+    from ._session import field_of
+
+    out: dict[str, Any] = {}
+    for key, name in (("id", "gen_ai.response.id"), ("model", "gen_ai.response.model")):
+        value = field_of(response, key) if response is not None else None
+        if isinstance(value, str):
+            out[name] = value
+    return out
+
+
+def _openai_attributes(response: Any, usage: Any) -> dict[str, Any]:
+    """Finish reasons and usage of a chat completion (or a stream's ``usage``)."""
     from ._session import field_of, provider_cached_tokens
 
     out: dict[str, Any] = {}
     if response is not None:
-        for key, name in (("id", "gen_ai.response.id"), ("model", "gen_ai.response.model")):
-            value = field_of(response, key)
-            if isinstance(value, str):
-                out[name] = value
         reasons = [field_of(c, "finish_reason") for c in field_of(response, "choices") or ()]
         if reasons and all(isinstance(r, str) for r in reasons):
             out["gen_ai.response.finish_reasons"] = reasons
@@ -332,6 +357,36 @@ def _response_attributes(response: Any, usage: Any) -> dict[str, Any]:
     return out
 
 
-def model_call(model: str | None, built: BuiltContext, *, stream: bool = False) -> ModelCallSpan:
-    """Start the span of the model call that sends ``built`` (module doc)."""
-    return ModelCallSpan(model, built, stream=stream)
+def _anthropic_attributes(response: Any, usage: Any) -> dict[str, Any]:
+    """Stop reason and usage of an Anthropic ``Message`` (module doc): Anthropic's
+    ``input_tokens`` leaves out the tokens read from and written to the cache; the
+    convention's ``gen_ai.usage.input_tokens`` counts every input token, so it is the sum."""
+    from ._session import field_of
+
+    out: dict[str, Any] = {}
+    if response is not None:
+        reason = field_of(response, "stop_reason")
+        if isinstance(reason, str):
+            out["gen_ai.response.finish_reasons"] = [reason]
+        usage = field_of(response, "usage") if usage is None else usage
+    if usage is None:
+        return out
+    counts = {key: field_of(usage, key) for key in
+              ("input_tokens", "output_tokens", "cache_read_input_tokens", "cache_creation_input_tokens")}
+    read, created = counts["cache_read_input_tokens"], counts["cache_creation_input_tokens"]
+    if isinstance(counts["input_tokens"], int):
+        out["gen_ai.usage.input_tokens"] = sum(c for c in (counts["input_tokens"], read, created) if isinstance(c, int))
+    if isinstance(counts["output_tokens"], int):
+        out["gen_ai.usage.output_tokens"] = counts["output_tokens"]
+    if isinstance(read, int):
+        out["gen_ai.usage.cache_read.input_tokens"] = read
+    if isinstance(created, int):
+        out["gen_ai.usage.cache_creation.input_tokens"] = created
+    return out
+
+
+def model_call(model: str | None, built: BuiltContext, *, stream: bool = False, provider: str = "openai") -> ModelCallSpan:
+    """Start the span of the model call that sends ``built`` (module doc) to ``provider``
+    (``gen_ai.provider.name``: ``"openai"`` or ``"anthropic"``; its response is read as that
+    provider's)."""
+    return ModelCallSpan(model, built, stream=stream, provider=provider)

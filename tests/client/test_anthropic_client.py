@@ -24,6 +24,7 @@ import pytest
 from relevance_memory import (
     AnthropicTokenCounter,
     AsyncManagedAnthropic,
+    ConfigError,
     HistoryDivergedError,
     InvalidMessageError,
     ManagedAnthropic,
@@ -32,7 +33,9 @@ from relevance_memory import (
     anthropic_request_tokens,
     check_anthropic_context,
     manage,
+    tools_tokens,
 )
+from relevance_memory._anthropic import CONTINUATION_TEXT, TOOL_USE_SYSTEM_PROMPT_TOKENS
 
 anthropic = pytest.importorskip("anthropic")
 
@@ -181,6 +184,23 @@ def test_parallel_tool_use_with_big_outputs_stays_whole_at_a_small_budget() -> N
                 ids = [x["id"] for x in a["content"] if x["type"] == "tool_use"]
                 got = [x["tool_use_id"] for x in b["content"] if x["type"] == "tool_result"] if ids else []
                 assert got == ids  # … with its results, in order, in the very next turn
+
+
+def test_the_tools_schema_and_the_tool_use_prompt_come_off_the_budget_once() -> None:
+    model = _example().ScriptedClaude([[{"type": "text", "text": "ok"}]] * 4)
+    client = _client(model, max_input_tokens=3000)
+    history: list[Any] = [{"role": "user", "content": "Map the request handlers of src/."}]
+    counter = client.memory.tokenizer
+    continuation = counter.count_message({"role": "user", "content": CONTINUATION_TEXT})
+    client.messages.create(model=MODEL, system="You read code.", messages=history, tools=TOOLS, max_tokens=16)
+    schema = tools_tokens(counter, TOOLS)
+    assert schema > 0 and client.last_record.budget == 3000 - schema - TOOL_USE_SYSTEM_PROMPT_TOKENS - continuation
+    history += [{"role": "assistant", "content": "ok"}, {"role": "user", "content": "And the middleware?"}]
+    client.messages.create(model=MODEL, system="You read code.", messages=history, max_tokens=16)  # no tools: no tool-use prompt
+    assert client.last_record.budget == 3000 - continuation
+    with pytest.raises(ConfigError, match=r"carries \d+ tokens besides its messages and tools.*budget of 200"):
+        _client(model, max_input_tokens=200).messages.create(model=MODEL, messages=history, tools=TOOLS, max_tokens=16)
+    assert len(model.requests) == 2  # refused before sending
 
 
 # --------------------------------------------------------------------------- streams

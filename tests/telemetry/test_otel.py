@@ -213,11 +213,109 @@ def test_an_async_model_call_that_fails_is_an_error_span(spans: InMemorySpanExpo
                         max_input_tokens=3000)
         with pytest.raises(openai.BadRequestError):
             await client.chat.completions.create(model="gpt-4o", messages=history(1))
+        with pytest.raises(openai.BadRequestError):  # the stream helper sends on entering
+            async with client.chat.completions.stream(model="gpt-4o", messages=history(1)):
+                pass
 
     asyncio.run(main())
-    (call,) = by_name(spans, "chat ")
-    assert call.status.status_code is StatusCode.ERROR
-    assert dict(call.attributes or {})["error.type"] == "BadRequestError"
+    calls = by_name(spans, "chat ")
+    assert len(calls) == 2
+    for call in calls:
+        assert call.status.status_code is StatusCode.ERROR
+        assert dict(call.attributes or {})["error.type"] == "BadRequestError"
+
+
+def anthropic_example() -> Any:
+    spec = importlib.util.spec_from_file_location("anthropic_agent", ROOT / "examples" / "anthropic_agent.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules.setdefault("anthropic_agent", module)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.mark.filterwarnings("ignore:token counts are approximate")
+def test_the_anthropic_clients_model_call_is_a_chat_span_with_anthropics_usage(spans: InMemorySpanExporter) -> None:
+    anthropic = pytest.importorskip("anthropic")
+    example = anthropic_example()
+    system, tools, history, steps = example.anthropic_run(FIXTURE)
+    steps = steps[:10]
+    model = example.ScriptedClaude([s["assistant"] for s in steps])
+    http = httpx.Client(transport=httpx.MockTransport(model))
+    client = manage(anthropic.Anthropic(api_key="k", http_client=http, max_retries=0), max_input_tokens=4000)
+    messages = list(history)
+    for n, step in enumerate(steps):
+        request = {"model": example.MODEL, "system": system, "messages": messages, "tools": tools, "max_tokens": 64}
+        if n == len(steps) - 2:  # the SDK's stream helper
+            with client.messages.stream(**request) as stream:
+                reply = stream.get_final_message()
+        elif n == len(steps) - 1:  # raw events
+            with client.messages.create(**request, stream=True) as events:
+                for _ in events:
+                    pass
+            reply = None
+        else:
+            reply = client.messages.create(**request)
+        content = reply.content if reply is not None else step["assistant"]
+        messages = [*messages, {"role": "assistant", "content": content}, step["user"]]
+    calls = by_name(spans, "chat ")
+    builds = by_name(spans, "search_memory")
+    assert len(calls) == len(builds) == len(model.usages) == 10
+    for n, (call, build, usage) in enumerate(zip(calls, builds, model.usages, strict=True)):
+        attributes = dict(call.attributes or {})
+        built = dict(build.attributes or {})
+        assert call.name == f"chat {example.MODEL}" and call.kind is SpanKind.CLIENT
+        assert attributes["gen_ai.provider.name"] == "anthropic" and attributes["gen_ai.operation.name"] == "chat"
+        assert attributes["gen_ai.request.model"] == example.MODEL
+        assert attributes["gen_ai.request.stream"] is (n >= 8)
+        assert attributes["relevance_memory.build.id"] == built["relevance_memory.build.id"]
+        assert attributes.get("gen_ai.conversation.compacted") == built.get("gen_ai.conversation.compacted")
+        assert attributes["gen_ai.response.id"] == f"msg_replay_{n}"
+        assert attributes["gen_ai.response.model"] == example.MODEL
+        assert attributes["gen_ai.response.finish_reasons"] == ("tool_use",)
+        # the convention's input tokens count every input token; Anthropic's leave the cached ones out
+        assert attributes["gen_ai.usage.input_tokens"] == (
+            usage["input_tokens"] + usage["cache_read_input_tokens"] + usage["cache_creation_input_tokens"]
+        )
+        assert attributes["gen_ai.usage.output_tokens"] == usage["output_tokens"] == 1
+        assert attributes["gen_ai.usage.cache_read.input_tokens"] == usage["cache_read_input_tokens"]
+        assert attributes["gen_ai.usage.cache_creation.input_tokens"] == usage["cache_creation_input_tokens"]
+    assert sum("gen_ai.conversation.compacted" in (c.attributes or {}) for c in calls) >= 3
+    assert max(u["cache_read_input_tokens"] for u in model.usages) >= 1024
+
+
+@pytest.mark.filterwarnings("ignore:token counts are approximate")
+def test_an_anthropic_call_that_fails_or_a_stream_left_early_still_ends_its_span(spans: InMemorySpanExporter) -> None:
+    anthropic = pytest.importorskip("anthropic")
+    example = anthropic_example()
+    system, tools, history, steps = example.anthropic_run(FIXTURE)
+
+    def refuse(request: Any) -> Any:
+        return httpx.Response(400, json={"type": "error", "error": {"type": "invalid_request_error", "message": "no"}})
+
+    async def main() -> None:
+        failing = httpx.AsyncClient(transport=httpx.MockTransport(refuse))
+        client = manage(anthropic.AsyncAnthropic(api_key="k", http_client=failing, max_retries=0), max_input_tokens=4000)
+        with pytest.raises(anthropic.BadRequestError):
+            await client.messages.create(model=example.MODEL, system=system, messages=history, max_tokens=16)
+        with pytest.raises(anthropic.BadRequestError):
+            async with client.messages.stream(model=example.MODEL, system=system, messages=history, max_tokens=16):
+                pass
+        model = example.ScriptedClaude([steps[0]["assistant"]])
+        working = httpx.AsyncClient(transport=httpx.MockTransport(model))
+        client = manage(anthropic.AsyncAnthropic(api_key="k", http_client=working, max_retries=0), max_input_tokens=4000)
+        async with client.messages.stream(model=example.MODEL, system=system, messages=history, tools=tools,
+                                          max_tokens=16) as stream:
+            async for _ in stream:
+                break
+
+    asyncio.run(main())
+    failed, helper, left = by_name(spans, "chat ")
+    for call in (failed, helper):
+        assert call.status.status_code is StatusCode.ERROR
+        assert dict(call.attributes or {})["error.type"] == "BadRequestError"
+    assert left.status.status_code is StatusCode.UNSET  # ended on exit, without a reply to report
+    assert "gen_ai.usage.input_tokens" not in (left.attributes or {})
 
 
 def test_without_opentelemetry_nothing_is_traced_and_builds_still_log(
