@@ -96,11 +96,13 @@ class HistoryDivergedError(InvalidMessageError):
 
 
 class ContextOverflowError(RelevanceMemoryError):
-    """The pinned system prompt plus the newest step cannot fit the token budget.
+    """The pinned system prompt cannot fit the token budget (or, in the extreme, not even the
+    excerpts of the newest step's messages fit beside it).
 
-    SPEC §3: never emit an over-budget context silently. The numbers are attached so a
-    caller can react (raise the budget, shorten the system prompt, truncate a tool
-    output before adding it).
+    SPEC §3: never emit an over-budget context silently; SPEC §11: no message is too large to
+    enter — an oversized one enters as an excerpt — so this is left for a system prompt that
+    cannot fit (it is sent unchanged, SPEC §9). The numbers are attached so a caller can react
+    (raise the budget, shorten the system prompt).
 
     Attributes:
         budget: the token budget of the build (tokens).
@@ -113,11 +115,19 @@ class ContextOverflowError(RelevanceMemoryError):
         self.pinned_tokens = pinned_tokens
         self.newest_step_tokens = newest_step_tokens
         need = pinned_tokens + newest_step_tokens
-        super().__init__(
-            f"context cannot fit: the pinned system prompt ({pinned_tokens} tokens) plus the "
-            f"newest step ({newest_step_tokens} tokens) need {need} tokens but the budget is "
-            f"{budget} tokens; raise the budget or shorten the newest step"
-        )
+        if newest_step_tokens <= 0:
+            message = (
+                f"context cannot fit: the pinned system prompt takes {pinned_tokens} tokens (with the reply "
+                f"priming) but the budget is {budget} tokens; it is sent unchanged, so raise the budget or "
+                "shorten the system prompt"
+            )
+        else:
+            message = (
+                f"context cannot fit: the pinned system prompt ({pinned_tokens} tokens) plus the "
+                f"newest step ({newest_step_tokens} tokens, even as excerpts) need {need} tokens but the budget is "
+                f"{budget} tokens; raise the budget or shorten the newest step"
+            )
+        super().__init__(message)
 
 
 class MissingExtraError(RelevanceMemoryError, ImportError):

@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 from ._models import Message, content_text, user_authored
 
 __all__ = [
+    "NOTICE_MIN_WORDS",
     "OPENER_MAX_WORDS",
     "NoticeIndex",
     "goal_from_requests",
@@ -33,6 +34,9 @@ __all__ = [
     "notice_key",
 ]
 
+NOTICE_MIN_WORDS = 6
+"""A repeated user message shorter than this many words ("ok", "go on", "thanks") is a person's
+short turn, never a format notice: a harness's notice says what to do differently."""
 OPENER_MAX_WORDS = 60
 """A first user message of at most this many words may be an opener (a greeting, a vague
 request): when the user speaks again, the goal follows their requests."""
@@ -104,12 +108,13 @@ def goal_from_requests(messages: Sequence[Message], first_user: int, notices: No
 class NoticeIndex:
     """User messages by :func:`notice_key`, grown incrementally with the store (O(new)).
 
-    A user message is a *format notice* when its key occurs at least :attr:`min_copies` times,
-    or twice in an agent run (one with tool calls): a person rarely repeats a sentence word for
-    word, a harness does every time the agent breaks its format.
+    In an agent run (a history with tool calls), a user message of at least
+    :data:`NOTICE_MIN_WORDS` words is a *format notice* when its key occurs at least twice: the
+    harness says it again every time the agent breaks its format. In a conversation a person's
+    repeated question ("What is the lead time of option 2?", "… option 3?") is a new question,
+    never a notice.
     """
 
-    min_copies: int = 3
     _seen: int = 0
     _copies: dict[str, list[int]] = field(default_factory=dict)
     _keys: dict[int, str] = field(default_factory=dict)
@@ -121,7 +126,10 @@ class NoticeIndex:
             if message.tool_calls:
                 self._tools = True
             if message.role == "user" and user_authored(message.role, message.msg_type.value):
-                key = notice_key(content_text(message.content))
+                text = content_text(message.content)
+                if len(_WORD.findall(text)) < NOTICE_MIN_WORDS:
+                    continue  # "ok", "thanks", "go on": short turns people repeat, not notices
+                key = notice_key(text)
                 self._keys[message.index] = key
                 self._copies.setdefault(key, []).append(message.index)
         self._seen = max(self._seen, len(messages))
@@ -133,5 +141,4 @@ class NoticeIndex:
 
     def is_notice(self, message: Message) -> bool:
         """Whether ``message`` is a format notice (class doc)."""
-        n = len(self.copies(message))
-        return n >= self.min_copies or (n >= 2 and self._tools)
+        return self._tools and len(self.copies(message)) >= 2

@@ -297,9 +297,11 @@ _CHAT_TYPES = frozenset({MessageType.USER_CHAT.value, MessageType.ASSISTANT_REAS
 
 _USER_TYPES = frozenset({MessageType.USER_INSTRUCTION.value, MessageType.USER_CHAT.value})
 
-NOTICE_SCORE = 3
-"""Score of the newest copy of a format notice a harness repeats (SPEC §11: background, not a
-hard constraint); older copies score one less."""
+NOTICE_SCORE = 4
+"""Score of the newest copy of a format notice a harness repeats (SPEC §11: the next step needs
+it — it says how to write the next action — but it is not a hard constraint of the task)."""
+REPEAT_SCORE = 2
+"""Score of an older copy of such a notice: a repeat of the newest, scored once as it."""
 
 
 class OfflineScorer:
@@ -360,21 +362,21 @@ class OfflineScorer:
         if item.notice:  # SPEC §11: a notice the harness repeats is a format notice, not a hard constraint
             newest = item.notice == "newest"
             return RelevanceScore(
-                id=item.id, score=NOTICE_SCORE if newest else NOTICE_SCORE - 1, source=ScoreSource.OFFLINE,
+                id=item.id, score=NOTICE_SCORE if newest else REPEAT_SCORE, source=ScoreSource.OFFLINE,
                 reason="format notice the harness repeats (not a hard constraint): "
                 + ("its newest copy" if newest else "an older copy; the newest is the one kept"),
             )
         coverage = features.coverage(item.terms or frozenset(lexical_terms(item.text)))
+        if item.msg_type == MessageType.USER_INSTRUCTION.value and item.role == "user" and has_constraint(item.text):
+            return RelevanceScore(
+                id=item.id, score=5, reason="user states a hard constraint", source=ScoreSource.OFFLINE,
+                weight=coverage,
+            )
         if (features.requests and item.role == "user" and item.msg_type in _USER_TYPES
                 and " ".join(item.text.split())[:120] in features.requests):
             return RelevanceScore(
                 id=item.id, score=4, reason="one of the user's requests the goal is formed from", source=ScoreSource.OFFLINE,
                 weight=max(coverage, 0.5),
-            )
-        if item.msg_type == MessageType.USER_INSTRUCTION.value and item.role == "user" and has_constraint(item.text):
-            return RelevanceScore(
-                id=item.id, score=5, reason="user states a hard constraint", source=ScoreSource.OFFLINE,
-                weight=coverage,
             )
         score = _BASE_PRIOR.get(item.msg_type, 2)
         weight = coverage * min(1.0, math.sqrt(WEIGHT_LENGTH_TOKENS / max(item.token_count, 1)))

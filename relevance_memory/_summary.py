@@ -203,6 +203,8 @@ class OfflineSummarizer:
         values = _take_newest(by_recency, max_tokens // 2 if agentic else max_tokens // 4,
                               None if agentic else _value_rank)
         values.sort(key=lambda v: (values_at[v][0], -values_at[v][1]))
+        if agentic:  # a name inside a longer listed one is listed by it ("rel_obj" in "rel_obj_cache")
+            values = [v for v in values if not any(v != w and v in w for w in values)]
         tools = _take_newest(list(tools_at), max_tokens // 4)
         overhead = _estimate_tokens(" ".join(values) + " ".join(tools)) + 3 * min(len(items), 40)
         budget = max(0, max_tokens - overhead - 40)

@@ -42,7 +42,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from ._exceptions import RelevanceMemoryError
-from ._markers import GOAL_BLOCK_MARKER, SUBTASK_MARKER, SUMMARY_MARKER
+from ._markers import ELIDED_MARKER, EXCERPT_MARKER, GOAL_BLOCK_MARKER, SUBTASK_MARKER, SUMMARY_MARKER
 from ._models import RelevanceScore, ScoreSource, TaskGoal
 from ._scoring import ScoreItem, ScorerUsage, ScoringContext, ScoringResult
 from ._tokenizer import REPLY_PRIMING_TOKENS, TokenCounter
@@ -263,8 +263,9 @@ def assert_valid_context(
     Checks: valid for the API (:func:`~relevance_memory.check_context`); within ``budget``
     (default the record's) counted by ``counter``, and equal to ``record.tokens_after``; the
     budget breakdown adds up; the original system message first, once, byte for byte;
-    generated messages never use the assistant role; verbatim messages once each, in
-    original order, unchanged; the newest user message kept; kept tool calls with all their
+    generated messages never use the assistant role; stored messages once each, in
+    original order, unchanged unless the record says they were sent as an excerpt or elided
+    (then marked, with their role, call ids and ``tool_call_id`` — SPEC §11); the newest user message kept; kept tool calls with all their
     results; a goal block pointing at the task statement only when it is there; a subtask
     note only as the last message; ``BuiltContext.sources`` naming the stored message each
     verbatim message copies; an appended build's ``prefix_tokens`` equal to the tokens of the
@@ -300,8 +301,9 @@ def assert_valid_context(
     kept = [d.index for d in record.messages if d.decision in ("kept", "recent")]
     _check(len(verbatim) == len(kept), f"{len(verbatim)} verbatim messages, the record keeps {len(kept)}")
     _check(kept == sorted(set(kept)), "kept messages are repeated or out of order")
+    fidelity = {d.index: d.fidelity for d in record.messages if d.decision in ("kept", "recent")}
     for message, index in zip(verbatim, kept, strict=False):
-        _check(message == history[index], f"message {index} is not verbatim")
+        _check(_sent_as(message, history[index], fidelity.get(index)), f"message {index} is not verbatim")
     users = [i for i, m in enumerate(history) if m.get("role") == "user"]
     _check(not users or users[-1] in kept, "the newest user message is not kept")
     _check_whole_chains(history, set(kept))
@@ -315,7 +317,8 @@ def assert_valid_context(
         _check(len(built.sources) == len(out), "BuiltContext.sources does not name every message")
         for message, source in zip(out, built.sources, strict=True):
             _check((source is None) == is_generated(message), "BuiltContext.sources mixes generated and stored messages")
-            _check(source is None or message == history[source], f"BuiltContext.sources names the wrong message {source}")
+            _check(source is None or _sent_as(message, history[source], fidelity.get(source)),
+                   f"BuiltContext.sources names the wrong message {source}")
     if record.mode == "appended":  # the previous request is the start of this one, byte for byte
         new = len(record.appended_ids) + len(notes)
         shared = sum(counter.count_message(m) for m in out[: len(out) - new])
@@ -323,6 +326,20 @@ def assert_valid_context(
         _check(record.prefix_tokens == shared, f"an appended build shares {shared} tokens, the record says {record.prefix_tokens}")
     if record.identity:
         _check(list(out) == list(history), "the whole history fitted but the context differs from it")
+
+
+def _sent_as(message: Mapping[str, object], original: Mapping[str, object], fidelity: str | None) -> bool:
+    """Whether ``message`` is ``original`` as the record says it was sent (SPEC §11): byte for
+    byte when verbatim; an excerpt or elided output keeps the role, ``tool_call_id``, ``name``
+    and tool-call ids, and its content opens with the marker naming the message."""
+    if fidelity in (None, "verbatim"):
+        return message == original
+    content = str(message.get("content") or "")
+    marked = content.startswith((EXCERPT_MARKER, ELIDED_MARKER))
+    same = all(message.get(k) == original.get(k) for k in ("role", "tool_call_id", "name"))
+    calls = [c.get("id") for c in (message.get("tool_calls") or []) if isinstance(c, Mapping)]  # type: ignore[union-attr]
+    wanted = [c.get("id") for c in (original.get("tool_calls") or []) if isinstance(c, Mapping)]  # type: ignore[union-attr]
+    return marked and same and calls == wanted and message != original
 
 
 def _check_whole_chains(history: Sequence[Mapping[str, object]], kept: set[int]) -> None:

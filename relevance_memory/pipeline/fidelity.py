@@ -36,6 +36,7 @@ from .._tokenizer import TokenCounter
 __all__ = [
     "ELIDED_MARKER",
     "EXCERPT_MARKER",
+    "MIN_ENTRY_CAP",
     "MIN_EXCERPT_TOKENS",
     "Fidelity",
     "Rendition",
@@ -58,6 +59,10 @@ PROSE_FACTOR = 8.0
 statement, an instruction, a chat turn) or an assistant's plain answer — may take this many
 times the share a tool output or a call may (:func:`entry_cap`): an agent's bulky traffic is
 cut early, a conversation's turns only when they would crowd out everything else."""
+MIN_ENTRY_CAP = 256
+"""A message of at most this many tokens enters whole whatever the share (tokens): at small
+budgets a sixteenth would cut an ordinary file view; only what cannot fit beside the pinned
+prompt and the newest user message is cut below it (:func:`entry_renditions`' ``room``)."""
 MIN_EXCERPT_TOKENS = 48
 """Least tokens an excerpt is cut to: the marker line plus a line or two (tokens)."""
 HEAD_LINES = 4
@@ -98,10 +103,9 @@ def is_rendition(message: Mapping[str, Any]) -> bool:
 def entry_cap(message: Message, budget: int, share: float) -> int:
     """Most tokens ``message`` may take in a context of ``budget`` tokens (SPEC §11): ``share``
     of the budget for a tool output or an assistant's tool call, :data:`PROSE_FACTOR` times that
-    (at most the whole budget) for any other message, never below :data:`MIN_EXCERPT_TOKENS`
-    (tokens)."""
+    (at most the whole budget) for any other message, never below :data:`MIN_ENTRY_CAP` (tokens)."""
     factor = 1.0 if message.role == "tool" or message.tool_calls else PROSE_FACTOR
-    return max(MIN_EXCERPT_TOKENS, int(budget * min(1.0, share * factor)))
+    return max(MIN_ENTRY_CAP, int(budget * min(1.0, share * factor)))
 
 
 # --------------------------------------------------------------------------- excerpts
@@ -223,9 +227,10 @@ def excerpt_message(message: Message, cap: int, keep: Collection[str], counter: 
     calls = [thaw(c) for c in (message.raw.get("tool_calls") or [])]
     frame = counter.count_message(_with_content(message, "", [] if calls else None)) + 16
     target = max(8, cap - frame)
+    text_tokens = counter.count_text(text) if text else 0
     for _ in range(6):
-        call_room = target // 2 if calls and text else target
-        text_room = target - call_room if calls else target
+        text_room = min(text_tokens, target // 2) if calls else target  # a short THOUGHT stays whole
+        call_room = target - text_room
         new_calls = None
         if calls:
             new_calls = []

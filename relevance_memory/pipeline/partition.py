@@ -29,6 +29,7 @@ from .ledger import BudgetLedger, Purpose
 __all__ = [
     "GOAL_EXCERPT_SHARE",
     "GOAL_POINTER",
+    "GOAL_POINTER_EXCERPT",
     "Chain",
     "Split",
     "clip_to_tokens",
@@ -167,10 +168,18 @@ def clip_to_tokens(counter: TokenCounter, text: str, max_tokens: int) -> str:
 
 GOAL_POINTER = "kept verbatim here"
 """How a goal block that points at the kept task statement says so (instead of repeating it)."""
+GOAL_POINTER_EXCERPT = "kept here as an excerpt (the whole is restorable by id)"
+"""How it says so when the task statement is larger than its share of the budget and enters as
+an excerpt (SPEC §11)."""
 
 
 def goal_block_text(
-    goal: TaskGoal, *, final_excerpt: str | None, task_statement_id: str | None, restore_tool: str | None = None
+    goal: TaskGoal,
+    *,
+    final_excerpt: str | None,
+    task_statement_id: str | None,
+    restore_tool: str | None = None,
+    task_excerpted: bool = False,
 ) -> str:
     """Text of the goal block: the final goal only (SPEC §3.1).
 
@@ -189,6 +198,7 @@ def goal_block_text(
             statement message instead (when the goal was derived from it and it is kept).
         task_statement_id: id of the first user message, used in the pointer.
         restore_tool: name of the restore tool the model was given, if any.
+        task_excerpted: the task statement the pointer names is sent as an excerpt.
     """
     lines = [
         GOAL_BLOCK_MARKER,
@@ -197,10 +207,11 @@ def goal_block_text(
         + (f" (call {restore_tool} with their ids to read any of them)." if restore_tool else "."),
     ]
     if goal.source == "user_requests":
-        lines.append("Final goal: what the user asked for in their messages, newest last (each request is kept "
-                     "verbatim here while it fits; a correction replaces what it corrects).")
+        lines.append("Final goal: what the user asked for in their messages, newest last (their requests stay in "
+                     "this context word for word while they fit; a correction replaces what it corrects).")
     elif final_excerpt is None:
-        lines.append(f"Final goal: as stated in the first user message ({task_statement_id}), {GOAL_POINTER}.")
+        where = GOAL_POINTER_EXCERPT if task_excerpted else GOAL_POINTER
+        lines.append(f"Final goal: as stated in the first user message ({task_statement_id}), {where}.")
     else:
         lines.append(f"Final goal: {final_excerpt}")
     return "\n".join(lines)
@@ -229,6 +240,7 @@ def _goal_block(
     warnings: list[str],
     *,
     final_excerpt: str | None,
+    task_excerpted: bool = False,
 ) -> tuple[str | None, BudgetLedger]:
     """The goal block's text and the ledger with it spent; ``None`` when there is none or it
     does not fit (said in ``warnings``). Without an excerpt, a goal taken from the first user
@@ -243,6 +255,7 @@ def _goal_block(
         final_excerpt=None if pointer else (final_excerpt if final_excerpt is not None else goal.final),
         task_statement_id=seams.store[first_user].id if first_user is not None else None,
         restore_tool=seams.restore_tool,
+        task_excerpted=task_excerpted,
     )
     tokens = seams.tokenizer.count_message({"role": config.context_role, "content": text})
     if not ledger.fits(tokens):
@@ -277,7 +290,8 @@ def partition(state: BuildState, seams: Seams) -> Partitioned:
     pinned_tokens = sum(store[i].token_count for i in split.pinned)
     if REPLY_PRIMING_TOKENS + pinned_tokens > budget and (state.limit is None or pinned_tokens + REPLY_PRIMING_TOKENS > state.limit):
         # the one thing no excerpt can help: the system prompt is sent unchanged (SPEC §9)
-        raise ContextOverflowError(budget=state.limit or budget, pinned_tokens=pinned_tokens, newest_step_tokens=0)
+        raise ContextOverflowError(budget=state.limit or budget, pinned_tokens=pinned_tokens + REPLY_PRIMING_TOKENS,
+                                   newest_step_tokens=0)
     ledger = BudgetLedger(budget).spend(Purpose.REPLY_PRIMING, REPLY_PRIMING_TOKENS).spend(Purpose.PINNED, pinned_tokens)
     history_tokens = sum(c.tokens for c in chains.values())
     if ledger.fits(history_tokens):  # SPEC §9: under budget with nothing to drop, output == input
@@ -332,7 +346,8 @@ def partition(state: BuildState, seams: Seams) -> Partitioned:
     # the first user message is the task statement of an agent run, also when the caller
     # states the goal in other words (--goal must add to it, not replace it)
     task_root = roots[first_user] if first_user is not None and first_user not in excluded else None
-    goal_text, ledger = _goal_block(goal, seams, ledger, warnings, final_excerpt=None)
+    goal_text, ledger = _goal_block(goal, seams, ledger, warnings, final_excerpt=None,
+                                    task_excerpted=first_user is not None and first_user in renditions)
     # the task statement outranks older working memory: keep room for it when it can fit
     reserve = 0
     if task_root is not None and task_root in split.candidates:

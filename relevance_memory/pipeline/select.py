@@ -337,8 +337,19 @@ def select(state: BuildState, seams: Seams) -> Ranked:
             superseded[root] = f"{note}; archived (the newer one is preferred)"
     repeat_keys: dict[int, tuple[str, str | None]] = {}
     shown_by: dict[int, tuple[tuple[tuple[str, str | None], int], ...]] = {}
+    seams.notices.update(store.messages)
+
+    def repeat_key(i: int) -> tuple[str, str | None]:
+        """What a repeat shares: the content, or for a notice the harness repeats with small
+        changes ("found 0 actions" / "found 2 actions") its notice key (SPEC §11)."""
+        message = store[i]
+        if seams.notices.is_notice(message):
+            copies = seams.notices.copies(message)
+            return f"notice:{store[copies[-1]].content_hash}", message.name
+        return message.content_hash, message.name
+
     for root, chain in chains.items():
-        users = tuple(((store[i].content_hash, store[i].name), i) for i in chain.members if store[i].role == "user")
+        users = tuple((repeat_key(i), i) for i in chain.members if store[i].role == "user")
         if users:
             shown_by[root] = users
         if root != part.task_root and len(chain.members) == 1 and store[root].role == "user":
@@ -347,8 +358,10 @@ def select(state: BuildState, seams: Seams) -> Ranked:
     for root in part.recent:
         for i in part.chains[root].members:
             message = store[i]
-            key = (message.content_hash, message.name)
-            if message.role == "user" and i > recent_shown.get(key, -1):
+            if message.role != "user":
+                continue
+            key = repeat_key(i)
+            if i > recent_shown.get(key, -1):
                 recent_shown[key] = i
     return Ranked(
         tier=tier,

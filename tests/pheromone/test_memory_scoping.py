@@ -177,6 +177,8 @@ def test_offline_score_is_recomputed_when_new_references_arrive() -> None:
     rebuild = {"always_rebuild": True}  # both managers build from scratch: the scores are compared
     memory = RelevanceMemoryManager(max_input_tokens=5000, keep_recent=1, cache_policy=rebuild)
     memory.extend(history)
+    # the task, stated: with a second user turn the goal would follow the user's requests (issue 21)
+    memory.set_goal(final="Fix the bug in parser.py.")
     early = memory.build_context(budget=200).record
     assert (early.decision_for("m3").score, early.decision_for("m5").score) == (3, 1)
     memory.extend([_call(9, "curl alpha.internal:8123 -H ZX99Q"), _result(9, "ok"),
@@ -184,6 +186,7 @@ def test_offline_score_is_recomputed_when_new_references_arrive() -> None:
     later = memory.build_context(budget=200)
     cold = RelevanceMemoryManager(max_input_tokens=5000, keep_recent=1, cache_policy=rebuild)
     cold.extend([m.to_openai() for m in memory.messages])
+    cold.set_goal(final="Fix the bug in parser.py.")
     cold_built = cold.build_context(budget=200)
     for mid in ("m3", "m5"):  # scored again with the new references, as a cold manager scores them
         assert later.record.decision_for(mid).score == cold_built.record.decision_for(mid).score == 3
@@ -220,7 +223,11 @@ def test_sphinx_run_keeps_one_copy_of_its_notice_and_warns_consistently(data_dir
     memory.extend(run["messages"])
     built = memory.build_context()
     repeats = [d for d in built.record.messages if d.note.startswith("repeat of")]
-    assert len(repeats) == 7  # the harness notice appears 8 times
+    # the harness notice appears 10 times (8 word for word, 2 with another count of actions):
+    # one format notice (issue 21), its newest copy shown, the 9 others its repeats
+    assert len(repeats) == 9
+    assert {d.note for d in repeats} == {"repeat of m275, which is kept verbatim"}
+    assert all(d.score == 2 and "format notice" in d.reason for d in repeats)
     assert built.record.decision_for("m1").decision == "kept"  # the task statement
     # a tighter budget: the 2,078-token task statement cannot be kept verbatim; the warnings
     # say where it went, never "only in a summary" and "dropped" about the same message
@@ -243,7 +250,7 @@ def _constraint_run(repeat: bool) -> Any:
     for n in range(6):
         memory.add({"role": "assistant", "content": f"Looking at step {n}."})
         memory.add({"role": "user", "content": f"ok {n}"})
-    if repeat:  # the later copy sits in a long trace chain that cannot be kept
+    if repeat:  # the later copy sits in a long trace chain (kept only as an excerpt, issue 21)
         memory.add({"role": "user", "content": CONSTRAINT}, trace_id="T")
     memory.add({"role": "assistant", "content": "LOG " + " ".join(f"line{k}" for k in range(600))}, trace_id="T")
     for n in range(3):
@@ -253,10 +260,17 @@ def _constraint_run(repeat: bool) -> Any:
 
 
 def test_an_older_copy_yields_only_to_a_newer_copy_that_is_kept() -> None:
-    for repeat in (False, True):
-        built = _constraint_run(repeat)
-        assert built.record.decision_for("m1").decision == "kept"
-        assert sum(1 for m in built.messages if m.get("content") == CONSTRAINT) == 1
+    built = _constraint_run(False)
+    assert built.record.decision_for("m1").decision == "kept"
+    assert sum(1 for m in built.messages if m.get("content") == CONSTRAINT) == 1
+    # the later copy's chain holds a 1,205-token message, larger than the whole budget: it
+    # enters as an excerpt (issue 21), so the later copy is kept and the older one yields to it
+    built = _constraint_run(True)
+    later = built.record.decision_for("m14")
+    assert (later.decision, later.fidelity) == ("kept", "verbatim")
+    assert built.record.decision_for("m15").fidelity == "excerpt"
+    assert built.record.decision_for("m1").note == "repeat of m14, which is kept verbatim"
+    assert sum(1 for m in built.messages if m.get("content") == CONSTRAINT) == 1
 
 
 def test_same_text_from_another_speaker_is_not_a_repeat() -> None:

@@ -100,14 +100,22 @@ def test_task_statement_is_scored_five_and_kept_first() -> None:
     assert (decision.score, decision.reason, decision.decision) == (5, "task statement", "kept")
 
 
-def test_oversized_task_statement_goes_into_the_goal_block_as_excerpt() -> None:
+def test_oversized_task_statement_enters_as_an_excerpt_and_the_goal_block_says_so() -> None:
+    """Issue 21 (SPEC §11): a task statement larger than its share of the budget (half of it, for
+    what a person wrote) enters as an excerpt of itself — head and tail, with a marker naming
+    m1 — and the goal block points at that excerpt; it used to be clipped into the goal block."""
     history = agent_history(4)
     history[1] = {"role": "user", "content": "Fix the parser. " + "Details: " + "x y z " * 600 + " END-MARKER"}
-    _, built = build(history, 900, keep_recent=1)
-    goal_block = built.messages[1]["content"]
-    assert goal_block.startswith(GOAL_BLOCK_MARKER)
-    assert "Fix the parser." in goal_block and "END-MARKER" in goal_block and "[…cut…]" in goal_block
-    assert any("does not fit; the goal block carries an excerpt" in w for w in built.record.warnings)
+    memory, built = build(history, 900, keep_recent=1)
+    task = next(m for m in built.messages if m.get("role") == "user")
+    assert task["content"].startswith("[relevance-memory: excerpt of m1")
+    assert "Fix the parser." in task["content"] and "END-MARKER" in task["content"]
+    decision = built.record.decision_for("m1")
+    assert decision.fidelity == "excerpt" and decision.sent_tokens is not None
+    assert decision.sent_tokens <= 450 < decision.tokens  # 900 × 1/16 × 8
+    goal_block = next(m["content"] for m in built.messages if str(m["content"]).startswith(GOAL_BLOCK_MARKER))
+    assert "first user message (m1), kept here as an excerpt" in goal_block
+    assert memory.restore(["m1"])[0] == history[1]
 
 
 def test_explicit_goal_is_in_the_goal_block() -> None:
@@ -121,7 +129,9 @@ def test_explicit_goal_is_in_the_goal_block() -> None:
 
 
 def test_subtask_at_end_is_the_last_message_and_not_part_of_the_next_prefix() -> None:
-    memory = RelevanceMemoryManager(max_input_tokens=1200, keep_recent=1, cache_policy={"subtask_at_end": True})
+    # the policy of issue 10 pinned (a half target, no excerpts): the test is about the note
+    memory = RelevanceMemoryManager(max_input_tokens=1200, keep_recent=1, excerpt_share=1.0, tool_summary_share=0.1,
+                                    cache_policy={"subtask_at_end": True, "target_fraction": 0.5, "steps_ahead": 0})
     history = agent_history()
     memory.extend(history[:-4])
     memory.set_goal(subtask="read file 3")

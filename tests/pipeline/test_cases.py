@@ -181,8 +181,15 @@ def test_c08_token_count_tool_arguments() -> None:
         assert len(calls) == len(results)  # never split
         decisions = {built.record.decision_for(f"m{i}").decision for i in (1, 2)}
         assert len(decisions) == 1
+        call = built.record.decision_for("m1")
         if budget < floor + chain:
-            assert not calls and decisions <= {"summarised", "dropped"}
+            # too large to fit whole: the chain is absent, or (issue 21, SPEC §11) whole with its
+            # call's arguments excerpted — still a JSON object — and marked; never split
+            assert (not calls and decisions <= {"summarised", "dropped"}) or (
+                calls and decisions <= {"kept", "recent"} and call.fidelity == "excerpt"
+                and isinstance(json.loads(calls[0]["tool_calls"][0]["function"]["arguments"]), dict)
+                and calls[0]["content"].startswith("[relevance-memory: excerpt of m1")
+            )
         else:
             assert calls and len(decisions) == 1 and decisions <= {"kept", "recent"}
 
@@ -233,19 +240,34 @@ def test_c10_kind_image_size_from_png_header() -> None:
     assert image_tokens({"type": "image_url", "image_url": {"url": url, "detail": "low"}}) == 85
 
 
-def test_overflow_error_names_the_numbers() -> None:
-    """SPEC §3: pinned prompt + newest step over budget raises a clear error with numbers."""
+def test_an_oversized_newest_step_enters_as_an_excerpt() -> None:
+    """Issue 21 (SPEC §11): a newest message larger than the budget no longer raises; it enters
+    as an excerpt (marked, naming its id), within the budget, and the original is restorable."""
     messages = [
         {"role": "system", "content": "You are terse."},
         {"role": "user", "content": "word " * 500},
+    ]
+    memory, built = build(messages, 100, 1)
+    assert built.record.tokens_after <= 100
+    newest = built.messages[-1]
+    assert newest["role"] == "user" and newest["content"].startswith("[relevance-memory: excerpt of m1")
+    assert built.record.decision_for("m1").fidelity == "excerpt"
+    assert memory.restore(["m1"])[0] == messages[1]
+
+
+def test_overflow_error_names_the_numbers() -> None:
+    """SPEC §3, §11: only a system prompt that cannot fit raises, with the numbers."""
+    messages = [
+        {"role": "system", "content": "You are terse. " * 40},
+        {"role": "user", "content": "hi"},
     ]
     with pytest.raises(ContextOverflowError) as info:
         build(messages, 100, 1)
     err = info.value
     assert err.budget == 100
-    assert err.pinned_tokens == counter.count_message(messages[0])
-    assert err.newest_step_tokens == counter.count_message(messages[1]) + REPLY_PRIMING_TOKENS
-    assert "budget is 100 tokens" in str(err)
+    assert err.pinned_tokens == counter.count_message(messages[0]) + REPLY_PRIMING_TOKENS
+    assert err.newest_step_tokens == 0
+    assert "budget is 100 tokens" in str(err) and "shorten the system prompt" in str(err)
 
 
 def _case_files() -> list[Path]:

@@ -73,7 +73,10 @@ def history(*, constraint: bool = False) -> list[dict[str, Any]]:
 
 
 def build(turns: list[dict[str, Any]], budget: int) -> tuple[RelevanceMemoryManager, Any]:
-    memory = RelevanceMemoryManager(keep_recent=1)
+    # issue 11's setting (no excerpts, a 10 % summary reserve): at these tiny budgets issue 21
+    # would cut the 431-token view and the tracebacks to their share and hold a third of the room
+    # for the summary's names; the order of whole chains is what is tested here
+    memory = RelevanceMemoryManager(keep_recent=1, excerpt_share=1.0, graded_fidelity=False, tool_summary_share=0.1)
     memory.extend(turns)
     built = memory.build_context(budget=budget)
     assert_invariants(turns, built, budget, memory.tokenizer)

