@@ -405,8 +405,11 @@ class RelevanceMemoryManager:
         return TaskGoal(final="", subtask=self._subtask, source="none")
 
     def _user_spoke_again(self, first: int) -> bool:
-        """Whether a person wrote a user message after the first one (format notices aside)."""
+        """Whether, in an agent run (a history with tool calls), a person wrote a user message
+        after the first one (format notices aside)."""
         self._notices.update(self.store.messages)
+        if not self._notices.agent_run:
+            return False
         messages = self.store.messages
         for message in reversed(messages[first + 1:]):
             if user_authored(message.role, message.msg_type.value) and not self._notices.is_notice(message):

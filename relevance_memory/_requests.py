@@ -3,10 +3,11 @@ notices an agent harness repeats.
 
 - A chat-style agent's first user message is often an opener ("Hi! I need to make a few
   changes to my upcoming trip."), and the customer's real requests come in later turns
-  (τ-bench). When the first user message is short and the user speaks again, the final goal
-  is formed from the user's requests as they arrive (:func:`goal_from_requests`), newest
-  last, a correction marking the request it corrects; the decision record says so
-  (``TaskGoal.source == "user_requests"``).
+  (τ-bench). When an agent (a history with tool calls) got a short first user message and the
+  user speaks again, the final goal is formed from the user's requests as they arrive
+  (:func:`goal_from_requests`), newest last, a correction marking the request it corrects;
+  the decision record says so (``TaskGoal.source == "user_requests"``). A plain chat keeps its
+  first message as the goal: its many turns are conversation, not a list of requests.
 - A message the harness repeats verbatim or near-verbatim (mini-swe-agent's "Please always
   provide EXACTLY ONE action …", up to 8 times in one run) is a format notice, not a hard
   constraint (:class:`NoticeIndex`): the offline scorer scores its newest copy once, as
@@ -78,8 +79,8 @@ def notice_key(text: str) -> str:
 def goal_from_requests(messages: Sequence[Message], first_user: int, notices: NoticeIndex | None = None) -> str:
     """The final goal of a chat-style agent (module doc): every message the user wrote, from
     the first, in order — a request a later correction corrects marked ``(corrected below)``,
-    format notices and repeats left out — each clipped to :data:`REQUEST_MAX_CHARS`, the newest
-    kept when they exceed :data:`GOAL_MAX_CHARS`. Pure."""
+    format notices and repeats left out — each clipped to :data:`REQUEST_MAX_CHARS`; when they
+    exceed :data:`GOAL_MAX_CHARS`, the first and the newest are kept. Pure."""
     requests: list[str] = []
     seen: set[str] = set()
     for message in messages[first_user:]:
@@ -94,14 +95,17 @@ def goal_from_requests(messages: Sequence[Message], first_user: int, notices: No
         if requests and is_correction(text):
             requests[-1] += " (corrected below)"
         requests.append(text if len(text) <= REQUEST_MAX_CHARS else text[: REQUEST_MAX_CHARS - 1] + "…")
+    if not requests:
+        return ""
+    first, later = requests[0], requests[1:]
     out: list[str] = []
-    used = 0
-    for request in reversed(requests):
+    used = len(first) + 1
+    for request in reversed(later):
         if out and used + len(request) + 1 > GOAL_MAX_CHARS:
             break
         out.append(request)
         used += len(request) + 1
-    return "\n".join(reversed(out))
+    return "\n".join([first, *reversed(out)])
 
 
 @dataclass
@@ -138,6 +142,11 @@ class NoticeIndex:
         """Store indices of the message's copies (itself included), oldest first."""
         key = self._keys.get(message.index)
         return self._copies.get(key, []) if key is not None else []
+
+    @property
+    def agent_run(self) -> bool:
+        """Whether the history indexed so far holds a tool call (an agent, not a plain chat)."""
+        return self._tools
 
     def is_notice(self, message: Message) -> bool:
         """Whether ``message`` is a format notice (class doc)."""

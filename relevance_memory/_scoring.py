@@ -443,7 +443,10 @@ class _GoalFeatures:
         n = max(context.doc_count if context else 0, 1)
         df = context.doc_freq if context else {}
         queries: list[dict[str, float]] = []
-        for query in dict.fromkeys([goal.effective_subtask, goal.final]):
+        texts = [goal.effective_subtask, goal.final]
+        if goal.source == "user_requests" and goal.final:
+            texts.append(goal.final.rsplit("\n", 1)[-1])  # the newest request on its own (SPEC §11)
+        for query in dict.fromkeys(texts):
             weights: dict[str, float] = {}
             for term in Counter(lexical_terms(query)):
                 idf = math.log(1 + (n - df.get(term, 0) + 0.5) / (df.get(term, 0) + 0.5))

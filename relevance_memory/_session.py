@@ -49,6 +49,7 @@ from typing import Any, Literal, TypeVar
 from ._exceptions import ConfigError, HistoryDivergedError, InvalidMessageError, RelevanceMemoryError
 from ._io import message_to_dict
 from ._manager import BuiltContext, RelevanceMemoryManager
+from .pipeline.fidelity import is_rendition
 from ._models import TaskGoal
 from ._record import DecisionRecord
 
@@ -386,20 +387,27 @@ def project_built(
     ``sources[i]`` is the caller's object for the memory's message ``i`` (after a prefix
     sync the history *is* aligned with the store). Emitted store messages come back as
     their source objects (identity, ids and metadata preserved); messages the build made
-    (the goal block, summaries) go through ``synthetic`` (an OpenAI dict in, an object out).
+    (the goal block, summaries) go through ``synthetic`` (an OpenAI dict in, an object out), and
+    so does a stored message sent as an excerpt or with its output elided (SPEC §11): the caller's
+    object holds the whole, the request must carry the cut.
 
     Raises:
         RelevanceMemoryError: the built messages do not match the decision record.
     """
     stored = memory.messages
     if built.sources and len(built.sources) == len(built.messages):  # O(context): no per-message record needed
-        return [sources[i] if i is not None else synthetic(m) for m, i in zip(built.messages, built.sources, strict=True)]
+        # an excerpt or elided output (SPEC §11) is sent as built, not as the caller's whole object
+        return [sources[i] if i is not None and not is_rendition(m) else synthetic(m)
+                for m, i in zip(built.messages, built.sources, strict=True)]
     emitted = sorted(d.index for d in built.record.messages if d.decision in ("kept", "recent"))
     out: list[T] = []
     n = 0
     for message in built.messages:
         if n < len(emitted) and message == stored[emitted[n]].raw:
             out.append(sources[emitted[n]])
+            n += 1
+        elif n < len(emitted) and is_rendition(message):
+            out.append(synthetic(message))
             n += 1
         else:
             out.append(synthetic(message))
