@@ -99,8 +99,15 @@ def freeze(value: Any) -> Any:
     lists and tuples → :class:`FrozenList`; strings, numbers, ``None`` and other
     objects are kept (they are immutable, or opaque to us). Linear in the size of ``value``.
     """
-    if isinstance(value, (str, int, float, bool, FrozenDict, FrozenList)) or value is None:
+    kind = type(value)
+    if kind is str or value is None or kind is FrozenDict or kind is FrozenList:
         return value  # immutable, or already a frozen copy (its items are frozen too)
+    if kind is dict:  # the common case first: no ABC check
+        return FrozenDict({k: freeze(v) for k, v in value.items()})
+    if kind is list:
+        return FrozenList([freeze(v) for v in value])
+    if isinstance(value, (str, int, float, bool, FrozenDict, FrozenList)):
+        return value
     if isinstance(value, Mapping):
         return FrozenDict({k: freeze(v) for k, v in value.items()})
     if isinstance(value, (list, tuple)):
@@ -110,6 +117,13 @@ def freeze(value: Any) -> Any:
 
 def thaw(value: Any) -> Any:
     """A plain, mutable deep copy of ``value`` (the inverse of :func:`freeze`)."""
+    kind = type(value)
+    if kind is str or value is None:
+        return value
+    if kind is FrozenDict or kind is dict:  # the common cases first: no ABC check
+        return {k: v if type(v) is str else thaw(v) for k, v in value.items()}
+    if kind is FrozenList or kind is list:
+        return [thaw(v) for v in value]
     if isinstance(value, Mapping):
         return {k: thaw(v) for k, v in value.items()}
     if isinstance(value, (list, tuple)):

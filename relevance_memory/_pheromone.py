@@ -51,6 +51,7 @@ from ._pheromone_math import (
     task_memory,
     task_strength,
 )
+from ._pheromone_top import StrengthRanking
 
 __all__ = [
     "PheromoneField",
@@ -78,9 +79,35 @@ def pheromone_kind(msg_type: str, role: str, text: str) -> str:
 
 
 HISTORY_FULL_MAX = 1_000
-"""Up to this many messages the history gets a top-N entry after every tick; beyond it,
-one entry per :meth:`PheromoneField.observe` call (ranking every message on every tick
-would cost O(messages) per tick, O(messages²) over a run)."""
+"""Up to this many messages the history gets a top-N entry after every tick (ranking every
+cell); beyond it, one entry per :meth:`PheromoneField.observe` call that advanced the tick,
+ranked from the cells written since the previous entry (:class:`StrengthRanking`), so an
+appended build's cost does not grow with the history (issue 24)."""
+
+
+class _CellTable(dict):  # type: ignore[type-arg]
+    """The field's cells by message id: a ``dict`` that tells the ranking of every write
+    (whoever writes: the field, or a board memory loading its cells)."""
+
+    __slots__ = ("ranking",)
+
+    def __init__(self, ranking: StrengthRanking) -> None:
+        super().__init__()
+        self.ranking = ranking
+
+    def __setitem__(self, key: str, value: Cell) -> None:
+        dict.__setitem__(self, key, value)
+        self.ranking.written(key)
+
+    def __reduce__(self) -> tuple[object, ...]:
+        return (_restore_table, (self.ranking._config, dict(self)))
+
+
+def _restore_table(config: PheromoneConfig, cells: dict[str, Cell]) -> _CellTable:
+    table = _CellTable(StrengthRanking(config))
+    for key, value in cells.items():
+        table[key] = value
+    return table
 
 
 @dataclass
@@ -104,6 +131,12 @@ class PheromoneField:
     history: list[dict[str, Any]] = field(default_factory=list)
     _cells: dict[str, Cell] = field(default_factory=dict)
     _observed: int = 0
+
+    def __post_init__(self) -> None:
+        table = _CellTable(StrengthRanking(self.config))
+        for key, value in self._cells.items():
+            table[key] = value
+        self._cells = table
 
     # ----------------------------------------------------------------- queries
     # Reads never write: each one computes the evaporation since a cell was last settled
@@ -266,9 +299,12 @@ class PheromoneField:
                 self._record_history()
 
     def _record_history(self) -> None:
-        tick, cfg = self.tick, self.config
-        now = {mid: settled_strength(cell, tick, cfg) for mid, cell in self._cells.items()}
-        top = heapq.nlargest(cfg.history_top_n, now.items(), key=lambda kv: kv[1])
+        tick, cfg, cells = self.tick, self.config, self._cells
+        if len(cells) > HISTORY_FULL_MAX and isinstance(cells, _CellTable):
+            top = cells.ranking.top(cells, tick, cfg.history_top_n)  # O(written since the last entry)
+        else:
+            now = {mid: settled_strength(cell, tick, cfg) for mid, cell in cells.items()}
+            top = heapq.nlargest(cfg.history_top_n, now.items(), key=lambda kv: kv[1])
         self.history.append({"tick": tick, "messages": self._observed, "top": {k: round(s, 4) for k, s in top}})
 
     # ----------------------------------------------------------------- export

@@ -30,8 +30,9 @@ class _Prefix(Sequence[Any]):
         return self._n
 
     def __getitem__(self, index: Any) -> Any:
-        if isinstance(index, slice):
-            return self._items[: self._n][index]
+        if isinstance(index, slice):  # O(slice): only the items asked for are read
+            start, stop, step = index.indices(self._n)
+            return self._items[start:stop:step] if step > 0 else [self._items[i] for i in range(start, stop, step)]
         if index < 0:
             index += self._n
         if not 0 <= index < self._n:

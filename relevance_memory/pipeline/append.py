@@ -19,7 +19,6 @@ build as the prefix of the next one.
 
 from __future__ import annotations
 
-import copy
 import hashlib
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -27,7 +26,7 @@ from typing import Any
 
 from .._cache_policy import PrefixDecision, decide_build_mode
 from .._exceptions import InvalidMessageError, RelevanceMemoryError
-from .._models import ScoreSource, TaskGoal, user_authored
+from .._models import ScoreSource, TaskGoal, freeze, thaw, user_authored
 from .._prefix import AppendPlan, TailItem, plan_append, shared_prefix_tokens
 from .._record import BudgetBreakdown, BudgetLine, DecisionRecord, MessageDecision
 from .._scoring import ScorerUsage
@@ -50,7 +49,8 @@ class PrefixState:
 
     Attributes:
         messages: the context without the subtask note (what an append extends), as
-            pristine copies (callers get copies of them).
+            read-only copies (:func:`~relevance_memory._models.freeze`; callers get plain
+            copies of them).
         sources: per message of ``messages``, the store index it copies, or ``None``.
         tokens: tokens of ``messages`` with reply priming (tokens).
         sent_tokens: tokens of the request as sent (``tokens`` plus the subtask note).
@@ -199,7 +199,7 @@ def append(previous: PrefixState, step: BuildStep, seams: Seams, *, goal: TaskGo
     steps = step.plan
     assert steps is not None
     new = [store[i].to_openai() for i in steps.indices]
-    messages = [*copy.deepcopy(list(previous.messages)), *new]
+    messages = [*(thaw(m) for m in previous.messages), *new]  # plain copies: O(context)
     sources: list[int | None] = [*previous.sources, *steps.indices]
     if step.note is not None:
         messages.append(dict(step.note))
@@ -401,7 +401,7 @@ def remember(
         assert previous is not None and step.plan is not None
         history, counted = _history_tokens(previous, store)
         end = len(built.messages) - (1 if step.note is not None else 0)
-        new = copy.deepcopy(built.messages[len(previous.messages):end])  # only the new ones: O(new)
+        new = [freeze(m) for m in built.messages[len(previous.messages):end]]  # only the new ones: O(new)
         return PrefixState(
             messages=(*previous.messages, *new), sources=tuple(built.sources[:end]),
             tokens=record.tokens_after - step.note_tokens, sent_tokens=record.tokens_after, note=step.note,
@@ -425,7 +425,7 @@ def remember(
     start = tail_start(store)
     held = sum(m.token_count for m in store.messages[start:] if m.id not in store.excluded)
     return PrefixState(
-        messages=tuple(copy.deepcopy(list(body))), sources=tuple(sources),
+        messages=tuple(freeze(m) for m in body), sources=tuple(sources),
         tokens=record.tokens_after - note_tokens, sent_tokens=record.tokens_after,
         note=dict(built.messages[-1]) if has_note else None,
         next_index=start, final_goal=final_goal, budget=budget, base=record, base_length=len(store),
