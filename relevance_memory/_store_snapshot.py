@@ -23,7 +23,7 @@ class _Prefix(Sequence[Any]):
 
     __slots__ = ("_items", "_n")
 
-    def __init__(self, items: list[Any], n: int) -> None:
+    def __init__(self, items: Sequence[Any], n: int) -> None:
         self._items, self._n = items, n
 
     def __len__(self) -> int:
@@ -32,7 +32,8 @@ class _Prefix(Sequence[Any]):
     def __getitem__(self, index: Any) -> Any:
         if isinstance(index, slice):  # O(slice): only the items asked for are read
             start, stop, step = index.indices(self._n)
-            return self._items[start:stop:step] if step > 0 else [self._items[i] for i in range(start, stop, step)]
+            items = self._items
+            return items[start:stop:step] if step > 0 else [items[i] for i in range(start, stop, step)]
         if index < 0:
             index += self._n
         if not 0 <= index < self._n:
