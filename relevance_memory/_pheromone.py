@@ -28,7 +28,7 @@ from __future__ import annotations
 import heapq
 import json
 import re
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -121,13 +121,16 @@ class PheromoneField:
         tick: ticks elapsed (one per ``tick_every`` observed messages).
         edges: (earlier id, later id) → edge strength (accumulates ``edge_delta`` per
             reference; edges do not evaporate — they record use, the nodes carry the decay).
+            Built when read: the field keeps, per message, the tuple of ids it reinforced
+            (usually its own ``references``, shared), not a dict entry per edge.
         history: per tick ``{"tick", "messages", "top": {id: strength}}``, the
             ``history_top_n`` strongest messages after that tick.
     """
 
     config: PheromoneConfig = field(default_factory=PheromoneConfig)
     tick: int = 0
-    edges: dict[tuple[str, str], float] = field(default_factory=dict)
+    _edge_targets: list[str] = field(default_factory=list, repr=False)
+    _edge_sources: list[tuple[str, ...]] = field(default_factory=list, repr=False)
     history: list[dict[str, Any]] = field(default_factory=list)
     _cells: dict[str, Cell] = field(default_factory=dict)
     _observed: int = 0
@@ -247,16 +250,34 @@ class PheromoneField:
         if self.tick > start_tick and len(self._cells) > HISTORY_FULL_MAX:
             self._record_history()
 
-    def _add(self, message_id: str, kind: str, references: Iterable[str]) -> None:
-        cfg = self.config
-        self._cells[message_id] = new_cell(kind, self.tick, cfg)
+    def _add(self, message_id: str, kind: str, references: Sequence[str]) -> None:
+        cfg, cells = self.config, self._cells
+        cells[message_id] = new_cell(kind, self.tick, cfg)
+        used: list[str] = []
         for ref in references:
-            cell = self._cells.get(ref)
+            cell = cells.get(ref)
             if cell is None:
                 continue
-            self._cells[ref], _ = reinforce(cell, self.tick, cfg)
-            edge = (ref, message_id)
-            self.edges[edge] = self.edges.get(edge, 0.0) + cfg.edge_delta
+            cells[ref], _ = reinforce(cell, self.tick, cfg)
+            used.append(ref)
+        if used:
+            self._edge_targets.append(message_id)
+            if isinstance(references, tuple) and len(used) == len(references):
+                self._edge_sources.append(references)  # the message's own tuple: shared, not copied
+            else:
+                self._edge_sources.append(tuple(used))
+
+    @property
+    def edges(self) -> dict[tuple[str, str], float]:
+        """(earlier id, later id) → edge strength: ``edge_delta`` per reference, summed in
+        the order the references arrived (a new dict per read; see the class doc)."""
+        delta = self.config.edge_delta
+        out: dict[tuple[str, str], float] = {}
+        for target, sources in zip(self._edge_targets, self._edge_sources, strict=True):
+            for source in sources:
+                edge = (source, target)
+                out[edge] = out.get(edge, 0.0) + delta
+        return out
 
     def deposit(self, scores: Mapping[str, int], subtask: str, goal: str | None = None) -> dict[str, float]:
         """Deposit from scores, once per (message, subtask) (SPEC §5).
