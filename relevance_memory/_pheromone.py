@@ -25,10 +25,9 @@ same sum with the deposit applied a few messages earlier.
 
 from __future__ import annotations
 
-import heapq
 import json
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -79,10 +78,11 @@ def pheromone_kind(msg_type: str, role: str, text: str) -> str:
 
 
 HISTORY_FULL_MAX = 1_000
-"""Up to this many messages the history gets a top-N entry after every tick (ranking every
-cell); beyond it, one entry per :meth:`PheromoneField.observe` call that advanced the tick,
-ranked from the cells written since the previous entry (:class:`StrengthRanking`), so an
-appended build's cost does not grow with the history (issue 24)."""
+"""Up to this many messages the history gets a top-N entry after every tick; beyond it, one
+entry per :meth:`PheromoneField.observe` call that advanced the tick (the history stays
+short). Each entry is ranked from the cells written since the previous one
+(:class:`StrengthRanking`), so an appended build's cost does not grow with the history
+(issue 24)."""
 
 
 class _CellTable(dict):  # type: ignore[type-arg]
@@ -159,6 +159,11 @@ class PheromoneField:
         """The stored (immutable) cell of ``message_id``, or ``None``; settle it with
         :func:`~relevance_memory._pheromone_math.settle` to read it at :attr:`tick`."""
         return self._cells.get(message_id)
+
+    def cells_of(self, message_ids: Iterable[str]) -> list[Cell | None]:
+        """The stored cells of ``message_ids`` (``None`` for an unknown id), in order: a
+        snapshot of their memory now (cells are immutable) for reading later."""
+        return list(map(self._cells.get, message_ids))
 
     def strength(self, message_id: str) -> float:
         """Current strength of ``message_id``; 0.0 for an unknown id."""
@@ -243,7 +248,9 @@ class PheromoneField:
         """
         start_tick = self.tick
         for message in messages[self._observed :]:
-            self._add(message.id, pheromone_kind(message.msg_type.value, message.role, message.text), message.references)
+            kind, role = message.msg_type.value, message.role
+            text = message.text if role == "user" and kind == MessageType.USER_CHAT.value else ""  # only chat is read
+            self._add(message.id, pheromone_kind(kind, role, text), message.references)
             self._observed += 1
             if self._observed % self.config.tick_every == 0:
                 self.advance()
@@ -321,11 +328,12 @@ class PheromoneField:
 
     def _record_history(self) -> None:
         tick, cfg, cells = self.tick, self.config, self._cells
-        if len(cells) > HISTORY_FULL_MAX and isinstance(cells, _CellTable):
+        if isinstance(cells, _CellTable):
             top = cells.ranking.top(cells, tick, cfg.history_top_n)  # O(written since the last entry)
-        else:
-            now = {mid: settled_strength(cell, tick, cfg) for mid, cell in cells.items()}
-            top = heapq.nlargest(cfg.history_top_n, now.items(), key=lambda kv: kv[1])
+        else:  # a table replaced from outside: rank every cell (ties: born first, then id)
+            now = sorted(((mid, settled_strength(c, tick, cfg)) for mid, c in cells.items()),
+                         key=lambda kv: (-kv[1], cells[kv[0]].born_tick, kv[0]))
+            top = now[: cfg.history_top_n]
         self.history.append({"tick": tick, "messages": self._observed, "top": {k: round(s, 4) for k, s in top}})
 
     # ----------------------------------------------------------------- export

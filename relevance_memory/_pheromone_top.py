@@ -130,7 +130,7 @@ class StrengthRanking:
     def top(self, cells: Mapping[str, Cell], tick: int, n: int) -> list[tuple[str, float]]:
         """The ``n`` strongest cells of ``cells`` at ``tick``: ``[(id, strength)]``, strongest
         first (ties: born first, then the smaller id). Cost O(written since the last call +
-        groups × n log n), plus a refill now and then (module doc)."""
+        (groups + n) log n), plus a refill now and then (module doc)."""
         config, cap = self._config, SPARE * n
         dirty, self._dirty = self._dirty, {}
         for message_id in dirty:
@@ -146,20 +146,46 @@ class StrengthRanking:
         for message_id in [m for m in self._young if not self._young_at(cells[m], tick)]:
             del self._young[message_id]
             self._place(message_id, cells[message_id], cap)
-        candidates: list[str] = list(self._young)
-        for group, entries in self._lists.items():
+        # merge the groups, strongest first: each group's list is in strength order at any
+        # tick, so only its next run of (near-)equal keys needs an exact strength
+        heap: list[tuple[float, int, str, int]] = [
+            (-settled_strength(cells[m], tick, config), cells[m].born_tick, m, -1) for m in self._young
+        ]
+        runs: list[tuple[list[Entry], list[int]]] = []  # per group: its entries, [next position, pushed left]
+        for group, entries in list(self._lists.items()):
             if len(entries) < n and not self._exhaustive[group]:
                 self._refill(group, cells, tick, cap)
                 entries = self._lists[group]
-            if len(entries) > n:
-                bound = entries[n - 1][0]
-                last = bound + _TIE * max(1.0, abs(bound)) if math.isfinite(bound) else bound
-                taken = bisect.bisect_right(entries, (last, math.inf, "\U0010ffff"))
+            runs.append((entries, [0, 0]))
+            self._push_run(heap, runs, len(runs) - 1, cells, tick)
+        heapq.heapify(heap)
+        out: list[tuple[str, float]] = []
+        while heap and len(out) < n:
+            value, _, message_id, slot = heapq.heappop(heap)
+            out.append((message_id, -value))
+            if slot >= 0:
+                state = runs[slot][1]
+                state[1] -= 1
+                if state[1] == 0:
+                    self._push_run(heap, runs, slot, cells, tick, heappush=True)
+        return out
+
+    def _push_run(self, heap: list[tuple[float, int, str, int]], runs: list[tuple[list[Entry], list[int]]],
+                  slot: int, cells: Mapping[str, Cell], tick: int, *, heappush: bool = False) -> None:
+        """Put the next run of a group's entries — the next one and those whose key is within
+        :data:`_TIE` of it — on the heap with their exact strengths."""
+        entries, state = runs[slot]
+        start = state[0]
+        if start >= len(entries):
+            return
+        first = entries[start][0]
+        last = first + _TIE * max(1.0, abs(first)) if math.isfinite(first) else first
+        stop = bisect.bisect_right(entries, (last, math.inf, "\U0010ffff"), lo=start)
+        config = self._config
+        for _key, born, message_id in entries[start:stop]:
+            item = (-settled_strength(cells[message_id], tick, config), born, message_id, slot)
+            if heappush:
+                heapq.heappush(heap, item)
             else:
-                taken = len(entries)
-            candidates.extend(entry[2] for entry in entries[:taken])
-        ranked = sorted(
-            ((m, settled_strength(cells[m], tick, config)) for m in dict.fromkeys(candidates)),
-            key=lambda item: (-item[1], cells[item[0]].born_tick, item[0]),
-        )
-        return ranked[:n]
+                heap.append(item)
+        state[0], state[1] = stop, stop - start
