@@ -302,8 +302,17 @@ class MessageStore:
                         f"{exc.reason} (batch item {position} of {len(items)}; nothing of this batch was stored)",
                         index=exc.index,
                     ) from None
-            stored = [self._commit(d) for d in drafts]
-            self._embed_full_batches()
+            stored: list[Message] = []
+            failed: Exception | None = None
+            for draft in drafts:
+                stored.append(self._commit(draft))
+                if failed is None:
+                    try:  # a batch of pending vectors at a time: memory stays bounded on a huge extend
+                        self._embed_full_batches()
+                    except Exception as exc:  # the embedder failed: store the rest, then raise (still pending)
+                        failed = exc
+            if failed is not None:
+                raise failed
             return stored
 
     def snapshot(self) -> StoreSnapshot:
@@ -426,7 +435,6 @@ class MessageStore:
         parent_id = meta.get("parent_id")
         if parent_id is None and parent_index is not None:
             parent_id = self.messages[parent_index].id if parent_index < base else stage.ids[parent_index - base]
-        text_for_refs = content_text(content) + "".join(f"\n{c['name']}({c['arguments']})" for c in calls)
         given = meta.get("timestamp")
         replayed = meta.get("clock_timestamp")
         fields: dict[str, Any] = {  # Message's fields in declaration order (references at commit)
@@ -462,13 +470,10 @@ class MessageStore:
             stage.answered.add((parent_index, tool_call_id))
         return _Draft(
             fields=fields,
-            calls=calls,
             parent_index=parent_index,
             excluded_reason=excluded_reason,
             next_step=next_step,
             block_owner=block_owner,
-            idents=identifiers(text_for_refs),
-            text_for_refs=text_for_refs,
             clock_stamped=given is None and (replayed is not None or self._clock is not None),
         )
 
@@ -480,7 +485,12 @@ class MessageStore:
         fields = draft.fields
         index = fields["index"]
         assert index == len(self.messages), "drafts are committed in order"
-        references = self._references(draft.idents, draft.parent_index)
+        # what a message says is read here, not when the batch is checked: a draft holds no
+        # text, so checking a batch of a million messages holds no million texts
+        calls: tuple[ToolCall, ...] = fields["tool_calls"]
+        text_for_refs = content_text(fields["content"]) + "".join(f"\n{c.name}({c.arguments})" for c in calls)
+        found = identifiers(text_for_refs)
+        references = self._references(found, draft.parent_index)
         if references:
             fields["references"] = tuple(references)
         stored = trusted(Message, fields)
@@ -488,17 +498,17 @@ class MessageStore:
         # each distinct term and identifier is one string object in the process (interned):
         # a message's rows hold references to them, not copies (issue 24: the per-message
         # frozensets and their strings were 3 KB of the 6.4 KB a message cost)
-        terms = tuple(map(sys.intern, dict.fromkeys(lexical_terms(draft.text_for_refs))))
+        terms = tuple(map(sys.intern, dict.fromkeys(lexical_terms(text_for_refs))))
         self._parent.append(index)
         self.terms.append(terms)
-        idents = tuple(sorted(map(sys.intern, draft.idents)))
+        idents = tuple(sorted(map(sys.intern, found)))
         self.idents.append(idents)
         self.episodes.append(self._episode_of(stored, by_clock=draft.clock_stamped))
         self.clock_stamped.append(draft.clock_stamped)
         self.doc_freq.update(terms)
-        for call in draft.calls:
-            self._call_owner[call["id"]] = index
-        if draft.calls:
+        for call in calls:
+            self._call_owner[call.id] = index
+        if calls:
             self._pending.add(index)
         parent_index = draft.parent_index
         if parent_index is not None and stored.tool_call_id is not None:
@@ -518,9 +528,9 @@ class MessageStore:
             self.referenced_by.setdefault(ref, []).append(message_id)
         self._index_identifiers(index, idents)
         if draft.excluded_reason is None:
-            self._observe_supersede(stored, draft.text_for_refs, parent_index)
+            self._observe_supersede(stored, text_for_refs, parent_index)
         if self.vectors is not None and stored.content_hash not in self.vectors:
-            self._pending_vectors.append((stored.content_hash, draft.text_for_refs))
+            self._pending_vectors.append((stored.content_hash, text_for_refs))
         self._step = draft.next_step
         self._tool_block_owner = draft.block_owner
         if stored.role not in ("system", "developer"):

@@ -245,12 +245,9 @@ class _Draft:
     :class:`~relevance_memory._models.Message`'s, checked, all but ``references``."""
 
     fields: dict[str, Any]
-    calls: list[dict[str, Any]]
     parent_index: int | None
     excluded_reason: str | None
     next_step: int
     block_owner: int | None
-    idents: set[str]
-    text_for_refs: str
     clock_stamped: bool = False  # the timestamp is the store clock's, not the caller's (episode cuts)
 

@@ -75,3 +75,35 @@ def test_stored_messages_equal_validated_ones() -> None:
         assert hash(stored.id) == hash(validated.id) and repr(stored) == repr(validated)
     coerced = memory.add({"role": "user", "content": "later"}, timestamp="2024-05-01T10:00:00+00:00")  # type: ignore[arg-type]
     assert coerced.timestamp == datetime(2024, 5, 1, 10, tzinfo=timezone.utc)
+
+
+def test_a_failing_embedder_stores_the_whole_batch_then_raises_and_keeps_the_rest_pending() -> None:
+    """Issue 24: one extend embeds a batch of vectors at a time; an embedder error midway
+    leaves the whole batch stored (atomic ingest) and its vectors pending for the next read."""
+    import numpy as np
+    import pytest
+
+    from relevance_memory import TiktokenCounter
+    from relevance_memory._embedding import VectorIndex
+    from relevance_memory._store import MessageStore
+
+    class Flaky:
+        name, version, dim, batch_size = "flaky", "1", 4, 8
+
+        def __init__(self) -> None:
+            self.calls: list[int] = []
+
+        def embed(self, texts: list[str]) -> Any:
+            self.calls.append(len(texts))
+            if len(self.calls) == 2:
+                raise RuntimeError("model down")
+            return np.full((len(texts), 4), 0.5, dtype=np.float32)
+
+    embedder = Flaky()
+    store = MessageStore(TiktokenCounter(), vectors=VectorIndex(embedder))  # type: ignore[arg-type]
+    with pytest.raises(RuntimeError, match="model down"):
+        store.extend([{"role": "user", "content": f"message {i}"} for i in range(30)])
+    assert len(store) == 30 and embedder.calls == [8, 8]
+    index = store.message_vectors()
+    assert index is not None and all(m.content_hash in index for m in store.messages)
+    assert embedder.calls == [8, 8, 8, 8, 6]  # the failed batch again, then the rest, a batch at a time
