@@ -311,6 +311,9 @@ class PheromoneField:
             self._cells[message_id], amount = deposit(cell, self.tick, self.config, score, subtask, goal)
             if amount is not None:
                 added[message_id] = amount
+        cells = self._cells
+        if added and len(cells) > HISTORY_FULL_MAX and isinstance(cells, _CellTable):
+            cells.ranking.prepare(cells, self.tick, self.config.history_top_n)  # a refill here, not in an append
         return added
 
     def advance(self, ticks: int = 1) -> None:

@@ -127,11 +127,16 @@ class StrengthRanking:
             self._where[entry[2]] = (group, entry)
 
     # ----------------------------------------------------------------- reads
-    def top(self, cells: Mapping[str, Cell], tick: int, n: int) -> list[tuple[str, float]]:
-        """The ``n`` strongest cells of ``cells`` at ``tick``: ``[(id, strength)]``, strongest
-        first (ties: born first, then the smaller id). Cost O(written since the last call +
-        (groups + n) log n), plus a refill now and then (module doc)."""
-        config, cap = self._config, SPARE * n
+    def prepare(self, cells: Mapping[str, Cell], tick: int, n: int) -> None:
+        """Take in the writes so far and refill the groups they left short (O(cells) when one
+        is): a field calls this after its deposits, so the refill falls in the build that
+        deposited (a compaction), not in the next append's :meth:`top`."""
+        self._take_writes(cells, tick, SPARE * n)
+        for group, entries in list(self._lists.items()):
+            if len(entries) < n and not self._exhaustive[group]:
+                self._refill(group, cells, tick, SPARE * n)
+
+    def _take_writes(self, cells: Mapping[str, Cell], tick: int, cap: int) -> None:
         dirty, self._dirty = self._dirty, {}
         for message_id in dirty:
             cell = cells.get(message_id)
@@ -146,6 +151,13 @@ class StrengthRanking:
         for message_id in [m for m in self._young if not self._young_at(cells[m], tick)]:
             del self._young[message_id]
             self._place(message_id, cells[message_id], cap)
+
+    def top(self, cells: Mapping[str, Cell], tick: int, n: int) -> list[tuple[str, float]]:
+        """The ``n`` strongest cells of ``cells`` at ``tick``: ``[(id, strength)]``, strongest
+        first (ties: born first, then the smaller id). Cost O(written since the last call +
+        (groups + n) log n), plus a refill now and then (module doc; :meth:`prepare`)."""
+        config, cap = self._config, SPARE * n
+        self._take_writes(cells, tick, cap)
         # merge the groups, strongest first: each group's list is in strength order at any
         # tick, so only its next run of (near-)equal keys needs an exact strength
         heap: list[tuple[float, int, str, int]] = [
