@@ -27,7 +27,7 @@ from ._io import message_to_dict
 from ._models import Message, TaskGoal, content_text, user_authored
 from ._pheromone import PheromoneField
 from ._record import BoardReport
-from ._requests import NoticeIndex, goal_from_requests, is_opener
+from ._requests import NoticeIndex, goal_from_requests, is_opener, is_request
 from ._restore import RESTORE_TOOL_NAME, RestoreHandler, restore_tool_definition
 from ._scoring import InMemoryScoreCache, OfflineScorer, ScoreCache, Scorer
 from ._semantic import SemanticScorer
@@ -497,23 +497,21 @@ class RelevanceMemoryManager:
         first = self.store.first_user_index
         if first is not None:
             text = content_text(self.store[first].content).strip()
-            if is_opener(text) and self._user_spoke_again(first):
+            self._notices.update(self.store.messages)
+            if (is_opener(text) or self._notices.agent_run) and self._user_spoke_again(first):
                 # a chat-style agent: the goal follows the user's requests (SPEC §11)
-                self._notices.update(self.store.messages)
                 final = goal_from_requests(self.store.messages, first, self._notices)
                 return TaskGoal(final=final, subtask=self._subtask, source="user_requests")
             return TaskGoal(final=text, subtask=self._subtask, source="first_user_message")
         return TaskGoal(final="", subtask=self._subtask, source="none")
 
     def _user_spoke_again(self, first: int) -> bool:
-        """Whether, in an agent run (a history with tool calls), a person wrote a user message
-        after the first one (format notices aside)."""
+        """Whether a person wrote a request after the first user message (format notices and
+        acknowledgements such as "ok" aside)."""
         self._notices.update(self.store.messages)
-        if not self._notices.agent_run:
-            return False
-        messages = self.store.messages
-        for message in reversed(messages[first + 1:]):
-            if user_authored(message.role, message.msg_type.value) and not self._notices.is_notice(message):
+        for message in reversed(self.store.messages[first + 1:]):
+            if (user_authored(message.role, message.msg_type.value) and not self._notices.is_notice(message)
+                    and is_request(content_text(message.content))):
                 return True
         return False
 
