@@ -372,9 +372,10 @@ def partition(state: BuildState, seams: Seams) -> Partitioned:
     if working_tokens:
         ledger = ledger.spend(Purpose.WORKING_MEMORY, working_tokens, "the last steps")
     candidate_chains = {r: chains[r] for r in candidates}
-    # an oversized task statement is shown as an excerpt inside the goal block
+    # an oversized task statement is shown as an excerpt inside the goal block; a goal formed
+    # from the user's requests starts with the task statement, which outranks the block's note
     if (
-        goal_is_task_statement(goal, store)
+        (goal_is_task_statement(goal, store) or goal.source == "user_requests")
         and task_root is not None
         and task_root in candidate_chains
         and config.goal_block
@@ -386,7 +387,7 @@ def partition(state: BuildState, seams: Seams) -> Partitioned:
             ledger = ledger.release(Purpose.GOAL_BLOCK, goal_tokens, "left out to keep the task statement verbatim")
             goal_text = None
             warnings.append("goal block left out to keep the task statement verbatim")
-        elif not ledger.fits(task_tokens):
+        elif not ledger.fits(task_tokens) and goal.source != "user_requests":
             room = ledger.left + goal_tokens
             excerpt = clip_to_tokens(seams.tokenizer, goal.final, max(0, int(room * GOAL_EXCERPT_SHARE)))
             if goal_tokens:
