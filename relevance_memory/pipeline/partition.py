@@ -5,8 +5,9 @@ The stage splits the history into the pinned system prompt(s), working memory (t
 which always stays) and the candidates (everything older, grouped in trace chains), and
 spends the budget on what is kept whatever the scores say: the reply priming, the pinned
 prompt, the goal block and working memory. When the whole history fits, the context is
-the history (SPEC §9) and no later stage runs. When the pinned prompt plus the newest step
-cannot fit, :class:`ContextOverflowError` names the numbers.
+the history (SPEC §9) and no later stage runs. A message larger than its share of the budget
+enters as an excerpt, restorable by id (SPEC §11); only a pinned prompt that cannot fit the
+budget raises :class:`ContextOverflowError` with the numbers.
 
 The pure split is :func:`split_history`; :func:`partition` is the stage.
 """
@@ -268,7 +269,8 @@ def partition(state: BuildState, seams: Seams) -> Partitioned:
     on reply priming, the pinned prompt, the goal block and working memory.
 
     Raises:
-        ContextOverflowError: the pinned prompt plus the newest step cannot fit.
+        ContextOverflowError: the pinned prompt cannot fit (or, in the extreme, not even the
+            excerpts of the newest step fit beside it).
         InvalidMessageError: a tool call has no result (with ``on_invalid="raise"``).
     """
     store, config, goal, budget = seams.store, seams.config, state.goal, state.budget

@@ -45,8 +45,8 @@ from .fidelity import MIN_EXCERPT_TOKENS, Rendition, keep_names
 from .order import DEFAULT_ORDER, ChainFacts, OrderPolicy
 
 __all__ = [
-    "BULKY_TOKENS", "CONSTRAINT_SCORE", "ROOM_LEFT", "Selection", "chain_options", "current_file_views", "fill", "fill_ranked", "preferred_newer", "rank", "select", "select_chains",
-    "superseded_chains", "view_edits",
+    "AGENT_TRAFFIC_SHARE", "BULKY_TOKENS", "CONSTRAINT_SCORE", "ROOM_LEFT", "Selection", "chain_options", "current_file_views", "fill", "fill_ranked", "preferred_newer", "rank", "select", "select_chains",
+    "superseded_chains", "tool_traffic_share", "view_edits",
 ]
 
 CONSTRAINT_SCORE = 5
@@ -56,6 +56,9 @@ before every other chain of its score, and never yields to the summary reserve).
 ROOM_LEFT = "room left: kept verbatim from the archive (the core and working tiers left it)"
 """Record note of an archived chain kept in the room the core and working tiers left beyond
 the summary reserve (``MemoryConfig.fill_from_archive``)."""
+AGENT_TRAFFIC_SHARE = 0.5
+"""Share of the candidates' tokens that are tool traffic from which the history is an agent's
+(:attr:`OrderPolicy.agent_core` orders its core chains)."""
 PREFERRED_FLOOR = 3
 """Least score of a message that restates a fact with a new value (working tier: kept when
 room allows, before weaker matches of equal strength)."""
@@ -317,7 +320,7 @@ def select(state: BuildState, seams: Seams) -> Ranked:
         carry_threshold=config.pheromone.carry_threshold if strengths is not None else None,
         strength_resolution=config.pheromone.order_resolution,
         first=[part.task_root] if part.task_root is not None else (),
-        order=seams.order,
+        order=seams.order.for_agent(tool_traffic_share(store, chains.values()) >= AGENT_TRAFFIC_SHARE),
         memory=memory,
         current_views=view_roots,
         edited_at=view_edits(store) if views else None,
@@ -486,6 +489,19 @@ def preferred_newer(
                 note = f"supersedes {', '.join(olders)}: preferred over it"
                 out[i] = (score.model_copy(update={"score": floor, "reason": f"{score.reason}; {note}"}), note)
     return out
+
+def tool_traffic_share(store: StoreView, chains: Iterable[Chain]) -> float:
+    """Share (0..1) of the tokens of ``chains`` that are an agent's tool traffic: tool results,
+    and assistant messages that call tools (pure; 0.0 for no tokens)."""
+    total = tools = 0
+    for chain in chains:
+        for i in chain.members:
+            message = store[i]
+            total += message.token_count
+            if message.role == "tool" or message.tool_calls:
+                tools += message.token_count
+    return tools / total if total else 0.0
+
 
 def current_file_views(
     chains: Mapping[int, Chain], store: StoreView, scores: Mapping[int, RelevanceScore], core_score: int
