@@ -97,7 +97,10 @@ class OfflineSummarizer:
     the rest) and newest first within a priority; everything is shown in chronological
     order. Exact values and tool calls get their share before prose and filler. Superseded (earlier)
     values give way first (issue 11), and a superseded message's sentences read
-    "The user said (earlier; since step 31: dislikes sushi): “I love sushi.”".
+    "The user said (earlier; since step 31: dislikes sushi): “I love sushi.”" — the newer value
+    in the same line, so the earlier one never appears without it (issue 23). A superseded
+    message's values are not listed (nor its names), and a superseded tool result gives no
+    line at all: its newer result says what holds now, and it is restorable by id.
 
     Attributes:
         name: ``"offline-extractive"``.
@@ -131,7 +134,9 @@ class OfflineSummarizer:
             self._memo[memo_key] = cached  # most recently used last
             return cached
         out: list[_Line] = []
-        if item.role == "tool":
+        if item.role == "tool" and item.superseded:
+            units = []  # a stale result: its newer one says what holds now (issue 23); restorable by id
+        elif item.role == "tool":
             units = _tool_lines(item.text, self.max_sentence_chars)
         else:
             units = []
@@ -185,13 +190,15 @@ class OfflineSummarizer:
                 tools_at[call] = order
                 order += 1
             for priority, key, line, found, cost in self._extract(item):
-                for position, value in enumerate(found):  # values survive even when the sentence is a repeat
+                # values survive even when the sentence is a repeat; a superseded message's values
+                # are only in its line, which names the newer value (issue 23: never listed as current)
+                for position, value in enumerate(() if item.superseded else found):
                     values_at.pop(value, None)
                     values_at[value] = (order, -position)
                 latest.pop(key, None)
                 latest[key] = (priority, order, line, cost, bool(item.superseded))
                 order += 1
-            if agentic:
+            if agentic and not item.superseded:
                 for position, name in enumerate(self._names(item)):
                     values_at.pop(name, None)
                     values_at[name] = (order, -position)

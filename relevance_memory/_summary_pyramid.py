@@ -12,7 +12,7 @@ import re
 
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Protocol, runtime_checkable
 
 from pydantic import BaseModel, Field
@@ -128,6 +128,10 @@ class RenderedSummary:
         tokens: its token count (tokens).
         covered_ids: ids of the messages it covers (restorable from the store).
         exact_values: the exact values its text lists.
+        superseded: ``(id, note)`` of each covered message that was marked superseded when it
+            was made (:attr:`SummaryItem.superseded`): a summary carried to a later compaction
+            is emitted again only while these marks still hold (issue 23: a value superseded
+            since then must not be shown as current).
     """
 
     level: int
@@ -135,6 +139,7 @@ class RenderedSummary:
     tokens: int
     covered_ids: tuple[str, ...]
     exact_values: tuple[str, ...]
+    superseded: tuple[tuple[str, str], ...] = ()
 
 
 @dataclass
@@ -385,6 +390,12 @@ def level1_tokens(run: Sequence[SummaryItem], cap: int) -> int:
     return max(LEVEL1_MAX_TOKENS, min(cap, wanted))
 
 
+def _marked(rendered: RenderedSummary, items: Sequence[SummaryItem]) -> RenderedSummary:
+    """``rendered`` with the supersede marks of the ``items`` it covers (:attr:`RenderedSummary.superseded`)."""
+    marks = tuple((item.id, item.superseded) for item in items if item.superseded)
+    return replace(rendered, superseded=marks) if marks else rendered
+
+
 def build_pyramid(
     runs: Sequence[Sequence[SummaryItem]],
     *,
@@ -425,7 +436,7 @@ def build_pyramid(
         if rendered is None:
             level1 = []
             break
-        level1.append(rendered)
+        level1.append(_marked(rendered, run))
     if level1 and sum(s.tokens for s in level1) <= cap:
         result.summaries = level1
         return result
@@ -439,7 +450,7 @@ def build_pyramid(
             + ("(a pointer lists them, restorable by id)" if result.pointer else "(restorable by id)")
         )
         return result
-    result.summaries = [rendered]
+    result.summaries = [_marked(rendered, everything)]
     if len(runs) > 1 or level1:
         result.warnings.append(f"level-1 summaries exceed {cap} tokens; merged into one level-2 summary")
     return result

@@ -116,7 +116,7 @@ def summarise_archive(
         if m.index not in part.excluded and m.index not in part.pinned and not (repeats and m.index in repeats)
         and store.chain_root(m.index) not in kept_roots
     }
-    reused = [s for s in carried if s.level > 0 and set(s.covered_ids) <= archived_ids]
+    reused = [s for s in carried if s.level > 0 and set(s.covered_ids) <= archived_ids and _marks_hold(seams, s)]
     already = {i for s in reused for i in s.covered_ids}
     runs: list[list[SummaryItem]] = [[]]
     held: set[int] = set()
@@ -219,13 +219,37 @@ def _spend_selection(ledger: BudgetLedger, ranked: Ranked, selection: Selection,
 
 
 def _superseded_note(seams: Seams, message: Message) -> str:
-    """What replaced ``message`` ("since step 31: dislikes sushi"), or ``""`` (issue 11)."""
-    link = seams.store.superseded_by.get(message.id)
+    """What replaced ``message`` ("since step 31: dislikes sushi"), or ``""`` (issue 11).
+
+    The newest value wins (issue 23): when the newer message was itself restated, the note
+    follows the links of the same kind to the newest one ("my budget is $500" → "$700" →
+    "$900" reads "since step 40: $900")."""
+    links = seams.store.superseded_by
+    link = links.get(message.id)
     if link is None:
         return ""
+    seen = {message.id}
+    while link.newer in links and link.newer not in seen and links[link.newer].kind == link.kind:
+        seen.add(link.newer)
+        link = links[link.newer]
     if link.kind == "fact":
         return f"since step {link.newer_step}: {link.new_value} ({link.key})"
     return f"a newer result since step {link.newer_step} ({link.newer})"
+
+
+def _marks_hold(seams: Seams, summary: RenderedSummary) -> bool:
+    """Whether the supersede marks ``summary`` was made with are still the current ones for
+    the messages it covers (issue 23): a summary made before one of them was superseded (or
+    before its newer value was restated again) shows that value as current, so it is not
+    carried, and the messages are summarised afresh with the mark."""
+    if not seams.config.supersede:
+        return True
+    store, made = seams.store, dict(summary.superseded)
+    for message_id in summary.covered_ids:
+        now = _superseded_note(seams, store.get(message_id)) if message_id in store.superseded_by else ""
+        if now != made.get(message_id, ""):
+            return False
+    return True
 
 
 def summarise(state: BuildState, seams: Seams) -> Summarised:
