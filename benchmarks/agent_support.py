@@ -427,7 +427,7 @@ def measure(run: Run, budget: int, method: str, counter: Counter, policy: CacheP
     steps = METHOD_FUNCS[method](run, budget, counter)
     k = -1
     try:
-        for k, step in zip(points, steps):
+        for k, step in zip(points, steps, strict=False):  # a failed run stops early
             sent = counter.request(step.messages) + schema
             prefix = 0
             if previous is not None:

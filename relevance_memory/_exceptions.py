@@ -77,10 +77,12 @@ class TranscriptFormatError(InvalidMessageError):
 class HistoryDivergedError(InvalidMessageError):
     """The history passed to a managed client does not start with the messages the memory holds.
 
-    A managed client (:class:`ManagedOpenAI`) syncs by prefix: each call's ``messages``
-    must begin with every message already recorded (earlier inputs and the model's
-    replies), in order. Raised with ``on_divergence="raise"`` when the caller edited,
-    trimmed or reordered that prefix; ``index`` is the first position that differs.
+    A managed client (:class:`ManagedOpenAI`) and :meth:`RelevanceMemoryManager.sync_history`
+    sync by prefix: each call's ``messages`` must begin with every message already recorded
+    (earlier inputs and the model's replies), in order. Raised (by a client with
+    ``on_divergence="raise"``) when the caller edited, trimmed or reordered that prefix, and
+    by :meth:`RelevanceMemoryManager.extend` when a batch repeats the start of the history
+    and then differs; ``index`` is the first position that differs.
 
     Attributes:
         index: first position (0-based) where the history and the memory differ.

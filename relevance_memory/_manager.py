@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import threading
+import warnings
 from collections.abc import AsyncIterator, Callable, Generator, Iterable, Iterator, Mapping, Sequence
 from datetime import datetime, timezone
 from typing import Any
@@ -20,11 +21,13 @@ from ._cache import DiskScoreCache
 from ._capabilities import ScorerCapabilities
 from ._config import MemoryConfig, warn_once
 from ._embedding import VectorIndex, load_embedder
-from ._exceptions import ConfigError, ContextOverflowError
+from ._exceptions import ConfigError, ContextOverflowError, HistoryDivergedError
+from ._history import HistoryTracker, same_message
+from ._io import message_to_dict
 from ._models import Message, TaskGoal, content_text, user_authored
 from ._pheromone import PheromoneField
 from ._record import BoardReport
-from ._requests import NoticeIndex, goal_from_requests, is_opener
+from ._requests import NoticeIndex, goal_from_requests, is_opener, is_request
 from ._restore import RESTORE_TOOL_NAME, RestoreHandler, restore_tool_definition
 from ._scoring import InMemoryScoreCache, OfflineScorer, ScoreCache, Scorer
 from ._semantic import SemanticScorer
@@ -150,6 +153,8 @@ class RelevanceMemoryManager:
         """Name of the restore tool once :meth:`restore_tool` handed it out: the goal block then
         tells the model it can fetch archived messages with it."""
         self._clock = clock or (lambda: datetime.now(timezone.utc))
+        self._history = HistoryTracker()  # what sync_history has matched of the caller's list
+        self._capabilities: tuple[Scorer, ScorerCapabilities] | None = None
         self.store = MessageStore(
             self.tokenizer,
             on_invalid=self.config.on_invalid,
@@ -208,10 +213,106 @@ class RelevanceMemoryManager:
         return added
 
     def extend(self, messages: Iterable[Mapping[str, Any]]) -> list[Message]:
-        """Ingest many OpenAI chat dicts in order. Raises :class:`InvalidMessageError`."""
+        """Ingest many OpenAI chat dicts in order (atomically; see :class:`MessageStore`).
+
+        A loop that passes its whole, growing history every step wants :meth:`sync_history`.
+        Passed here, the history would be stored twice — the system prompt and the task sent
+        twice — so ``extend`` refuses to duplicate it (issue 22):
+
+        - a batch that starts with every message this memory holds, at the same positions
+          (two or more, or a system prompt), stores only what follows them and warns
+          (:class:`RuntimeWarning`);
+        - a batch that starts with two or more of them and then differs (an edited or
+          trimmed copy of the history) raises :class:`HistoryDivergedError` (nothing stored).
+
+        Raises:
+            InvalidMessageError: a message is invalid (nothing of the batch is stored).
+            HistoryDivergedError: the batch repeats the start of the history, then differs.
+        """
+        items = list(messages)
+        with self.store.lock:
+            repeated = self._repeated_prefix(items)
+            return self._extend_new(items[repeated:])
+
+    def sync_history(self, messages: Sequence[Any]) -> list[Message]:
+        """Store what is new in the caller's whole, growing history; returns the messages stored.
+
+        For the agent loop that keeps one list and passes all of it every step (issue 22):
+        ``messages`` must start with every message this memory holds, in order (the model's
+        replies included once the caller appended them); the rest is stored, each message
+        once. A message object passed before is recognised by identity without being read,
+        any other is compared with the stored copy (:mod:`relevance_memory._history`), so a
+        step costs O(new messages) plus one pointer comparison per message held.
+
+        Raises:
+            HistoryDivergedError: ``messages`` does not start with the messages held (an
+                edited, trimmed or reordered message; ``index`` names the first): nothing is
+                stored. Start over with :meth:`fresh` (it keeps the caches and the memory of
+                the unchanged messages).
+            InvalidMessageError: a new message is invalid (nothing is stored).
+        """
+        given = list(messages)
+        with self.store.lock:
+            stored = self.store.messages
+            held = len(stored)
+            diverged = self._history.diverged_at(stored, given)
+            if diverged is not None:
+                expected = stored[diverged].to_openai()
+                got = message_to_dict(given[diverged]) if diverged < len(given) else None
+                what = (
+                    f"it has {len(given)} message(s) but the memory already holds {held}"
+                    if got is None
+                    else f"message {diverged} differs from the stored one ({expected.get('role')} → {got.get('role')})"
+                )
+                raise HistoryDivergedError(
+                    f"history diverged from the memory: {what}; pass the whole history with every earlier message "
+                    "unchanged, or start over with memory.fresh(history)",
+                    index=diverged, expected=expected, got=got,
+                )
+            added = self._extend_new(given[held:])
+            self._history.matched(given, held)
+            return added
+
+    def _extend_new(self, messages: list[Any]) -> list[Message]:
+        """Ingest ``messages`` as they are (no repeat check; :meth:`extend`)."""
         if self.agent is None:
             return self.store.extend(messages)
         return [self.add(m) for m in messages]
+
+    def _repeated_prefix(self, items: list[Any]) -> int:
+        """How many leading messages of an :meth:`extend` batch repeat the whole history at the
+        same positions (0 when they do not); raises when they repeat its start and then differ."""
+        stored = self.store.messages
+        held = len(stored)
+        if not held or not items:
+            return 0
+        same = 0
+        for item, message in zip(items, stored, strict=False):
+            try:
+                if not same_message(item, message):
+                    break
+            except TypeError:  # not a message at all: ingest names the problem
+                break
+            same += 1
+        whole = same == held and (held >= 2 or stored[0].role in ("system", "developer"))
+        if whole:
+            warnings.warn(
+                f"extend() was given the {held} message(s) this memory already holds, at the same positions: "
+                f"only the {len(items) - held} after them are stored (a loop passing its whole history each "
+                "step wants memory.sync_history(history))",
+                RuntimeWarning, stacklevel=3,
+            )
+            return held
+        if same >= 2:
+            got = message_to_dict(items[same]) if same < len(items) else None
+            raise HistoryDivergedError(
+                f"extend() was given a copy of the first {same} stored message(s) followed by "
+                + (f"a different message {same}" if got is not None else "nothing more")
+                + f", while the memory holds {held}: storing it would duplicate the history; pass only new "
+                "messages, memory.sync_history(history) for a growing list, or memory.fresh(history) to start over",
+                index=same, expected=stored[same].to_openai(), got=got,
+            )
+        return 0
 
     def _call_of(self, message: Message) -> dict[str, str] | None:
         if message.role != "tool" or message.tool_call_id is None:
@@ -367,7 +468,7 @@ class RelevanceMemoryManager:
             old = before.messages[n]
             stamp = {"clock_timestamp" if before.clock_stamped[n] else "timestamp": old.timestamp}
             self.add(messages[n], **stamp)
-        self.extend(messages[same:])
+        self._extend_new(messages[same:])
 
     # ------------------------------------------------------------------ goal
     def set_goal(self, final: str | None = None, subtask: str | None = None) -> TaskGoal:
@@ -396,20 +497,21 @@ class RelevanceMemoryManager:
         first = self.store.first_user_index
         if first is not None:
             text = content_text(self.store[first].content).strip()
-            if is_opener(text) and self._user_spoke_again(first):
+            self._notices.update(self.store.messages)
+            if (is_opener(text) or self._notices.agent_run) and self._user_spoke_again(first):
                 # a chat-style agent: the goal follows the user's requests (SPEC §11)
-                self._notices.update(self.store.messages)
                 final = goal_from_requests(self.store.messages, first, self._notices)
                 return TaskGoal(final=final, subtask=self._subtask, source="user_requests")
             return TaskGoal(final=text, subtask=self._subtask, source="first_user_message")
         return TaskGoal(final="", subtask=self._subtask, source="none")
 
     def _user_spoke_again(self, first: int) -> bool:
-        """Whether a person wrote a user message after the first one (format notices aside)."""
+        """Whether a person wrote a request after the first user message (format notices and
+        acknowledgements such as "ok" aside)."""
         self._notices.update(self.store.messages)
-        messages = self.store.messages
-        for message in reversed(messages[first + 1:]):
-            if user_authored(message.role, message.msg_type.value) and not self._notices.is_notice(message):
+        for message in reversed(self.store.messages[first + 1:]):
+            if (user_authored(message.role, message.msg_type.value) and not self._notices.is_notice(message)
+                    and is_request(content_text(message.content))):
                 return True
         return False
 
@@ -657,8 +759,13 @@ class RelevanceMemoryManager:
         return built
 
     def _seams(self) -> Seams:
-        """The build's seams; the scorer's capabilities are read afresh (it may be replaced)."""
-        capabilities = ScorerCapabilities.of(self.scorer)
+        """The build's seams; the scorer's capabilities are read again whenever the scorer is
+        another object (it may be replaced; reading them is ~0.1 ms of Protocol checks, more
+        than the rest of an appended build's set-up)."""
+        scorer, known = self.scorer, self._capabilities
+        if known is None or known[0] is not scorer:
+            known = self._capabilities = (scorer, ScorerCapabilities.of(scorer))
+        capabilities = known[1]
         return Seams(
             config=self.config,
             store=self.store.snapshot(),  # a consistent view: concurrent writes wait for the next build

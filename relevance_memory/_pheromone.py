@@ -25,7 +25,6 @@ same sum with the deposit applied a few messages earlier.
 
 from __future__ import annotations
 
-import heapq
 import json
 import re
 from collections.abc import Iterable, Mapping, Sequence
@@ -51,6 +50,7 @@ from ._pheromone_math import (
     task_memory,
     task_strength,
 )
+from ._pheromone_top import StrengthRanking
 
 __all__ = [
     "PheromoneField",
@@ -78,9 +78,36 @@ def pheromone_kind(msg_type: str, role: str, text: str) -> str:
 
 
 HISTORY_FULL_MAX = 1_000
-"""Up to this many messages the history gets a top-N entry after every tick; beyond it,
-one entry per :meth:`PheromoneField.observe` call (ranking every message on every tick
-would cost O(messages) per tick, O(messages²) over a run)."""
+"""Up to this many messages the history gets a top-N entry after every tick; beyond it, one
+entry per :meth:`PheromoneField.observe` call that advanced the tick (the history stays
+short). Each entry is ranked from the cells written since the previous one
+(:class:`StrengthRanking`), so an appended build's cost does not grow with the history
+(issue 24)."""
+
+
+class _CellTable(dict):  # type: ignore[type-arg]
+    """The field's cells by message id: a ``dict`` that tells the ranking of every write
+    (whoever writes: the field, or a board memory loading its cells)."""
+
+    __slots__ = ("ranking",)
+
+    def __init__(self, ranking: StrengthRanking) -> None:
+        super().__init__()
+        self.ranking = ranking
+
+    def __setitem__(self, key: str, value: Cell) -> None:
+        dict.__setitem__(self, key, value)
+        self.ranking.written(key)
+
+    def __reduce__(self) -> tuple[object, ...]:
+        return (_restore_table, (self.ranking._config, dict(self)))
+
+
+def _restore_table(config: PheromoneConfig, cells: dict[str, Cell]) -> _CellTable:
+    table = _CellTable(StrengthRanking(config))
+    for key, value in cells.items():
+        table[key] = value
+    return table
 
 
 @dataclass
@@ -94,16 +121,25 @@ class PheromoneField:
         tick: ticks elapsed (one per ``tick_every`` observed messages).
         edges: (earlier id, later id) → edge strength (accumulates ``edge_delta`` per
             reference; edges do not evaporate — they record use, the nodes carry the decay).
+            Built when read: the field keeps, per message, the tuple of ids it reinforced
+            (usually its own ``references``, shared), not a dict entry per edge.
         history: per tick ``{"tick", "messages", "top": {id: strength}}``, the
             ``history_top_n`` strongest messages after that tick.
     """
 
     config: PheromoneConfig = field(default_factory=PheromoneConfig)
     tick: int = 0
-    edges: dict[tuple[str, str], float] = field(default_factory=dict)
+    _edge_targets: list[str] = field(default_factory=list, repr=False)
+    _edge_sources: list[tuple[str, ...]] = field(default_factory=list, repr=False)
     history: list[dict[str, Any]] = field(default_factory=list)
     _cells: dict[str, Cell] = field(default_factory=dict)
     _observed: int = 0
+
+    def __post_init__(self) -> None:
+        table = _CellTable(StrengthRanking(self.config))
+        for key, value in self._cells.items():
+            table[key] = value
+        self._cells = table
 
     # ----------------------------------------------------------------- queries
     # Reads never write: each one computes the evaporation since a cell was last settled
@@ -123,6 +159,11 @@ class PheromoneField:
         """The stored (immutable) cell of ``message_id``, or ``None``; settle it with
         :func:`~relevance_memory._pheromone_math.settle` to read it at :attr:`tick`."""
         return self._cells.get(message_id)
+
+    def cells_of(self, message_ids: Iterable[str]) -> list[Cell | None]:
+        """The stored cells of ``message_ids`` (``None`` for an unknown id), in order: a
+        snapshot of their memory now (cells are immutable) for reading later."""
+        return list(map(self._cells.get, message_ids))
 
     def strength(self, message_id: str) -> float:
         """Current strength of ``message_id``; 0.0 for an unknown id."""
@@ -207,23 +248,43 @@ class PheromoneField:
         """
         start_tick = self.tick
         for message in messages[self._observed :]:
-            self._add(message.id, pheromone_kind(message.msg_type.value, message.role, message.text), message.references)
+            kind, role = message.msg_type.value, message.role
+            text = message.text if role == "user" and kind == MessageType.USER_CHAT.value else ""  # only chat is read
+            self._add(message.id, pheromone_kind(kind, role, text), message.references)
             self._observed += 1
             if self._observed % self.config.tick_every == 0:
                 self.advance()
         if self.tick > start_tick and len(self._cells) > HISTORY_FULL_MAX:
             self._record_history()
 
-    def _add(self, message_id: str, kind: str, references: Iterable[str]) -> None:
-        cfg = self.config
-        self._cells[message_id] = new_cell(kind, self.tick, cfg)
+    def _add(self, message_id: str, kind: str, references: Sequence[str]) -> None:
+        cfg, cells = self.config, self._cells
+        cells[message_id] = new_cell(kind, self.tick, cfg)
+        used: list[str] = []
         for ref in references:
-            cell = self._cells.get(ref)
+            cell = cells.get(ref)
             if cell is None:
                 continue
-            self._cells[ref], _ = reinforce(cell, self.tick, cfg)
-            edge = (ref, message_id)
-            self.edges[edge] = self.edges.get(edge, 0.0) + cfg.edge_delta
+            cells[ref], _ = reinforce(cell, self.tick, cfg)
+            used.append(ref)
+        if used:
+            self._edge_targets.append(message_id)
+            if isinstance(references, tuple) and len(used) == len(references):
+                self._edge_sources.append(references)  # the message's own tuple: shared, not copied
+            else:
+                self._edge_sources.append(tuple(used))
+
+    @property
+    def edges(self) -> dict[tuple[str, str], float]:
+        """(earlier id, later id) → edge strength: ``edge_delta`` per reference, summed in
+        the order the references arrived (a new dict per read; see the class doc)."""
+        delta = self.config.edge_delta
+        out: dict[tuple[str, str], float] = {}
+        for target, sources in zip(self._edge_targets, self._edge_sources, strict=True):
+            for source in sources:
+                edge = (source, target)
+                out[edge] = out.get(edge, 0.0) + delta
+        return out
 
     def deposit(self, scores: Mapping[str, int], subtask: str, goal: str | None = None) -> dict[str, float]:
         """Deposit from scores, once per (message, subtask) (SPEC §5).
@@ -250,6 +311,9 @@ class PheromoneField:
             self._cells[message_id], amount = deposit(cell, self.tick, self.config, score, subtask, goal)
             if amount is not None:
                 added[message_id] = amount
+        cells = self._cells
+        if added and len(cells) > HISTORY_FULL_MAX and isinstance(cells, _CellTable):
+            cells.ranking.prepare(cells, self.tick, self.config.history_top_n)  # a refill here, not in an append
         return added
 
     def advance(self, ticks: int = 1) -> None:
@@ -266,9 +330,13 @@ class PheromoneField:
                 self._record_history()
 
     def _record_history(self) -> None:
-        tick, cfg = self.tick, self.config
-        now = {mid: settled_strength(cell, tick, cfg) for mid, cell in self._cells.items()}
-        top = heapq.nlargest(cfg.history_top_n, now.items(), key=lambda kv: kv[1])
+        tick, cfg, cells = self.tick, self.config, self._cells
+        if isinstance(cells, _CellTable):
+            top = cells.ranking.top(cells, tick, cfg.history_top_n)  # O(written since the last entry)
+        else:  # a table replaced from outside: rank every cell (ties: born first, then id)
+            now = sorted(((mid, settled_strength(c, tick, cfg)) for mid, c in cells.items()),
+                         key=lambda kv: (-kv[1], cells[kv[0]].born_tick, kv[0]))
+            top = now[: cfg.history_top_n]
         self.history.append({"tick": tick, "messages": self._observed, "top": {k: round(s, 4) for k, s in top}})
 
     # ----------------------------------------------------------------- export

@@ -1,12 +1,15 @@
 """What the user asked for (SPEC §11 *Goal*): the final goal of a chat-style agent, and the
 notices an agent harness repeats.
 
-- A chat-style agent's first user message is often an opener ("Hi! I need to make a few
-  changes to my upcoming trip."), and the customer's real requests come in later turns
-  (τ-bench). When the first user message is short and the user speaks again, the final goal
-  is formed from the user's requests as they arrive (:func:`goal_from_requests`), newest
-  last, a correction marking the request it corrects; the decision record says so
-  (``TaskGoal.source == "user_requests"``).
+- A chat-style agent's first user message is often an opener that carries no task of its own
+  ("Hi! I need to make a few changes to my upcoming trip."), and the customer's real requests
+  come in later turns (τ-bench). When the first message is such an opener, or the history is an
+  agent's (it has tool calls) and a person keeps asking, the final goal is formed from the
+  user's requests as they arrive (:func:`goal_from_requests`): the first message, then each
+  later request, newest last, a correction marking the request it corrects; the decision
+  record says so (``TaskGoal.source == "user_requests"``). A plain chat whose first message
+  has a task of its own (hard rules, a question), and an agent run whose user only spoke once
+  (a SWE-bench task: the harness's notices are no requests) keep the first message as the goal.
 - A message the harness repeats verbatim or near-verbatim (mini-swe-agent's "Please always
   provide EXACTLY ONE action …", up to 8 times in one run) is a format notice, not a hard
   constraint (:class:`NoticeIndex`): the offline scorer scores its newest copy once, as
@@ -27,10 +30,12 @@ from ._models import Message, content_text, user_authored
 __all__ = [
     "NOTICE_MIN_WORDS",
     "OPENER_MAX_WORDS",
+    "REQUEST_MIN_WORDS",
     "NoticeIndex",
     "goal_from_requests",
     "is_correction",
     "is_opener",
+    "is_request",
     "notice_key",
 ]
 
@@ -40,6 +45,8 @@ short turn, never a format notice: a harness's notice says what to do differentl
 OPENER_MAX_WORDS = 60
 """A first user message of at most this many words may be an opener (a greeting, a vague
 request): when the user speaks again, the goal follows their requests."""
+REQUEST_MIN_WORDS = 4
+"""A user turn of fewer words ("ok", "thanks", "go on") is no request of its own."""
 GOAL_MAX_CHARS = 2_400
 """The longest goal formed from the user's requests (characters; the newest requests win)."""
 REQUEST_MAX_CHARS = 400
@@ -55,11 +62,26 @@ _DIGITS = re.compile(r"\d+")
 _SPACE = re.compile(r"\s+")
 
 
+_GREETING = re.compile(
+    r"^\W*(?:hi|hello|hey|hiya|howdy|greetings|good (?:morning|afternoon|evening|day)|bonjour|salut|hola|hallo|"
+    r"ciao|ola|olá|你好|您好|嗨|こんにちは|안녕하세요)\b",
+    re.IGNORECASE,
+)
+
+
 def is_opener(text: str) -> bool:
-    """Whether a first user message is short enough to be an opener, not a full task statement
-    (at most :data:`OPENER_MAX_WORDS` words). An agent's task statement (a GitHub issue, a spec)
-    is longer; a chat's first turn rarely is."""
-    return len(_WORD.findall(text)) <= OPENER_MAX_WORDS
+    """Whether a first user message carries no task of its own (SPEC §11): a short message (at
+    most :data:`OPENER_MAX_WORDS` words) that opens with a greeting ("Hi! I need to make a few
+    changes to my upcoming trip."), or one of at most :data:`REQUEST_MIN_WORDS` words. A task
+    statement ("Fix the date parser in parser.py", a GitHub issue, hard rules) is not one."""
+    words = len(_WORD.findall(text))
+    return words < REQUEST_MIN_WORDS or (words <= OPENER_MAX_WORDS and _GREETING.search(text) is not None)
+
+
+def is_request(text: str) -> bool:
+    """Whether a user turn says enough to be a request (at least :data:`REQUEST_MIN_WORDS`
+    words): "ok", "thanks", "go on" are not."""
+    return len(_WORD.findall(text)) >= REQUEST_MIN_WORDS
 
 
 def is_correction(text: str) -> bool:
@@ -78,8 +100,8 @@ def notice_key(text: str) -> str:
 def goal_from_requests(messages: Sequence[Message], first_user: int, notices: NoticeIndex | None = None) -> str:
     """The final goal of a chat-style agent (module doc): every message the user wrote, from
     the first, in order — a request a later correction corrects marked ``(corrected below)``,
-    format notices and repeats left out — each clipped to :data:`REQUEST_MAX_CHARS`, the newest
-    kept when they exceed :data:`GOAL_MAX_CHARS`. Pure."""
+    format notices and repeats left out — each clipped to :data:`REQUEST_MAX_CHARS`; when they
+    exceed :data:`GOAL_MAX_CHARS`, the first and the newest are kept. Pure."""
     requests: list[str] = []
     seen: set[str] = set()
     for message in messages[first_user:]:
@@ -88,20 +110,23 @@ def goal_from_requests(messages: Sequence[Message], first_user: int, notices: No
         if notices is not None and notices.is_notice(message):
             continue
         text = " ".join(content_text(message.content).split())
-        if not text or text in seen:
+        if not text or text in seen or (requests and not is_request(text) and not is_correction(text)):
             continue
         seen.add(text)
         if requests and is_correction(text):
             requests[-1] += " (corrected below)"
         requests.append(text if len(text) <= REQUEST_MAX_CHARS else text[: REQUEST_MAX_CHARS - 1] + "…")
+    if not requests:
+        return ""
+    first, later = requests[0], requests[1:]
     out: list[str] = []
-    used = 0
-    for request in reversed(requests):
+    used = len(first) + 1
+    for request in reversed(later):
         if out and used + len(request) + 1 > GOAL_MAX_CHARS:
             break
         out.append(request)
         used += len(request) + 1
-    return "\n".join(reversed(out))
+    return "\n".join([first, *reversed(out)])
 
 
 @dataclass
@@ -138,6 +163,11 @@ class NoticeIndex:
         """Store indices of the message's copies (itself included), oldest first."""
         key = self._keys.get(message.index)
         return self._copies.get(key, []) if key is not None else []
+
+    @property
+    def agent_run(self) -> bool:
+        """Whether the history indexed so far holds a tool call (an agent, not a plain chat)."""
+        return self._tools
 
     def is_notice(self, message: Message) -> bool:
         """Whether ``message`` is a format notice (class doc)."""

@@ -55,6 +55,8 @@ class ScoreItem:
             (:attr:`MessageStore.episodes`); items of one episode give each other context.
         notice: for a format notice the harness repeats (:class:`~relevance_memory._requests.NoticeIndex`),
             ``"newest"`` for its newest copy and ``"older"`` for the others; ``""`` otherwise.
+        request: one of the user's requests the final goal is formed from (``TaskGoal.source ==
+            "user_requests"``, SPEC §11): the offline scorer scores it 4.
     """
 
     id: str
@@ -67,6 +69,7 @@ class ScoreItem:
     referenced_by: int = 0
     is_task_statement: bool = False
     notice: str = ""
+    request: bool = False
     content_hash: str = ""
     terms: frozenset[str] = frozenset()
     identifiers: frozenset[str] | None = None
@@ -372,8 +375,7 @@ class OfflineScorer:
                 id=item.id, score=5, reason="user states a hard constraint", source=ScoreSource.OFFLINE,
                 weight=coverage,
             )
-        if (features.requests and item.role == "user" and item.msg_type in _USER_TYPES
-                and " ".join(item.text.split())[:120] in features.requests):
+        if item.request and item.role == "user" and item.msg_type in _USER_TYPES:
             return RelevanceScore(
                 id=item.id, score=4, reason="one of the user's requests the goal is formed from", source=ScoreSource.OFFLINE,
                 weight=max(coverage, 0.5),
@@ -436,14 +438,16 @@ class _GoalFeatures:
     queries: tuple[dict[str, float], ...]
     identifiers: frozenset[str]
     asks_when: bool = False
-    requests: str = ""
 
     @classmethod
     def of(cls, goal: TaskGoal, context: ScoringContext | None) -> _GoalFeatures:
         n = max(context.doc_count if context else 0, 1)
         df = context.doc_freq if context else {}
         queries: list[dict[str, float]] = []
-        for query in dict.fromkeys([goal.effective_subtask, goal.final]):
+        texts = [goal.effective_subtask, goal.final]
+        if goal.source == "user_requests" and goal.final:
+            texts.append(goal.final.rsplit("\n", 1)[-1])  # the newest request on its own (SPEC §11)
+        for query in dict.fromkeys(texts):
             weights: dict[str, float] = {}
             for term in Counter(lexical_terms(query)):
                 idf = math.log(1 + (n - df.get(term, 0) + 0.5) / (df.get(term, 0) + 0.5))
@@ -452,8 +456,7 @@ class _GoalFeatures:
             if sum(weights.values()) > 0:
                 queries.append(weights)
         text = goal.final + "\n" + goal.subtask
-        requests = goal.final if goal.source == "user_requests" else ""
-        return cls(tuple(queries), frozenset(identifiers(text)), asks_when(text), requests)
+        return cls(tuple(queries), frozenset(identifiers(text)), asks_when(text))
 
     def coverage(self, doc_terms: frozenset[str]) -> float:
         """Largest share of a query's IDF mass that ``doc_terms`` covers (0..1)."""

@@ -18,7 +18,12 @@ here). Messages are compared by role, content, tool calls (id, name, arguments),
 ``model_dump()`` or a hand-written dict all match the recorded one; ``content`` ``None``
 and ``""`` are equal. Then:
 
-- the history starts with every recorded message → the rest is new and is recorded;
+- the history starts with every recorded message → the rest is new and is recorded. A
+  message object passed on an earlier call is recognised by identity, without reading it
+  (:mod:`relevance_memory._history`), so a call costs O(new messages) plus one pointer
+  comparison per recorded message; an object edited in place after it was recorded is not
+  read again (the memory keeps the copy it took, as ``add`` does) — pass a new object to
+  edit a message;
 - otherwise the history *diverged* (an edited, trimmed or reordered message, or a reply
   that was not appended, e.g. a retry). With ``on_divergence="resync"`` (default) the
   memory starts over from the given history (:meth:`RelevanceMemoryManager.fresh`:
@@ -39,7 +44,6 @@ the memory (another request's reply was recorded first) resyncs as above.
 from __future__ import annotations
 
 import asyncio
-import json
 import threading
 import warnings
 import weakref
@@ -47,10 +51,12 @@ from collections.abc import Callable, Iterable, Mapping
 from typing import Any, Literal, TypeVar
 
 from ._exceptions import ConfigError, HistoryDivergedError, InvalidMessageError, RelevanceMemoryError
+from ._history import HistoryTracker, field_of
 from ._io import message_to_dict
 from ._manager import BuiltContext, RelevanceMemoryManager
 from ._models import TaskGoal
 from ._record import DecisionRecord
+from .pipeline.fidelity import is_rendition
 
 __all__ = [
     "MemorySession",
@@ -65,31 +71,6 @@ __all__ = [
 
 OnDivergence = Literal["resync", "raise"]
 T = TypeVar("T")
-
-
-# --------------------------------------------------------------------------- messages
-def field_of(obj: Any, key: str, default: Any = None) -> Any:
-    """``obj[key]`` for a mapping, else ``obj.key``; ``default`` when absent (dicts and SDK objects alike)."""
-    if isinstance(obj, Mapping):
-        return obj.get(key, default)
-    return getattr(obj, key, default)
-
-
-def _fingerprint(message: Mapping[str, Any]) -> str:
-    """Comparison key of a message for the prefix sync (see the module doc)."""
-    content = message.get("content")
-    key: dict[str, Any] = {
-        "role": message.get("role"),
-        "content": None if content in (None, "") else content,
-        "tool_calls": [
-            [field_of(c, "id"), field_of(field_of(c, "function"), "name"), field_of(field_of(c, "function"), "arguments") or ""]
-            for c in (message.get("tool_calls") or ())
-        ],
-    }
-    for field in ("tool_call_id", "name"):
-        if message.get(field):
-            key[field] = message[field]
-    return json.dumps(key, sort_keys=True, ensure_ascii=False, default=str)
 
 
 # --------------------------------------------------------------------------- session
@@ -124,7 +105,7 @@ class MemorySession:
         self._pending_goal: tuple[str | None, str | None] | None = None
         self.on_build = on_build
         self.on_divergence: OnDivergence = on_divergence
-        self._fingerprints: list[str] = []
+        self._tracker = HistoryTracker()
         self.last_build: BuiltContext | None = None
         self.quiet = quiet  # resync without a warning (the history was edited through an API of ours)
         # one request's sync + build (and each reply's recording) at a time: threads wait on
@@ -212,14 +193,6 @@ class MemorySession:
         self._pending_goal = (final if final is not None else old_final, subtask if subtask is not None else old_subtask)
         return None
 
-    def _recorded(self, memory: RelevanceMemoryManager) -> list[str]:
-        stored = memory.messages
-        if len(self._fingerprints) > len(stored):  # the memory was replaced by the caller
-            self._fingerprints = []
-        for message in stored[len(self._fingerprints) :]:
-            self._fingerprints.append(_fingerprint(message.raw))
-        return self._fingerprints
-
     def sync(self, history: Iterable[Any], model: str | None) -> RelevanceMemoryManager:
         """Record the new messages of ``history`` (see the module doc); returns the memory.
         Holds the session's lock: concurrent syncs never record a message twice."""
@@ -231,25 +204,12 @@ class MemorySession:
         memory = self._memory_for(model)
         stored = memory.messages
         n = len(stored)
-        # an unchanged message equals its recorded dict exactly (one cheap comparison, no
-        # copy); only the others are converted and compared by fingerprint, so a long
-        # history costs little per call
-        diverged_at = None
-        recorded: list[str] | None = None
-        for i in range(min(n, len(given))):
-            item = given[i]
-            raw = stored[i].raw
-            if (isinstance(item, dict) and item == raw) or (not isinstance(item, dict) and message_to_dict(item) == raw):
-                continue
-            recorded = recorded if recorded is not None else self._recorded(memory)
-            if _fingerprint(message_to_dict(item)) != recorded[i]:
-                diverged_at = i
-                break
-        if diverged_at is None and len(given) < n:
-            diverged_at = len(given)
+        # objects matched on an earlier call are compared by identity, the others with their
+        # recorded copy (relevance_memory._history): O(new) plus a pointer comparison a message
+        diverged_at = self._tracker.diverged_at(stored, given)
         if diverged_at is None:
-            memory.extend([message_to_dict(m) for m in given[n:]])
-            self._recorded(memory)
+            memory._extend_new([message_to_dict(m) for m in given[n:]])
+            self._tracker.matched(given, n)
             return memory
         messages = [message_to_dict(m) for m in given]
         expected = memory.messages[diverged_at].to_openai()
@@ -277,7 +237,8 @@ class MemorySession:
                 stacklevel=5,
             )
         self._memory = memory.fresh(messages)
-        self._fingerprints = [_fingerprint(m) for m in messages]
+        self._tracker = HistoryTracker()
+        self._tracker.matched(given, 0)
         return self._memory
 
     def built(self, built: BuiltContext) -> list[dict[str, Any]]:
@@ -300,7 +261,6 @@ class MemorySession:
                 memory.add(reply)
             except InvalidMessageError as exc:
                 warnings.warn(f"the model's reply was not recorded: {exc}", RuntimeWarning, stacklevel=3)
-            self._recorded(memory)
 
     def record_response(self, memory: RelevanceMemoryManager, response: Any, built: BuiltContext | None = None) -> None:
         """Record choice 0's message of ``response``, and the provider's cached prompt tokens
@@ -386,20 +346,27 @@ def project_built(
     ``sources[i]`` is the caller's object for the memory's message ``i`` (after a prefix
     sync the history *is* aligned with the store). Emitted store messages come back as
     their source objects (identity, ids and metadata preserved); messages the build made
-    (the goal block, summaries) go through ``synthetic`` (an OpenAI dict in, an object out).
+    (the goal block, summaries) go through ``synthetic`` (an OpenAI dict in, an object out), and
+    so does a stored message sent as an excerpt or with its output elided (SPEC §11): the caller's
+    object holds the whole, the request must carry the cut.
 
     Raises:
         RelevanceMemoryError: the built messages do not match the decision record.
     """
     stored = memory.messages
     if built.sources and len(built.sources) == len(built.messages):  # O(context): no per-message record needed
-        return [sources[i] if i is not None else synthetic(m) for m, i in zip(built.messages, built.sources, strict=True)]
+        # an excerpt or elided output (SPEC §11) is sent as built, not as the caller's whole object
+        return [sources[i] if i is not None and not is_rendition(m) else synthetic(m)
+                for m, i in zip(built.messages, built.sources, strict=True)]
     emitted = sorted(d.index for d in built.record.messages if d.decision in ("kept", "recent"))
     out: list[T] = []
     n = 0
     for message in built.messages:
         if n < len(emitted) and message == stored[emitted[n]].raw:
             out.append(sources[emitted[n]])
+            n += 1
+        elif n < len(emitted) and is_rendition(message):
+            out.append(synthetic(message))
             n += 1
         else:
             out.append(synthetic(message))

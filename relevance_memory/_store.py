@@ -53,6 +53,7 @@ rest when a build asks, :meth:`MessageStore.message_vectors`), keyed by content 
 from __future__ import annotations
 
 import math
+import sys
 import threading
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator, Mapping
@@ -62,10 +63,18 @@ from typing import Any, Literal
 from ._config import EPISODE_GAP_S
 from ._embedding import VectorIndex
 from ._exceptions import ConfigError, InvalidMessageError
-from ._io import message_to_dict
-from ._models import ROLES, Message, MessageType, content_hash, content_text, freeze
+from ._models import ROLES, Message, MessageType, ToolCall, content_hash, content_text, trusted
 from ._store_snapshot import StoreSnapshot
-from ._store_validate import _NAME_RE, _Draft, _Stage, _validate_content, _validate_tool_calls
+from ._store_validate import (
+    _NAME_RE,
+    StringRows,
+    _checked_types,
+    _Draft,
+    _Stage,
+    _validate_content,
+    _validate_tool_calls,
+    own_message,
+)
 from ._supersede import SupersedeDetector, SupersedeItem, SupersedeLink
 from ._text import has_constraint, identifiers, lexical_terms
 from ._tokenizer import TokenCounter
@@ -101,8 +110,10 @@ class MessageStore:
         messages: every message in arrival order (read-only by convention).
         excluded: message id → reason, for messages kept in the store but never emitted.
         referenced_by: message id → ids of later messages that reference it.
-        terms: per message (by index), its distinct lexical terms (for the offline scorer).
-        idents: per message (by index), its identifiers (paths, ids, numbers, code names).
+        terms: per message (by index), its distinct lexical terms (for the offline scorer), a
+            ``frozenset`` on each read (:class:`StringRows`).
+        idents: per message (by index), its identifiers (paths, ids, numbers, code names), a
+            ``frozenset`` on each read.
         episodes: per message (by index), its episode number from 0: a new episode starts
             when a message's timestamp is ``episode_gap_s`` or more away from the previous
             timestamped message's (a conversation session; a message without a timestamp
@@ -150,9 +161,11 @@ class MessageStore:
         self._pending: set[int] = set()  # assistant indices with a call still unanswered
         self._parent: list[int] = []  # union-find over indices (trace chains)
         self._trace_root: dict[str, int] = {}
-        self._ident_holders: dict[str, list[int]] = {}
-        self.terms: list[frozenset[str]] = []
-        self.idents: list[frozenset[str]] = []
+        # identifier → index of the one message holding it, or the indices of the first
+        # reference_max_df + 1 holding it (most identifiers have one holder: no list for them)
+        self._ident_holders: dict[str, int | list[int]] = {}
+        self.terms = StringRows()
+        self.idents = StringRows()
         self.doc_freq: Counter[str] = Counter()
         self._step = -1
         self._leading_system = True
@@ -291,8 +304,17 @@ class MessageStore:
                         f"{exc.reason} (batch item {position} of {len(items)}; nothing of this batch was stored)",
                         index=exc.index,
                     ) from None
-            stored = [self._commit(d) for d in drafts]
-            self._embed_full_batches()
+            stored: list[Message] = []
+            failed: Exception | None = None
+            for draft in drafts:
+                stored.append(self._commit(draft))
+                if failed is None:
+                    try:  # a batch of pending vectors at a time: memory stays bounded on a huge extend
+                        self._embed_full_batches()
+                    except Exception as exc:  # the embedder failed: store the rest, then raise (still pending)
+                        failed = exc
+            if failed is not None:
+                raise failed
             return stored
 
     def snapshot(self) -> StoreSnapshot:
@@ -321,15 +343,13 @@ class MessageStore:
         """
         index = stage.index
         base = len(self.messages)
-        if not isinstance(given, Mapping):
-            try:
-                given = message_to_dict(given)
-            except TypeError:
-                raise InvalidMessageError(
-                    f"expected an OpenAI chat dict or SDK message object, got {type(given).__name__}", index=index
-                ) from None
         # the store's own deep, read-only copy: later edits of the caller's objects change nothing
-        message = freeze(message_to_dict(given))
+        try:
+            message = own_message(given)
+        except TypeError:
+            raise InvalidMessageError(
+                f"expected an OpenAI chat dict or SDK message object, got {type(given).__name__}", index=index
+            ) from None
         role = message.get("role")
         if role not in ROLES:
             hint = " (legacy 'function' messages: convert them to 'tool')" if role == "function" else ""
@@ -417,32 +437,23 @@ class MessageStore:
         parent_id = meta.get("parent_id")
         if parent_id is None and parent_index is not None:
             parent_id = self.messages[parent_index].id if parent_index < base else stage.ids[parent_index - base]
-        text_for_refs = content_text(content) + "".join(f"\n{c['name']}({c['arguments']})" for c in calls)
         given = meta.get("timestamp")
         replayed = meta.get("clock_timestamp")
-        token_count = self._counter.count_message(message)
-        try:
-            stored = Message(
-                id=message_id,
-                index=index,
-                role=role,
-                content=content,
-                tool_calls=tuple(calls),  # type: ignore[arg-type]
-                tool_call_id=tool_call_id if isinstance(tool_call_id, str) else None,
-                name=name,
-                msg_type=kind,
-                step=step,
-                token_count=token_count,
-                trace_id=meta.get("trace_id"),
-                parent_id=parent_id,
-                producer=meta.get("producer"),
-                scope=meta.get("scope") or "private",
-                timestamp=given or replayed or (self._clock() if self._clock else None),
-                content_hash=content_hash(role, content, message.get("tool_calls")),
-                raw=message,
-            )
-        except ValueError as exc:  # pydantic's ValidationError: metadata of the wrong type
-            raise InvalidMessageError(f"invalid metadata: {exc}", index=index) from None
+        fields: dict[str, Any] = {  # Message's fields in declaration order (references at commit)
+            "id": message_id, "index": index, "role": role, "content": content,
+            "tool_calls": tuple(trusted(ToolCall, dict(c)) for c in calls),
+            "tool_call_id": tool_call_id if isinstance(tool_call_id, str) else None,
+            "name": name, "msg_type": kind, "step": step, "token_count": self._counter.count_message(message),
+            "trace_id": meta.get("trace_id"), "chain_id": "", "parent_id": parent_id,
+            "producer": meta.get("producer"), "scope": meta.get("scope") or "private",
+            "timestamp": given or replayed or (self._clock() if self._clock else None),
+            "content_hash": content_hash(role, content, message.get("tool_calls")), "references": (), "raw": message,
+        }
+        if not _checked_types(fields):  # metadata of another type: pydantic validates (and coerces) it
+            try:
+                fields = dict(Message(**fields).__dict__)
+            except ValueError as exc:  # pydantic's ValidationError: metadata of the wrong type
+                raise InvalidMessageError(f"invalid metadata: {exc}", index=index) from None
 
         # record in the stage: the next message of the batch is checked against this one
         stage.index += 1
@@ -460,14 +471,11 @@ class MessageStore:
         if parent_index is not None and isinstance(tool_call_id, str):
             stage.answered.add((parent_index, tool_call_id))
         return _Draft(
-            message=stored,
-            calls=calls,
+            fields=fields,
             parent_index=parent_index,
             excluded_reason=excluded_reason,
             next_step=next_step,
             block_owner=block_owner,
-            idents=identifiers(text_for_refs),
-            text_for_refs=text_for_refs,
             clock_stamped=given is None and (replayed is not None or self._clock is not None),
         )
 
@@ -476,23 +484,33 @@ class MessageStore:
 
         Every index is written before the message is published in ``messages``/``get``.
         """
-        stored = draft.message
-        index = stored.index
+        fields = draft.fields
+        index = fields["index"]
         assert index == len(self.messages), "drafts are committed in order"
-        references = self._references(draft.idents, draft.parent_index)
+        # what a message says is read here, not when the batch is checked: a draft holds no
+        # text, so checking a batch of a million messages holds no million texts
+        calls: tuple[ToolCall, ...] = fields["tool_calls"]
+        text_for_refs = content_text(fields["content"]) + "".join(f"\n{c.name}({c.arguments})" for c in calls)
+        found = identifiers(text_for_refs)
+        references = self._references(found, draft.parent_index)
         if references:
-            stored = stored.model_copy(update={"references": tuple(references)})
+            fields["references"] = tuple(references)
+        stored = trusted(Message, fields)
         message_id = stored.id
-        terms = frozenset(lexical_terms(draft.text_for_refs))
+        # each distinct term and identifier is one string object in the process (interned):
+        # a message's rows hold references to them, not copies (issue 24: the per-message
+        # frozensets and their strings were 3 KB of the 6.4 KB a message cost)
+        terms = tuple(map(sys.intern, dict.fromkeys(lexical_terms(text_for_refs))))
         self._parent.append(index)
         self.terms.append(terms)
-        self.idents.append(frozenset(draft.idents))
+        idents = tuple(sorted(map(sys.intern, found)))
+        self.idents.append(idents)
         self.episodes.append(self._episode_of(stored, by_clock=draft.clock_stamped))
         self.clock_stamped.append(draft.clock_stamped)
         self.doc_freq.update(terms)
-        for call in draft.calls:
-            self._call_owner[call["id"]] = index
-        if draft.calls:
+        for call in calls:
+            self._call_owner[call.id] = index
+        if calls:
             self._pending.add(index)
         parent_index = draft.parent_index
         if parent_index is not None and stored.tool_call_id is not None:
@@ -510,11 +528,11 @@ class MessageStore:
             self.excluded[message_id] = draft.excluded_reason
         for ref in references:
             self.referenced_by.setdefault(ref, []).append(message_id)
-        self._index_identifiers(index, draft.idents)
+        self._index_identifiers(index, idents)
         if draft.excluded_reason is None:
-            self._observe_supersede(stored, draft.text_for_refs, parent_index)
+            self._observe_supersede(stored, text_for_refs, parent_index)
         if self.vectors is not None and stored.content_hash not in self.vectors:
-            self._pending_vectors.append((stored.content_hash, draft.text_for_refs))
+            self._pending_vectors.append((stored.content_hash, text_for_refs))
         self._step = draft.next_step
         self._tool_block_owner = draft.block_owner
         if stored.role not in ("system", "developer"):
@@ -547,18 +565,28 @@ class MessageStore:
             self.supersedes.setdefault(link.newer, []).append(link.older)
 
     def _embed_full_batches(self) -> None:
-        """Embed pending messages once a batch of :data:`VECTOR_BATCH` has gathered (after the
-        messages are stored: an embedder error leaves them stored and still pending)."""
-        if self.vectors is not None and len(self._pending_vectors) >= getattr(
-            self.vectors.embedder, "batch_size", VECTOR_BATCH
-        ):
-            self._flush_vectors()
+        """Embed pending messages in batches of :data:`VECTOR_BATCH` while a whole batch has
+        gathered (after the messages are stored: an embedder error leaves them stored and
+        still pending)."""
+        self._flush_vectors(full_only=True)
 
-    def _flush_vectors(self) -> None:
+    def _flush_vectors(self, *, full_only: bool = False) -> None:
+        """Embed what is pending, one batch at a time (an ``extend`` of 50k messages holds one
+        batch's arrays at a time, not 50k messages'); with ``full_only`` a last partial batch
+        stays pending."""
         with self._lock:
-            if self.vectors is not None and self._pending_vectors:
-                self.vectors.add(self._pending_vectors)  # keys already stored are skipped
-                self._pending_vectors = []
+            if self.vectors is None:
+                return
+            size = max(1, int(getattr(self.vectors.embedder, "batch_size", VECTOR_BATCH)))
+            pending = self._pending_vectors
+            done = 0
+            try:
+                while len(pending) - done >= (size if full_only else 1):
+                    self.vectors.add(pending[done : done + size])  # keys already stored are skipped
+                    done += size
+            finally:
+                if done:
+                    self._pending_vectors = pending[done:]
 
     def edited_views(self) -> dict[str, str]:
         """Every file the agent edited → id of the newest stored message showing or writing it
@@ -638,9 +666,15 @@ class MessageStore:
         if parent_index is not None:
             refs.append(self.messages[parent_index].id)
         found: dict[int, int] = {}
+        holders_of, max_df = self._ident_holders, self._max_df
         for ident in idents:
-            holders = self._ident_holders.get(ident)
-            if holders and len(holders) <= self._max_df:
+            holders = holders_of.get(ident)
+            if holders is None:
+                continue
+            if isinstance(holders, int):
+                if max_df >= 1 and holders != parent_index:
+                    found[holders] = found.get(holders, 0) + 1
+            elif len(holders) <= max_df:
                 for holder in holders:
                     if holder != parent_index:
                         found[holder] = found.get(holder, 0) + 1
@@ -649,9 +683,15 @@ class MessageStore:
             refs.append(self.messages[holder].id)
         return refs
 
-    def _index_identifiers(self, index: int, idents: set[str]) -> None:
+    def _index_identifiers(self, index: int, idents: Iterable[str]) -> None:
         limit = self._max_df + 1
+        holders_of = self._ident_holders
         for ident in idents:
-            holders = self._ident_holders.setdefault(ident, [])
-            if len(holders) < limit:
+            holders = holders_of.get(ident)
+            if holders is None:
+                holders_of[ident] = index
+            elif isinstance(holders, int):
+                if limit >= 2:
+                    holders_of[ident] = [holders, index]
+            elif len(holders) < limit:
                 holders.append(index)

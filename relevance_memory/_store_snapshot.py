@@ -7,6 +7,7 @@ copies of the message list; reads stop at the snapshot's length.
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -23,15 +24,17 @@ class _Prefix(Sequence[Any]):
 
     __slots__ = ("_items", "_n")
 
-    def __init__(self, items: list[Any], n: int) -> None:
+    def __init__(self, items: Sequence[Any], n: int) -> None:
         self._items, self._n = items, n
 
     def __len__(self) -> int:
         return self._n
 
     def __getitem__(self, index: Any) -> Any:
-        if isinstance(index, slice):
-            return self._items[: self._n][index]
+        if isinstance(index, slice):  # O(slice): only the items asked for are read
+            start, stop, step = index.indices(self._n)
+            items = self._items
+            return items[start:stop:step] if step > 0 else [items[i] for i in range(start, stop, step)]
         if index < 0:
             index += self._n
         if not 0 <= index < self._n:
@@ -39,9 +42,7 @@ class _Prefix(Sequence[Any]):
         return self._items[index]
 
     def __iter__(self) -> Iterator[Any]:
-        items = self._items
-        for i in range(self._n):
-            yield items[i]
+        return itertools.islice(self._items, self._n)  # C speed; stops at the snapshot's length
 
 
 class _RefsView(Mapping[str, Sequence[str]]):

@@ -8,15 +8,104 @@ commit (:class:`_Draft`). :class:`~relevance_memory._store.MessageStore` applies
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from datetime import datetime
+from typing import Any, overload
 
 from ._exceptions import InvalidMessageError
-from ._models import Message
+from ._io import message_to_dict
+from ._models import FrozenDict, FrozenList, freeze
 
 _NAME_RE = re.compile(r"^[^\s<|\\/>]+$")
 """The API's pattern for a message's ``name`` (no whitespace, ``<``, ``|``, ``\\``, ``/``, ``>``)."""
+
+
+class _NotPlain(Exception):
+    """A value :func:`own_message`'s one-pass copy does not handle (the general path does)."""
+
+
+def _own(value: Any) -> Any:
+    kind = type(value)
+    if kind is str or value is None or kind is int or kind is float or kind is bool:
+        return value
+    if kind is dict:
+        return FrozenDict({k: _own(v) for k, v in value.items()})
+    if kind is list or kind is tuple:
+        return FrozenList([_own(v) for v in value])
+    raise _NotPlain
+
+
+def own_message(given: Any) -> FrozenDict:
+    """The store's read-only deep copy of a message: ``freeze(message_to_dict(given))``.
+
+    A plain ``dict`` of strings, numbers, lists and dicts (what agent loops hold) is copied
+    in one pass; anything else — an SDK message object, a typed mapping, a model inside a
+    dict — takes :func:`~relevance_memory._io.message_to_dict` first. Either way the result
+    is equal (issue 24: converting and then freezing walked every message twice).
+
+    Raises:
+        TypeError: ``given`` is neither a mapping nor a message object (from ``message_to_dict``).
+    """
+    if type(given) is dict:
+        try:
+            return FrozenDict({k: _own(v) for k, v in given.items()})
+        except _NotPlain:
+            pass
+    frozen: FrozenDict = freeze(message_to_dict(given))
+    return frozen
+
+
+def _checked_types(fields: Mapping[str, Any]) -> bool:
+    """Whether the fields ingest did not make itself are of the exact types
+    :class:`~relevance_memory._models.Message` declares (then it is built without validation)."""
+    for key in ("trace_id", "parent_id", "producer"):
+        value = fields[key]
+        if value is not None and type(value) is not str:
+            return False
+    count, stamp = fields["token_count"], fields["timestamp"]
+    return (
+        type(fields["scope"]) is str
+        and type(count) is int
+        and count >= 0
+        and (stamp is None or isinstance(stamp, datetime))
+    )
+
+
+class StringRows(Sequence[frozenset[str]]):
+    """Per message (by index), a set of strings — its lexical terms, or its identifiers —
+    kept compact: one tuple per message of strings the store interns (each distinct string
+    once in the process), read as a ``frozenset`` (a new one per read). Append-only."""
+
+    __slots__ = ("_rows",)
+
+    def __init__(self) -> None:
+        self._rows: list[tuple[str, ...]] = []
+
+    def append(self, row: tuple[str, ...]) -> None:
+        self._rows.append(row)
+
+    def row(self, index: int) -> tuple[str, ...]:
+        """The stored tuple of message ``index`` (no copy)."""
+        return self._rows[index]
+
+    def __len__(self) -> int:
+        return len(self._rows)
+
+    @overload
+    def __getitem__(self, index: int) -> frozenset[str]: ...
+
+    @overload
+    def __getitem__(self, index: slice) -> list[frozenset[str]]: ...
+
+    def __getitem__(self, index: int | slice) -> frozenset[str] | list[frozenset[str]]:
+        if isinstance(index, slice):
+            return [frozenset(row) for row in self._rows[index]]
+        return frozenset(self._rows[index])
+
+    def __iter__(self) -> Iterator[frozenset[str]]:
+        for row in self._rows:
+            yield frozenset(row)
 
 
 def _validate_tool_calls(raw: Any, index: int) -> list[dict[str, Any]]:
@@ -160,15 +249,13 @@ class _Stage:
 
 @dataclass(slots=True)
 class _Draft:
-    """A validated message ready to commit (commit cannot fail)."""
+    """A validated message ready to commit (commit cannot fail): ``fields`` are the
+    :class:`~relevance_memory._models.Message`'s, checked, all but ``references``."""
 
-    message: Message
-    calls: list[dict[str, Any]]
+    fields: dict[str, Any]
     parent_index: int | None
     excluded_reason: str | None
     next_step: int
     block_owner: int | None
-    idents: set[str]
-    text_for_refs: str
     clock_stamped: bool = False  # the timestamp is the store clock's, not the caller's (episode cuts)
 

@@ -293,18 +293,6 @@ class LLMSummarizer:
         )
         return [{"role": "system", "content": _LLM_SYSTEM}, {"role": "user", "content": user}]
 
-    def _names(self, item: SummaryItem) -> list[str]:
-        """The code names of a message's text and tool-call arguments (:func:`code_names`),
-        memoised by (id, content hash)."""
-        key = (item.id, item.content_hash or item.text)
-        found = self._names_memo.get(key)
-        if found is None:
-            found = code_names("\n".join([item.text, *(arguments for _, arguments in item.tool_calls)]))
-            self._names_memo[key] = found
-            while len(self._names_memo) > self.memo_size:
-                self._names_memo.pop(next(iter(self._names_memo)))
-        return found
-
     def summarize(self, items: Sequence[SummaryItem], *, level: int, max_tokens: int) -> SummaryDraft:
         """Ask the model; on any failure, warn and use ``fallback``. ``covered_ids`` is
         always exactly the requested ids (restorability does not depend on the model)."""

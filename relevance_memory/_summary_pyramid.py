@@ -9,7 +9,6 @@ which re-exports everything here.
 from __future__ import annotations
 
 import re
-
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace

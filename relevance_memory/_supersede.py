@@ -36,6 +36,7 @@ import posixpath
 from collections import OrderedDict, deque
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from functools import lru_cache
 from typing import Literal
 
 from ._models import Message, content_text
@@ -43,7 +44,7 @@ from ._supersede_facts import FACT_MIN_OVERLAP as FACT_MIN_OVERLAP
 from ._supersede_facts import FACT_MIN_SHARED as FACT_MIN_SHARED
 from ._supersede_facts import FACT_MIN_SHARED_CUED as FACT_MIN_SHARED_CUED
 from ._supersede_facts import FactStatement, _restates, asks_for_history, fact_statements
-from ._supersede_files import FileView, _failed, edited_paths, file_views
+from ._supersede_files import FileView, _edited_paths, _failed, file_views
 
 __all__ = [
     "FileView",
@@ -58,6 +59,7 @@ __all__ = [
     "fact_statements",
     "file_views",
     "items_from_messages",
+    "parse_call",
 ]
 
 SupersedeKind = Literal["tool_call", "resource", "fact"]
@@ -137,12 +139,49 @@ def command_of(arguments: str) -> str | None:
         parsed = json.loads(arguments)
     except (ValueError, TypeError):
         return None
+    return _command_in(parsed)
+
+
+def _command_in(parsed: object) -> str | None:
     if isinstance(parsed, Mapping):
         for key in ("command", "cmd", "script"):
             value = parsed.get(key)
             if isinstance(value, str):
                 return value
     return None
+
+
+@dataclass(frozen=True, slots=True)
+class ParsedCall:
+    """What supersede detection reads from one tool call's arguments, parsed once.
+
+    Attributes:
+        canonical: :func:`canonical_arguments`.
+        views: the files its shell command shows or writes (:func:`file_views`).
+        edited: the files its shell command edits (:func:`edited_paths`), sorted.
+    """
+
+    canonical: str
+    views: tuple[FileView, ...] = ()
+    edited: tuple[str, ...] = ()
+
+
+@lru_cache(maxsize=4096)
+def parse_call(arguments: str) -> ParsedCall:
+    """The arguments of a tool call parsed once (JSON once, the shell command once): an
+    assistant's call and the tool result answering it share the string, so the result's
+    lookup is a cache hit (issue 24: each command used to be parsed about three times).
+    Bounded (least recently used of 4,096 dropped); pure, so the cache changes only speed."""
+    try:
+        parsed = json.loads(arguments)
+    except (ValueError, TypeError):
+        return ParsedCall(arguments.strip())
+    canonical = json.dumps(parsed, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    command = _command_in(parsed)
+    if command is None:
+        return ParsedCall(canonical)
+    views = tuple(file_views(command))
+    return ParsedCall(canonical, views, tuple(sorted(_edited_paths(command, views))))
 
 
 @dataclass
@@ -237,7 +276,8 @@ class SupersedeDetector:
     def _observe_result(self, item: SupersedeItem) -> list[SupersedeLink]:
         assert item.call is not None
         name, arguments = item.call
-        args = canonical_arguments(arguments)
+        parsed = parse_call(arguments)
+        args = parsed.canonical
         key = f"{name} {args}"
         links: list[SupersedeLink] = []
         live = self._calls.setdefault(key, [])
@@ -255,9 +295,8 @@ class SupersedeDetector:
             ))
         kept.append((item.id, item.step, item.content_hash))
         self._calls[key] = kept[-_MAX_LIVE_PER_KEY:]
-        command = command_of(arguments)
-        if command is not None and not _failed(item.text):
-            for view in file_views(command):
+        if parsed.views and not _failed(item.text):
+            for view in parsed.views:
                 if not view.write:
                     links.extend(self._observe_view(item.id, item.step, view, item.content_hash))
         return links
@@ -265,15 +304,13 @@ class SupersedeDetector:
     def _observe_writes(self, item: SupersedeItem) -> list[SupersedeLink]:
         links: list[SupersedeLink] = []
         for _name, arguments in item.calls:
-            command = command_of(arguments)
-            if command is None:
-                continue
-            for path in sorted(edited_paths(command)):
+            parsed = parse_call(arguments)
+            for path in parsed.edited:
                 self._edited[path] = item.id
                 self._edited.move_to_end(path)
                 while len(self._edited) > self.max_keys:
                     self._edited.popitem(last=False)
-            for view in file_views(command):
+            for view in parsed.views:
                 if view.write:
                     links.extend(self._observe_view(item.id, item.step, view, item.content_hash))
         return links

@@ -21,7 +21,7 @@ Spans, named after the OpenTelemetry GenAI semantic conventions where they defin
   ``messages.before`` / ``messages.after``, ``prefix.tokens`` (tokens shared exactly with the
   previous request) and ``prefix.cacheable_tokens`` (what of them a provider bills as cached),
   ``summaries``, ``warnings``, ``appended``; on a compaction or full rebuild also
-  ``messages.kept`` / ``recent`` / ``summarised`` / ``dropped`` / ``excerpted`` / ``archived``.
+  ``messages.kept`` / ``recent`` / ``summarised`` / ``dropped`` / ``excerpted`` / ``elided`` / ``archived``.
 - **a scorer call** (child of the build span): span ``score {scorer name}``, with
   ``gen_ai.request.model``, ``gen_ai.usage.input_tokens`` / ``gen_ai.usage.output_tokens``
   (the scorer's LLM usage) and ``relevance_memory.scorer.*`` (``items``, ``llm_calls``,
@@ -120,10 +120,9 @@ def build_attributes(record: DecisionRecord) -> dict[str, Any]:
         counts: Counter[str] = Counter(str(d.decision) for d in decisions)
         for name in ("kept", "recent", "summarised", "dropped"):
             attributes[f"relevance_memory.messages.{name}"] = counts.get(name, 0)
-        # graded fidelity (SPEC §11) may mark an excerpt by its decision or by a fidelity field
-        attributes["relevance_memory.messages.excerpted"] = sum(
-            1 for d in decisions if str(d.decision) == "excerpted" or str(getattr(d, "fidelity", "")) == "excerpt"
-        )
+        # graded fidelity (SPEC §11): messages sent cut to an excerpt, or with their output elided
+        attributes["relevance_memory.messages.excerpted"] = sum(1 for d in decisions if d.fidelity == "excerpt")
+        attributes["relevance_memory.messages.elided"] = sum(1 for d in decisions if d.fidelity == "elided")
         attributes["relevance_memory.messages.archived"] = sum(1 for d in decisions if d.tier == "archive")
         attributes["gen_ai.memory.record.count"] = counts.get("kept", 0) + counts.get("recent", 0)
     return attributes

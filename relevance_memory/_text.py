@@ -49,6 +49,8 @@ ERROR_RE = re.compile(
 
 _CJK = r"\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uac00-\ud7af\uf900-\ufaff"
 _TERM_RE = re.compile(rf"[{_CJK}]+|[^\W_]+(?:['’][a-z]+)?", re.UNICODE)
+_TERM_ASCII_RE = re.compile(r"[a-z0-9]+(?:'[a-z]+)?")
+""":data:`_TERM_RE` on lower-cased ASCII text (``[^\\W_]`` is ``[a-z0-9]`` there)."""
 _CJK_RUN = re.compile(rf"^[{_CJK}]+$")
 _ANY_CJK = re.compile(rf"[{_CJK}]")
 
@@ -58,6 +60,8 @@ STOPWORDS = frozenset(
 
 # candidate tokens: runs of word characters and the separators ids and paths use
 _TOKEN_RE = re.compile(r"\d{1,3}(?:,\d{3})+(?:\.\d+)?(?![\w,])|[\w./:\\-]+")
+_TOKEN_ASCII_RE = re.compile(_TOKEN_RE.pattern, re.ASCII)
+""":data:`_TOKEN_RE` for ASCII text (the same matches; ASCII classes are quicker to test)."""
 _FILE_EXT = re.compile(
     r"\.(?:py|pyi|js|ts|tsx|json|md|rst|txt|ya?ml|toml|cfg|ini|rs|go|java|c|h|cpp|hpp|html|css|sh|sql|csv|log)$"
 )
@@ -75,6 +79,8 @@ def lexical_terms(text: str) -> list[str]:
     (a single character stays a unigram), the usual choice for BM25 over Chinese.
     """
     lowered = text.lower()
+    if lowered.isascii():  # the same terms, by a simpler expression (no CJK, no ’)
+        return [t for t in _TERM_ASCII_RE.findall(lowered) if t not in STOPWORDS and (len(t) > 1 or t.isdigit())]
     if _ANY_CJK.search(lowered) is None:
         return [t for t in _TERM_RE.findall(lowered) if t not in STOPWORDS and (len(t) > 1 or t.isdigit())]
     out: list[str] = []
@@ -181,29 +187,51 @@ def identifiers(text: str) -> set[str]:
     reach a context or a record unsorted (same input → same bytes, issue 11).
     """
     found: set[str] = set()
-    for raw in dict.fromkeys(_TOKEN_RE.findall(text)):  # first occurrences, in order (deterministic)
-        token = raw.strip(".,:-/\\")
-        if len(token) < 3:
-            continue
-        if token.isalpha():  # plain words: only CamelCase names count
-            if token[1:] != token[1:].lower() and token[1:] != token[1:].upper() and _CODE_NAME.match(token):
-                found.add(token)
-        elif token.isdigit():
+    memo = _IDENT_MEMO
+    tokens = (_TOKEN_ASCII_RE if text.isascii() else _TOKEN_RE).findall(text)
+    for raw in dict.fromkeys(tokens):  # first occurrences, in order (deterministic)
+        token = memo.get(raw, _UNSEEN)
+        if token is _UNSEEN:
+            token = _identifier(raw)
+            if len(memo) >= _IDENT_MEMO_MAX:
+                memo.clear()  # bounded; only speed depends on it
+            memo[raw] = token
+        if token is not None:
             found.add(token)
-        else:
-            has_digit = _HAS_DIGIT.search(token) is not None
-            has_alpha = _HAS_ALPHA.search(token) is not None
-            if (
-                ("/" in token and has_alpha)
-                or (has_digit and has_alpha)
-                or (has_digit and _NUMBER.match(token))
-                or _FILE_EXT.search(token)
-                or (not has_digit and _CODE_NAME.match(token))
-            ):
-                found.add(token)
-        if len(found) >= _MAX_IDENTS:
-            break
+            if len(found) >= _MAX_IDENTS:
+                break
     return found
+
+
+_IDENT_MEMO: dict[str, str | None] = {}
+"""Raw token → the identifier it is (stripped), or ``None``: tokens repeat across messages, and
+the checks are several regular expressions each (issue 24)."""
+_IDENT_MEMO_MAX = 200_000
+_UNSEEN = ""  # never a memo value: an identifier has at least 3 characters
+
+
+def _identifier(raw: str) -> str | None:
+    """The identifier a raw token of :func:`identifiers` is, or ``None``."""
+    token = raw.strip(".,:-/\\")
+    if len(token) < 3:
+        return None
+    if token.isalpha():  # plain words: only CamelCase names count
+        if token[1:] != token[1:].lower() and token[1:] != token[1:].upper() and _CODE_NAME.match(token):
+            return token
+        return None
+    if token.isdigit():
+        return token
+    has_digit = _HAS_DIGIT.search(token) is not None
+    has_alpha = _HAS_ALPHA.search(token) is not None
+    if (
+        ("/" in token and has_alpha)
+        or (has_digit and has_alpha)
+        or (has_digit and _NUMBER.match(token))
+        or _FILE_EXT.search(token)
+        or (not has_digit and _CODE_NAME.match(token))
+    ):
+        return token
+    return None
 
 
 _NAME_TOKEN_RE = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_./\-]*")

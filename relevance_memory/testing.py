@@ -337,9 +337,14 @@ def _sent_as(message: Mapping[str, object], original: Mapping[str, object], fide
     content = str(message.get("content") or "")
     marked = content.startswith((EXCERPT_MARKER, ELIDED_MARKER))
     same = all(message.get(k) == original.get(k) for k in ("role", "tool_call_id", "name"))
-    calls = [c.get("id") for c in (message.get("tool_calls") or []) if isinstance(c, Mapping)]  # type: ignore[union-attr]
-    wanted = [c.get("id") for c in (original.get("tool_calls") or []) if isinstance(c, Mapping)]  # type: ignore[union-attr]
+    calls = [c.get("id") for c in _calls(message) if isinstance(c, Mapping)]
+    wanted = [c.get("id") for c in _calls(original) if isinstance(c, Mapping)]
     return marked and same and calls == wanted and message != original
+
+
+def _calls(message: Mapping[str, object]) -> list[object]:
+    calls = message.get("tool_calls")
+    return list(calls) if isinstance(calls, (list, tuple)) else []
 
 
 def _check_whole_chains(history: Sequence[Mapping[str, object]], kept: set[int]) -> None:

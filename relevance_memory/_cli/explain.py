@@ -32,6 +32,7 @@ def explain(
 ) -> None:
     """Show the per-message decisions of a build (score, tier, decision, reason) and where the budget went.
 
+    A message sent cut (SPEC §11) reads ``kept (excerpt)`` or ``kept (elided)``, its tokens as sent/whole.
     Reasons wrap to the terminal's width; from 120 columns the step and the score's source are shown too."""
     try:
         data = record.read_bytes()
@@ -71,8 +72,11 @@ def explain(
         score = "" if d.score is None else f"{d.score} {d.score_source.value if d.score_source else ''}"
         if not wide:
             score = "" if d.score is None else str(d.score)
-        cells: list[str | Text] = [d.id, str(d.step), _TYPE_ABBREV.get(d.msg_type, d.msg_type), f"{d.tokens:,}", score,
-                                   d.tier, Text(d.decision, style=style[d.decision]), reason]
+        cut = d.fidelity in ("excerpt", "elided")  # SPEC §11: sent cut, the original restorable
+        tokens = f"{d.sent_tokens:,}/{d.tokens:,}" if cut and d.sent_tokens is not None else f"{d.tokens:,}"
+        shown_as = Text(f"{d.decision} ({d.fidelity})" if cut else d.decision, style=style[d.decision])
+        cells: list[str | Text] = [d.id, str(d.step), _TYPE_ABBREV.get(d.msg_type, d.msg_type), tokens, score,
+                                   d.tier, shown_as, reason]
         table.add_row(*(cells if wide else cells[:1] + cells[2:]))
     console.print(table)
     for line in mode_lines(rec):
@@ -80,7 +84,10 @@ def explain(
     if limit and len(rows) > limit:
         console.print(f"… {len(rows) - limit} more rows (use --limit 0 for all)")
     counts = rec.decision_counts()
-    console.print(", ".join(f"{k}: {v}" for k, v in counts.items()))
+    sent_cut = {f: sum(1 for d in rec.messages if d.fidelity == f) for f in ("excerpt", "elided")}
+    console.print(", ".join(f"{k}: {v}" for k, v in counts.items())
+                  + "".join(f"; sent as {'excerpts' if f == 'excerpt' else 'elided outputs'}: {n}"
+                            for f, n in sent_cut.items() if n))
     if rec.budget_breakdown is not None:
         console.print(budget_table(rec.budget_breakdown))
         for note in budget_notes(rec.budget_breakdown):

@@ -32,7 +32,7 @@ def replay(
     transcript: Annotated[Path, typer.Argument(help="Transcript: OpenAI chat JSON/JSONL, a SWE-bench run, or τ-bench results.")],
     budget: Annotated[int, typer.Option(min=1, help="Token budget of every built context (tokens).")] = 8000,
     keep_recent: Annotated[int, typer.Option("--keep-recent", min=0, help="Working memory: last K steps kept verbatim.")] = 4,
-    target: Annotated[float, typer.Option(min=0.01, max=1.0, help="Share of the budget a compaction fills (the target_fraction of CachePolicy).")] = 0.5,
+    target: Annotated[float | None, typer.Option(min=0.01, max=1.0, help="Most of the budget a compaction fills (CachePolicy.target_fraction; default the library's).")] = None,
     always_rebuild: Annotated[bool, typer.Option("--always-rebuild", help="Rebuild every request from scratch (the behaviour before prefix stability).")] = False,
     model: Annotated[str, typer.Option(help="Model name; picks the tokenizer (o200k/cl100k).")] = "gpt-4o",
     index: Annotated[int, typer.Option(help="Which run to take from a file holding many (τ-bench).")] = 0,
@@ -40,7 +40,9 @@ def replay(
     embedder: Annotated[str, typer.Option(help=EMBEDDER_HELP)] = "wordllama",
 ) -> None:
     """Replay TRANSCRIPT request by request: build mode, tokens sent, cached prefix, cost vs the full history."""
-    policy = CachePolicy(target_fraction=target, always_rebuild=always_rebuild)
+    policy = CachePolicy(always_rebuild=always_rebuild)
+    if target is not None:
+        policy = policy.model_copy(update={"target_fraction": target})
     check_embedder(embedder)
     try:
         loaded = load_transcript(transcript, index=index)
@@ -59,7 +61,7 @@ def replay(
         console.print(Text.assemble(
             ("relmem replay", "bold"),
             f" {transcript} ({len(points)} requests, budget {budget:,} {memory.config.resolved_encoding} tokens, "
-            f"{'always rebuild' if always_rebuild else f'compaction target {target:.0%}'}, "
+            f"{'always rebuild' if always_rebuild else f'compaction target up to {policy.target_fraction:.0%}'}, "
             f"embedder {memory.vectors.embedder.name if memory.vectors is not None else 'none: lexical'})"))
         console.print(f"{'req':>4} {'history':>8} {'mode':<12} {'sent':>7} {'cached':>7} {'share':>6} "
                       f"{'cost@0.1 vs full':>16} {'@0.5':>6}")
@@ -71,6 +73,8 @@ def replay(
             try:
                 record = memory.build_context().record
             except RelevanceMemoryError as exc:  # which request, so a --quiet run is not a bare error
+                if meter.requests:  # what was replayed so far still counts
+                    _total(meter, modes, memory.config.resolved_encoding, partial=True)
                 raise fail(f"request {n} of {len(points)} (message {k}) could not be built: {exc}") from None
             full_cached = policy.cacheable(previous_full - REPLY_PRIMING_TOKENS) if previous_full is not None else 0
             meter.add(record.tokens_after, record.cacheable_tokens, record.tokens_before, full_cached)
@@ -85,11 +89,16 @@ def replay(
                 )
     except RelevanceMemoryError as exc:
         raise fail(str(exc)) from None
+    _total(meter, modes, memory.config.resolved_encoding)
+
+
+def _total(meter: CacheMeter, modes: dict[str, int], encoding: str, *, partial: bool = False) -> None:
+    """The TOTAL line (``TOTAL (partial)`` for the requests replayed before a build failed)."""
     counts = " ".join(f"{MODE_LABEL[m].replace(' ', '_')}={c}" for m, c in modes.items())
     console.print(
-        f"TOTAL requests={meter.requests} sent_tokens={meter.sent:,} full_history_tokens={meter.full_sent:,} "
+        f"TOTAL{' (partial)' if partial else ''} requests={meter.requests} sent_tokens={meter.sent:,} full_history_tokens={meter.full_sent:,} "
         f"cached_share={meter.share:.1%} (full history {meter.full_cached / max(1, meter.full_sent):.1%}) "
         + " ".join(f"cost@{p}={meter.cost(p):,.0f} ({meter.ratio(p):.2f}× full)" for p in PRICES)
-        + f" {counts} encoding={memory.config.resolved_encoding}",
+        + f" {counts} encoding={encoding}",
         highlight=False, soft_wrap=True,
     )

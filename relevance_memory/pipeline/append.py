@@ -19,7 +19,6 @@ build as the prefix of the next one.
 
 from __future__ import annotations
 
-import copy
 import hashlib
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -27,7 +26,9 @@ from typing import Any
 
 from .._cache_policy import PrefixDecision, decide_build_mode
 from .._exceptions import InvalidMessageError, RelevanceMemoryError
-from .._models import ScoreSource, TaskGoal, user_authored
+from .._models import ScoreSource, TaskGoal, freeze, thaw, user_authored
+from .._pheromone import PheromoneField
+from .._pheromone_math import settled_strength
 from .._prefix import AppendPlan, TailItem, plan_append, shared_prefix_tokens
 from .._record import BudgetBreakdown, BudgetLine, DecisionRecord, MessageDecision
 from .._scoring import ScorerUsage
@@ -52,7 +53,8 @@ class PrefixState:
 
     Attributes:
         messages: the context without the subtask note (what an append extends), as
-            pristine copies (callers get copies of them).
+            read-only copies (:func:`~relevance_memory._models.freeze`; callers get plain
+            copies of them).
         sources: per message of ``messages``, the store index it copies, or ``None``.
         tokens: tokens of ``messages`` with reply priming (tokens).
         sent_tokens: tokens of the request as sent (``tokens`` plus the subtask note).
@@ -65,6 +67,10 @@ class PrefixState:
         appended: store indices appended since ``base`` (ascending).
         skipped: store indices passed over since ``base`` (excluded on ingest).
         appended_tokens: their tokens (tokens).
+        appended_ids: the message ids of ``appended``.
+        appended_roots: the trace chains (root indices) of ``appended``.
+        appended_steps: the steps of ``appended`` (carried so an append reads only its new
+            messages, issue 24).
         history_tokens: tokens of every stored message not excluded on ingest, up to
             ``counted`` (tokens; the record's ``tokens_before`` without priming).
         counted: how many stored messages ``history_tokens`` covers.
@@ -88,6 +94,9 @@ class PrefixState:
     appended: tuple[int, ...] = ()
     skipped: tuple[int, ...] = ()
     appended_tokens: int = 0
+    appended_ids: tuple[str, ...] = ()
+    appended_roots: frozenset[int] = frozenset()
+    appended_steps: frozenset[int] = frozenset()
     history_tokens: int = 0
     counted: int = 0
     last_build_id: str = ""
@@ -238,20 +247,23 @@ def _history_tokens(previous: PrefixState, store: StoreView) -> tuple[int, int]:
 def append(previous: PrefixState, step: BuildStep, seams: Seams, *, goal: TaskGoal, build_number: int) -> BuiltContext:
     """An appended build: the previous context byte for byte plus ``step.plan``'s messages.
 
-    Costs O(new messages) plus a copy of the context; the decision record's per-message
-    list is built on first use (:meth:`DecisionRecord.defer_messages`).
+    Costs O(new messages) plus a copy of the context (the caller's own plain dicts); the
+    decision record's per-message list is built on first use
+    (:meth:`DecisionRecord.defer_messages`), with the strengths as of this build.
     """
     store, config, policy = seams.store, seams.config, seams.config.cache_policy
     steps = step.plan
     assert steps is not None
     new = [dict(step.renditions[i].message) if i in step.renditions else store[i].to_openai() for i in steps.indices]
-    messages = [*copy.deepcopy(list(previous.messages)), *new]
+    messages = [*(thaw(m) for m in previous.messages), *new]  # plain copies: O(context)
     sources: list[int | None] = [*previous.sources, *steps.indices]
     if step.note is not None:
         messages.append(dict(step.note))
         sources.append(None)
     tokens = previous.tokens + steps.tokens + step.note_tokens
-    problems = check_context(messages)  # O(context), not O(history): the budget bounds it
+    # the previous context was checked and ends with whole tool blocks (plan_append holds a
+    # chain back until all its results arrived): the appended tail is checked on its own
+    problems = check_context(messages[len(previous.messages):])
     if problems or tokens > previous.budget:  # plan_append and the decision rule this out
         raise RelevanceMemoryError(
             f"internal error: appended context is invalid ({problems}) or over budget ({tokens} > "
@@ -263,7 +275,8 @@ def append(previous: PrefixState, step: BuildStep, seams: Seams, *, goal: TaskGo
     held = set(steps.held_back)
     appended = (*previous.appended, *steps.indices)
     skipped = (*previous.skipped, *steps.skipped)
-    appended_roots = len({store.chain_root(i) for i in appended})
+    roots, steps_seen = _appended_chains(previous, steps.indices, store)
+    appended_roots = len(roots)
     appended_tokens = previous.appended_tokens + steps.tokens
     build_id = hashlib.sha256(
         f"{build_number}|{len(store)}|{goal.final}|{goal.subtask}|{previous.budget}|appended".encode()
@@ -285,7 +298,7 @@ def append(previous: PrefixState, step: BuildStep, seams: Seams, *, goal: TaskGo
         messages_before=len(store),
         messages_after=len(messages),
         keep_recent=config.keep_recent,
-        working_steps=base.working_steps + len({store[i].step for i in appended} - {-1}),
+        working_steps=base.working_steps + len(steps_seen - {-1}),
         identity=base.identity and not held and not skipped,
         goal_block=base.goal_block,
         scorer=base.scorer,
@@ -305,7 +318,9 @@ def append(previous: PrefixState, step: BuildStep, seams: Seams, *, goal: TaskGo
         prefix_tokens=prefix,
         cacheable_tokens=policy.cacheable(prefix),
     )
-    strengths = _strengths(seams, [*appended, *held, *steps.skipped])
+    others = [*held, *steps.skipped]
+    strengths = _strengths(seams, [*appended, *others],
+                           [*previous.appended_ids, *record.appended_ids, *(store[i].id for i in others)])
     renditions = {**previous.renditions, **step.renditions}
     record.defer_messages(_lazy_decisions(base, previous.base_length, store, appended, skipped, held, strengths,
                                           renditions))
@@ -338,17 +353,18 @@ def _lazy_decisions(
     appended: Sequence[int],
     skipped: Sequence[int],
     held: set[int],
-    strengths: dict[int, float | None],
+    strengths_at_build: Callable[[], dict[int, float | None]],
     renditions: Mapping[int, Rendition],
 ) -> Callable[[], list[MessageDecision]]:
     """The appended build's per-message decisions, computed when first read: the base build's
     decisions, then every message stored since, as appended (``recent``), held back or
-    excluded (strengths as of the build: ``strengths``)."""
+    excluded (strengths as of the build: ``strengths_at_build``)."""
     length = len(store)
     added, passed = set(appended), set(skipped)
     excluded = dict(store.excluded)
 
     def build() -> list[MessageDecision]:
+        strengths = strengths_at_build()
         out: list[MessageDecision] = []
         for decision in base.messages:
             out.append(_appended_decision(store, decision.index, strengths, renditions) if decision.index in added
@@ -378,12 +394,38 @@ def _lazy_decisions(
     return build
 
 
-def _strengths(seams: Seams, indices: Sequence[int]) -> dict[int, float | None]:
-    """Pheromone strength of each message now (``None`` without the field)."""
+def _appended_chains(previous: PrefixState, indices: Sequence[int], store: StoreView) -> tuple[frozenset[int], frozenset[int]]:
+    """The chain roots and steps of every message appended since the base, the previous
+    build's plus ``indices``' (O(new)). A message joined to an older chain by a caller's
+    ``trace_id`` may merge chains, moving earlier messages' roots: then every root is read
+    again."""
+    if any(store[i].trace_id is not None for i in indices):
+        appended = (*previous.appended, *indices)
+        roots = frozenset(store.chain_root(i) for i in appended)
+    else:
+        roots = previous.appended_roots | {store.chain_root(i) for i in indices}
+    return roots, previous.appended_steps | {store[i].step for i in indices}
+
+
+def _strengths(seams: Seams, indices: Sequence[int], ids: Sequence[str]) -> Callable[[], dict[int, float | None]]:
+    """Pheromone strength of each message (``indices``, with their ``ids``) as of now
+    (``None`` without the field), computed when called. A plain
+    :class:`~relevance_memory._pheromone.PheromoneField` is read from the cells it holds now
+    (immutable: one lookup each, settled later, the same floats); another memory (a
+    board's) is asked now."""
     if not seams.config.pheromone.enabled:
-        return dict.fromkeys(indices)
-    store = seams.store
-    return {i: round(seams.pheromone.strength(store[i].id), 4) for i in indices}
+        return lambda: dict.fromkeys(indices)
+    field = seams.pheromone
+    if not isinstance(field, PheromoneField) or type(field).strength is not PheromoneField.strength:
+        now: dict[int, float | None] = {i: round(field.strength(m), 4) for i, m in zip(indices, ids, strict=True)}
+        return lambda: now
+    tick, config, cells = field.tick, field.config, field.cells_of(ids)
+
+    def settle() -> dict[int, float | None]:
+        return {i: round(settled_strength(c, tick, config), 4) if c is not None else 0.0
+                for i, c in zip(indices, cells, strict=True)}
+
+    return settle
 
 
 def _linked(store: StoreView, decision: MessageDecision) -> MessageDecision:
@@ -469,7 +511,7 @@ def remember(
         assert previous is not None and step.plan is not None
         history, counted = _history_tokens(previous, store)
         end = len(built.messages) - (1 if step.note is not None else 0)
-        new = copy.deepcopy(built.messages[len(previous.messages):end])  # only the new ones: O(new)
+        new = [freeze(m) for m in built.messages[len(previous.messages):end]]  # only the new ones: O(new)
         return PrefixState(
             messages=(*previous.messages, *new), sources=tuple(built.sources[:end]),
             tokens=record.tokens_after - step.note_tokens, sent_tokens=record.tokens_after, note=step.note,
@@ -477,6 +519,9 @@ def remember(
             base_length=previous.base_length, appended=(*previous.appended, *step.plan.indices),
             skipped=(*previous.skipped, *step.plan.skipped),
             appended_tokens=previous.appended_tokens + step.plan.tokens, history_tokens=history, counted=counted,
+            appended_ids=(*previous.appended_ids, *record.appended_ids),
+            appended_roots=_appended_chains(previous, step.plan.indices, store)[0],
+            appended_steps=previous.appended_steps | {store[i].step for i in step.plan.indices},
             last_build_id=record.build_id, restore_tool=previous.restore_tool,
             renditions={**previous.renditions, **{i: r for i, r in step.renditions.items() if i in step.plan.indices}},
             summaries=previous.summaries,
@@ -495,7 +540,7 @@ def remember(
     start = tail_start(store)
     held = sum(m.token_count for m in store.messages[start:] if m.id not in store.excluded)
     return PrefixState(
-        messages=tuple(copy.deepcopy(list(body))), sources=tuple(sources),
+        messages=tuple(freeze(m) for m in body), sources=tuple(sources),
         tokens=record.tokens_after - note_tokens, sent_tokens=record.tokens_after,
         note=dict(built.messages[-1]) if has_note else None,
         next_index=start, final_goal=final_goal, budget=budget, base=record, base_length=len(store),

@@ -174,7 +174,12 @@ def assemble(state: BuildState, seams: Seams) -> Assembled:
     if summarised is not None:
         kept_set = set(kept_indices)
         left_out = [i for chain in part.chains.values() for i in chain.members if i not in kept_set]
-        head, rest = stable_head(kept_indices, left_out)
+        if left_out:
+            head, rest = stable_head(kept_indices, left_out)
+        else:  # nothing left out (only excerpts made it fit, SPEC §11): the goal block right after
+            # the task statement — never after the newest step
+            task = part.chains[part.task_root].last if part.task_root is not None and part.task_root in part.chains else -1
+            head, rest = [i for i in kept_indices if i <= task], [i for i in kept_indices if i > task]
     out.extend(message(i) for i in head)
     sources.extend(head)
     rest_messages = [message(i) for i in rest]

@@ -202,7 +202,7 @@ def _shrink_arguments(arguments: str, max_tokens: int, keep: Collection[str], co
 
 
 def _with_content(message: Message, content: Any, calls: list[dict[str, Any]] | None = None) -> dict[str, Any]:
-    out = thaw(message.raw)
+    out: dict[str, Any] = thaw(message.raw)
     out["content"] = content
     if calls is not None:
         out["tool_calls"] = calls

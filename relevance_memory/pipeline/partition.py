@@ -14,8 +14,7 @@ The pure split is :func:`split_history`; :func:`partition` is the stage.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import replace
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from .._exceptions import ContextOverflowError, InvalidMessageError
 from .._markers import GOAL_BLOCK_MARKER
@@ -302,12 +301,12 @@ def partition(state: BuildState, seams: Seams) -> Partitioned:
         )
     # SPEC §11: a message larger than its share of the whole budget enters as an excerpt
     whole = state.limit or budget
-    goal_text = f"{goal.final}\n{goal.subtask}"
+    goal_terms = f"{goal.final}\n{goal.subtask}"
     newest_user_tokens = store[newest_user].token_count if newest_user is not None else 0
     room = whole - REPLY_PRIMING_TOKENS - pinned_tokens
     renditions: dict[int, Rendition] = entry_renditions(
         store.messages, [i for c in chains.values() for i in c.members], budget=whole,
-        share=config.excerpt_share, goal_text=goal_text, memo=seams.renditions, counter=seams.tokenizer,
+        share=config.excerpt_share, goal_text=goal_terms, memo=seams.renditions, counter=seams.tokenizer,
         room=max(1, room - newest_user_tokens),
     )
     if newest_user is not None and newest_user in renditions and newest_user_tokens <= room:
@@ -322,7 +321,7 @@ def partition(state: BuildState, seams: Seams) -> Partitioned:
                 budget=budget, pinned_tokens=pinned_tokens, newest_step_tokens=forced_tokens + REPLY_PRIMING_TOKENS
             )
         forced_members = [i for r in split.forced for i in chains[r].members]
-        cut = fit_chain(store.messages, forced_members, ledger.left, current=renditions, goal_text=goal_text,
+        cut = fit_chain(store.messages, forced_members, ledger.left, current=renditions, goal_text=goal_terms,
                         memo=seams.renditions, counter=seams.tokenizer)
         if cut is None:
             raise ContextOverflowError(

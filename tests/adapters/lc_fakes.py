@@ -23,7 +23,7 @@ from relevance_memory import TiktokenCounter, check_context, tools_tokens
 from relevance_memory._tokenizer import REPLY_PRIMING_TOKENS
 from relevance_memory.adapters.langchain import to_openai_messages
 
-_STEP = re.compile(r"^\[(\w+) step (\d+)\]")
+_STEP = re.compile(r"^\[(\w+) step (\d+)\]", re.MULTILINE)  # a line of its own: an excerpt opens with its marker line
 _ids = itertools.count()
 
 
@@ -62,7 +62,7 @@ class ScriptedAgentModel(BaseChatModel):
         thread = str(asked[-1].content).split(":")[0] if asked else "t"
         step = 0
         if isinstance(last, ToolMessage):
-            match = _STEP.match(str(last.content))
+            match = _STEP.search(str(last.content))
             step = int(match.group(2)) if match else self.steps
             thread = match.group(1) if match else thread
         if step >= self.steps:

@@ -110,9 +110,13 @@ async def test_a_30_turn_tool_loop_stays_within_budget_on_every_model_call() -> 
     assert len(managed.memory.messages) == 1 + 2 * 30  # every item recorded once
     record = managed.last_record
     assert record is not None and record.tokens_before > 3 * BUDGET and not record.identity
-    # the last request still carries the newest call and its output, verbatim
+    # the last request still carries the newest call and its output: 2,860 tokens, more than
+    # 1/16 of the budget, so an excerpt of it (head, tail, named lines; issue 21), marked
     last = model.requests[-1][1]
-    assert last[-1]["type"] == "function_call_output" and last[-1]["output"] == listing("src/module_30.py")
+    assert last[-1]["type"] == "function_call_output" and last[-1]["call_id"] == "call_30"
+    output = last[-1]["output"]
+    assert output.startswith("[relevance-memory: excerpt of m60") and "src/module_30.py" in output
+    assert managed.memory.restore(["m60"])[0]["content"] == listing("src/module_30.py")
 
 
 async def test_unmanaged_the_same_run_outgrows_the_budget() -> None:

@@ -93,6 +93,27 @@ def test_an_append_runs_no_stage_and_builds_its_record_lazily(monkeypatch: pytes
     assert json.loads(built.record.to_json())["messages"][-1]["id"] == memory.messages[-1].id
 
 
+
+def test_an_appended_record_read_later_gives_the_strengths_and_chains_of_its_build() -> None:
+    """Issue 24: an append reads only its new messages (chains and steps carried, strengths
+    captured as cells); the record, read after later appends, is what it was at the build."""
+    memory = RelevanceMemoryManager(max_input_tokens=6000, keep_recent=2)
+    memory.extend([*OPENING, *step(0), *step(1)])
+    memory.build_context()
+    records = []
+    for n in range(2, 7):
+        memory.extend(step(n, size=5, parallel=n % 2 == 0))
+        built = memory.build_context()
+        assert built.record.mode == "appended"
+        now = {m.id: round(memory.pheromone.strength(m.id), 4) for m in memory.messages}
+        records.append((built.record, now, len(memory.messages)))
+    for record, now, length in records:
+        recent = [d for d in record.messages if d.decision == "recent" and d.index >= 8]
+        assert recent and all(d.strength == now[d.id] for d in recent)
+        assert len(record.messages) == length
+    last = records[-1][0]
+    appended = [d for d in last.messages if d.decision == "recent" and d.index >= 8]
+    assert last.chains_kept - records[0][0].chains_kept == len({d.chain_id for d in appended}) - 1
 def test_compaction_at_the_high_water_mark_fills_the_target() -> None:
     memory = RelevanceMemoryManager(max_input_tokens=3000, keep_recent=2)
     memory.extend(OPENING)

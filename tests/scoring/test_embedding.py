@@ -138,6 +138,23 @@ def test_default_model_vectors_are_the_same_on_every_machine(wordllama: Embedder
     assert [round(float(c), 6) for c in cos] == [0.180001, 1.0, -0.024979, -0.021821, -0.034609, 0.0]
 
 
+def test_default_model_tokenises_word_pieces_as_the_tokenizer_does(wordllama: Embedder) -> None:
+    """Issue 24: the default model's token ids come from memoised ``▁``-pieces, not a BPE pass
+    over the whole text; they must be the tokenizer's own ids, special tokens and odd spacing
+    included — and the vectors, summed per text over a batch, the same bits as one by one."""
+    import json
+
+    assert isinstance(wordllama, StaticEmbedder) and wordllama._specials == ("<unk>", "<s>", "</s>")
+    fixture = Path(__file__).resolve().parents[2] / "fixtures" / "django__django-15280.json"
+    texts = [str(m.get("content") or "") for m in json.loads(fixture.read_text(encoding="utf-8"))["messages"]]
+    texts += ["", " ", "  a  b  ", "\n\n x\t", "▁▁literal▁marker", "<s> special </s> <unk>", "emoji 😀 日本語 テキスト",
+              "x" * 300, *TEXTS]
+    expected = [enc.ids for enc in wordllama._tokenizer.encode_batch(texts, add_special_tokens=False)]
+    assert [list(ids) for ids in wordllama._token_ids(texts)] == expected
+    assert np.array_equal(wordllama.embed(texts), np.concatenate([wordllama.embed([t]) for t in texts]))
+    assert tiny_embedder()._specials is None  # another tokenizer: encode_batch as before
+
+
 def test_default_model_reads_meaning(wordllama: Embedder) -> None:
     """The issue's example: the battery question meets the power bank, not the weather."""
     q = quantize(wordllama.embed(TEXTS))

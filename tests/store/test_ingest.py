@@ -240,10 +240,12 @@ def test_missing_file_error(tmp_path: Path) -> None:
 
 
 def test_goal_layers() -> None:
-    memory = memory_with(HISTORY)
-    assert memory.goal.final.startswith("Fix the bug")
+    memory = memory_with(HISTORY[:-1])
+    assert memory.goal.final.startswith("Fix the bug") and memory.goal.source == "first_user_message"
+    memory = memory_with(HISTORY)  # a short first message and a later user turn: the user's requests (issue 21)
+    assert memory.goal.final == "Fix the bug in src/app/models.py; never touch tests/.\nok"
     memory.set_goal(subtask="read models.py")
-    assert (memory.goal.source, memory.goal.subtask) == ("first_user_message", "read models.py")
+    assert (memory.goal.source, memory.goal.subtask) == ("user_requests", "read models.py")
     memory.set_goal(final="Ship the fix")
     assert (memory.goal.final, memory.goal.subtask, memory.goal.source) == ("Ship the fix", "read models.py", "explicit")
     assert RelevanceMemoryManager().goal.source == "none"

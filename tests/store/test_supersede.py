@@ -10,6 +10,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from relevance_memory import RelevanceMemoryManager
 from relevance_memory._supersede import (
@@ -350,3 +352,29 @@ def test_edited_views_name_the_newest_view_of_every_edited_file_only() -> None:
     # the newest read, and a whole-file write's view is the assistant message carrying the content
     assert memory.store.edited_views() == {"/testbed/app/util.py": "m8", "tests/test_util.py": "m9"}
     assert "README.md" not in " ".join(memory.store.edited_views())
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.lists(st.sampled_from([*"ab ./-'\";&|<>\t\n\r#$`=é0\\", "cat ", "sed -n ", "&&", "'x y'", "\\\""]), max_size=30))
+def test_shell_words_split_as_shlex_does(pieces: list[str]) -> None:
+    """Issue 24: commands are split by a regular expression, not shlex (≈1 ms a command);
+    the words must be shlex's, unclosed quotes included (None where shlex raises)."""
+    import shlex
+
+    from relevance_memory._supersede_files import shell_words
+
+    text = "".join(pieces)
+
+    def reference(punctuation: bool) -> list[str] | None:
+        try:
+            if not punctuation:
+                return shlex.split(text)
+            lexer = shlex.shlex(text, posix=True, punctuation_chars=";&|<>")
+            lexer.whitespace_split = True
+            lexer.commenters = ""
+            return list(lexer)
+        except ValueError:
+            return None
+
+    assert shell_words(text, punctuation=True) == reference(True)
+    assert shell_words(text, punctuation=False) == reference(False)

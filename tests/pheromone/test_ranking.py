@@ -1,0 +1,78 @@
+"""The strength ranking behind the pheromone history (issue 24): the same top-N as ranking
+every cell, from the writes since the last question."""
+
+from __future__ import annotations
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from relevance_memory._config import PheromoneConfig
+from relevance_memory._models import Message, MessageType
+from relevance_memory._pheromone import HISTORY_FULL_MAX, PheromoneField
+from relevance_memory._pheromone_math import settled_strength
+from relevance_memory._pheromone_top import StrengthRanking
+
+TYPES = [("tool_result", "tool"), ("assistant_reasoning", "assistant"), ("user_chat", "user"),
+         ("user_instruction", "user"), ("tool_call", "assistant")]
+
+
+def _msg(i: int, kind: int, refs: tuple[str, ...]) -> Message:
+    msg_type, role = TYPES[kind]
+    return Message(id=f"m{i}", index=i, role=role, content="x", msg_type=MessageType(msg_type), step=i,  # type: ignore[arg-type]
+                   token_count=1, references=refs)
+
+
+def _brute(field: PheromoneField, n: int) -> list[tuple[str, float]]:
+    cells = field._cells
+    values = [(m, settled_strength(c, field.tick, field.config)) for m, c in cells.items()]
+    values.sort(key=lambda item: (-item[1], cells[item[0]].born_tick, item[0]))
+    return values[:n]
+
+
+@settings(max_examples=80, deadline=None)
+@given(
+    ops=st.lists(
+        st.one_of(
+            st.tuples(st.just("grow"), st.integers(1, 40), st.integers(0, 4)),
+            st.tuples(st.just("score"), st.integers(0, 10_000), st.integers(1, 5), st.integers(0, 3)),
+            st.tuples(st.just("wait"), st.integers(0, 6), st.just(0)),
+        ),
+        min_size=1, max_size=40,
+    ),
+    n=st.integers(1, 6),
+)
+def test_ranking_matches_ranking_every_cell(ops: list[tuple[int | str, ...]], n: int) -> None:
+    config = PheromoneConfig(tick_every=2, protect_ticks=2, history_top_n=n)
+    field = PheromoneField(config)
+    ranking = StrengthRanking(config)  # a second ranking, told of every write, asked after every op
+    messages: list[Message] = []
+    for op in ops:
+        if op[0] == "grow":
+            start = len(messages)
+            for i in range(start, start + int(op[1])):
+                refs = tuple(f"m{j}" for j in (i - 1, i // 2, i - 7) if 0 <= j < i)
+                messages.append(_msg(i, (i + int(op[2])) % len(TYPES), refs))
+            field.observe(messages)
+        elif op[0] == "score" and messages:
+            target = messages[int(op[1]) % len(messages)].id
+            field.deposit({target: int(op[2])}, f"sub{op[3]}", f"goal{int(op[3]) // 2}")
+        else:
+            field.tick += int(op[1])
+        for message_id in field._cells:
+            ranking.written(message_id)
+        assert ranking.top(field._cells, field.tick, n) == _brute(field, n)
+        assert field._cells.ranking.top(field._cells, field.tick, n) == _brute(field, n)
+
+
+def test_large_field_history_is_ranked_from_the_writes() -> None:
+    """Past HISTORY_FULL_MAX cells an observe records one entry, equal to ranking every cell."""
+    field = PheromoneField(PheromoneConfig(history_top_n=5))
+    messages = [_msg(i, i % len(TYPES), (f"m{i - 3}",) if i >= 3 else ()) for i in range(HISTORY_FULL_MAX + 50)]
+    field.observe(messages)
+    field.deposit({"m10": 5, "m400": 4, "m999": 1}, "sub", "goal")
+    for _ in range(3):
+        messages += [_msg(len(messages) + k, k % len(TYPES), (f"m{k * 97}",)) for k in range(7)]
+        field.observe(messages)
+        entry = field.history[-1]
+        assert entry["tick"] == field.tick and entry["messages"] == len(messages)
+        assert entry["top"] == {m: round(s, 4) for m, s in _brute(field, 5)}

@@ -1,0 +1,109 @@
+"""Issue 24: ingest's fast paths give exactly what the general paths give (they change speed
+and memory, never a result)."""
+
+from __future__ import annotations
+
+import json
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from relevance_memory import RelevanceMemoryManager
+from relevance_memory._io import message_to_dict
+from relevance_memory._models import FrozenDict, Message, freeze
+from relevance_memory._store_validate import own_message
+from relevance_memory._text import _TERM_ASCII_RE, _TERM_RE, _TOKEN_ASCII_RE, _TOKEN_RE, identifiers
+
+FIXTURE = Path(__file__).resolve().parents[2] / "fixtures" / "django__django-15280.json"
+ASCII = st.text(alphabet=st.characters(min_codepoint=0, max_codepoint=127), max_size=80)
+
+
+@settings(max_examples=300, deadline=None)
+@given(ASCII)
+def test_ascii_expressions_match_the_unicode_ones_on_ascii_text(text: str) -> None:
+    lowered = text.lower()
+    assert _TERM_ASCII_RE.findall(lowered) == _TERM_RE.findall(lowered)
+    assert _TOKEN_ASCII_RE.findall(text) == _TOKEN_RE.findall(text)
+
+
+def test_identifiers_are_the_same_on_a_second_read() -> None:
+    """The token memo: a text read again gives the same identifiers."""
+    text = "Fix src/app/models.py: ORD-1001 failed at 41,872 rows; see build_context() and CamelCase."
+    first = identifiers(text)
+    assert identifiers(text) == first == {"src/app/models.py", "ORD-1001", "41,872", "build_context", "CamelCase"}
+
+
+class _Call:
+    def __init__(self) -> None:
+        self.id, self.type = "c9", "function"
+        self.function = type("F", (), {"name": "ls", "arguments": "{}"})()
+
+
+@given(st.sampled_from([
+    {"role": "user", "content": "plain"},
+    {"role": "user", "content": [{"type": "text", "text": "a"}, {"type": "image_url", "image_url": {"url": "x"}}]},
+    {"role": "assistant", "content": None, "tool_calls": [{"id": "c", "type": "function",
+                                                           "function": {"name": "f", "arguments": "{}"}}]},
+    {"role": "assistant", "content": "x", "tool_calls": ({"id": "c", "type": "function",
+                                                          "function": {"name": "f", "arguments": "{}"}},)},
+    {"role": "assistant", "content": "x", "tool_calls": [_Call()]},
+    {"role": "tool", "tool_call_id": "c", "content": "ok", "extra": {"n": 1, "f": 1.5, "b": True, "t": (1, 2)}},
+    {"role": "user", "content": "when", "when": datetime(2024, 1, 1, tzinfo=timezone.utc)},
+    FrozenDict({"role": "user", "content": "frozen"}),
+]))
+def test_own_message_is_freeze_of_message_to_dict(message: dict[str, Any]) -> None:
+    owned = own_message(message)
+    expected = freeze(message_to_dict(message))
+    assert owned == expected and type(owned) is FrozenDict
+    assert json.dumps(owned, sort_keys=True, default=str) == json.dumps(expected, sort_keys=True, default=str)
+
+
+def test_stored_messages_equal_validated_ones() -> None:
+    """A message built without validation (``trusted``) equals, dumps and copies like one pydantic
+    validated from the same values; metadata of another type still goes through pydantic."""
+    memory = RelevanceMemoryManager(max_input_tokens=4000)
+    run = json.loads(FIXTURE.read_text(encoding="utf-8"))["messages"][:12]
+    memory.extend(run)
+    for stored in memory.messages:
+        validated = Message(**stored.model_dump())
+        assert stored == validated and stored.model_dump() == validated.model_dump()
+        assert stored.model_dump_json() == validated.model_dump_json()
+        assert stored.model_copy(update={"id": "x"}).id == "x" and stored.id != "x"
+        assert hash(stored.id) == hash(validated.id) and repr(stored) == repr(validated)
+    coerced = memory.add({"role": "user", "content": "later"}, timestamp="2024-05-01T10:00:00+00:00")  # type: ignore[arg-type]
+    assert coerced.timestamp == datetime(2024, 5, 1, 10, tzinfo=timezone.utc)
+
+
+def test_a_failing_embedder_stores_the_whole_batch_then_raises_and_keeps_the_rest_pending() -> None:
+    """Issue 24: one extend embeds a batch of vectors at a time; an embedder error midway
+    leaves the whole batch stored (atomic ingest) and its vectors pending for the next read."""
+    import numpy as np
+    import pytest
+
+    from relevance_memory import TiktokenCounter
+    from relevance_memory._embedding import VectorIndex
+    from relevance_memory._store import MessageStore
+
+    class Flaky:
+        name, version, dim, batch_size = "flaky", "1", 4, 8
+
+        def __init__(self) -> None:
+            self.calls: list[int] = []
+
+        def embed(self, texts: list[str]) -> Any:
+            self.calls.append(len(texts))
+            if len(self.calls) == 2:
+                raise RuntimeError("model down")
+            return np.full((len(texts), 4), 0.5, dtype=np.float32)
+
+    embedder = Flaky()
+    store = MessageStore(TiktokenCounter(), vectors=VectorIndex(embedder))  # type: ignore[arg-type]
+    with pytest.raises(RuntimeError, match="model down"):
+        store.extend([{"role": "user", "content": f"message {i}"} for i in range(30)])
+    assert len(store) == 30 and embedder.calls == [8, 8]
+    index = store.message_vectors()
+    assert index is not None and all(m.content_hash in index for m in store.messages)
+    assert embedder.calls == [8, 8, 8, 8, 6]  # the failed batch again, then the rest, a batch at a time
