@@ -196,6 +196,40 @@ def _protected(
     return sum(size(r) for r in strict_roots), sum(size(r) for r in view_roots)
 
 
+def _below_floor(
+    seams: Seams, part: Partitioned, scores: Mapping[int, RelevanceScore], selection: Selection, reserve: int,
+    available: int,
+) -> str:
+    """The decision record's warning when the summary reserve is below its documented floor
+    (:data:`MIN_SUMMARY_RESERVE`, issue 23): what took the room, largest first — the task
+    statement, user constraints scored ≥ ``core_score`` (neither yields to summaries, SPEC §7),
+    and what the ledger spent before selection (the reply's reserve, system prompts, the goal
+    block, working memory)."""
+    store = seams.store
+    takers: list[tuple[int, str]] = []
+    for root in _protected_roots(seams, part, scores, selection):
+        tokens = selection.sizes.get(root, part.candidates[root].tokens)
+        what = "the task statement" if root == part.task_root else "a user constraint"
+        takers.append((tokens, f"{what} {store[root].id} ({tokens:,} tokens)"))
+    for purpose, what in ((Purpose.REPLY_PRIMING, "the reply's reserve"), (Purpose.PINNED, "the system prompt(s)"),
+                          (Purpose.GOAL_BLOCK, "the goal block"),
+                          (Purpose.WORKING_MEMORY, "the newest steps (working memory)")):
+        tokens = part.ledger.spent_on(purpose)
+        if purpose is Purpose.WORKING_MEMORY and store.first_user_index is not None:
+            task = store.chain_root(store.first_user_index)  # the task statement may be the newest user message
+            if task in part.recent and task in part.chains:
+                takers.append((part.chains[task].tokens, f"the task statement {store[task].id} "
+                                                         f"({part.chains[task].tokens:,} tokens)"))
+                tokens -= part.chains[task].tokens
+        if tokens > 0:
+            takers.append((tokens, f"{what} ({tokens:,} tokens)"))
+    named = ", ".join(text for _, text in sorted(takers, key=lambda t: -t[0])) or "nothing else"
+    return (
+        f"summary reserve {reserve} tokens, below its floor of {MIN_SUMMARY_RESERVE}: {named} took the room "
+        f"({available:,} of {part.ledger.budget:,} tokens left after the pinned messages); the archive's summary is cut short — raise the budget"
+    )
+
+
 def _goal_block_is_pointer(state: BuildState, part: Partitioned, goal_text: str | None, kept_roots: set[int]) -> bool:
     """The goal block only points at the task statement, which is kept (it never names the subtask)."""
     del state
@@ -278,7 +312,8 @@ def summarise(state: BuildState, seams: Seams) -> Summarised:
     strict, views = _protected(seams, part, scores, selection, ranked)
     share = max(MIN_SUMMARY_RESERVE, int(state.budget * reserve_share(seams, part)))
     wanted = config.summary_budget or share
-    most = max(0, available - strict - views, min(available - strict, wanted // 2))
+    floor = wanted // 2 if config.summary_budget else max(wanted // 2, MIN_SUMMARY_RESERVE)
+    most = max(0, available - strict - views, min(available - strict, floor))
     reserve = min(most, wanted)
 
     def attempt(reserve: int, extra: int = 0) -> tuple[Selection, PyramidResult, set[int]]:
@@ -300,6 +335,8 @@ def summarise(state: BuildState, seams: Seams) -> Summarised:
         reserve = min(most, max(reserve + 1, probe.tokens))
         chosen, pyramid, held = attempt(reserve)
     warnings: list[str] = []
+    if not config.summary_budget and reserve < MIN_SUMMARY_RESERVE:
+        warnings.append(_below_floor(seams, part, scores, selection, reserve, available))
     freed = 0
     if reserve:
         ledger = ledger.reserve(Purpose.SUMMARIES, reserve, "candidates filled the rest")
