@@ -9,7 +9,9 @@ its cache).
 
 The reserve (``summary_budget``, or :data:`SUMMARY_RESERVE_SHARE` of the budget, at least
 :data:`MIN_SUMMARY_RESERVE` tokens) is never taken from the task statement, from user
-messages scored ≥ ``core_score`` (SPEC §7: a user constraint is never only in a summary) or
+messages scored ≥ ``core_score`` (SPEC §7: a user constraint is never only in a summary;
+issue 23: those scored below 5 yield the floor, and when the task statement or hard
+constraints leave less than the floor, the record warns, naming what took the room) or
 from the newest views of the files the agent edited (issue 11: the current state of the
 files under repair; the older views they supersede are what the summaries hold); other
 chains yield to it, lowest priority first. When the summaries do not fit it, the
@@ -180,20 +182,26 @@ def summarise_archive(
 
 def _protected(
     seams: Seams, part: Partitioned, scores: Mapping[int, RelevanceScore], selection: Selection, ranked: Ranked
-) -> tuple[int, int]:
-    """Tokens of kept core chains that yield to the summary reserve last, ``(strict, views)``:
-    the task statement and user messages scored ≥ ``core_score`` never yield (SPEC §7); the
+) -> tuple[int, int, int]:
+    """Tokens of kept core chains that yield to the summary reserve last, ``(strict, views, hard)``:
+    the task statement and user messages scored ≥ ``core_score`` yield only to the reserve's
+    documented floor (:data:`MIN_SUMMARY_RESERVE`, issue 23: a long chat whose every request
+    scores 4 still keeps a summary of what it archived), the task statement and user messages
+    scored 5 (``hard``, hard constraints) never yield (SPEC §7); the
     newest views of the files the agent edited (issue 11: their current state is what the next
     step needs; the older views they supersede are what the summaries hold) yield only down to
     the reserve's floor (half its share: an agent that wrote many files keeps a summary of what
     it read too) (tokens)."""
     strict_roots = _protected_roots(seams, part, scores, selection)
     view_roots = (selection.kept & ranked.current_views) - strict_roots
+    store = seams.store
+    hard_roots = {r for r in strict_roots if r == part.task_root or any(
+        user_authored(store[i].role, store[i].msg_type.value) and scores[i].score >= 5 for i in part.candidates[r].members)}
 
     def size(r: int) -> int:
         return selection.sizes.get(r, part.candidates[r].tokens)
 
-    return sum(size(r) for r in strict_roots), sum(size(r) for r in view_roots)
+    return sum(size(r) for r in strict_roots), sum(size(r) for r in view_roots), sum(size(r) for r in hard_roots)
 
 
 def _below_floor(
@@ -207,10 +215,18 @@ def _below_floor(
     block, working memory)."""
     store = seams.store
     takers: list[tuple[int, str]] = []
-    for root in _protected_roots(seams, part, scores, selection):
+    constraints: list[tuple[int, str]] = []
+    for root in sorted(_protected_roots(seams, part, scores, selection)):
         tokens = selection.sizes.get(root, part.candidates[root].tokens)
-        what = "the task statement" if root == part.task_root else "a user constraint"
-        takers.append((tokens, f"{what} {store[root].id} ({tokens:,} tokens)"))
+        if root == part.task_root:
+            takers.append((tokens, f"the task statement {store[root].id} ({tokens:,} tokens)"))
+        else:
+            constraints.append((tokens, store[root].id))
+    if constraints:
+        total, ids = sum(t for t, _ in constraints), [i for _, i in constraints]
+        listed = ", ".join(ids[:5]) + (f", … {len(ids) - 5} more" if len(ids) > 5 else "")
+        takers.append((total, f"{len(ids)} user message(s) scored ≥ {seams.config.core_score} ({listed}; "
+                              f"{total:,} tokens)"))
     for purpose, what in ((Purpose.REPLY_PRIMING, "the reply's reserve"), (Purpose.PINNED, "the system prompt(s)"),
                           (Purpose.GOAL_BLOCK, "the goal block"),
                           (Purpose.WORKING_MEMORY, "the newest steps (working memory)")):
@@ -309,11 +325,13 @@ def summarise(state: BuildState, seams: Seams) -> Summarised:
             selection, PyramidResult(), frozenset(), goal_text, _spend_selection(ledger, ranked, selection, PyramidResult()),
             tuple(notes),
         )
-    strict, views = _protected(seams, part, scores, selection, ranked)
+    strict, views, hard = _protected(seams, part, scores, selection, ranked)
     share = max(MIN_SUMMARY_RESERVE, int(state.budget * reserve_share(seams, part)))
     wanted = config.summary_budget or share
     floor = wanted // 2 if config.summary_budget else max(wanted // 2, MIN_SUMMARY_RESERVE)
     most = max(0, available - strict - views, min(available - strict, floor))
+    if not config.summary_budget:  # the floor yields only to the task statement and hard constraints (issue 23)
+        most = max(most, min(available - hard, MIN_SUMMARY_RESERVE))
     reserve = min(most, wanted)
 
     def attempt(reserve: int, extra: int = 0) -> tuple[Selection, PyramidResult, set[int]]:
