@@ -10,8 +10,9 @@ its cache).
 The reserve (``summary_budget``, or :data:`SUMMARY_RESERVE_SHARE` of the budget, at least
 :data:`MIN_SUMMARY_RESERVE` tokens) is never taken from the task statement, from user
 messages scored ≥ ``core_score`` (SPEC §7: a user constraint is never only in a summary;
-issue 23: those scored below 5 yield the floor, and when the task statement or hard
-constraints leave less than the floor, the record warns, naming what took the room) or
+issue 23: a request scored 4 only because the goal is formed from the user's requests does
+yield, and when what does not yield leaves less than the floor, the record warns, naming what
+took the room) or
 from the newest views of the files the agent edited (issue 11: the current state of the
 files under repair; the older views they supersede are what the summaries hold); other
 chains yield to it, lowest priority first. When the summaries do not fit it, the
@@ -25,6 +26,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 
 from .._models import Message, RelevanceScore, content_text, user_authored
+from .._scoring import REQUEST_REASON
 from .._summary import PyramidResult, RenderedSummary, SummaryItem, build_pyramid, pointer_summary, pointer_tokens
 from ._state import BuildState, Partitioned, Ranked, Seams, Selection, Summarised, required
 from .ledger import BudgetLedger, Purpose
@@ -182,26 +184,27 @@ def summarise_archive(
 
 def _protected(
     seams: Seams, part: Partitioned, scores: Mapping[int, RelevanceScore], selection: Selection, ranked: Ranked
-) -> tuple[int, int, int]:
-    """Tokens of kept core chains that yield to the summary reserve last, ``(strict, views, hard)``:
-    the task statement and user messages scored ≥ ``core_score`` yield only to the reserve's
-    documented floor (:data:`MIN_SUMMARY_RESERVE`, issue 23: a long chat whose every request
-    scores 4 still keeps a summary of what it archived), the task statement and user messages
-    scored 5 (``hard``, hard constraints) never yield (SPEC §7); the
+) -> tuple[int, int]:
+    """Tokens of kept core chains that yield to the summary reserve last, ``(strict, views)``:
+    the task statement and user messages scored ≥ ``core_score`` never yield (SPEC §7) — except
+    a user's request scored 4 only as one of the requests the goal is formed from
+    (:data:`~relevance_memory._scoring.REQUEST_REASON`; issue 23: in a long chat or a
+    customer-service session every request scores 4, and they took the whole budget, leaving
+    the archive no summary); the
     newest views of the files the agent edited (issue 11: their current state is what the next
     step needs; the older views they supersede are what the summaries hold) yield only down to
     the reserve's floor (half its share: an agent that wrote many files keeps a summary of what
     it read too) (tokens)."""
-    strict_roots = _protected_roots(seams, part, scores, selection)
-    view_roots = (selection.kept & ranked.current_views) - strict_roots
     store = seams.store
-    hard_roots = {r for r in strict_roots if r == part.task_root or any(
-        user_authored(store[i].role, store[i].msg_type.value) and scores[i].score >= 5 for i in part.candidates[r].members)}
+    strict_roots = {r for r in _protected_roots(seams, part, scores, selection) if r == part.task_root or any(
+        user_authored(store[i].role, store[i].msg_type.value) and scores[i].score >= seams.config.core_score
+        and scores[i].reason != REQUEST_REASON for i in part.candidates[r].members)}
+    view_roots = (selection.kept & ranked.current_views) - strict_roots
 
     def size(r: int) -> int:
         return selection.sizes.get(r, part.candidates[r].tokens)
 
-    return sum(size(r) for r in strict_roots), sum(size(r) for r in view_roots), sum(size(r) for r in hard_roots)
+    return sum(size(r) for r in strict_roots), sum(size(r) for r in view_roots)
 
 
 def _below_floor(
@@ -325,13 +328,11 @@ def summarise(state: BuildState, seams: Seams) -> Summarised:
             selection, PyramidResult(), frozenset(), goal_text, _spend_selection(ledger, ranked, selection, PyramidResult()),
             tuple(notes),
         )
-    strict, views, hard = _protected(seams, part, scores, selection, ranked)
+    strict, views = _protected(seams, part, scores, selection, ranked)
     share = max(MIN_SUMMARY_RESERVE, int(state.budget * reserve_share(seams, part)))
     wanted = config.summary_budget or share
     floor = wanted // 2 if config.summary_budget else max(wanted // 2, MIN_SUMMARY_RESERVE)
     most = max(0, available - strict - views, min(available - strict, floor))
-    if not config.summary_budget:  # the floor yields only to the task statement and hard constraints (issue 23)
-        most = max(most, min(available - hard, MIN_SUMMARY_RESERVE))
     reserve = min(most, wanted)
 
     def attempt(reserve: int, extra: int = 0) -> tuple[Selection, PyramidResult, set[int]]:
