@@ -57,7 +57,15 @@ from relevance_memory._models import RelevanceScore, ScoreSource, TaskGoal, cont
 from relevance_memory._prefix import shared_prefix_tokens
 from relevance_memory._scoring import ScoreItem, ScoringContext, ScoringResult
 from relevance_memory._tokenizer import REPLY_PRIMING_TOKENS, tools_tokens
-from relevance_memory.pipeline.order import FIRST, RECENCY, OrderPolicy
+from relevance_memory.pipeline.order import (
+    CURRENT_VIEW,
+    DEFAULT_ORDER,
+    EDIT_RECENCY,
+    FIRST,
+    RECENCY,
+    USER_CONSTRAINT,
+    OrderPolicy,
+)
 
 ROOT = Path(__file__).resolve().parents[1]
 PRICES = (0.1, 0.5)
@@ -331,8 +339,13 @@ VARIANTS: dict[str, tuple[dict[str, Any], dict[str, Any]]] = {
     "target 0.5 fixed": ({"cache_policy": {"steps_ahead": 0, "target_fraction": 0.5}}, {}),
     "excerpt 1/4": ({"excerpt_share": 0.25}, {}),
     "excerpt 1/8": ({"excerpt_share": 0.125}, {}),
+    "chat core order": ({"order": OrderPolicy(core=DEFAULT_ORDER.core, working=DEFAULT_ORDER.working)}, {}),
+    "edited views first": ({"order": OrderPolicy(
+        core=DEFAULT_ORDER.core, working=DEFAULT_ORDER.working,
+        agent_core=FIRST + USER_CONSTRAINT + CURRENT_VIEW + EDIT_RECENCY + RECENCY)}, {}),
     "before issue 21": ({"excerpt_share": 1.0, "graded_fidelity": False, "tool_summary_share": 0.1,
-                         "cache_policy": {"carry_summaries": False, "steps_ahead": 0, "target_fraction": 0.5}},
+                         "cache_policy": {"carry_summaries": False, "steps_ahead": 0, "target_fraction": 0.5},
+                         "order": OrderPolicy(core=DEFAULT_ORDER.core, working=DEFAULT_ORDER.working)},
                         {"agent_names": False}),
 }
 """``--ablation``: name → (MemoryConfig overrides, OfflineSummarizer arguments) of ``ours``.

@@ -37,6 +37,7 @@ from ._summary_pyramid import (
 )
 from ._summary_text import (
     _estimate_tokens,
+    _is_table_row,
     _left_out_note,
     _sentence_priority,
     _sentences,
@@ -168,11 +169,13 @@ class OfflineSummarizer:
 
     def _names(self, item: SummaryItem) -> list[str]:
         """The code names of a message's text and tool-call arguments (:func:`code_names`),
-        memoised by (id, content hash)."""
+        memoised by (id, content hash). Of a row of tabular output (``ls -l``) only its last
+        field, the name, counts: sizes, dates and modes are columns, not names."""
         key = (item.id, item.content_hash or item.text)
         found = self._names_memo.get(key)
         if found is None:
-            found = code_names("\n".join([item.text, *(arguments for _, arguments in item.tool_calls)]))
+            text = "\n".join((line.split() or [""])[-1] if _is_table_row(line) else line for line in item.text.splitlines())
+            found = code_names("\n".join([text, *(arguments for _, arguments in item.tool_calls)]))
             self._names_memo[key] = found
             while len(self._names_memo) > self.memo_size:
                 self._names_memo.pop(next(iter(self._names_memo)))

@@ -32,7 +32,7 @@ def replay(
     transcript: Annotated[Path, typer.Argument(help="Transcript: OpenAI chat JSON/JSONL, a SWE-bench run, or τ-bench results.")],
     budget: Annotated[int, typer.Option(min=1, help="Token budget of every built context (tokens).")] = 8000,
     keep_recent: Annotated[int, typer.Option("--keep-recent", min=0, help="Working memory: last K steps kept verbatim.")] = 4,
-    target: Annotated[float | None, typer.Option(min=0.01, max=1.0, help="Most of the budget a compaction fills (CachePolicy.target_fraction; default the library's).")] = None,
+    target: Annotated[float | None, typer.Option(min=0.01, max=1.0, help="Largest share of the budget a compaction fills; default 0.8, less when steps are large.")] = None,
     always_rebuild: Annotated[bool, typer.Option("--always-rebuild", help="Rebuild every request from scratch (the behaviour before prefix stability).")] = False,
     model: Annotated[str, typer.Option(help="Model name; picks the tokenizer (o200k/cl100k).")] = "gpt-4o",
     index: Annotated[int, typer.Option(help="Which run to take from a file holding many (τ-bench).")] = 0,

@@ -5,8 +5,9 @@ The stage splits the history into the pinned system prompt(s), working memory (t
 which always stays) and the candidates (everything older, grouped in trace chains), and
 spends the budget on what is kept whatever the scores say: the reply priming, the pinned
 prompt, the goal block and working memory. When the whole history fits, the context is
-the history (SPEC §9) and no later stage runs. When the pinned prompt plus the newest step
-cannot fit, :class:`ContextOverflowError` names the numbers.
+the history (SPEC §9) and no later stage runs. A message larger than its share of the budget
+enters as an excerpt, restorable by id (SPEC §11); only a pinned prompt that cannot fit the
+budget raises :class:`ContextOverflowError` with the numbers.
 
 The pure split is :func:`split_history`; :func:`partition` is the stage.
 """
@@ -268,7 +269,8 @@ def partition(state: BuildState, seams: Seams) -> Partitioned:
     on reply priming, the pinned prompt, the goal block and working memory.
 
     Raises:
-        ContextOverflowError: the pinned prompt plus the newest step cannot fit.
+        ContextOverflowError: the pinned prompt cannot fit (or, in the extreme, not even the
+            excerpts of the newest step fit beside it).
         InvalidMessageError: a tool call has no result (with ``on_invalid="raise"``).
     """
     store, config, goal, budget = seams.store, seams.config, state.goal, state.budget
@@ -372,9 +374,10 @@ def partition(state: BuildState, seams: Seams) -> Partitioned:
     if working_tokens:
         ledger = ledger.spend(Purpose.WORKING_MEMORY, working_tokens, "the last steps")
     candidate_chains = {r: chains[r] for r in candidates}
-    # an oversized task statement is shown as an excerpt inside the goal block
+    # an oversized task statement is shown as an excerpt inside the goal block; a goal formed
+    # from the user's requests starts with the task statement, which outranks the block's note
     if (
-        goal_is_task_statement(goal, store)
+        (goal_is_task_statement(goal, store) or goal.source == "user_requests")
         and task_root is not None
         and task_root in candidate_chains
         and config.goal_block
@@ -386,7 +389,7 @@ def partition(state: BuildState, seams: Seams) -> Partitioned:
             ledger = ledger.release(Purpose.GOAL_BLOCK, goal_tokens, "left out to keep the task statement verbatim")
             goal_text = None
             warnings.append("goal block left out to keep the task statement verbatim")
-        elif not ledger.fits(task_tokens):
+        elif not ledger.fits(task_tokens) and goal.source != "user_requests":
             room = ledger.left + goal_tokens
             excerpt = clip_to_tokens(seams.tokenizer, goal.final, max(0, int(room * GOAL_EXCERPT_SHARE)))
             if goal_tokens:

@@ -45,8 +45,8 @@ from .fidelity import MIN_EXCERPT_TOKENS, Rendition, keep_names
 from .order import DEFAULT_ORDER, ChainFacts, OrderPolicy
 
 __all__ = [
-    "BULKY_TOKENS", "CONSTRAINT_SCORE", "NEWER_LEFT_OUT", "ROOM_LEFT", "Selection", "chain_options", "current_file_views", "fill", "fill_ranked", "newer_first", "newer_needs", "preferred_newer", "rank", "select", "select_chains",
-    "superseded_chains", "view_edits",
+    "AGENT_TRAFFIC_SHARE", "BULKY_TOKENS", "CONSTRAINT_SCORE", "NEWER_LEFT_OUT", "ROOM_LEFT", "Selection", "chain_options", "current_file_views", "fill", "fill_ranked", "newer_first", "newer_needs", "preferred_newer", "rank", "select", "select_chains",
+    "superseded_chains", "tool_traffic_share", "view_edits",
 ]
 
 CONSTRAINT_SCORE = 5
@@ -59,6 +59,10 @@ the summary reserve (``MemoryConfig.fill_from_archive``)."""
 NEWER_LEFT_OUT = "left out: the newer value it is superseded by did not fit (newest wins; the summary says since when)"
 """Record note of a chain kept only with the chains holding its newer values, one of which did
 not fit (issue 23: an older value never appears without the newer one)."""
+
+AGENT_TRAFFIC_SHARE = 0.5
+"""Share of the candidates' tokens that are tool traffic from which the history is an agent's
+(:attr:`OrderPolicy.agent_core` orders its core chains)."""
 PREFERRED_FLOOR = 3
 """Least score of a message that restates a fact with a new value (working tier: kept when
 room allows, before weaker matches of equal strength)."""
@@ -333,7 +337,7 @@ def select(state: BuildState, seams: Seams) -> Ranked:
         carry_threshold=config.pheromone.carry_threshold if strengths is not None else None,
         strength_resolution=config.pheromone.order_resolution,
         first=[part.task_root] if part.task_root is not None else (),
-        order=seams.order,
+        order=seams.order.for_agent(tool_traffic_share(store, chains.values()) >= AGENT_TRAFFIC_SHARE),
         memory=memory,
         current_views=view_roots,
         edited_at=view_edits(store) if views else None,
@@ -554,6 +558,19 @@ def newer_first(order: Sequence[int], needs: Mapping[int, Collection[int]]) -> t
     for root in order:
         place(root, frozenset())
     return tuple(out)
+
+
+def tool_traffic_share(store: StoreView, chains: Iterable[Chain]) -> float:
+    """Share (0..1) of the tokens of ``chains`` that are an agent's tool traffic: tool results,
+    and assistant messages that call tools (pure; 0.0 for no tokens)."""
+    total = tools = 0
+    for chain in chains:
+        for i in chain.members:
+            message = store[i]
+            total += message.token_count
+            if message.role == "tool" or message.tool_calls:
+                tools += message.token_count
+    return tools / total if total else 0.0
 
 
 def current_file_views(

@@ -31,7 +31,7 @@ from .._summary import PyramidResult, RenderedSummary, SummaryItem, build_pyrami
 from ._state import BuildState, Partitioned, Ranked, Seams, Selection, Summarised, required
 from .ledger import BudgetLedger, Purpose
 from .partition import GOAL_POINTER, clip_to_tokens, goal_block_text
-from .select import fill_ranked
+from .select import fill_ranked, tool_traffic_share
 
 __all__ = ["MIN_SUMMARY_RESERVE", "SUMMARY_RESERVE_SHARE", "reserve_share", "summarise", "summarise_archive"]
 
@@ -49,15 +49,7 @@ def reserve_share(seams: Seams, part: Partitioned) -> float:
     the candidates' tokens that are an agent's tool traffic (tool results, and assistant
     messages that call tools). An agent's archive is names and values its next steps use again
     (the summary lists them); a chat's is prose whose verbatim turns answer questions better."""
-    store = seams.store
-    total = tools = 0
-    for chain in part.candidates.values():
-        for i in chain.members:
-            message = store[i]
-            total += message.token_count
-            if message.role == "tool" or message.tool_calls:
-                tools += message.token_count
-    agentic = tools / total if total else 0.0
+    agentic = tool_traffic_share(seams.store, part.candidates.values())
     return SUMMARY_RESERVE_SHARE + (seams.config.tool_summary_share - SUMMARY_RESERVE_SHARE) * agentic
 
 

@@ -25,7 +25,9 @@ def _learnt(n: int = 120) -> tuple[RelevanceMemoryManager, list[dict]]:
 def test_resync_keeps_strengths_scores_and_caches_of_the_unchanged_messages() -> None:
     memory, history = _learnt(120)
     memory.extend(load_transcript(FIXTURE).messages[120:125])  # recorded, not built on yet
-    edited = [*history[:120], {"role": "user", "content": "Please also keep the old behaviour behind a flag."}]
+    # a short turn, no request of its own: the goal (and with it every score's cache key) stays
+    # (a new request would re-form the goal from the user's requests and re-score, issue 21)
+    edited = [*history[:120], {"role": "user", "content": "Ok, go on."}]
     other = memory.fresh(edited)
     assert other.summary_cache is memory.summary_cache
     assert other.score_cache is memory.score_cache

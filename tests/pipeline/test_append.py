@@ -115,7 +115,9 @@ def test_an_appended_record_read_later_gives_the_strengths_and_chains_of_its_bui
     appended = [d for d in last.messages if d.decision == "recent" and d.index >= 8]
     assert last.chains_kept - records[0][0].chains_kept == len({d.chain_id for d in appended}) - 1
 def test_compaction_at_the_high_water_mark_fills_the_target() -> None:
-    memory = RelevanceMemoryManager(max_input_tokens=3000, keep_recent=2)
+    # the fixed-target policy (no room reserved for the steps ahead): the target is half the budget
+    memory = RelevanceMemoryManager(max_input_tokens=3000, keep_recent=2,
+                                    cache_policy={"target_fraction": 0.5, "steps_ahead": 0})
     memory.extend(OPENING)
     modes = []
     for n in range(40):
@@ -248,7 +250,9 @@ def test_every_compaction_equals_a_fresh_build_from_the_same_state(case: Any) ->
     holding the same messages builds when asked to compact (pheromone off: its deposits are
     history by design); every output passes the SPEC §9 checks."""
     chunks, ops, budget = case
-    config: dict[str, Any] = {"max_input_tokens": budget, "keep_recent": 2, "pheromone": {"enabled": False}}
+    # carried summaries and the typical step size are state a fresh memory has not got: off here
+    config: dict[str, Any] = {"max_input_tokens": budget, "keep_recent": 2, "pheromone": {"enabled": False},
+                              "cache_policy": {"carry_summaries": False, "steps_ahead": 0}}
     memory = RelevanceMemoryManager(scorer=ContentScorer(), **config)
     memory.extend(OPENING)
     history = [*OPENING]
@@ -336,7 +340,8 @@ def test_a_compaction_whose_target_cannot_hold_the_newest_step_grows_only_as_far
     # (τ-bench airline run 3 at 3k: 4 compactions in a row, 0.85x the full history's cost
     # at p = 0.1; now 0.65x)
     system = {"role": "system", "content": "Airline policy. " + "Rule: check the booking before changing it. " * 140}
-    memory = RelevanceMemoryManager(max_input_tokens=3000, keep_recent=2)
+    memory = RelevanceMemoryManager(max_input_tokens=3000, keep_recent=2,
+                                    cache_policy={"target_fraction": 0.5, "steps_ahead": 0})
     history = [system, OPENING[1]]
     memory.extend(history)
     pinned = COUNTER.count_message(system)

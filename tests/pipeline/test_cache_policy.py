@@ -22,10 +22,11 @@ def decide(policy: CachePolicy | None = None, **overrides: object) -> tuple[str,
 def test_defaults_are_documented_values() -> None:
     policy = CachePolicy()
     assert (policy.always_rebuild, policy.target_fraction, policy.clear_at_least, policy.cached_price) == (
-        False, 0.5, 1024, 0.1,
+        False, 0.8, 1024, 0.1,
     )
+    assert (policy.steps_ahead, policy.min_target_fraction) == (4, 0.4)
     assert (policy.cache_min_tokens, policy.cache_step_tokens, policy.subtask_at_end) == (1024, 128, False)
-    assert policy.target_tokens(8000) == 4000
+    assert policy.target_tokens(8000) == 6400
 
 
 @pytest.mark.parametrize(

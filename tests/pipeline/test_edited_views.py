@@ -18,6 +18,8 @@ import pytest
 from invariants import assert_invariants
 
 from relevance_memory import RelevanceMemoryManager
+from relevance_memory.pipeline import OrderPolicy
+from relevance_memory.pipeline.order import DEFAULT_ORDER
 
 SCRIPT_V1 = "import sys\n" + "".join(f"print('case {n}', {n} * 3)\n" for n in range(12))
 SCRIPT_V2 = "import sys\n" + "".join(
@@ -72,11 +74,17 @@ def history(*, constraint: bool = False) -> list[dict[str, Any]]:
     return turns
 
 
+VIEWS_FIRST = OrderPolicy(core=DEFAULT_ORDER.core, working=DEFAULT_ORDER.working)
+
+
 def build(turns: list[dict[str, Any]], budget: int) -> tuple[RelevanceMemoryManager, Any]:
     # issue 11's setting (no excerpts, a 10 % summary reserve): at these tiny budgets issue 21
     # would cut the 431-token view and the tracebacks to their share and hold a third of the room
-    # for the summary's names; the order of whole chains is what is tested here
-    memory = RelevanceMemoryManager(keep_recent=1, excerpt_share=1.0, graded_fidelity=False, tool_summary_share=0.1)
+    # for the summary's names; the order of whole chains is what is tested here, in the chat core
+    # order (an agent's history orders its core chains newest first by default, issue 21: the
+    # views-first order is one line away and is what this module pins)
+    memory = RelevanceMemoryManager(keep_recent=1, excerpt_share=1.0, graded_fidelity=False, tool_summary_share=0.1,
+                                    order=VIEWS_FIRST)
     memory.extend(turns)
     built = memory.build_context(budget=budget)
     assert_invariants(turns, built, budget, memory.tokenizer)

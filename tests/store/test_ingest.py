@@ -242,8 +242,11 @@ def test_missing_file_error(tmp_path: Path) -> None:
 def test_goal_layers() -> None:
     memory = memory_with(HISTORY[:-1])
     assert memory.goal.final.startswith("Fix the bug") and memory.goal.source == "first_user_message"
-    memory = memory_with(HISTORY)  # a short first message and a later user turn: the user's requests (issue 21)
-    assert memory.goal.final == "Fix the bug in src/app/models.py; never touch tests/.\nok"
+    memory = memory_with(HISTORY)  # "ok" is no request: the task statement stays the goal (issue 21)
+    assert memory.goal.source == "first_user_message"
+    asked = [*HISTORY, {"role": "user", "content": "Also add a regression test for the total."}]
+    memory = memory_with(asked)  # the agent's user asks again: the goal follows their requests
+    assert memory.goal.final == "Fix the bug in src/app/models.py; never touch tests/.\nAlso add a regression test for the total."
     memory.set_goal(subtask="read models.py")
     assert (memory.goal.source, memory.goal.subtask) == ("user_requests", "read models.py")
     memory.set_goal(final="Ship the fix")
