@@ -31,6 +31,10 @@ __all__ = [
     "score_cache_prefix",
 ]
 
+REQUEST_REASON = "one of the user's requests the goal is formed from"
+"""The offline scorer's reason for a user request it scores 4 when the goal follows the user's
+requests (it is kept before other chains, and yields the summary reserve its share: issue 23)."""
+
 
 @dataclass(frozen=True, slots=True)
 class ScoreItem:
@@ -377,7 +381,7 @@ class OfflineScorer:
             )
         if item.request and item.role == "user" and item.msg_type in _USER_TYPES:
             return RelevanceScore(
-                id=item.id, score=4, reason="one of the user's requests the goal is formed from", source=ScoreSource.OFFLINE,
+                id=item.id, score=4, reason=REQUEST_REASON, source=ScoreSource.OFFLINE,
                 weight=max(coverage, 0.5),
             )
         score = _BASE_PRIOR.get(item.msg_type, 2)

@@ -96,9 +96,15 @@ class OfflineSummarizer:
     Under a tight ``max_tokens`` (estimated) the newest material wins: values and tool
     calls are taken newest first, then prose by priority (constraints, then values, then
     the rest) and newest first within a priority; everything is shown in chronological
-    order. Exact values and tool calls get their share before prose and filler. Superseded (earlier)
+    order. What the user said (not superseded) is taken first, up to half of the room, by
+    priority and newest first (issue 23: a name, number or decision the user stated early
+    outlives an agent's newer traffic); exact values and tool calls get their share of the
+    rest before other prose and filler. Superseded (earlier)
     values give way first (issue 11), and a superseded message's sentences read
-    "The user said (earlier; since step 31: dislikes sushi): “I love sushi.”".
+    "The user said (earlier; since step 31: dislikes sushi): “I love sushi.”" — the newer value
+    in the same line, so the earlier one never appears without it (issue 23). A superseded
+    message's values are not listed (nor its names), and a superseded tool result gives no
+    line at all: its newer result says what holds now, and it is restorable by id.
 
     Attributes:
         name: ``"offline-extractive"``.
@@ -132,12 +138,16 @@ class OfflineSummarizer:
             self._memo[memo_key] = cached  # most recently used last
             return cached
         out: list[_Line] = []
-        if item.role == "tool":
+        if item.role == "tool" and item.superseded:
+            units = []  # a stale result: its newer one says what holds now (issue 23); restorable by id
+        elif item.role == "tool":
             units = _tool_lines(item.text, self.max_sentence_chars)
         else:
             units = []
             for sentence in _sentences(item.text):
                 priority = _sentence_priority(sentence, item.role)
+                if not priority and item.role == "user" and _USER_NUMBER_RE.search(sentence):
+                    priority = 3  # a number the user states ("port 41492") is theirs to keep (issue 23)
                 if item.supersedes:  # the newest value of a restated fact (issue 11)
                     priority = max(priority, 3)
                 elif item.superseded:  # the earlier value: shown as earlier, and the first to yield
@@ -173,7 +183,8 @@ class OfflineSummarizer:
 
     def summarize(self, items: Sequence[SummaryItem], *, level: int, max_tokens: int) -> SummaryDraft:
         """Summarise ``items`` (oldest first); deterministic. See the class docstring."""
-        latest: dict[str, tuple[int, int, str, int, bool]] = {}  # dedupe key → (priority, order, line, cost, superseded)
+        # dedupe key → (priority, order, line, cost, superseded, said by the user)
+        latest: dict[str, tuple[int, int, str, int, bool, bool]] = {}
         values_at: dict[str, tuple[int, int]] = {}  # value → (line of its newest occurrence, -position in it)
         tools_at: dict[str, int] = {}
         order = 0
@@ -188,35 +199,46 @@ class OfflineSummarizer:
                 tools_at[call] = order
                 order += 1
             for priority, key, line, found, cost in self._extract(item):
-                for position, value in enumerate(found):  # values survive even when the sentence is a repeat
+                # values survive even when the sentence is a repeat; a superseded message's values
+                # are only in its line, which names the newer value (issue 23: never listed as current)
+                for position, value in enumerate(() if item.superseded else found):
                     values_at.pop(value, None)
                     values_at[value] = (order, -position)
                 latest.pop(key, None)
-                latest[key] = (priority, order, line, cost, bool(item.superseded))
+                latest[key] = (priority, order, line, cost, bool(item.superseded), item.role == "user")
                 order += 1
-            if agentic:
+            if agentic and not item.superseded:
                 for position, name in enumerate(self._names(item)):
                     values_at.pop(name, None)
                     values_at[name] = (order, -position)
                 order += 1
-        # values and tools first (newest first, a quarter of the room each), prose gets the rest
+        # what the user said (current values) is read first, up to half of the room (issue 23: a
+        # name, number or decision the user stated early outlives the agent's newer traffic);
+        # then values and tools (newest first, a quarter of the room each), prose gets the rest
         # newest line first; within a line, in reading order
+        candidates = sorted(latest.values(), key=lambda c: c[1])
+        chosen: list[tuple[int, int, str, int, bool, bool]] = []
+        used = 0
+        for cand in sorted((c for c in candidates if c[5] and not c[4]), key=lambda c: (-c[0], -c[1])):
+            if used + cand[3] > max_tokens // 2:
+                break  # no older line in place of a newer one that did not fit
+            chosen.append(cand)
+            used += cand[3]
+        room = max_tokens - used
         limit = self.max_names if agentic else self.max_values
         by_recency = sorted(values_at, key=values_at.__getitem__)[-limit:]
-        values = _take_newest(by_recency, max_tokens // 2 if agentic else max_tokens // 4,
+        values = _take_newest(by_recency, room // 2 if agentic else room // 4,
                               None if agentic else _value_rank)
         values.sort(key=lambda v: (values_at[v][0], -values_at[v][1]))
         if agentic:  # a name inside a longer listed one is listed by it ("rel_obj" in "rel_obj_cache")
             values = [v for v in values if not any(v != w and v in w for w in values)]
-        tools = _take_newest(list(tools_at), max_tokens // 4)
+        tools = _take_newest(list(tools_at), room // 4)
         overhead = _estimate_tokens(" ".join(values) + " ".join(tools)) + 3 * min(len(items), 40)
         budget = max(0, max_tokens - overhead - 40)
-        candidates = sorted(latest.values(), key=lambda c: c[1])
-        chosen: list[tuple[int, int, str, int, bool]] = []
-        used = 0
+        first = {id(c) for c in chosen}
         # superseded (earlier) values give way first (issue 11), then by priority, newest first
         for cand in sorted(candidates, key=lambda c: (c[4], -c[0], -c[1])):
-            if used + cand[3] <= budget:
+            if id(cand) not in first and used + cand[3] <= budget:
                 chosen.append(cand)
                 used += cand[3]
         chosen.sort(key=lambda c: c[1])
@@ -240,6 +262,7 @@ class OfflineSummarizer:
 
 
 _DIGITS_RE = re.compile(r"\d+")
+_USER_NUMBER_RE = re.compile(r"(?<![\w.])\d{3,}(?!\w|\.\d)")
 
 
 # --------------------------------------------------------------------------- LLM

@@ -11,7 +11,7 @@ from __future__ import annotations
 import re
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Protocol, runtime_checkable
 
 from pydantic import BaseModel, Field
@@ -127,6 +127,10 @@ class RenderedSummary:
         tokens: its token count (tokens).
         covered_ids: ids of the messages it covers (restorable from the store).
         exact_values: the exact values its text lists.
+        superseded: ``(id, note)`` of each covered message that was marked superseded when it
+            was made (:attr:`SummaryItem.superseded`): a summary carried to a later compaction
+            is emitted again only while these marks still hold (issue 23: a value superseded
+            since then must not be shown as current).
     """
 
     level: int
@@ -134,6 +138,7 @@ class RenderedSummary:
     tokens: int
     covered_ids: tuple[str, ...]
     exact_values: tuple[str, ...]
+    superseded: tuple[tuple[str, str], ...] = ()
 
 
 @dataclass
@@ -254,11 +259,25 @@ def render_summary(
     return {"role": role, "content": "\n".join(line for line in lines if line)}
 
 
-def _drop_oldest_prose(lines: list[str]) -> bool:
+_USER_LINE = "The user said: "
+"""How an offline summary's line of what the user said starts (not superseded)."""
+
+
+def _drop_oldest_prose(lines: list[str], *, keep_user: bool = False) -> bool:
     """Drop the oldest prose line that states no constraint (else the oldest line); keep the
-    left-out note last and its count true. False when no line is left to drop."""
+    left-out note last and its count true. False when no line is left to drop. With
+    ``keep_user``, what the user said (:data:`_USER_LINE`) is not dropped (issue 23)."""
     note = _NOTE_RE.match(lines[-1]) if lines else None
     body = lines[:-1] if note else lines
+    if keep_user:
+        others = [i for i, line in enumerate(body) if not line.startswith(_USER_LINE)]
+        if not others:
+            return False
+        victim = next((i for i in others if not has_constraint(body[i])), others[0])
+        del body[victim]
+        dropped = (int(note.group(1)) if note else 0) + 1
+        lines[:] = [*body, _left_out_note(dropped)]
+        return True
     if not body:
         return False
     victim = next((i for i, line in enumerate(body) if not has_constraint(line)), 0)
@@ -280,7 +299,8 @@ def _fit(
     """Render ``draft`` within ``cap`` tokens; ``None`` if even a bare pointer cannot fit.
 
     What yields, in order (newest material is kept longest, SPEC §7 values last): prose
-    lines, oldest first and constraints last; tool calls, oldest first; the id list; the
+    lines, oldest first and constraints last; tool calls, oldest first; the id list; what the
+    user said (issue 23: their names, numbers and decisions outlive the agent's traffic); the
     long header; exact values, half at a time (code names before ids, paths, dates and
     numbers; older before newer). The bare form names how many messages,
     their span, and that they are restorable by id.
@@ -299,7 +319,7 @@ def _fit(
         tokens = count(message)
         if tokens <= cap:
             return RenderedSummary(level, message, tokens, tuple(covered_ids), tuple(values))
-        if len(lines) > 1 and _drop_oldest_prose(lines):
+        if len(lines) > 1 and _drop_oldest_prose(lines, keep_user=True):
             continue
         if tools:
             tools.pop(0)  # the oldest call first
@@ -307,6 +327,8 @@ def _fit(
             id_limit //= 2
         elif id_limit > 0:
             id_limit = 0  # the header still names the span; the record lists every id
+        elif len(lines) > 1 and _drop_oldest_prose(lines):  # then what the user said (issue 23)
+            continue
         elif lines and len(lines[0]) > 40:
             lines[0] = lines[0][: len(lines[0]) // 2] + "…"
         elif lines:
@@ -384,6 +406,12 @@ def level1_tokens(run: Sequence[SummaryItem], cap: int) -> int:
     return max(LEVEL1_MAX_TOKENS, min(cap, wanted))
 
 
+def _marked(rendered: RenderedSummary, items: Sequence[SummaryItem]) -> RenderedSummary:
+    """``rendered`` with the supersede marks of the ``items`` it covers (:attr:`RenderedSummary.superseded`)."""
+    marks = tuple((item.id, item.superseded) for item in items if item.superseded)
+    return replace(rendered, superseded=marks) if marks else rendered
+
+
 def build_pyramid(
     runs: Sequence[Sequence[SummaryItem]],
     *,
@@ -424,7 +452,7 @@ def build_pyramid(
         if rendered is None:
             level1 = []
             break
-        level1.append(rendered)
+        level1.append(_marked(rendered, run))
     if level1 and sum(s.tokens for s in level1) <= cap:
         result.summaries = level1
         return result
@@ -438,7 +466,7 @@ def build_pyramid(
             + ("(a pointer lists them, restorable by id)" if result.pointer else "(restorable by id)")
         )
         return result
-    result.summaries = [rendered]
+    result.summaries = [_marked(rendered, everything)]
     if len(runs) > 1 or level1:
         result.warnings.append(f"level-1 summaries exceed {cap} tokens; merged into one level-2 summary")
     return result

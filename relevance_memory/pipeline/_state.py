@@ -336,6 +336,9 @@ class Ranked:
             (issue 11): tried before other chains, and the summary reserve yields to them.
         options: chain root → the forms it may be kept in, best first (SPEC §11; chains with a
             bulky tool output only; the others are verbatim or nothing).
+        needs: chain root → roots of the chains holding the newer values of what it holds
+            (issue 23, newest wins): it is kept only with all of them shown, and they are tried
+            first (:func:`~relevance_memory.pipeline.select.newer_first`).
     """
 
     tier: Mapping[int, str]
@@ -349,6 +352,7 @@ class Ranked:
     preferred: Mapping[int, str] = field(default_factory=dict)
     current_views: frozenset[int] = frozenset()
     options: Mapping[int, tuple[ChainOption, ...]] = field(default_factory=dict)
+    needs: Mapping[int, frozenset[int]] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)

@@ -367,7 +367,8 @@ def _lazy_decisions(
         strengths = strengths_at_build()
         out: list[MessageDecision] = []
         for decision in base.messages:
-            out.append(_appended_decision(store, decision.index, strengths, renditions) if decision.index in added else decision)
+            out.append(_appended_decision(store, decision.index, strengths, renditions) if decision.index in added
+                       else _linked(store, decision))
         for i in range(base_length, length):
             message = store[i]
             if i in added:
@@ -379,14 +380,15 @@ def _lazy_decisions(
                 "chain_id": store[store.chain_root(i)].id, "tier": "archive", "decision": "dropped",
             }
             if i in passed or message.id in excluded:
-                out.append(MessageDecision(**common, reason="excluded on ingest", note=excluded.get(message.id, "")))
+                decision = MessageDecision(**common, reason="excluded on ingest", note=excluded.get(message.id, ""))
             elif i in held:
-                out.append(MessageDecision(
+                decision = MessageDecision(
                     **common, reason="tool chain waiting for its results",
                     note="held back; appended together with its tool results",
-                ))
+                )
             else:  # not reachable: every stored message is appended, held, skipped or in the base
-                out.append(MessageDecision(**common, reason="not in this context"))
+                decision = MessageDecision(**common, reason="not in this context")
+            out.append(_linked(store, decision))
         return out
 
     return build
@@ -426,12 +428,23 @@ def _strengths(seams: Seams, indices: Sequence[int], ids: Sequence[str]) -> Call
     return settle
 
 
+def _linked(store: StoreView, decision: MessageDecision) -> MessageDecision:
+    """``decision`` with the supersede links the store holds now, both ways (SPEC §8; issue 23:
+    an appended build's record marks a value restated since the last compaction)."""
+    link = store.superseded_by.get(decision.id)
+    newer = list(store.supersedes.get(decision.id, ()))
+    superseded_by, reason = (link.newer, link.reason) if link is not None else (None, "")
+    if (decision.superseded_by, decision.supersede_reason, decision.supersedes) == (superseded_by, reason, newer):
+        return decision
+    return decision.model_copy(update={"superseded_by": superseded_by, "supersede_reason": reason, "supersedes": newer})
+
+
 def _appended_decision(
     store: StoreView, i: int, strengths: dict[int, float | None], renditions: Mapping[int, Rendition]
 ) -> MessageDecision:
     message = store[i]
     found = renditions.get(i)
-    return MessageDecision(
+    return _linked(store, MessageDecision(
         id=message.id, index=i, step=message.step, role=message.role, msg_type=message.msg_type.value,
         tokens=message.token_count, strength=strengths.get(i),
         tier="recent", decision="recent", score_source=ScoreSource.RECENT,
@@ -439,7 +452,7 @@ def _appended_decision(
         chain_id=store[store.chain_root(i)].id,
         fidelity=found.fidelity if found else "verbatim", sent_tokens=found.tokens if found else message.token_count,
         note=found.note if found else "",
-    )
+    ))
 
 
 def grown_target(record: DecisionRecord, *, first_user: int | None, core_score: int, target: int, budget: int) -> int | None:

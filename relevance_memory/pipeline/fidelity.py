@@ -23,6 +23,7 @@ model, a test and ``relmem explain`` can tell it from the original.
 from __future__ import annotations
 
 import json
+import re
 from collections import OrderedDict
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
@@ -47,6 +48,7 @@ __all__ = [
     "excerpt_message",
     "excerpt_text",
     "fit_chain",
+    "goal_fields",
     "is_rendition",
     "keep_names",
 ]
@@ -177,6 +179,50 @@ def excerpt_text(
     return "\n".join(out), len(chosen), n
 
 
+GOAL_FIELDS = 6
+"""Most ``key: value`` fields of a JSON tool result an excerpt or elided line names (issue 23)."""
+_WORD_RE = re.compile(r"[a-z0-9][a-z0-9_\-]{2,}")
+
+
+def goal_fields(text: str, goal: str) -> str:
+    """The fields of a JSON object tool result that answer the goal (pure; issue 23: a status,
+    an owner, an id the goal names survives an excerpt or elision): ``"status: escalated,
+    owner: Marta Kovacs"``, those whose key is a word of ``goal`` (``order_id`` answers "order")
+    or whose value the goal quotes, at most :data:`GOAL_FIELDS` of them, one level of nesting
+    read, values clipped to 60 characters; ``""`` for other text or when none answers."""
+    stripped = text.lstrip()
+    if not goal or not stripped.startswith("{"):
+        return ""
+    try:
+        data = json.loads(stripped)
+    except ValueError:
+        return ""
+    if not isinstance(data, dict):
+        return ""
+    words = set(_WORD_RE.findall(goal.lower()))
+    words |= {w[:-1] for w in words if w.endswith("s") and len(w) > 3}
+    lowered = goal.lower()
+    out: list[str] = []
+
+    def visit(obj: Mapping[str, Any], depth: int) -> None:
+        for key, value in obj.items():
+            if len(out) >= GOAL_FIELDS:
+                return
+            if isinstance(value, dict):
+                if depth < 1:
+                    visit(value, depth + 1)
+                continue
+            if isinstance(value, (list, tuple)) or value is None:
+                continue
+            shown = str(value)
+            parts = set(str(key).lower().replace("-", "_").split("_"))
+            if parts & words or (len(shown) >= 3 and shown.lower() in lowered):
+                out.append(f"{key}: {shown if len(shown) <= 60 else shown[:59] + '…'}")
+
+    visit(data, 0)
+    return ", ".join(out)
+
+
 def _marker(message: Message, kind: str, detail: str) -> str:
     return f"{kind} of {message.id} ({message.role}{', ' + message.msg_type.value if message.role != 'tool' else ''}): {detail}; the whole message is restorable by id {message.id}]"
 
@@ -209,14 +255,17 @@ def _with_content(message: Message, content: Any, calls: list[dict[str, Any]] | 
     return out
 
 
-def excerpt_message(message: Message, cap: int, keep: Collection[str], counter: TokenCounter) -> Rendition:
+def excerpt_message(
+    message: Message, cap: int, keep: Collection[str], counter: TokenCounter, goal: str = ""
+) -> Rendition:
     """``message`` cut to at most ``cap`` tokens (SPEC §11 *excerpt*; pure).
 
     The content becomes one marker line (:data:`EXCERPT_MARKER`: the id to restore, lines and
     tokens left out) plus :func:`excerpt_text` of the text; an assistant's tool-call arguments
     keep their JSON shape with long strings excerpted; image and other non-text parts are left
     out (the marker says how many). Role, ``tool_call_id``, ``name`` and call ids stay, so the
-    chain stays valid. A message already within ``cap`` comes back verbatim.
+    chain stays valid. A message already within ``cap`` comes back verbatim. The marker names
+    the fields of a JSON result that answer ``goal`` (:func:`goal_fields`, issue 23).
     """
     original = message.token_count
     if original <= cap:
@@ -228,6 +277,7 @@ def excerpt_message(message: Message, cap: int, keep: Collection[str], counter: 
     frame = counter.count_message(_with_content(message, "", [] if calls else None)) + 16
     target = max(8, cap - frame)
     text_tokens = counter.count_text(text) if text else 0
+    fields = goal_fields(text, goal) if message.role == "tool" else ""
     for _ in range(6):
         text_room = min(text_tokens, target // 2) if calls else target  # a short THOUGHT stays whole
         call_room = target - text_room
@@ -242,6 +292,8 @@ def excerpt_message(message: Message, cap: int, keep: Collection[str], counter: 
                 new_calls.append({**call, "function": function})
         body, kept, total = excerpt_text(text, max(0, text_room), keep, counter) if text else ("", 0, 0)
         detail = f"{kept} of {total} lines kept" if total else "content cut"
+        if fields:
+            detail += f"; answers the goal: {fields}"
         if other_parts:
             detail += f", {other_parts} non-text part(s) left out"
         marker = _marker(message, EXCERPT_MARKER, f"{detail} (about {{left}} of {original:,} tokens left out)")
@@ -255,23 +307,28 @@ def excerpt_message(message: Message, cap: int, keep: Collection[str], counter: 
             note = f"excerpt: {tokens:,} of {original:,} tokens sent ({detail}); the original is restorable by id"
             return Rendition(final, tokens, "excerpt", original, note)
         target = max(8, target - (tokens - cap) - 8)
-    bare = _with_content(message, _marker(message, EXCERPT_MARKER, f"all {original:,} tokens left out"),
+    bare = _with_content(message, _marker(message, EXCERPT_MARKER, f"all {original:,} tokens left out"
+                                                 + (f"; answers the goal: {fields}" if fields else "")),
                          [{**c, "function": {**(c.get("function") or {}), "arguments": "{}"}} for c in calls] if calls else None)
     tokens = counter.count_message(bare)
     return Rendition(bare, tokens, "excerpt", original, f"excerpt: only a marker fits ({tokens} tokens); restorable by id")
 
 
-def elide_message(message: Message, keep: Collection[str], counter: TokenCounter) -> Rendition:
+def elide_message(message: Message, keep: Collection[str], counter: TokenCounter, goal: str = "") -> Rendition:
     """``message``'s content replaced by one restorable line (SPEC §11 *elided*; pure): the
-    id, how many lines and tokens were left out, and up to :data:`ELIDED_NAMES` of its code
-    names (those in ``keep`` first). Tool calls stay whole (the call is the step; its output is
-    what is elided). Meant for tool results; any message with content can be elided."""
+    id, how many lines and tokens were left out, the fields of a JSON result that answer
+    ``goal`` (:func:`goal_fields`, issue 23: "answers the goal: status: escalated") and up to
+    :data:`ELIDED_NAMES` of its code names (those in ``keep`` first). Tool calls stay whole
+    (the call is the step; its output is what is elided). Meant for tool results; any message
+    with content can be elided."""
     text = content_text(message.content)
     names = code_names(text)
     ranked = [n for n in names if n in keep] + [n for n in names if n not in keep]
     shown = ", ".join(ranked[:ELIDED_NAMES])
     lines = text.count("\n") + 1 if text else 0
-    detail = f"{lines:,} line(s), {message.token_count:,} tokens left out" + (f"; names: {shown}" if shown else "")
+    fields = goal_fields(text, goal) if message.role == "tool" else ""
+    detail = (f"{lines:,} line(s), {message.token_count:,} tokens left out"
+              + (f"; answers the goal: {fields}" if fields else "") + (f"; names: {shown}" if shown else ""))
     line = f"{ELIDED_MARKER} output of {message.id}: {detail}; restorable by id {message.id}]"
     if message.role != "tool":
         line = f"{ELIDED_MARKER} content of {message.id} ({message.role}): {detail}; restorable by id {message.id}]"
@@ -303,7 +360,8 @@ class Renditions:
         if found is not None:
             self._data.move_to_end(key)
             return found
-        made = excerpt_message(message, cap, keep, counter) if fidelity == "excerpt" else elide_message(message, keep, counter)
+        made = (excerpt_message(message, cap, keep, counter, goal) if fidelity == "excerpt"
+                else elide_message(message, keep, counter, goal))
         self._data[key] = made
         while len(self._data) > self._maxsize:
             self._data.popitem(last=False)

@@ -45,7 +45,7 @@ from .fidelity import MIN_EXCERPT_TOKENS, Rendition, keep_names
 from .order import DEFAULT_ORDER, ChainFacts, OrderPolicy
 
 __all__ = [
-    "AGENT_TRAFFIC_SHARE", "BULKY_TOKENS", "CONSTRAINT_SCORE", "ROOM_LEFT", "Selection", "chain_options", "current_file_views", "fill", "fill_ranked", "preferred_newer", "rank", "select", "select_chains",
+    "AGENT_TRAFFIC_SHARE", "BULKY_TOKENS", "CONSTRAINT_SCORE", "NEWER_LEFT_OUT", "ROOM_LEFT", "Selection", "chain_options", "current_file_views", "fill", "fill_ranked", "newer_first", "newer_needs", "preferred_newer", "rank", "select", "select_chains",
     "superseded_chains", "tool_traffic_share", "view_edits",
 ]
 
@@ -56,6 +56,10 @@ before every other chain of its score, and never yields to the summary reserve).
 ROOM_LEFT = "room left: kept verbatim from the archive (the core and working tiers left it)"
 """Record note of an archived chain kept in the room the core and working tiers left beyond
 the summary reserve (``MemoryConfig.fill_from_archive``)."""
+NEWER_LEFT_OUT = "left out: the newer value it is superseded by did not fit (newest wins; the summary says since when)"
+"""Record note of a chain kept only with the chains holding its newer values, one of which did
+not fit (issue 23: an older value never appears without the newer one)."""
+
 AGENT_TRAFFIC_SHARE = 0.5
 """Share of the candidates' tokens that are tool traffic from which the history is an agent's
 (:attr:`OrderPolicy.agent_core` orders its core chains)."""
@@ -157,6 +161,8 @@ def fill(
     *,
     skip: frozenset[int] | set[int] = frozenset(),
     options: Mapping[int, Sequence[ChainOption]] | None = None,
+    needs: Mapping[int, Collection[int]] | None = None,
+    shown: Collection[int] = (),
 ) -> Selection:
     """Keep chains in ``order`` while they fit ``available`` tokens (greedy; pure).
 
@@ -166,10 +172,19 @@ def fill(
     skipped; a smaller later one may still fit. Roots in ``skip`` are passed over (and not
     noted). An archive chain in the order (:func:`rank` with ``spare``) that fits is kept in the
     working tier with the note :data:`ROOM_LEFT`; one that does not stays archived, with no note.
+
+    Newest wins (issue 23): a root listed in ``needs`` is kept only when every root it needs (the
+    chains holding the newer values of what it holds, :func:`newer_first`) is kept before it or
+    in ``shown`` (working memory); otherwise it is skipped, noted :data:`NEWER_LEFT_OUT`.
     """
     selection = Selection(tier=dict(tier))
     for root in order:
         if root in skip:
+            continue
+        missing = [n for n in (needs or {}).get(root, ()) if n not in selection.kept and n not in shown]
+        if missing:
+            if tier[root] != "archive":
+                selection.notes[root] = NEWER_LEFT_OUT
             continue
         choices = options.get(root) if options else None
         for option in choices or (ChainOption("verbatim", tokens[root]),):
@@ -231,11 +246,13 @@ def fill_ranked(ranked: Ranked, available: int, store: StoreView) -> Selection:
         available: tokens the kept chains may take (tokens).
         store: the store view (message ids for the repeat notes).
     """
-    first = fill(ranked.tier, ranked.order, ranked.tokens, available, options=ranked.options)
+    first = fill(ranked.tier, ranked.order, ranked.tokens, available, options=ranked.options, needs=ranked.needs,
+                 shown=ranked.recent_roots)
     repeats = _repeats(ranked, first.kept)
     if not repeats:
         return first
-    second = fill(ranked.tier, ranked.order, ranked.tokens, available, skip=set(repeats), options=ranked.options)
+    second = fill(ranked.tier, ranked.order, ranked.tokens, available, skip=set(repeats), options=ranked.options,
+                  needs=ranked.needs, shown=ranked.recent_roots)
     shown = second.kept | set(ranked.recent_roots)
     if not all(newest in shown for newest in set(repeats.values())):
         return first
@@ -366,6 +383,9 @@ def select(state: BuildState, seams: Seams) -> Ranked:
             key = repeat_key(i)
             if i > recent_shown.get(key, -1):
                 recent_shown[key] = i
+    needs = newer_needs(chains, store) if config.supersede else {}
+    if needs:
+        order = newer_first(order, needs)
     return Ranked(
         tier=tier,
         order=order,
@@ -378,6 +398,7 @@ def select(state: BuildState, seams: Seams) -> Ranked:
         superseded=superseded,
         preferred={store.chain_root(i): note for i, (_, note) in preferred.items()},
         current_views=view_roots,
+        needs=needs,
     )
 
 
@@ -489,6 +510,55 @@ def preferred_newer(
                 note = f"supersedes {', '.join(olders)}: preferred over it"
                 out[i] = (score.model_copy(update={"score": floor, "reason": f"{score.reason}; {note}"}), note)
     return out
+
+def newer_needs(chains: Mapping[int, Chain], store: StoreView) -> dict[int, frozenset[int]]:
+    """Candidate chain root → roots of the chains holding the newer values of what it holds
+    (issue 23; pure): for each member a newer message supersedes (``store.superseded_by``), the
+    root of that newer message's chain, when it is another chain. An assistant message that only
+    calls tools carries no value of its own and needs nothing."""
+    links = store.superseded_by
+    out: dict[int, frozenset[int]] = {}
+    if not links:
+        return out
+    for root, chain in chains.items():
+        newer: set[int] = set()
+        for i in chain.members:
+            link = links.get(store[i].id)
+            if link is None:
+                continue
+            try:
+                other = store.chain_root(store.get(link.newer).index)
+            except KeyError:
+                continue
+            if other != root:
+                newer.add(other)
+        if newer:
+            out[root] = frozenset(newer)
+    return out
+
+
+def newer_first(order: Sequence[int], needs: Mapping[int, Collection[int]]) -> tuple[int, ...]:
+    """``order`` with the chains holding newer values moved just before the first chain that
+    needs them, when they came later (issue 23: the newer one is placed first; pure). A needed
+    root not in ``order`` (working memory, or archived) stays where it is; cycles cannot occur
+    (a newer message is always later), but are guarded against."""
+    position = set(order)
+    placed: set[int] = set()
+    out: list[int] = []
+
+    def place(root: int, trail: frozenset[int]) -> None:
+        if root in placed or root in trail:
+            return
+        for newer in sorted(needs.get(root, ())):
+            if newer in position:
+                place(newer, trail | {root})
+        placed.add(root)
+        out.append(root)
+
+    for root in order:
+        place(root, frozenset())
+    return tuple(out)
+
 
 def tool_traffic_share(store: StoreView, chains: Iterable[Chain]) -> float:
     """Share (0..1) of the tokens of ``chains`` that are an agent's tool traffic: tool results,

@@ -9,7 +9,10 @@ its cache).
 
 The reserve (``summary_budget``, or :data:`SUMMARY_RESERVE_SHARE` of the budget, at least
 :data:`MIN_SUMMARY_RESERVE` tokens) is never taken from the task statement, from user
-messages scored ≥ ``core_score`` (SPEC §7: a user constraint is never only in a summary) or
+messages scored ≥ ``core_score`` (SPEC §7: a user constraint is never only in a summary;
+issue 23: a request scored 4 only because the goal is formed from the user's requests does
+yield, and when what does not yield leaves less than the floor, the record warns, naming what
+took the room) or
 from the newest views of the files the agent edited (issue 11: the current state of the
 files under repair; the older views they supersede are what the summaries hold); other
 chains yield to it, lowest priority first. When the summaries do not fit it, the
@@ -23,6 +26,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 
 from .._models import Message, RelevanceScore, content_text, user_authored
+from .._scoring import REQUEST_REASON
 from .._summary import PyramidResult, RenderedSummary, SummaryItem, build_pyramid, pointer_summary, pointer_tokens
 from ._state import BuildState, Partitioned, Ranked, Seams, Selection, Summarised, required
 from .ledger import BudgetLedger, Purpose
@@ -108,7 +112,7 @@ def summarise_archive(
         if m.index not in part.excluded and m.index not in part.pinned and not (repeats and m.index in repeats)
         and store.chain_root(m.index) not in kept_roots
     }
-    reused = [s for s in carried if s.level > 0 and set(s.covered_ids) <= archived_ids]
+    reused = [s for s in carried if s.level > 0 and set(s.covered_ids) <= archived_ids and _marks_hold(seams, s)]
     already = {i for s in reused for i in s.covered_ids}
     runs: list[list[SummaryItem]] = [[]]
     held: set[int] = set()
@@ -174,18 +178,67 @@ def _protected(
     seams: Seams, part: Partitioned, scores: Mapping[int, RelevanceScore], selection: Selection, ranked: Ranked
 ) -> tuple[int, int]:
     """Tokens of kept core chains that yield to the summary reserve last, ``(strict, views)``:
-    the task statement and user messages scored ≥ ``core_score`` never yield (SPEC §7); the
+    the task statement and user messages scored ≥ ``core_score`` never yield (SPEC §7) — except
+    a user's request scored 4 only as one of the requests the goal is formed from
+    (:data:`~relevance_memory._scoring.REQUEST_REASON`; issue 23: in a long chat or a
+    customer-service session every request scores 4, and they took the whole budget, leaving
+    the archive no summary); the
     newest views of the files the agent edited (issue 11: their current state is what the next
     step needs; the older views they supersede are what the summaries hold) yield only down to
     the reserve's floor (half its share: an agent that wrote many files keeps a summary of what
     it read too) (tokens)."""
-    strict_roots = _protected_roots(seams, part, scores, selection)
+    store = seams.store
+    strict_roots = {r for r in _protected_roots(seams, part, scores, selection) if r == part.task_root or any(
+        user_authored(store[i].role, store[i].msg_type.value) and scores[i].score >= seams.config.core_score
+        and scores[i].reason != REQUEST_REASON for i in part.candidates[r].members)}
     view_roots = (selection.kept & ranked.current_views) - strict_roots
 
     def size(r: int) -> int:
         return selection.sizes.get(r, part.candidates[r].tokens)
 
     return sum(size(r) for r in strict_roots), sum(size(r) for r in view_roots)
+
+
+def _below_floor(
+    seams: Seams, part: Partitioned, scores: Mapping[int, RelevanceScore], selection: Selection, reserve: int,
+    available: int,
+) -> str:
+    """The decision record's warning when the summary reserve is below its documented floor
+    (:data:`MIN_SUMMARY_RESERVE`, issue 23): what took the room, largest first — the task
+    statement, user constraints scored ≥ ``core_score`` (neither yields to summaries, SPEC §7),
+    and what the ledger spent before selection (the reply's reserve, system prompts, the goal
+    block, working memory)."""
+    store = seams.store
+    takers: list[tuple[int, str]] = []
+    constraints: list[tuple[int, str]] = []
+    for root in sorted(_protected_roots(seams, part, scores, selection)):
+        tokens = selection.sizes.get(root, part.candidates[root].tokens)
+        if root == part.task_root:
+            takers.append((tokens, f"the task statement {store[root].id} ({tokens:,} tokens)"))
+        else:
+            constraints.append((tokens, store[root].id))
+    if constraints:
+        total, ids = sum(t for t, _ in constraints), [i for _, i in constraints]
+        listed = ", ".join(ids[:5]) + (f", … {len(ids) - 5} more" if len(ids) > 5 else "")
+        takers.append((total, f"{len(ids)} user message(s) scored ≥ {seams.config.core_score} ({listed}; "
+                              f"{total:,} tokens)"))
+    for purpose, what in ((Purpose.REPLY_PRIMING, "the reply's reserve"), (Purpose.PINNED, "the system prompt(s)"),
+                          (Purpose.GOAL_BLOCK, "the goal block"),
+                          (Purpose.WORKING_MEMORY, "the newest steps (working memory)")):
+        tokens = part.ledger.spent_on(purpose)
+        if purpose is Purpose.WORKING_MEMORY and store.first_user_index is not None:
+            task = store.chain_root(store.first_user_index)  # the task statement may be the newest user message
+            if task in part.recent and task in part.chains:
+                takers.append((part.chains[task].tokens, f"the task statement {store[task].id} "
+                                                         f"({part.chains[task].tokens:,} tokens)"))
+                tokens -= part.chains[task].tokens
+        if tokens > 0:
+            takers.append((tokens, f"{what} ({tokens:,} tokens)"))
+    named = ", ".join(text for _, text in sorted(takers, key=lambda t: -t[0])) or "nothing else"
+    return (
+        f"summary reserve {reserve} tokens, below its floor of {MIN_SUMMARY_RESERVE}: {named} took the room "
+        f"({available:,} of {part.ledger.budget:,} tokens left after the pinned messages); the archive's summary is cut short — raise the budget"
+    )
 
 
 def _goal_block_is_pointer(state: BuildState, part: Partitioned, goal_text: str | None, kept_roots: set[int]) -> bool:
@@ -210,14 +263,47 @@ def _spend_selection(ledger: BudgetLedger, ranked: Ranked, selection: Selection,
     return ledger
 
 
+_NEWER_RESULT = "a newer result"
+"""How the note of a message superseded by a newer tool result (not a restated fact) starts."""
+
+
 def _superseded_note(seams: Seams, message: Message) -> str:
-    """What replaced ``message`` ("since step 31: dislikes sushi"), or ``""`` (issue 11)."""
-    link = seams.store.superseded_by.get(message.id)
+    """What replaced ``message`` ("since step 31: dislikes sushi"), or ``""`` (issue 11).
+
+    The newest value wins (issue 23): when the newer message was itself restated, the note
+    follows the links of the same kind to the newest one ("my budget is $500" → "$700" →
+    "$900" reads "since step 40: $900")."""
+    links = seams.store.superseded_by
+    link = links.get(message.id)
     if link is None:
         return ""
+    seen = {message.id}
+    while link.newer in links and link.newer not in seen and links[link.newer].kind == link.kind:
+        seen.add(link.newer)
+        link = links[link.newer]
     if link.kind == "fact":
         return f"since step {link.newer_step}: {link.new_value} ({link.key})"
-    return f"a newer result since step {link.newer_step} ({link.newer})"
+    return f"{_NEWER_RESULT} since step {link.newer_step} ({link.newer})"
+
+
+def _marks_hold(seams: Seams, summary: RenderedSummary) -> bool:
+    """Whether the fact supersede marks ``summary`` was made with are still the current ones
+    for the messages it covers (issue 23): a summary made before one of them was superseded (or
+    before its newer value was restated again) shows that value as current, so it is not
+    carried, and the messages are summarised afresh with the mark. Marks of a newer tool result
+    (a file read again) do not count: the newer result is in the context or in a later summary,
+    and dropping the carried summary for each re-read broke the cached prefix (django-15280 at
+    8k: cost 0.47 -> 0.50 of the full history)."""
+    if not seams.config.supersede:
+        return True
+    store, links = seams.store, seams.store.superseded_by
+    made = {i: note for i, note in summary.superseded if not note.startswith(_NEWER_RESULT)}
+    for message_id in summary.covered_ids:
+        link = links.get(message_id)
+        now = _superseded_note(seams, store.get(message_id)) if link is not None and link.kind == "fact" else ""
+        if now != made.get(message_id, ""):
+            return False
+    return True
 
 
 def summarise(state: BuildState, seams: Seams) -> Summarised:
@@ -246,7 +332,8 @@ def summarise(state: BuildState, seams: Seams) -> Summarised:
     strict, views = _protected(seams, part, scores, selection, ranked)
     share = max(MIN_SUMMARY_RESERVE, int(state.budget * reserve_share(seams, part)))
     wanted = config.summary_budget or share
-    most = max(0, available - strict - views, min(available - strict, wanted // 2))
+    floor = wanted // 2 if config.summary_budget else max(wanted // 2, MIN_SUMMARY_RESERVE)
+    most = max(0, available - strict - views, min(available - strict, floor))
     reserve = min(most, wanted)
 
     def attempt(reserve: int, extra: int = 0) -> tuple[Selection, PyramidResult, set[int]]:
@@ -268,6 +355,8 @@ def summarise(state: BuildState, seams: Seams) -> Summarised:
         reserve = min(most, max(reserve + 1, probe.tokens))
         chosen, pyramid, held = attempt(reserve)
     warnings: list[str] = []
+    if not config.summary_budget and reserve < MIN_SUMMARY_RESERVE:
+        warnings.append(_below_floor(seams, part, scores, selection, reserve, available))
     freed = 0
     if reserve:
         ledger = ledger.reserve(Purpose.SUMMARIES, reserve, "candidates filled the rest")
