@@ -27,7 +27,7 @@ from collections.abc import Sequence
 
 from .._capabilities import AsyncScorer
 from .._models import Message, RelevanceScore, ScoreSource, TaskGoal, content_text, user_authored
-from .._requests import REQUEST_MAX_CHARS, is_correction, is_request
+from .._requests import is_correction, is_request
 from .._scoring import ScoreItem, ScorerUsage, ScoringContext, ScoringResult, message_cache_key, score_cache_prefix
 from ._state import BuildState, Scored, ScoreRequest, Seams, required
 
@@ -39,17 +39,12 @@ def _prefix(seams: Seams, goal: TaskGoal) -> str:
     return score_cache_prefix(rubric_version=scorer.rubric_version, model=scorer.model, goal=goal)
 
 
-def is_request_of(message: Message, goal: TaskGoal) -> bool:
-    """Whether a user's message is one of the requests the final goal is formed from (at least
-    a few words, or a correction, and in ``goal.final``: a long chat's goal holds its first and
-    newest requests, :func:`~relevance_memory._requests.goal_from_requests`; older ones are
-    scored by their relevance like any message)."""
-    if goal.source != "user_requests" or not user_authored(message.role, message.msg_type.value):
+def is_request_of(message: Message) -> bool:
+    """Whether a user's message is one of their requests (at least a few words, or a correction)."""
+    if not user_authored(message.role, message.msg_type.value):
         return False
     text = content_text(message.content)
-    if not (is_request(text) or is_correction(text)):
-        return False
-    return " ".join(text.split())[: REQUEST_MAX_CHARS - 1] in goal.final
+    return is_request(text) or is_correction(text)
 
 
 def notice_of(seams: Seams, message: Message) -> str:
@@ -80,6 +75,7 @@ def cache_keys(seams: Seams, prefix: str, message: Message) -> tuple[str, ...]:
 def _items(state: BuildState, seams: Seams, indices: Sequence[int]) -> tuple[ScoreItem, ...]:
     store = seams.store
     task_index = store.first_user_index if required(state.partition, "partition").task_root is not None else None
+    requests = state.goal.source == "user_requests"
     return tuple(
         ScoreItem(
             id=m.id,
@@ -97,7 +93,7 @@ def _items(state: BuildState, seams: Seams, indices: Sequence[int]) -> tuple[Sco
             superseded_by=_superseded(seams, m.id),
             episode=store.episodes[i],
             notice=notice_of(seams, m),
-            request=is_request_of(m, state.goal),
+            request=requests and is_request_of(m),
         )
         for i, m in ((i, store[i]) for i in indices)
     )
