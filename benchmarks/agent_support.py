@@ -336,6 +336,8 @@ VARIANTS: dict[str, tuple[dict[str, Any], dict[str, Any]]] = {
     "no carried summaries": ({"cache_policy": {"carry_summaries": False}}, {}),
     "summary share 0.1": ({"tool_summary_share": 0.1}, {}),
     "target 0.8 fixed": ({"cache_policy": {"steps_ahead": 0}}, {}),
+    "4 steps ahead": ({"cache_policy": {"steps_ahead": 4}}, {}),
+    "6 steps ahead": ({"cache_policy": {"steps_ahead": 6}}, {}),
     "target 0.5 fixed": ({"cache_policy": {"steps_ahead": 0, "target_fraction": 0.5}}, {}),
     "excerpt 1/4": ({"excerpt_share": 0.25}, {}),
     "excerpt 1/8": ({"excerpt_share": 0.125}, {}),
