@@ -37,6 +37,14 @@ __all__ = ["MIN_SUMMARY_RESERVE", "SUMMARY_RESERVE_SHARE", "reserve_share", "sum
 
 SUMMARY_RESERVE_SHARE = 0.1
 """Share of the budget reserved for summaries when ``summary_budget`` is 0."""
+NEWEST_REQUESTS = 12
+"""How many of the user's newest requests (scored 4 as requests the goal is formed from) yield to
+the summary reserve only down to :data:`MIN_SUMMARY_RESERVE`; older ones yield to its whole share
+(issue 21: a τ-bench customer's requests stay verbatim at 2,500 tokens — all of them in 100 % of
+requests, against 67 % when every request yielded; issue 23: in a session of many conversations
+the older requests leave the summary room for the facts stated early — 97.6 % of τ-bench facts
+kept at 4k, against 65-72 % when every request held; ``benchmarks/agent_support.py``,
+``benchmarks/fact_retention.py``)."""
 MIN_SUMMARY_RESERVE = 64
 """Least tokens reserved for summaries when ``summary_budget`` is 0 (room for one small summary)."""
 RESERVE_GROWTH_STEPS = 3
@@ -176,27 +184,34 @@ def summarise_archive(
 
 def _protected(
     seams: Seams, part: Partitioned, scores: Mapping[int, RelevanceScore], selection: Selection, ranked: Ranked
-) -> tuple[int, int]:
-    """Tokens of kept core chains that yield to the summary reserve last, ``(strict, views)``:
-    the task statement and user messages scored ≥ ``core_score`` never yield (SPEC §7) — except
-    a user's request scored 4 only as one of the requests the goal is formed from
-    (:data:`~relevance_memory._scoring.REQUEST_REASON`; issue 23: in a long chat or a
-    customer-service session every request scores 4, and they took the whole budget, leaving
-    the archive no summary); the
-    newest views of the files the agent edited (issue 11: their current state is what the next
-    step needs; the older views they supersede are what the summaries hold) yield only down to
-    the reserve's floor (half its share: an agent that wrote many files keeps a summary of what
-    it read too) (tokens)."""
+) -> tuple[int, int, int]:
+    """Tokens of kept core chains that yield to the summary reserve last, ``(strict, views,
+    requests)``: the task statement and user messages scored ≥ ``core_score`` never yield
+    (SPEC §7); the newest views of the files the agent edited (issue 11: their current state is
+    what the next step needs; the older views they supersede are what the summaries hold) yield
+    only down to the reserve's floor (half its share: an agent that wrote many files keeps a
+    summary of what it read too); a user's request scored 4 only as one of the requests the
+    goal is formed from (:data:`~relevance_memory._scoring.REQUEST_REASON`), one of the
+    :data:`NEWEST_REQUESTS` newest, yields only down to :data:`MIN_SUMMARY_RESERVE` (issue 23: in a long customer-service session every request
+    scores 4 and they took the whole budget, leaving the archive no summary; issue 21: at
+    2,500 tokens a τ-bench customer's requests stay verbatim) (tokens)."""
     store = seams.store
-    strict_roots = {r for r in _protected_roots(seams, part, scores, selection) if r == part.task_root or any(
-        user_authored(store[i].role, store[i].msg_type.value) and scores[i].score >= seams.config.core_score
-        and scores[i].reason != REQUEST_REASON for i in part.candidates[r].members)}
-    view_roots = (selection.kept & ranked.current_views) - strict_roots
+    protected = _protected_roots(seams, part, scores, selection)
+
+    def user_core(r: int, requests: bool) -> bool:
+        return any(user_authored(store[i].role, store[i].msg_type.value) and scores[i].score >= seams.config.core_score
+                   and (scores[i].reason == REQUEST_REASON) == requests for i in part.candidates[r].members)
+
+    strict_roots = {r for r in protected if r == part.task_root or user_core(r, False)}
+    # the newest requests only: in a long session the older ones yield like any chain
+    request_roots = set(sorted({r for r in protected if user_core(r, True)} - strict_roots)[-NEWEST_REQUESTS:])
+    view_roots = (selection.kept & ranked.current_views) - strict_roots - request_roots
 
     def size(r: int) -> int:
         return selection.sizes.get(r, part.candidates[r].tokens)
 
-    return sum(size(r) for r in strict_roots), sum(size(r) for r in view_roots)
+    return (sum(size(r) for r in strict_roots), sum(size(r) for r in view_roots),
+            sum(size(r) for r in request_roots))
 
 
 def _below_floor(
@@ -329,11 +344,12 @@ def summarise(state: BuildState, seams: Seams) -> Summarised:
             selection, PyramidResult(), frozenset(), goal_text, _spend_selection(ledger, ranked, selection, PyramidResult()),
             tuple(notes),
         )
-    strict, views = _protected(seams, part, scores, selection, ranked)
+    strict, views, requests = _protected(seams, part, scores, selection, ranked)
     share = max(MIN_SUMMARY_RESERVE, int(state.budget * reserve_share(seams, part)))
     wanted = config.summary_budget or share
     floor = wanted // 2 if config.summary_budget else max(wanted // 2, MIN_SUMMARY_RESERVE)
-    most = max(0, available - strict - views, min(available - strict, floor))
+    most = max(0, available - strict - views - requests, min(available - strict - requests, floor),
+               min(available - strict, MIN_SUMMARY_RESERVE))
     reserve = min(most, wanted)
 
     def attempt(reserve: int, extra: int = 0) -> tuple[Selection, PyramidResult, set[int]]:
