@@ -55,7 +55,7 @@ from ._anthropic import (
     place_cache_breakpoints,
     to_anthropic,
 )
-from ._client import _HelperStreamManager, _Passthrough, _Recorded
+from ._client import _AsyncFedStream, _FedStream, _HelperStreamManager, _Passthrough, _Recorded
 from ._config import MemoryConfig
 from ._exceptions import InvalidMessageError, RelevanceMemoryError
 from ._manager import BuiltContext, RelevanceMemoryManager
@@ -279,32 +279,9 @@ class _EventStreamBase(_Recorded):
             self._session.record_message(self._memory, reply, self.build, self._span)
 
 
-class _EventStream(_EventStreamBase):
+class _EventStream(_EventStreamBase, _FedStream):
     """Wraps the SDK's ``Stream`` of raw events (``create(stream=True)``): events pass unchanged;
     the reply is recorded once the stream is exhausted."""
-
-    def __iter__(self) -> Iterator[Any]:
-        return self
-
-    def __next__(self) -> Any:
-        try:
-            event = next(self._wrapped)
-        except StopIteration:
-            self._finish()
-            raise
-        self._acc.feed(event)
-        return event
-
-    def __enter__(self) -> _EventStream:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
-
-    def close(self) -> None:
-        """Close the HTTP response; a reply not read to the end is not recorded."""
-        self._span.end()
-        self._wrapped.close()
 
 
 class _MessageStream(_Recorded):
@@ -358,31 +335,8 @@ class _MessageStream(_Recorded):
         self._wrapped.close()
 
 
-class _AsyncEventStream(_EventStreamBase):
+class _AsyncEventStream(_EventStreamBase, _AsyncFedStream):
     """Wraps the SDK's ``AsyncStream`` of raw events (``await create(stream=True)``)."""
-
-    def __aiter__(self) -> AsyncIterator[Any]:
-        return self
-
-    async def __anext__(self) -> Any:
-        try:
-            event = await self._wrapped.__anext__()
-        except StopAsyncIteration:
-            self._finish()
-            raise
-        self._acc.feed(event)
-        return event
-
-    async def __aenter__(self) -> _AsyncEventStream:
-        return self
-
-    async def __aexit__(self, *exc: object) -> None:
-        await self.close()
-
-    async def close(self) -> None:
-        """Close the HTTP response; a reply not read to the end is not recorded."""
-        self._span.end()
-        await self._wrapped.close()
 
 
 class _AsyncMessageStream(_Recorded):

@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import inspect
 from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Mapping
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
 
 from ._exceptions import InvalidMessageError
 from ._manager import BuiltContext, RelevanceMemoryManager
@@ -134,6 +134,10 @@ class _Passthrough:
 
 
 # --------------------------------------------------------------------------- sync
+_S = TypeVar("_S", bound="_FedStream")
+_A = TypeVar("_A", bound="_AsyncFedStream")
+
+
 class _Recorded(_Passthrough):
     """What every recording stream shares: the wrapped SDK stream, the context sent with the
     request, and a record-once guard (:meth:`_claim`)."""
@@ -177,31 +181,74 @@ class _StreamBase(_Recorded):
             self._span.end(self._acc.head, usage=self._acc.usage)
 
 
-class _RecordingStream(_StreamBase):
-    """Wraps an SDK ``Stream``: yields its chunks unchanged, records the reply when exhausted."""
+class _FedStream(_Recorded):
+    """A sync SDK stream whose items (chunks, raw events) pass unchanged, each fed to the
+    subclass's reply accumulator ``_acc``; the reply is recorded (``_finish``) once the stream is
+    exhausted. Shared by the OpenAI and Anthropic clients."""
+
+    _acc: Any
+
+    def _finish(self) -> None:
+        raise NotImplementedError
 
     def __iter__(self) -> Iterator[Any]:
         return self
 
     def __next__(self) -> Any:
         try:
-            chunk = next(self._wrapped)
+            item = next(self._wrapped)
         except StopIteration:
             self._finish()
             raise
-        self._acc.feed(chunk)
-        return chunk
+        self._acc.feed(item)
+        return item
 
-    def __enter__(self) -> _RecordingStream:
+    def __enter__(self: _S) -> _S:
         return self
 
     def __exit__(self, *exc: object) -> None:
         self.close()
 
     def close(self) -> None:
-        """Close the HTTP response; a reply not consumed to the end is not recorded."""
+        """Close the HTTP response; a reply not read to the end is not recorded."""
         self._span.end()
         self._wrapped.close()
+
+
+class _AsyncFedStream(_Recorded):
+    """The async twin of :class:`_FedStream` (an SDK ``AsyncStream``)."""
+
+    _acc: Any
+
+    def _finish(self) -> None:
+        raise NotImplementedError
+
+    def __aiter__(self) -> AsyncIterator[Any]:
+        return self
+
+    async def __anext__(self) -> Any:
+        try:
+            item = await self._wrapped.__anext__()
+        except StopAsyncIteration:
+            self._finish()
+            raise
+        self._acc.feed(item)
+        return item
+
+    async def __aenter__(self: _A) -> _A:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+    async def close(self) -> None:
+        """Close the HTTP response; a reply not read to the end is not recorded."""
+        self._span.end()
+        await self._wrapped.close()
+
+
+class _RecordingStream(_StreamBase, _FedStream):
+    """Wraps an SDK ``Stream``: yields its chunks unchanged, records the reply when exhausted."""
 
 
 class _HelperStream(_Recorded):
@@ -367,31 +414,8 @@ class ManagedOpenAI(_ManagedBase):
 
 
 # --------------------------------------------------------------------------- async
-class _AsyncRecordingStream(_StreamBase):
+class _AsyncRecordingStream(_StreamBase, _AsyncFedStream):
     """Wraps an SDK ``AsyncStream``: yields its chunks unchanged, records the reply when exhausted."""
-
-    def __aiter__(self) -> AsyncIterator[Any]:
-        return self
-
-    async def __anext__(self) -> Any:
-        try:
-            chunk = await self._wrapped.__anext__()
-        except StopAsyncIteration:
-            self._finish()
-            raise
-        self._acc.feed(chunk)
-        return chunk
-
-    async def __aenter__(self) -> _AsyncRecordingStream:
-        return self
-
-    async def __aexit__(self, *exc: object) -> None:
-        await self.close()
-
-    async def close(self) -> None:
-        """Close the HTTP response; a reply not consumed to the end is not recorded."""
-        self._span.end()
-        await self._wrapped.close()
 
 
 class _AsyncHelperStream(_Recorded):
