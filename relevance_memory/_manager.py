@@ -134,6 +134,8 @@ class RelevanceMemoryManager:
         self._prefilter_index = PrefilterIndex()
         self._renditions = Renditions()  # excerpts and elided outputs, the same bytes from build to build
         self._notices = NoticeIndex()  # user messages by notice key: repeated harness notices
+        self._said: list[int] = []  # indices of the user's own messages, grown with the store (O(new))
+        self._said_read = 0  # how much of the store ``_said`` has read
         self.order: OrderPolicy = order or DEFAULT_ORDER
         self.tokenizer: TokenCounter = tokenizer or TiktokenCounter(
             self.config.resolved_encoding, image_tokens=self.config.image_tokens
@@ -497,21 +499,30 @@ class RelevanceMemoryManager:
         first = self.store.first_user_index
         if first is not None:
             text = content_text(self.store[first].content).strip()
-            self._notices.update(self.store.messages)
-            if (is_opener(text) or self._notices.agent_run) and self._user_spoke_again(first):
+            said = self._user_messages(first)
+            if (is_opener(text) or self._notices.agent_run) and self._user_spoke_again(said):
                 # a chat-style agent: the goal follows the user's requests (SPEC §11)
-                final = goal_from_requests(self.store.messages, first, self._notices)
+                final = goal_from_requests([self.store[i] for i in said], 0, self._notices)
                 return TaskGoal(final=final, subtask=self._subtask, source="user_requests")
             return TaskGoal(final=text, subtask=self._subtask, source="first_user_message")
         return TaskGoal(final="", subtask=self._subtask, source="none")
 
-    def _user_spoke_again(self, first: int) -> bool:
-        """Whether a person wrote a request after the first user message (format notices and
-        acknowledgements such as "ok" aside)."""
-        self._notices.update(self.store.messages)
-        for message in reversed(self.store.messages[first + 1:]):
-            if (user_authored(message.role, message.msg_type.value) and not self._notices.is_notice(message)
-                    and is_request(content_text(message.content))):
+    def _user_messages(self, first: int) -> list[int]:
+        """Indices of the user's own messages from the first user message on (the store is read
+        only where it grew since the last call; the notice index is brought up to date too)."""
+        messages = self.store.messages
+        self._notices.update(messages)
+        start, self._said_read = max(first, self._said_read), len(messages)
+        self._said.extend(i for i in range(start, len(messages))
+                          if user_authored(messages[i].role, messages[i].msg_type.value))
+        return self._said
+
+    def _user_spoke_again(self, said: list[int]) -> bool:
+        """Whether a person wrote a request after the first user message (``said[0]``; format
+        notices and acknowledgements such as "ok" aside)."""
+        for i in reversed(said[1:]):
+            message = self.store[i]
+            if not self._notices.is_notice(message) and is_request(content_text(message.content)):
                 return True
         return False
 
