@@ -26,11 +26,14 @@ __all__ = [
     "budget_notes",
     "budget_table",
     "check_embedder",
+    "cli_wording",
     "console",
     "err",
     "fail",
     "mode_lines",
     "plural",
+    "print_warnings",
+    "routine_note",
     "short",
     "tagged",
     "write_output",
@@ -168,3 +171,39 @@ def mode_lines(rec: DecisionRecord) -> list[Text]:
         f"{rec.cacheable_tokens:,} cacheable ({share:.0%} of {rec.tokens_after:,}){provider}"
     ))
     return lines
+
+
+_ROUTINE = ("level-1 summaries exceed ",)
+"""Record warnings that describe a normal build, not a fault: the summary pyramid folding its
+level-1 summaries into one level-2 summary when they outgrow the summary reserve is how a long
+history is summarised (issue 25: it showed on almost every build and read like a fault)."""
+
+_LIBRARY_ADVICE = (
+    # the library's advice names keyword arguments; the CLI's user has options instead
+    ("pass tokenizer= for exact counts",
+     "pass --model with an OpenAI model name (gpt-4o, gpt-4.1, o3 …) for exact counts, or leave a margin"),
+    ("pass context_window= or max_input_tokens=", "pass --budget"),
+    ("set on_invalid='repair'", "pass --repair"),
+)
+
+
+def routine_note(warning: str) -> bool:
+    """Whether a record warning is a routine note (shown with ``--verbose`` only), not a fault."""
+    return warning.startswith(_ROUTINE)
+
+
+def cli_wording(text: str) -> str:
+    """``text`` with the library's advice (``pass tokenizer= …``) put in the CLI's options."""
+    for library, cli in _LIBRARY_ADVICE:
+        text = text.replace(library, cli)
+    return text
+
+
+def print_warnings(warnings: list[str], *, verbose: bool) -> None:
+    """A record's warnings: faults as ``warning: …``; routine notes as ``note: …`` with ``verbose``
+    only; each in the CLI's wording (:func:`cli_wording`)."""
+    for warning in warnings:
+        if not routine_note(warning):
+            console.print(tagged("warning:", cli_wording(warning)))
+        elif verbose:
+            console.print(tagged("note:", cli_wording(warning), "cyan"))

@@ -22,13 +22,14 @@ from ._common import (
     EMBEDDER_HELP,
     budget_line,
     check_embedder,
+    cli_wording,
     console,
     err,
     fail,
     mode_lines,
     plural,
+    print_warnings,
     short,
-    tagged,
     write_output,
 )
 from ._scorer_options import (
@@ -72,8 +73,12 @@ def build(
     compact: Annotated[bool, typer.Option("--compact", help="Build as a compaction: down to --target of the budget (what an agent loop sends when its context outgrows the budget), not the whole budget.")] = False,
     target: Annotated[float, typer.Option(min=0.01, max=1.0, help="Share of the budget a compaction fills (the target_fraction of CachePolicy).")] = 0.5,
     embedder: Annotated[str, typer.Option(help=EMBEDDER_HELP)] = "wordllama",
+    verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Also print the rubric's full version (the score cache key) and routine notes (e.g. summaries merged into one level-2 summary).")] = False,
 ) -> None:
-    """Build the context for the next LLM call from TRANSCRIPT and write it with its decision record."""
+    """Build the context for the next LLM call from TRANSCRIPT and write it with its decision record.
+
+    Prints what was kept, summarised and cut, why, and where the budget went; ``relmem explain``
+    on the record written shows each message."""
     if scorer not in ("auto", "llm", "offline", "lexical"):
         raise fail(f"--scorer must be auto, llm, offline or lexical, not {scorer!r}")
     check_embedder(embedder)
@@ -122,8 +127,7 @@ def build(
             warnings.filterwarnings("ignore", message="semantic relevance off", category=RuntimeWarning)
             built = memory.build_context(compact=compact)
     except RelevanceMemoryError as exc:
-        message = str(exc).replace("set on_invalid='repair'", "pass --repair")
-        raise fail(message) from None
+        raise fail(cli_wording(str(exc))) from None
     stem = transcript.name.removesuffix(".jsonl").removesuffix(".json")
     if loaded.count > 1:
         stem = f"{stem}.{index}"
@@ -134,7 +138,7 @@ def build(
     if as_json:
         typer.echo(built.record.to_json())
         return
-    _print_summary(transcript, loaded.format, loaded.count, index, built.record, scorer_note)
+    _print_summary(transcript, loaded.format, loaded.count, index, built.record, verbose=verbose)
     console.print(Text.assemble("context → ", (str(out), "bold"), "   decision record → ", (str(record_path), "bold")))
     console.print(Text.assemble("see why: ", (f"relmem explain {record_path}", "cyan")))
 
@@ -143,7 +147,44 @@ def _scorer_kind(value: str) -> Literal["auto", "llm", "offline"]:
     return "llm" if value == "llm" else "offline" if value == "offline" else "auto"
 
 
-def _print_summary(path: Path, fmt: str, count: int, index: int, rec: DecisionRecord, scorer_note: str = "") -> None:
+_NOT_SCORED = (("prefiltered out", "prefiltered"), ("forgotten", "forgotten"), ("excluded on ingest", "excluded"))
+"""A message a build did not score, by the start of its reason: the prefilter kept it from the
+scorer, the pheromone memory had forgotten it, or it was invalid and repaired out."""
+
+
+def score_counts(rec: DecisionRecord) -> dict[str, int]:
+    """Where each message's score came from, every message counted once (the counts add up to
+    ``rec.messages_before``): ``{"offline": 184, "recent": 9, "pinned": 1, "prefiltered": 62}``."""
+    counts: Counter[str] = Counter()
+    for d in rec.messages:
+        if d.score_source is not None:
+            counts[d.score_source.value] += 1
+        else:
+            counts[next((label for start, label in _NOT_SCORED if d.reason.startswith(start)), "not scored")] += 1
+    return dict(counts.most_common())
+
+
+def archive_reasons(rec: DecisionRecord) -> dict[str, int]:
+    """Why the messages summarised or dropped left the context (each counted once), most first:
+    ``{"over budget (core tier)": 80, "superseded by a newer message": 46, …}``."""
+    counts: Counter[str] = Counter()
+    for d in rec.messages:
+        if d.decision not in ("summarised", "dropped"):
+            continue
+        if d.superseded_by or d.note.startswith(("superseded by", "left out: the newer value")):
+            why = "superseded by a newer message"
+        elif d.note.startswith("over budget"):
+            why = f"over budget ({d.tier} tier)" if d.tier in ("core", "working") else "over budget"
+        elif d.note.startswith("repeat of"):
+            why = "repeats a message kept verbatim"
+        else:
+            why = next((label for start, label in _NOT_SCORED if d.reason.startswith(start)), "")
+            why = why or ("scored low (archive tier)" if d.tier == "archive" else "other")
+        counts[why] += 1
+    return dict(counts.most_common())
+
+
+def _print_summary(path: Path, fmt: str, count: int, index: int, rec: DecisionRecord, *, verbose: bool = False) -> None:
     which = f", run {index} of {count}" if count > 1 else ""
     console.print(Text.assemble(("relmem build", "bold"), f" {path} ({fmt}{which}, {plural(rec.messages_before, 'message')})"))
     goal = rec.goal
@@ -153,11 +194,11 @@ def _print_summary(path: Path, fmt: str, count: int, index: int, rec: DecisionRe
         console.print(f"final goal: {short(goal.final, 100)}")
     if goal.subtask:
         console.print(f"subtask: {short(goal.subtask, 100)}")
-    sources = Counter(d.score_source.value for d in rec.messages if d.score_source is not None)
-    shown = ", ".join(f"{n:,} {src}" for src, n in sources.most_common()) or "none"
-    model = f"{rec.scorer_model}, " if rec.scorer != "offline" else ""
-    # the rubric's name; its full version (embedder, fingerprint: the cache key) is in the record
-    console.print(f"scores: {shown} ({model}rubric {rec.rubric_version.split('@')[0]})")
+    shown = ", ".join(f"{n:,} {src}" for src, n in score_counts(rec).items()) or "none"
+    model = f" ({rec.scorer_model})" if rec.scorer != "offline" else ""
+    console.print(f"scores: {shown}{model}")
+    if verbose:  # the rubric's full version (embedder and fingerprint): the score cache's key
+        console.print(f"rubric: {rec.rubric_version}")
     counts = rec.decision_counts()
     table = Table(show_header=True, header_style="bold")
     table.add_column("")
@@ -173,8 +214,14 @@ def _print_summary(path: Path, fmt: str, count: int, index: int, rec: DecisionRe
     if pinned:
         table.add_row("system prompt (pinned)", "", f"{plural(pinned, 'msg')}")
     table.add_row("kept older (by score)", "", f"{counts['kept'] - pinned:,} msgs")
-    archived = counts["dropped"] + counts["summarised"]
-    table.add_row("archived", "", f"{archived:,} msgs ({counts['summarised']:,} summarised)")
+    cut = {f: sum(1 for d in rec.messages if d.fidelity == f) for f in ("excerpt", "elided")}
+    if any(cut.values()):
+        table.add_row("sent cut (restorable)", "", ", ".join(
+            plural(n, "excerpt") if f == "excerpt" else f"{plural(n, 'call')} with the output elided"
+            for f, n in cut.items() if n))
+    table.add_row("summarised", "", f"{counts['summarised']:,} msgs")
+    if counts["dropped"]:
+        table.add_row("dropped (no summary)", "", f"{counts['dropped']:,} msgs, named in a pointer")
     table.add_row("trace chains kept", "", f"{rec.chains_kept:,} of {rec.chains_total:,}")
     if rec.goal_block:
         table.add_row("goal block", "", "added")
@@ -188,8 +235,10 @@ def _print_summary(path: Path, fmt: str, count: int, index: int, rec: DecisionRe
     if rec.identity:
         table.caption = "the whole history fits the budget: the context equals the input"
     console.print(table)
+    why = archive_reasons(rec)
+    if why:
+        console.print("why not verbatim: " + ", ".join(f"{n:,} {reason}" for reason, n in why.items()))
     if rec.budget_breakdown is not None:
         console.print(f"budget: {budget_line(rec.budget_breakdown)} tokens")
     console.print(mode_lines(rec)[0])
-    for warning in rec.warnings:
-        console.print(tagged("warning:", warning))
+    print_warnings(rec.warnings, verbose=verbose)
