@@ -168,13 +168,14 @@ def archive_reasons(rec: DecisionRecord) -> dict[str, int]:
     """Why the messages summarised or dropped left the context (each counted once), most first:
     ``{"over budget (core tier)": 80, "superseded by a newer message": 46, …}``."""
     counts: Counter[str] = Counter()
+    over = "over budget" if rec.target is None else "over the compaction target"  # a compaction fills to its target
     for d in rec.messages:
         if d.decision not in ("summarised", "dropped"):
             continue
         if d.superseded_by or d.note.startswith(("superseded by", "left out: the newer value")):
             why = "superseded by a newer message"
         elif d.note.startswith("over budget"):
-            why = f"over budget ({d.tier} tier)" if d.tier in ("core", "working") else "over budget"
+            why = over + (f" ({d.tier} tier)" if d.tier in ("core", "working") else "")
         elif d.note.startswith("repeat of"):
             why = "repeats a message kept verbatim"
         else:
@@ -221,7 +222,7 @@ def _print_summary(path: Path, fmt: str, count: int, index: int, rec: DecisionRe
             for f, n in cut.items() if n))
     table.add_row("summarised", "", f"{counts['summarised']:,} msgs")
     if counts["dropped"]:
-        table.add_row("dropped (no summary)", "", f"{counts['dropped']:,} msgs, named in a pointer")
+        table.add_row("dropped (no summary)", "", f"{plural(counts['dropped'], 'msg')}, restorable by id")
     table.add_row("trace chains kept", "", f"{rec.chains_kept:,} of {rec.chains_total:,}")
     if rec.goal_block:
         table.add_row("goal block", "", "added")

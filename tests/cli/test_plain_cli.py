@@ -126,3 +126,10 @@ def test_explain_keeps_the_wide_table_from_120_columns(tmp_path: Path) -> None:
     assert re.search(r"\bstep +type +tokens +score +tier +decision +reason", header)
     assert "3 offline" in result.output  # the score's source beside it
     assert json.loads((tmp_path / "c.json").read_text())[0]["role"] == "system"
+
+
+def test_a_compaction_says_over_its_target_not_over_budget(tmp_path: Path) -> None:
+    output, rec = _build(tmp_path, "--compact", budget="16000")
+    assert rec.target is not None and rec.budget_breakdown is not None and rec.budget_breakdown.unused > 0
+    text = _plain(output)
+    assert "over the compaction target (core tier)" in text and "over budget" not in text
