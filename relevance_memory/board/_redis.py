@@ -3,9 +3,10 @@
 Layout, for board ``B`` under prefix ``P`` (the ``{B}`` hash tag puts a whole board in one
 Redis Cluster slot, so one script may touch all its keys)::
 
-    P:{B}:cells:<scope>     hash   item id → the cell, one MessagePack array (``_packed``)
+    P:{B}:cells:<scope>     hash   item id → the cell, one MessagePack array (``_packed``);
+                                   "" → the scope's tick (no item id is empty)
     P:{B}:events:<scope>    hash   item id → its newest provenance events, packed end to end
-    P:{B}:meta:<scope>      hash   "tick" → the scope's tick
+    P:{B}:meta:<scope>      hash   "logged" → entries appended to the log
     P:{B}:edges:<scope>     hash   "<id>\\t<source>" → edge strength
     P:{B}:log:<scope>       stream the scope's shared message log
     P:{B}:batch:<id>        string marker of an applied batch (expires after batch_ttl_seconds)
@@ -15,10 +16,10 @@ evaporation of the cells it touches in closed form, then adds the soft-capped,
 share-capped deposit (``HINCRBYFLOAT`` alone cannot express the cap); a cell is one
 MessagePack array (exact doubles, no JSON, no decimal formatting) and its events are
 appended to their own hash entry, never decoded by a batch; a scope costs a batch one
-``HMGET`` and one ``HSET`` of its cells and the same of their events. Reads: one
-pipelined round trip per snapshot (the tick and one ``HMGET`` of the ids, plus one of
-their events with ``provenance=True``), each cell decoded once per change and viewed by
-the same pure functions as the in-memory board. A batch keeps its id across retries, so
+``HMGET`` and one ``HSET`` of its tick and cells and the same of their events. Reads:
+one ``HMGET`` of the tick and the ids per snapshot (pipelined with one of their events
+with ``provenance=True``), each cell decoded once per change and viewed once per
+(tick, task) by the same pure functions as the in-memory board. A batch keeps its id across retries, so
 it is applied at most once even when a reply was lost.
 
 Faults never stall a step: every socket operation is bounded (``from_url``: 200 ms to
@@ -87,7 +88,8 @@ OP_TIMEOUT_S = 0.2
 T = TypeVar("T")
 
 _APPEND_LUA = """
--- KEYS: the append marker, the scope's log stream, its meta hash; ARGV: marker ttl,
+-- KEYS: the append marker, the scope's log stream, its meta hash, its cells hash (the
+-- tick is its field ""); ARGV: marker ttl,
 -- log_tick_every (0 = none), then one JSON [[field, value], ...] per entry
 local got = redis.call('GET', KEYS[1])
 if got then return got end
@@ -100,7 +102,7 @@ for i = 3, #ARGV do
   ids[#ids + 1] = redis.call('XADD', KEYS[2], '*', unpack(args))
   if every > 0 then
     local n = redis.call('HINCRBY', KEYS[3], 'logged', 1)
-    if n % every == 0 then redis.call('HINCRBY', KEYS[3], 'tick', 1) end
+    if n % every == 0 then redis.call('HINCRBY', KEYS[4], '', 1) end
   end
 end
 local out = cjson.encode(ids)
@@ -181,6 +183,7 @@ def _s(value: Any) -> str:
 
 
 _NONE = False  # "none" in a MessagePack slot (see _packed)
+_TICK = ""  # the field of a scope's tick in its cells hash (no item id is empty: check_ops)
 
 
 def _pack_op(op: Op, index: Mapping[str, int]) -> list[Any]:
@@ -282,7 +285,8 @@ class RedisBoard:
 
     # ------------------------------------------------------------------ keys
     def key(self, kind: str, scope: str) -> str:
-        """The Redis key of ``kind`` (``cells``, ``events``, ``meta``, ``edges``, ``log``) for ``scope``."""
+        """The Redis key of ``kind`` (``cells``, ``events``, ``meta``, ``edges``, ``log``) for ``scope``
+        (the scope's tick is the field ``""`` of its ``cells`` hash)."""
         return f"{self._base}:{kind}:{scope}"
 
 
@@ -346,33 +350,37 @@ class RedisBoard:
     # ------------------------------------------------------------------ reads
     def snapshot(self, scope: str, ids: Iterable[str] | None = None, *, agent: str, goal: str | None = None,
                  subtask: str | None = None, now: float | None = None, provenance: bool = False) -> Snapshot:
-        """See :meth:`MemoryBoard.snapshot`: one pipelined round trip (tick + ``HMGET``; with
-        ``provenance``, a second one for the events)."""
+        """See :meth:`MemoryBoard.snapshot`: one ``HMGET`` of the tick and the ids (with
+        ``provenance``, pipelined with one of their events)."""
         check_access(scope, agent)
         wanted = None if ids is None else list(dict.fromkeys(ids))
-        meta, cells_key = self.key("meta", scope), self.key("cells", scope)
+        cells_key = self.key("cells", scope)
 
         def read() -> list[Any]:
+            if wanted is not None and not provenance:
+                return [self._raw.hmget(cells_key, [_TICK, *wanted])]
             pipe = self._raw.pipeline(transaction=False)
-            pipe.hget(meta, "tick")
             if wanted is None:
                 pipe.hgetall(cells_key)
                 if provenance:
                     pipe.hgetall(self.key("events", scope))
-            elif wanted:
-                pipe.hmget(cells_key, wanted)
-                if provenance:
-                    pipe.hmget(self.key("events", scope), wanted)
+            else:
+                pipe.hmget(cells_key, [_TICK, *wanted])
+                pipe.hmget(self.key("events", scope), wanted or [_TICK])
             return list(pipe.execute())
 
         got = self._call(f"snapshot of {scope!r}", read)
-        tick = int(got[0]) if got[0] is not None else 0
+        raw: Iterable[tuple[str, Any]]
         if wanted is None:
-            raw: Iterable[tuple[str, Any]] = [(_s(k), v) for k, v in (got[1] or {}).items()]
-            events = {_s(k): v for k, v in (got[2] or {}).items()} if provenance else {}
+            every = got[0] or {}
+            stored = every.pop(b"", None)
+            raw = [(_s(k), v) for k, v in every.items()]
+            events = {_s(k): v for k, v in (got[1] or {}).items()} if provenance else {}
         else:
-            raw = zip(wanted, got[1] if wanted else (), strict=True)
-            events = dict(zip(wanted, got[2], strict=True)) if provenance and wanted else {}
+            stored = got[0][0]
+            raw = zip(wanted, got[0][1:], strict=True)
+            events = dict(zip(wanted, got[1], strict=True)) if provenance and wanted else {}
+        tick = int(stored) if stored is not None else 0
         missing, corrupt, faults = [], [], []
         known, unpackb = self._decoded, self._msgpack.unpackb
         # a view depends on the cell's bytes, the tick, the task and (with a TTL) the clock
@@ -418,7 +426,7 @@ class RedisBoard:
 
     def tick(self, scope: str) -> int:
         """See :meth:`MemoryBoard.tick`."""
-        got = self._call("tick", lambda: self.client.hget(self.key("meta", scope), "tick"))
+        got = self._call("tick", lambda: self.client.hget(self.key("cells", scope), _TICK))
         return int(_s(got)) if got is not None else 0
 
     def edges(self, scope: str) -> dict[tuple[str, str], float]:
@@ -442,8 +450,7 @@ class RedisBoard:
         keys = [f"{self._base}:batch:{batch_id}"]
         caps: list[Any] = []
         for scope in scopes:
-            keys += [self.key("cells", scope), self.key("meta", scope), self.key("edges", scope),
-                     self.key("events", scope)]
+            keys += [self.key("cells", scope), self.key("edges", scope), self.key("events", scope)]
             cap = self.config.share_cap(scope)
             caps.append(_NONE if cap is None else cap)
         payload = self._msgpack.packb([caps, [_pack_op(op, index) for op in ops]])  # a Packer is not thread-safe
@@ -470,7 +477,8 @@ class RedisBoard:
         args = [str(self.config.batch_ttl_seconds), str(every)] + [
             json.dumps([[str(k), str(v)] for k, v in entry.items()], ensure_ascii=False) for entry in entries
         ]
-        keys = [f"{self._base}:append:{append_id}", self.key("log", scope), self.key("meta", scope)]
+        keys = [f"{self._base}:append:{append_id}", self.key("log", scope), self.key("meta", scope),
+                self.key("cells", scope)]
         reply = self._call(f"append to {scope!r}", lambda: self._append_script(keys=keys, args=args))
         return [str(c) for c in json.loads(_s(reply))]
 
