@@ -6,7 +6,7 @@ import threading
 import uuid
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import Any, cast
 
 from .._exceptions import BoardError
 from ._apply import check_ops, prominence_cap, run_batch, views
@@ -132,7 +132,7 @@ class InMemoryBoard:
             for item, view in made.items():
                 known[(scope, item)] = (fresh[item], at, view)
                 found[item] = view
-        cells: dict[str, CellView] = found  # type: ignore[assignment]  # every slot is filled now
+        cells = cast(dict[str, CellView], found)  # every slot filled now
         return Snapshot(scope=scope, tick=tick, missing=tuple(missing_ids), source="memory",
                         cells=prominence_cap(cells, self.config, scope))
 

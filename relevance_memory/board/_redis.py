@@ -39,7 +39,7 @@ import uuid
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from importlib import resources
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 from tenacity import (
     RetryError,
@@ -252,8 +252,8 @@ class RedisBoard:
         """Connection errors retried so far (for the decision record)."""
         self.round_trips = 0
         """Calls that went to the server (each try counts; a fast failure does not)."""
-        self._decoded: dict[tuple[str, str], tuple[bytes, BoardCell, Any, CellView | None]] = {}
-        # (scope, id) → (the stored bytes, their cell without events, the tick, task and
+        self._decoded: dict[str, dict[str, tuple[bytes, BoardCell, Any, CellView | None]]] = {}
+        # scope → id → (the stored bytes, their cell without events, the tick, task and
         # clock of its last view, that view): a snapshot decodes only the cells that changed
         # since this client last read them, and views again only what it has not seen so
 
@@ -382,7 +382,10 @@ class RedisBoard:
             events = dict(zip(wanted, got[1], strict=True)) if provenance and wanted else {}
         tick = int(stored) if stored is not None else 0
         missing, corrupt, faults = [], [], []
-        known, unpackb = self._decoded, self._msgpack.unpackb
+        known = self._decoded.get(scope)
+        if known is None:
+            known = self._decoded[scope] = {}
+        unpackb = self._msgpack.unpackb
         # a view depends on the cell's bytes, the tick, the task and (with a TTL) the clock
         at = (tick, goal, subtask, now if scope in self.config.ttl_seconds else None)
         found: dict[str, CellView | None] = {}
@@ -391,8 +394,7 @@ class RedisBoard:
             if value is None:
                 missing.append(item)
                 continue
-            key = (scope, item)
-            hit = known.get(key)
+            hit = known.get(item)
             if hit is not None and hit[0] == value:
                 if hit[2] == at and not provenance:
                     found[item] = hit[3]
@@ -405,7 +407,7 @@ class RedisBoard:
                     corrupt.append(item)
                     faults.append(f"cell {item!r} in {scope!r} is corrupt on the board ({exc}); treated as missing")
                     continue
-                known[key] = (value, cell, None, None)
+                known[item] = (value, cell, None, None)
             found[item] = None
             fresh[item] = cell
         if provenance:
@@ -416,11 +418,12 @@ class RedisBoard:
                 except ValueError as exc:
                     faults.append(f"events of {item!r} in {scope!r} are corrupt on the board ({exc}); left out")
         made = views(fresh, tick, self.config, scope, goal=goal, subtask=subtask, now=now, cap=False)
-        if not provenance:
-            for item, view in made.items():
-                value, cell = known[(scope, item)][:2]
-                known[(scope, item)] = (value, cell, at, view)
-        cells = {i: v if v is not None else made[i] for i, v in found.items()}
+        for item, view in made.items():
+            found[item] = view  # in place: the ids keep their order
+            if not provenance:
+                value, cell = known[item][:2]
+                known[item] = (value, cell, at, view)
+        cells = cast(dict[str, CellView], found)  # every slot filled now
         return Snapshot(scope=scope, tick=tick, missing=tuple(missing), corrupt=tuple(corrupt), source="redis",
                         faults=tuple(faults), cells=prominence_cap(cells, self.config, scope))
 
