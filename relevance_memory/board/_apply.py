@@ -52,11 +52,15 @@ def check_ops(ops: Sequence[Op]) -> None:
         BoardError: an op is malformed (unknown kind, score outside 1–5, negative ticks,
             an empty id, a non-finite number), naming the op.
     """
+    allowed: set[tuple[str, str]] = set()
     for n, op in enumerate(ops):
         kind = type(op)
         if kind not in _OPS:
             raise BoardError(f"operation {n} is not a board operation: {op!r}")
-        check_access(op.scope, op.agent)
+        pair = (op.scope, op.agent)
+        if pair not in allowed:
+            check_access(*pair)
+            allowed.add(pair)
         if kind is Advance:
             if not isinstance(op.ticks, int) or op.ticks < 0:  # type: ignore[union-attr]
                 raise BoardError(f"operation {n}: Advance.ticks must be an int ≥ 0, got {op.ticks!r}")  # type: ignore[union-attr]

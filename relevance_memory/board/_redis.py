@@ -189,14 +189,15 @@ _TICK = ""  # the field of a scope's tick in its cells hash (no item id is empty
 def _pack_op(op: Op, index: Mapping[str, int]) -> list[Any]:
     """One operation as the Lua script reads it: ``[name, scope number, id, agent, at, ...]``."""
     scope = index[op.scope]
+    if isinstance(op, Deposit):  # the most frequent, first
+        goal = task_key(op.goal)
+        return ["deposit", scope, op.id, op.agent, float(op.at), op.score, task_key(op.subtask),
+                _NONE if goal is None else goal]
     if isinstance(op, Advance):
         return ["advance", scope, op.ticks, _NONE if op.to is None else op.to]
     if isinstance(op, Repair):
         return ["repair", scope, op.id, op.agent, pack_cell(op.cell), pack_events(op.cell)]
     head = [scope, op.id, op.agent, float(op.at)]
-    if isinstance(op, Deposit):
-        goal = task_key(op.goal)
-        return ["deposit", *head, op.score, task_key(op.subtask), _NONE if goal is None else goal]
     if isinstance(op, Reinforce):
         return ["reinforce", *head, _NONE if op.source is None else op.source,
                 _NONE if op.delta is None else float(op.delta)]
@@ -248,6 +249,7 @@ class RedisBoard:
         source = resources.files(__package__).joinpath("_board.lua").read_text(encoding="utf-8")
         self._script = self._raw.register_script(source.replace("--@CONFIG@", _config_lua(self.config), 1))
         self._append_script = client.register_script(_APPEND_LUA)
+        self._scope_keys: dict[str, tuple[tuple[str, str, str], Any]] = {}  # scope → its batch keys, share cap
         self.retries = 0
         """Connection errors retried so far (for the decision record)."""
         self.round_trips = 0
@@ -453,9 +455,13 @@ class RedisBoard:
         keys = [f"{self._base}:batch:{batch_id}"]
         caps: list[Any] = []
         for scope in scopes:
-            keys += [self.key("cells", scope), self.key("edges", scope), self.key("events", scope)]
-            cap = self.config.share_cap(scope)
-            caps.append(_NONE if cap is None else cap)
+            got = self._scope_keys.get(scope)
+            if got is None:
+                cap = self.config.share_cap(scope)
+                got = self._scope_keys[scope] = ((self.key("cells", scope), self.key("edges", scope),
+                                                  self.key("events", scope)), _NONE if cap is None else cap)
+            keys += got[0]
+            caps.append(got[1])
         payload = self._msgpack.packb([caps, [_pack_op(op, index) for op in ops]])  # a Packer is not thread-safe
         args = [payload]
         reply = self._call(f"batch {batch_id}", lambda: self._script(keys=keys, args=args))
