@@ -35,8 +35,8 @@ class _Scope:
     # item → cell, and TICK → the scope's tick; ``bare`` holds the same cells without
     # their events. A commit changes each map with one ``dict.update`` and a snapshot
     # reads one with one ``map(dict.get, …)``: both are single C calls that run no
-    # Python code, so no other thread runs in between (the GIL) — a reader never sees
-    # half a batch and never waits for a writer.
+    # Python code, so under CPython's GIL no other thread runs in between — a reader
+    # never sees half a batch and never waits for a writer.
     cells: dict[str, Any] = field(default_factory=lambda: {TICK: 0})
     bare: dict[str, Any] = field(default_factory=lambda: {TICK: 0})
     edges: dict[tuple[str, str], float] = field(default_factory=dict)
