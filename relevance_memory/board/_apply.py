@@ -34,6 +34,7 @@ from ._model import (
     Use,
     check_access,
     is_private,
+    new_cell_view,
     task_key,
 )
 
@@ -51,11 +52,15 @@ def check_ops(ops: Sequence[Op]) -> None:
         BoardError: an op is malformed (unknown kind, score outside 1–5, negative ticks,
             an empty id, a non-finite number), naming the op.
     """
+    allowed: set[tuple[str, str]] = set()
     for n, op in enumerate(ops):
         kind = type(op)
         if kind not in _OPS:
             raise BoardError(f"operation {n} is not a board operation: {op!r}")
-        check_access(op.scope, op.agent)
+        pair = (op.scope, op.agent)
+        if pair not in allowed:
+            check_access(*pair)
+            allowed.add(pair)
         if kind is Advance:
             if not isinstance(op.ticks, int) or op.ticks < 0:  # type: ignore[union-attr]
                 raise BoardError(f"operation {n}: Advance.ticks must be an int ≥ 0, got {op.ticks!r}")  # type: ignore[union-attr]
@@ -265,12 +270,9 @@ def views(cells: Mapping[str, BoardCell] | Iterable[tuple[str, BoardCell]], tick
         r = pm.read(memory, tick, pcfg, g, s, rates[memory.kind])
         holders = tuple(sorted(a for a, t in cell.users.items() if tick - t <= lease)) if cell.users else ()
         expired = ttl is not None and now is not None and not holders and now - cell.touched_at > ttl
-        out[item_id] = CellView(
-            id=item_id, kind=memory.kind, strength=r.strength, task_strength=r.task_strength,
-            shared_strength=r.task_strength, score_before=r.score_before, forgotten=r.forgotten,
-            carried=r.strength >= carry, latest_score=memory.latest_score, expired=expired,
-            in_use_by=holders, cell=cell,
-        )
+        out[item_id] = new_cell_view(item_id, memory.kind, r.strength, r.task_strength, r.task_strength,
+                                     r.score_before, r.forgotten, r.strength >= carry, memory.latest_score, expired,
+                                     holders, cell)
     return prominence_cap(out, config, scope) if cap else out
 
 
@@ -278,9 +280,14 @@ def prominence_cap(out: dict[str, CellView], config: BoardConfig, scope: str) ->
     """The per-item prominence cap of :func:`views` over views read together (seed 000 §6.1)."""
     if config.prominence is None or is_private(scope):
         return out
-    active = [v.task_strength for v in out.values() if v.active]
+    active = [v for v in out.values() if not v.expired and v.cell.status == "active"]
     if len(active) < 2:
         return out
-    limit = config.prominence * (sum(active) / len(active))
-    return {i: (replace(v, shared_strength=limit) if v.active and v.task_strength > limit else v)
-            for i, v in out.items()}
+    limit = config.prominence * (sum(v.task_strength for v in active) / len(active))
+    over = [v for v in active if v.task_strength > limit]
+    if not over:
+        return out
+    capped = dict(out)
+    for v in over:
+        capped[v.id] = replace(v, shared_strength=limit)
+    return capped

@@ -9,13 +9,15 @@
 -- no decimal formatting), false for "none". The provenance events live apart, in the
 -- scope's events hash (item id → its events, packed one after another, newest last): a
 -- batch appends its new events to the bytes without decoding them, and cuts the oldest
--- only once an item holds twice events_kept (slot 24 of the cell counts them). Each
--- scope costs a batch one HMGET of the cells it touches, one HSET of those it changed,
--- and the same for their events. Evaporation is settled, in closed form, only for the
--- cells a batch touches.
+-- only once an item holds twice events_kept (slot 24 of the cell counts them), skipping
+-- the oldest without decoding the rest. The scope's tick is the cells hash's field ""
+-- (no item id is empty), so each scope costs a batch one HMGET of the tick and the
+-- cells it touches, one HSET of those it changed (and the tick), and the same for
+-- their events. Evaporation is settled, in closed form, only for the cells a batch
+-- touches.
 --
 -- KEYS[1]            the batch marker (a retried batch id is applied once)
--- KEYS[4j-2 .. 4j+1] scope j's cells hash, meta hash (field "tick"), edges hash, events hash
+-- KEYS[3j-1 .. 3j+1] scope j's cells hash (its field "" the tick), edges hash, events hash
 -- ARGV[1]            MessagePack batch: {{cap or false per scope}, {op...}}; an op is an
 --                    array whose first element names it (see _redis._pack_op)
 -- The board's config is written into the script on the placeholder line below (RATES, INIT,
@@ -99,32 +101,30 @@ end
 
 -- ------------------------------------------------------------------ the batch
 local scopes = {}
+local wanted = {}
 for j, cap in ipairs(batch[1]) do
-  local base = 4 * j - 2
-  scopes[j] = {cells = KEYS[base], meta = KEYS[base + 1], edges = KEYS[base + 2], events = KEYS[base + 3],
-               cap = cap ~= NONE and cap or nil, tick = tonumber(redis.call('HGET', KEYS[base + 1], 'tick') or '0'),
+  local base = 3 * j - 1
+  scopes[j] = {cells = KEYS[base], edges = KEYS[base + 1], events = KEYS[base + 2],
+               cap = cap ~= NONE and cap or nil, tick = 0,
                cache = {}, raw = {}, dirty = {}, edge_cache = {}, new_events = {}, reset = {}, ticked = false}
+  wanted[j] = {''}
 end
 
--- one HMGET per scope for every cell the batch names (decoded when first used)
-do
-  local wanted = {}
-  for _, op in ipairs(batch[2]) do
-    if op[1] ~= 'advance' then
-      local j = op[2]
-      local ids = wanted[j]
-      if ids == nil then ids = {}; wanted[j] = ids end
-      if not ids[op[3]] then ids[op[3]] = true; ids[#ids + 1] = op[3] end
-    end
+-- one HMGET per scope: its tick and every cell the batch names (decoded when first used)
+for _, op in ipairs(batch[2]) do
+  if op[1] ~= 'advance' then
+    local ids = wanted[op[2]]
+    if not ids[op[3]] then ids[op[3]] = true; ids[#ids + 1] = op[3] end
   end
-  for j, ids in pairs(wanted) do
-    local sc = scopes[j]
-    for lo = 1, #ids, 1000 do
-      local part = {unpack(ids, lo, math.min(#ids, lo + 999))}
-      local got = redis.call('HMGET', sc.cells, unpack(part))
-      for k, id in ipairs(part) do sc.raw[id] = got[k] end
-    end
+end
+for j, ids in ipairs(wanted) do
+  local sc = scopes[j]
+  for lo = 1, #ids, 1000 do
+    local got = redis.call('HMGET', sc.cells, unpack(ids, lo, math.min(#ids, lo + 999)))
+    for k = 1, #got do sc.raw[ids[lo + k - 1]] = got[k] end
   end
+  sc.tick = tonumber(sc.raw[''] or '0')
+  sc.raw[''] = nil
 end
 
 local function load(sc, id)
@@ -141,7 +141,7 @@ local function event(sc, id, agent, op, tick, amount, at)
   if KEPT == 0 then return end
   local list = sc.new_events[id]
   if list == nil then list = {}; sc.new_events[id] = list end
-  list[#list + 1] = cmsgpack.pack({agent, op, tick, amount, at})
+  list[#list + 1] = '\149' .. cmsgpack.pack(agent, op, tick, amount, at)  -- the array {agent, op, ...}, no table
 end
 
 local out, amt = {}, {}
@@ -309,10 +309,9 @@ for _, sc in ipairs(scopes) do
       local blob = (sc.reset[id] or not old[k]) and '' or old[k]
       blob = blob .. table.concat(list)
       c[NEV] = c[NEV] + #list
-      if KEPT > 0 and c[NEV] >= 2 * KEPT then  -- keep the newest KEPT: decoded only now and then
-        local all, kept = {cmsgpack.unpack(blob)}, {}
-        for e = #all - KEPT + 1, #all do kept[#kept + 1] = cmsgpack.pack(all[e]) end
-        blob, c[NEV] = table.concat(kept), KEPT
+      if KEPT > 0 and c[NEV] >= 2 * KEPT then  -- keep the newest KEPT: skip the others' bytes
+        local off = cmsgpack.unpack_limit(blob, c[NEV] - KEPT)
+        blob, c[NEV] = string.sub(blob, off + 1), KEPT
       end
       sc.dirty[id] = true
       args[#args + 1] = id
@@ -321,12 +320,12 @@ for _, sc in ipairs(scopes) do
     hset_all(sc.events, args)
   end
   local args = {}
+  if sc.ticked then args[1], args[2] = '', sc.tick end
   for id in pairs(sc.dirty) do
     args[#args + 1] = id
     args[#args + 1] = cmsgpack.pack(sc.cache[id].c)
   end
   if #args > 0 then hset_all(sc.cells, args) end
-  if sc.ticked then redis.call('HSET', sc.meta, 'tick', sc.tick) end
   for field, w in pairs(sc.edge_cache) do redis.call('HSET', sc.edges, field, fmt(w)) end
 end
 redis.call('SET', KEYS[1], '1', 'EX', BATCH_TTL)

@@ -6,13 +6,15 @@ import threading
 import uuid
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
+from typing import Any, cast
 
 from .._exceptions import BoardError
-from ._apply import check_ops, run_batch, views
+from ._apply import check_ops, prominence_cap, run_batch, views
 from ._model import (
     BatchResult,
     BoardCell,
     BoardConfig,
+    CellView,
     LogEntry,
     Op,
     Snapshot,
@@ -23,17 +25,35 @@ from ._model import (
 __all__ = ["InMemoryBoard"]
 
 
+TICK = ""
+"""The key of a scope's tick in its cell maps (no item id is empty: :func:`check_ops`), so
+one atomic read takes the tick and the cells together."""
+
+
 @dataclass
 class _Scope:
-    tick: int = 0
-    cells: dict[str, BoardCell] = field(default_factory=dict)
-    bare: dict[str, BoardCell] = field(default_factory=dict)  # the same cells without their events
+    # item → cell, and TICK → the scope's tick; ``bare`` holds the same cells without
+    # their events. A commit changes each map with one ``dict.update`` and a snapshot
+    # reads one with one ``map(dict.get, …)``: both are single C calls that run no
+    # Python code, so under CPython's GIL no other thread runs in between — a reader
+    # never sees half a batch and never waits for a writer.
+    cells: dict[str, Any] = field(default_factory=lambda: {TICK: 0})
+    bare: dict[str, Any] = field(default_factory=lambda: {TICK: 0})
     edges: dict[tuple[str, str], float] = field(default_factory=dict)
     log: list[LogEntry] = field(default_factory=list)
 
-    def put(self, item: str, cell: BoardCell) -> None:
-        self.cells[item] = cell
-        self.bare[item] = replace(cell, events=()) if cell.events else cell
+    @property
+    def tick(self) -> int:
+        return int(self.cells[TICK])
+
+    def commit(self, tick: int | None, cells: Mapping[str, BoardCell]) -> None:
+        """Write ``cells`` (and the tick, when given) into both maps, each in one step."""
+        full: dict[str, Any] = dict(cells)
+        bare: dict[str, Any] = {i: replace(c, events=()) if c.events else c for i, c in cells.items()}
+        if tick is not None:
+            full[TICK] = bare[TICK] = tick
+        self.bare.update(bare)
+        self.cells.update(full)
 
 
 class InMemoryBoard:
@@ -41,11 +61,12 @@ class InMemoryBoard:
 
     A batch is applied under one lock: all its operations are computed on an overlay
     with the pure :func:`~relevance_memory.board._apply.step`, then committed together
-    (a ``ScopeError`` or ``TypeError`` commits nothing). Snapshots take no lock: they read
-    the ids asked (O(ids), the cells' events only with ``provenance``) between two reads
-    of a version counter that every commit makes odd while it writes (a sequence lock), and
-    read again — under the lock after three tries — when a commit ran meanwhile. So a
-    reader never waits behind a stream of writers, and never sees half a batch.
+    (a ``ScopeError`` or ``TypeError`` commits nothing), each scope's cells and tick in
+    one ``dict.update``. Snapshots take no lock: they read the tick and the ids asked
+    (O(ids), the cells' events only with ``provenance``) in one C-level call, which no
+    other thread can interleave with, so a reader never waits behind a stream of
+    writers and never sees half a batch. A view is computed once per (cell, tick, task)
+    and reused by later snapshots while the cell is unchanged.
 
     Args:
         name: the board's name.
@@ -59,7 +80,8 @@ class InMemoryBoard:
         self._batches: set[str] = set()
         self._appends: dict[str, tuple[str, ...]] = {}
         self._lock = threading.RLock()
-        self._version = 0  # odd while a commit writes (see the class doc)
+        self._views: dict[tuple[str, str], tuple[BoardCell, Any, CellView]] = {}
+        # (scope, id) → (the cell, the tick, task and clock it was viewed at, the view)
 
     def _scope(self, scope: str) -> _Scope:
         got = self._scopes.get(scope)
@@ -72,37 +94,52 @@ class InMemoryBoard:
                  subtask: str | None = None, now: float | None = None, provenance: bool = False) -> Snapshot:
         """See :meth:`MemoryBoard.snapshot`."""
         check_access(scope, agent)
-        wanted = None if ids is None else list(dict.fromkeys(ids))
-        for _ in range(3):
-            version = self._version
-            if version & 1:
-                continue
-            got = self._read(scope, wanted, provenance)
-            if self._version == version:
-                break
-        else:
-            with self._lock:
-                got = self._read(scope, wanted, provenance)
-        tick, found, missing = got
-        return Snapshot(scope=scope, tick=tick, missing=missing, source="memory",
-                        cells=views(found, tick, self.config, scope, goal=goal, subtask=subtask, now=now))
-
-    def _read(self, scope: str, wanted: list[str] | None, provenance: bool
-              ) -> tuple[int, dict[str, BoardCell], tuple[str, ...]]:
         state = self._scopes.get(scope)
         if state is None:
-            return 0, {}, tuple(wanted or ())
+            return Snapshot(scope=scope, tick=0, cells={}, missing=tuple(dict.fromkeys(ids or ())), source="memory")
         source = state.cells if provenance else state.bare
-        if wanted is None:
-            return state.tick, dict(source), ()
-        found = {i: c for i in wanted if (c := source.get(i)) is not None}
-        return state.tick, found, tuple(i for i in wanted if i not in found)
+        if ids is None:
+            every = dict(source)  # one C call: a consistent copy
+            tick: int = every.pop(TICK)
+            return Snapshot(scope=scope, tick=tick, source="memory",
+                            cells=views(every, tick, self.config, scope, goal=goal, subtask=subtask, now=now))
+        wanted = list(dict.fromkeys(ids))
+        wanted.insert(0, TICK)
+        got: list[Any] = list(map(source.get, wanted))  # one C call: the tick and the cells of one commit
+        tick = got[0]
+        if provenance:
+            pairs = [(i, c) for i, c in zip(wanted[1:], got[1:], strict=True) if c is not None]
+            missing = tuple(i for i, c in zip(wanted[1:], got[1:], strict=True) if c is None)
+            return Snapshot(scope=scope, tick=tick, missing=missing, source="memory",
+                            cells=views(pairs, tick, self.config, scope, goal=goal, subtask=subtask, now=now))
+        at = (tick, goal, subtask, now if scope in self.config.ttl_seconds else None)
+        known = self._views
+        found: dict[str, CellView | None] = {}
+        fresh: dict[str, BoardCell] = {}
+        missing_ids: list[str] = []
+        for item, cell in zip(wanted[1:], got[1:], strict=True):
+            if cell is None:
+                missing_ids.append(item)
+                continue
+            hit = known.get((scope, item))
+            if hit is not None and hit[0] is cell and hit[1] == at:
+                found[item] = hit[2]
+            else:
+                found[item] = None
+                fresh[item] = cell
+        if fresh:
+            made = views(fresh, tick, self.config, scope, goal=goal, subtask=subtask, now=now, cap=False)
+            for item, view in made.items():
+                known[(scope, item)] = (fresh[item], at, view)
+                found[item] = view
+        cells = cast(dict[str, CellView], found)  # every slot filled now
+        return Snapshot(scope=scope, tick=tick, missing=tuple(missing_ids), source="memory",
+                        cells=prominence_cap(cells, self.config, scope))
 
     def tick(self, scope: str) -> int:
         """See :meth:`MemoryBoard.tick`."""
-        with self._lock:
-            state = self._scopes.get(scope)
-            return state.tick if state else 0
+        state = self._scopes.get(scope)
+        return state.tick if state else 0
 
     def edges(self, scope: str) -> dict[tuple[str, str], float]:
         """(earlier id, later id) → edge strength in ``scope`` (a copy)."""
@@ -116,12 +153,7 @@ class InMemoryBoard:
         replace this copy's with none: the local copy is a fallback for strengths and
         lifecycle, the server keeps the provenance history."""
         with self._lock:
-            state = self._scope(scope)
-            self._version += 1
-            state.tick = tick
-            for item, cell in cells.items():
-                state.put(item, cell)
-            self._version += 1
+            self._scope(scope).commit(tick, cells)
 
     # ------------------------------------------------------------------ writes
     def apply(self, ops: Sequence[Op], *, batch_id: str | None = None) -> BatchResult:
@@ -133,15 +165,13 @@ class InMemoryBoard:
                 return BatchResult(batch_id, (), (), duplicate=True)
             got = run_batch(ops, self.config, self.tick, lambda scope, item: self._scope(scope).cells.get(item),
                             lambda scope, edge: self._scope(scope).edges.get(edge))
-            ticks, cells, edges = got.ticks, got.cells, got.edges
-            self._version += 1
-            for scope, tick in ticks.items():
-                self._scope(scope).tick = tick
-            for (scope, item), cell in cells.items():
-                self._scope(scope).put(item, cell)
-            for (scope, edge), weight in edges.items():
+            per_scope: dict[str, dict[str, BoardCell]] = {scope: {} for scope in got.ticks}
+            for (scope, item), cell in got.cells.items():
+                per_scope.setdefault(scope, {})[item] = cell
+            for (scope, edge), weight in got.edges.items():
                 self._scope(scope).edges[edge] = weight
-            self._version += 1
+            for scope, cells in per_scope.items():
+                self._scope(scope).commit(got.ticks.get(scope), cells)
             self._batches.add(batch_id)
         return BatchResult(batch_id, tuple(got.outcomes), tuple(got.amounts))
 
@@ -165,9 +195,7 @@ class InMemoryBoard:
                 log.append(LogEntry(cursor, dict(entry)))
                 out.append(cursor)
                 if every and len(log) % every == 0:
-                    self._version += 1
-                    state.tick += 1
-                    self._version += 1
+                    state.commit(state.tick + 1, {})
             if append_id is not None:
                 self._appends[append_id] = tuple(out)
             return out

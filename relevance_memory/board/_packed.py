@@ -20,7 +20,7 @@ from typing import Any
 
 from .._config import PHEROMONE_KINDS
 from .._pheromone_math import Cell
-from ._model import BoardCell, Event
+from ._model import BoardCell, Event, new_board_cell
 
 __all__ = ["SLOTS", "pack_cell", "pack_events", "unpack_cell", "unpack_events"]
 
@@ -94,7 +94,7 @@ def unpack_cell(d: Any, events: tuple[Event, ...] = ()) -> BoardCell:
         _finite(s, earned, ldep, created, touched)
         memory = Cell(kind, int(born), s, int(at), _opt(score, int), _opt(goal, str), earned, _pair(lkey), ldep,
                       frozenset(subs.split("\n")) - _EMPTY, _pair(skey), _opt(prev, int))
-        return BoardCell(
+        return new_board_cell(
             memory, producer, created, touched, status, _opt(sup_by, str), _opt(status_by, str),
             {str(a): float(v) for a, v in contrib.items()} if contrib else {}, int(n_dep), int(n_rf),
             {str(a): int(t) for a, t in users.items()} if users else {},

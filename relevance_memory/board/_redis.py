@@ -3,9 +3,10 @@
 Layout, for board ``B`` under prefix ``P`` (the ``{B}`` hash tag puts a whole board in one
 Redis Cluster slot, so one script may touch all its keys)::
 
-    P:{B}:cells:<scope>     hash   item id → the cell, one MessagePack array (``_packed``)
+    P:{B}:cells:<scope>     hash   item id → the cell, one MessagePack array (``_packed``);
+                                   "" → the scope's tick (no item id is empty)
     P:{B}:events:<scope>    hash   item id → its newest provenance events, packed end to end
-    P:{B}:meta:<scope>      hash   "tick" → the scope's tick
+    P:{B}:meta:<scope>      hash   "logged" → entries appended to the log
     P:{B}:edges:<scope>     hash   "<id>\\t<source>" → edge strength
     P:{B}:log:<scope>       stream the scope's shared message log
     P:{B}:batch:<id>        string marker of an applied batch (expires after batch_ttl_seconds)
@@ -15,10 +16,10 @@ evaporation of the cells it touches in closed form, then adds the soft-capped,
 share-capped deposit (``HINCRBYFLOAT`` alone cannot express the cap); a cell is one
 MessagePack array (exact doubles, no JSON, no decimal formatting) and its events are
 appended to their own hash entry, never decoded by a batch; a scope costs a batch one
-``HMGET`` and one ``HSET`` of its cells and the same of their events. Reads: one
-pipelined round trip per snapshot (the tick and one ``HMGET`` of the ids, plus one of
-their events with ``provenance=True``), each cell decoded once per change and viewed by
-the same pure functions as the in-memory board. A batch keeps its id across retries, so
+``HMGET`` and one ``HSET`` of its tick and cells and the same of their events. Reads:
+one ``HMGET`` of the tick and the ids per snapshot (pipelined with one of their events
+with ``provenance=True``), each cell decoded once per change and viewed once per
+(tick, task) by the same pure functions as the in-memory board. A batch keeps its id across retries, so
 it is applied at most once even when a reply was lost.
 
 Faults never stall a step: every socket operation is bounded (``from_url``: 200 ms to
@@ -38,7 +39,7 @@ import uuid
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from importlib import resources
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 from tenacity import (
     RetryError,
@@ -87,7 +88,8 @@ OP_TIMEOUT_S = 0.2
 T = TypeVar("T")
 
 _APPEND_LUA = """
--- KEYS: the append marker, the scope's log stream, its meta hash; ARGV: marker ttl,
+-- KEYS: the append marker, the scope's log stream, its meta hash, its cells hash (the
+-- tick is its field ""); ARGV: marker ttl,
 -- log_tick_every (0 = none), then one JSON [[field, value], ...] per entry
 local got = redis.call('GET', KEYS[1])
 if got then return got end
@@ -100,7 +102,7 @@ for i = 3, #ARGV do
   ids[#ids + 1] = redis.call('XADD', KEYS[2], '*', unpack(args))
   if every > 0 then
     local n = redis.call('HINCRBY', KEYS[3], 'logged', 1)
-    if n % every == 0 then redis.call('HINCRBY', KEYS[3], 'tick', 1) end
+    if n % every == 0 then redis.call('HINCRBY', KEYS[4], '', 1) end
   end
 end
 local out = cjson.encode(ids)
@@ -181,19 +183,21 @@ def _s(value: Any) -> str:
 
 
 _NONE = False  # "none" in a MessagePack slot (see _packed)
+_TICK = ""  # the field of a scope's tick in its cells hash (no item id is empty: check_ops)
 
 
 def _pack_op(op: Op, index: Mapping[str, int]) -> list[Any]:
     """One operation as the Lua script reads it: ``[name, scope number, id, agent, at, ...]``."""
     scope = index[op.scope]
+    if isinstance(op, Deposit):  # the most frequent, first
+        goal = task_key(op.goal)
+        return ["deposit", scope, op.id, op.agent, float(op.at), op.score, task_key(op.subtask),
+                _NONE if goal is None else goal]
     if isinstance(op, Advance):
         return ["advance", scope, op.ticks, _NONE if op.to is None else op.to]
     if isinstance(op, Repair):
         return ["repair", scope, op.id, op.agent, pack_cell(op.cell), pack_events(op.cell)]
     head = [scope, op.id, op.agent, float(op.at)]
-    if isinstance(op, Deposit):
-        goal = task_key(op.goal)
-        return ["deposit", *head, op.score, task_key(op.subtask), _NONE if goal is None else goal]
     if isinstance(op, Reinforce):
         return ["reinforce", *head, _NONE if op.source is None else op.source,
                 _NONE if op.delta is None else float(op.delta)]
@@ -245,12 +249,13 @@ class RedisBoard:
         source = resources.files(__package__).joinpath("_board.lua").read_text(encoding="utf-8")
         self._script = self._raw.register_script(source.replace("--@CONFIG@", _config_lua(self.config), 1))
         self._append_script = client.register_script(_APPEND_LUA)
+        self._scope_keys: dict[str, tuple[tuple[str, str, str], Any]] = {}  # scope → its batch keys, share cap
         self.retries = 0
         """Connection errors retried so far (for the decision record)."""
         self.round_trips = 0
         """Calls that went to the server (each try counts; a fast failure does not)."""
-        self._decoded: dict[tuple[str, str], tuple[bytes, BoardCell, Any, CellView | None]] = {}
-        # (scope, id) → (the stored bytes, their cell without events, the tick, task and
+        self._decoded: dict[str, dict[str, tuple[bytes, BoardCell, Any, CellView | None]]] = {}
+        # scope → id → (the stored bytes, their cell without events, the tick, task and
         # clock of its last view, that view): a snapshot decodes only the cells that changed
         # since this client last read them, and views again only what it has not seen so
 
@@ -282,7 +287,8 @@ class RedisBoard:
 
     # ------------------------------------------------------------------ keys
     def key(self, kind: str, scope: str) -> str:
-        """The Redis key of ``kind`` (``cells``, ``events``, ``meta``, ``edges``, ``log``) for ``scope``."""
+        """The Redis key of ``kind`` (``cells``, ``events``, ``meta``, ``edges``, ``log``) for ``scope``
+        (the scope's tick is the field ``""`` of its ``cells`` hash)."""
         return f"{self._base}:{kind}:{scope}"
 
 
@@ -346,35 +352,42 @@ class RedisBoard:
     # ------------------------------------------------------------------ reads
     def snapshot(self, scope: str, ids: Iterable[str] | None = None, *, agent: str, goal: str | None = None,
                  subtask: str | None = None, now: float | None = None, provenance: bool = False) -> Snapshot:
-        """See :meth:`MemoryBoard.snapshot`: one pipelined round trip (tick + ``HMGET``; with
-        ``provenance``, a second one for the events)."""
+        """See :meth:`MemoryBoard.snapshot`: one ``HMGET`` of the tick and the ids (with
+        ``provenance``, pipelined with one of their events)."""
         check_access(scope, agent)
         wanted = None if ids is None else list(dict.fromkeys(ids))
-        meta, cells_key = self.key("meta", scope), self.key("cells", scope)
+        cells_key = self.key("cells", scope)
 
         def read() -> list[Any]:
+            if wanted is not None and not provenance:
+                return [self._raw.hmget(cells_key, [_TICK, *wanted])]
             pipe = self._raw.pipeline(transaction=False)
-            pipe.hget(meta, "tick")
             if wanted is None:
                 pipe.hgetall(cells_key)
                 if provenance:
                     pipe.hgetall(self.key("events", scope))
-            elif wanted:
-                pipe.hmget(cells_key, wanted)
-                if provenance:
-                    pipe.hmget(self.key("events", scope), wanted)
+            else:
+                pipe.hmget(cells_key, [_TICK, *wanted])
+                pipe.hmget(self.key("events", scope), wanted or [_TICK])
             return list(pipe.execute())
 
         got = self._call(f"snapshot of {scope!r}", read)
-        tick = int(got[0]) if got[0] is not None else 0
+        raw: Iterable[tuple[str, Any]]
         if wanted is None:
-            raw: Iterable[tuple[str, Any]] = [(_s(k), v) for k, v in (got[1] or {}).items()]
-            events = {_s(k): v for k, v in (got[2] or {}).items()} if provenance else {}
+            every = got[0] or {}
+            stored = every.pop(b"", None)
+            raw = [(_s(k), v) for k, v in every.items()]
+            events = {_s(k): v for k, v in (got[1] or {}).items()} if provenance else {}
         else:
-            raw = zip(wanted, got[1] if wanted else (), strict=True)
-            events = dict(zip(wanted, got[2], strict=True)) if provenance and wanted else {}
+            stored = got[0][0]
+            raw = zip(wanted, got[0][1:], strict=True)
+            events = dict(zip(wanted, got[1], strict=True)) if provenance and wanted else {}
+        tick = int(stored) if stored is not None else 0
         missing, corrupt, faults = [], [], []
-        known, unpackb = self._decoded, self._msgpack.unpackb
+        known = self._decoded.get(scope)
+        if known is None:
+            known = self._decoded[scope] = {}
+        unpackb = self._msgpack.unpackb
         # a view depends on the cell's bytes, the tick, the task and (with a TTL) the clock
         at = (tick, goal, subtask, now if scope in self.config.ttl_seconds else None)
         found: dict[str, CellView | None] = {}
@@ -383,8 +396,7 @@ class RedisBoard:
             if value is None:
                 missing.append(item)
                 continue
-            key = (scope, item)
-            hit = known.get(key)
+            hit = known.get(item)
             if hit is not None and hit[0] == value:
                 if hit[2] == at and not provenance:
                     found[item] = hit[3]
@@ -397,7 +409,7 @@ class RedisBoard:
                     corrupt.append(item)
                     faults.append(f"cell {item!r} in {scope!r} is corrupt on the board ({exc}); treated as missing")
                     continue
-                known[key] = (value, cell, None, None)
+                known[item] = (value, cell, None, None)
             found[item] = None
             fresh[item] = cell
         if provenance:
@@ -408,17 +420,18 @@ class RedisBoard:
                 except ValueError as exc:
                     faults.append(f"events of {item!r} in {scope!r} are corrupt on the board ({exc}); left out")
         made = views(fresh, tick, self.config, scope, goal=goal, subtask=subtask, now=now, cap=False)
-        if not provenance:
-            for item, view in made.items():
-                value, cell = known[(scope, item)][:2]
-                known[(scope, item)] = (value, cell, at, view)
-        cells = {i: v if v is not None else made[i] for i, v in found.items()}
+        for item, view in made.items():
+            found[item] = view  # in place: the ids keep their order
+            if not provenance:
+                value, cell = known[item][:2]
+                known[item] = (value, cell, at, view)
+        cells = cast(dict[str, CellView], found)  # every slot filled now
         return Snapshot(scope=scope, tick=tick, missing=tuple(missing), corrupt=tuple(corrupt), source="redis",
                         faults=tuple(faults), cells=prominence_cap(cells, self.config, scope))
 
     def tick(self, scope: str) -> int:
         """See :meth:`MemoryBoard.tick`."""
-        got = self._call("tick", lambda: self.client.hget(self.key("meta", scope), "tick"))
+        got = self._call("tick", lambda: self.client.hget(self.key("cells", scope), _TICK))
         return int(_s(got)) if got is not None else 0
 
     def edges(self, scope: str) -> dict[tuple[str, str], float]:
@@ -442,10 +455,13 @@ class RedisBoard:
         keys = [f"{self._base}:batch:{batch_id}"]
         caps: list[Any] = []
         for scope in scopes:
-            keys += [self.key("cells", scope), self.key("meta", scope), self.key("edges", scope),
-                     self.key("events", scope)]
-            cap = self.config.share_cap(scope)
-            caps.append(_NONE if cap is None else cap)
+            got = self._scope_keys.get(scope)
+            if got is None:
+                cap = self.config.share_cap(scope)
+                got = self._scope_keys[scope] = ((self.key("cells", scope), self.key("edges", scope),
+                                                  self.key("events", scope)), _NONE if cap is None else cap)
+            keys += got[0]
+            caps.append(got[1])
         payload = self._msgpack.packb([caps, [_pack_op(op, index) for op in ops]])  # a Packer is not thread-safe
         args = [payload]
         reply = self._call(f"batch {batch_id}", lambda: self._script(keys=keys, args=args))
@@ -470,7 +486,8 @@ class RedisBoard:
         args = [str(self.config.batch_ttl_seconds), str(every)] + [
             json.dumps([[str(k), str(v)] for k, v in entry.items()], ensure_ascii=False) for entry in entries
         ]
-        keys = [f"{self._base}:append:{append_id}", self.key("log", scope), self.key("meta", scope)]
+        keys = [f"{self._base}:append:{append_id}", self.key("log", scope), self.key("meta", scope),
+                self.key("cells", scope)]
         reply = self._call(f"append to {scope!r}", lambda: self._append_script(keys=keys, args=args))
         return [str(c) for c in json.loads(_s(reply))]
 

@@ -5,6 +5,7 @@ supersede/forget of one item leave exactly one outcome."""
 from __future__ import annotations
 
 import multiprocessing
+import sys
 import uuid
 
 import pytest
@@ -86,3 +87,53 @@ def test_concurrent_supersede_or_forget_leaves_exactly_one_outcome(redis_url: st
         if what == "supersede":
             assert cell.superseded_by == f"{item}-by-{winners[0]}"
     board.close()
+
+
+def test_in_memory_readers_see_whole_batches_while_writers_run() -> None:
+    """Writer threads each apply batches that reinforce two items and advance the tick
+    together; reader threads snapshot both without any lock: every snapshot sees both
+    items and the tick from one commit (equal counts, tick = count), and a view reused
+    from the reader's cache equals one computed afresh."""
+    import threading
+
+    from relevance_memory.board import Advance, InMemoryBoard, Reinforce
+    from relevance_memory.board._apply import views
+
+    config = BoardConfig(agent_share=None, prominence=None)
+    board = InMemoryBoard("threads", config)
+    board.apply([Add("shared", "a", "tool_result", "setup"), Add("shared", "b", "tool_result", "setup")])
+    writers, rounds, stop = 4, 300, threading.Event()
+    seen: list[tuple[int, int, int]] = []
+    mismatched: list[str] = []
+
+    def write(agent: str) -> None:
+        for _ in range(rounds):
+            board.apply([Reinforce("shared", "a", agent), Advance("shared", agent), Reinforce("shared", "b", agent)])
+
+    def read() -> None:
+        while not stop.is_set():
+            snap = board.snapshot("shared", ["a", "b"], agent="reader", goal="g", subtask="s")
+            a, b = snap.cells["a"], snap.cells["b"]
+            seen.append((snap.tick, a.cell.reinforcements, b.cell.reinforcements))
+            fresh = views({"a": a.cell, "b": b.cell}, snap.tick, config, "shared", goal="g", subtask="s")
+            if fresh != dict(snap.cells):
+                mismatched.append(f"tick {snap.tick}")
+
+    threads = [threading.Thread(target=write, args=(f"w{k}",)) for k in range(writers)]
+    readers = [threading.Thread(target=read) for _ in range(2)]
+    interval = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)  # the threads interleave as finely as CPython lets them
+    try:
+        for t in readers + threads:
+            t.start()
+        for t in threads:
+            t.join()
+        stop.set()
+        for t in readers:
+            t.join()
+    finally:
+        sys.setswitchinterval(interval)
+    assert seen and not mismatched
+    assert all(tick == ra == rb for tick, ra, rb in seen), [s for s in seen if not s[0] == s[1] == s[2]][:5]
+    final = board.snapshot("shared", ["a", "b"], agent="reader")
+    assert final.tick == writers * rounds == final.cells["a"].cell.reinforcements

@@ -93,6 +93,10 @@ def test_redis_and_memory_boards_agree_bit_for_bit(redis_url: str, batches: list
             got_m, got_r = memory.apply(ops), redis.apply(ops)
             assert got_m.outcomes == got_r.outcomes
             assert got_m.amounts == got_r.amounts
+            for sc in SCOPES:  # after every batch: both boards' view caches see each change
+                m = memory.snapshot(sc, IDS, agent="coder", goal=goal, subtask=subtask, now=5e5)
+                r = redis.snapshot(sc, IDS, agent="coder", goal=goal, subtask=subtask, now=5e5)
+                assert (m.tick, m.missing, m.cells) == (r.tick, r.missing, r.cells)
         for sc in SCOPES:
             m = memory.snapshot(sc, [*IDS, "absent"], agent="coder", goal=goal, subtask=subtask, now=5e5)
             r = redis.snapshot(sc, [*IDS, "absent"], agent="coder", goal=goal, subtask=subtask, now=5e5)
