@@ -26,8 +26,8 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from relevance_memory._semantic import SemanticFusion, SemanticScorer
 from relevance_memory.evaluation import RecallRun, load_dataset, run_recall, select_questions, summarise_results
+from relevance_memory.scoring._semantic import SemanticFusion, SemanticScorer
 
 ROOT = Path(__file__).resolve().parents[1]
 DATA = ROOT.parent / "shared" / "data"

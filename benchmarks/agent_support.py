@@ -54,9 +54,8 @@ from typing import Any
 from relevance_memory import RelevanceMemoryManager, TiktokenCounter, load_transcript
 from relevance_memory._cache_policy import CachePolicy
 from relevance_memory._models import RelevanceScore, ScoreSource, TaskGoal, content_text
-from relevance_memory._prefix import shared_prefix_tokens
-from relevance_memory._scoring import ScoreItem, ScoringContext, ScoringResult
 from relevance_memory._tokenizer import REPLY_PRIMING_TOKENS, tools_tokens
+from relevance_memory.pipeline._prefix import shared_prefix_tokens
 from relevance_memory.pipeline.order import (
     CURRENT_VIEW,
     DEFAULT_ORDER,
@@ -66,6 +65,7 @@ from relevance_memory.pipeline.order import (
     USER_CONSTRAINT,
     OrderPolicy,
 )
+from relevance_memory.scoring._scorer import ScoreItem, ScoringContext, ScoringResult
 
 ROOT = Path(__file__).resolve().parents[1]
 PRICES = (0.1, 0.5)

@@ -32,9 +32,9 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from relevance_memory._embedding import Embedder, VectorIndex, load_embedder
-from relevance_memory._store import MessageStore
 from relevance_memory._tokenizer import TiktokenCounter
+from relevance_memory.scoring._embedding import Embedder, VectorIndex, load_embedder
+from relevance_memory.store._store import MessageStore
 
 ROOT = Path(__file__).resolve().parents[1]
 DATA = ROOT.parent / "shared" / "data"

@@ -38,7 +38,7 @@ Encoder = tuple[Callable[[list[str]], np.ndarray], Callable[[str], np.ndarray]]
 
 def load(name: str) -> Encoder:
     if name == "wordllama":
-        from relevance_memory._embedding import default_embedder
+        from relevance_memory.scoring._embedding import default_embedder
 
         emb = default_embedder()
         assert emb is not None, "pip install wordllama"

@@ -1,7 +1,7 @@
 """The pheromone field before and after issue 9 item 4 (pure functions, reads that never write).
 
 Runs the same replay through today's :class:`PheromoneField` and through the field of a
-given earlier commit (its ``relevance_memory/_pheromone.py`` and ``_config.py`` loaded
+given earlier commit (its ``relevance_memory/pheromone/_field.py`` and ``_config.py`` loaded
 from ``git show``), in one process, alternating: messages of a SWE run (repeated to
 ``--messages``) observed one build at a time (every ``--every`` messages), a deposit of
 every observed message's score per build, and the reads a build makes (``strength_for``,
@@ -22,7 +22,7 @@ from pathlib import Path
 from types import ModuleType
 
 from relevance_memory import RelevanceMemoryManager, load_transcript
-from relevance_memory._pheromone import PheromoneField
+from relevance_memory.pheromone._field import PheromoneField
 
 REPO = Path(__file__).resolve().parents[1]
 

@@ -56,9 +56,9 @@ from relevance_memory import (
 from relevance_memory._cache_policy import CachePolicy
 from relevance_memory._config import context_window_for
 from relevance_memory._models import content_text
-from relevance_memory._prefix import message_key, shared_prefix_tokens
 from relevance_memory._text import has_constraint
 from relevance_memory._tokenizer import REPLY_PRIMING_TOKENS
+from relevance_memory.pipeline._prefix import message_key, shared_prefix_tokens
 
 ROOT = Path(__file__).resolve().parents[1]
 PRICES = (0.1, 0.5)

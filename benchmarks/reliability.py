@@ -57,7 +57,7 @@ import glob, json, sys, time
 sys.path.insert(0, sys.argv[1])
 from relevance_memory import load_transcript
 from relevance_memory._models import content_text
-from relevance_memory._summary import OfflineSummarizer, SummaryItem
+from relevance_memory.summary._summary import OfflineSummarizer, SummaryItem
 items = []
 for path in sorted(glob.glob(sys.argv[2] + "/swebench_trajectories/*.json"))[:8]:
     for i, m in enumerate(load_transcript(path).messages):

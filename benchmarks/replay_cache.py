@@ -22,7 +22,7 @@ from typing import Any
 
 from relevance_memory import ContextOverflowError, OfflineScorer, RelevanceMemoryManager, load_transcript
 from relevance_memory._models import TaskGoal, content_text
-from relevance_memory._scoring import ScoreItem, ScoringContext, ScoringResult
+from relevance_memory.scoring._scorer import ScoreItem, ScoringContext, ScoringResult
 
 FIXED_SUBTASK = "fix the failing behaviour described in the issue"
 

@@ -21,11 +21,11 @@ from pathlib import Path
 import numpy as np
 import numpy.typing as npt
 
-from relevance_memory._embedding import load_embedder
-from relevance_memory._scoring import OfflineScorer
 from relevance_memory._tokenizer import TiktokenCounter
 from relevance_memory.evaluation import LabelledSet
 from relevance_memory.evaluation._rubric import RELEVANT_AT, example_items
+from relevance_memory.scoring._embedding import load_embedder
+from relevance_memory.scoring._scorer import OfflineScorer
 
 
 def auroc(relevant: npt.NDArray[np.bool_], values: npt.NDArray[np.float64]) -> float:

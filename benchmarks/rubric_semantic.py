@@ -21,10 +21,10 @@ from pathlib import Path
 
 from ablation_semantic import VARIANTS  # type: ignore[import-not-found]
 
-from relevance_memory._embedding import load_embedder
-from relevance_memory._scoring import OfflineScorer
-from relevance_memory._semantic import SemanticScorer
 from relevance_memory.evaluation import LabelledSet, evaluate_rubric
+from relevance_memory.scoring._embedding import load_embedder
+from relevance_memory.scoring._scorer import OfflineScorer
+from relevance_memory.scoring._semantic import SemanticScorer
 
 
 def main() -> None:

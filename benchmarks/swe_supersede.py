@@ -29,8 +29,8 @@ from pathlib import Path
 from typing import Any
 
 from relevance_memory import RelevanceMemoryManager
-from relevance_memory._supersede import command_of, detect_supersedes, file_views, items_from_messages
-from relevance_memory._supersede_files import edited_paths
+from relevance_memory.store._supersede import command_of, detect_supersedes, file_views, items_from_messages
+from relevance_memory.store._supersede_files import edited_paths
 
 DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "swebench_trajectories"
 TINY_SUMMARY = 64

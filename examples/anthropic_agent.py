@@ -46,7 +46,7 @@ from relevance_memory import (
     manage,
     tools_tokens,
 )
-from relevance_memory._anthropic import MAX_CACHE_BREAKPOINTS, _items
+from relevance_memory.clients._anthropic_messages import MAX_CACHE_BREAKPOINTS, _items
 
 try:  # anthropic>=2 talks through httpx2; older versions through httpx
     import httpx2 as httpx

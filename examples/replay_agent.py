@@ -44,8 +44,8 @@ import openai
 
 from relevance_memory import BuiltContext, TiktokenCounter, check_context, load_transcript, manage
 from relevance_memory._cache_policy import CachePolicy
-from relevance_memory._prefix import CacheMeter, shared_prefix_tokens
 from relevance_memory._tokenizer import REPLY_PRIMING_TOKENS
+from relevance_memory.pipeline._prefix import CacheMeter, shared_prefix_tokens
 
 try:  # openai>=3 talks through httpx2; older versions through httpx
     import httpx2 as httpx

@@ -13,20 +13,8 @@ chains, a token budget filled by score, and a decision record saying why.
 
 from typing import TYPE_CHECKING, Any
 
-from ._anthropic import (
-    AnthropicTokenCounter,
-    anthropic_request_tokens,
-    check_anthropic_context,
-    from_anthropic,
-    to_anthropic,
-)
-from ._anthropic_client import AsyncManagedAnthropic, ManagedAnthropic
-from ._cache import DiskScoreCache
 from ._cache_policy import CachePolicy
-from ._capabilities import AsyncScorer
-from ._client import AsyncManagedOpenAI, ManagedOpenAI, manage
 from ._config import MemoryConfig, PheromoneConfig
-from ._embedding import Embedder, VectorIndex
 from ._exceptions import (
     BoardError,
     BoardUnavailableError,
@@ -48,10 +36,25 @@ from ._io import Transcript, load_transcript, parse_transcript
 from ._manager import BuiltContext, RelevanceMemoryManager
 from ._markers import GOAL_BLOCK_MARKER, SUMMARY_MARKER
 from ._models import Message, MessageType, RelevanceScore, ScoreSource, TaskGoal, ToolCall
-from ._pheromone import PheromoneField
 from ._record import BoardReport, BudgetBreakdown, DecisionRecord, MessageDecision, SummaryRecord
-from ._restore import RESTORE_TOOL_NAME, RestoreHandler, restore_tool_definition
-from ._scoring import (
+from ._tokenizer import TiktokenCounter, TokenCounter, tools_tokens
+from .clients._anthropic import AsyncManagedAnthropic, ManagedAnthropic
+from .clients._anthropic_messages import (
+    AnthropicTokenCounter,
+    anthropic_request_tokens,
+    check_anthropic_context,
+    from_anthropic,
+    to_anthropic,
+)
+from .clients._openai import AsyncManagedOpenAI, ManagedOpenAI, manage
+from .clients._session import message_to_dict
+from .pheromone._field import PheromoneField
+from .pipeline.assemble import check_context
+from .pipeline.order import OrderPolicy
+from .scoring._cache import DiskScoreCache
+from .scoring._capabilities import AsyncScorer
+from .scoring._embedding import Embedder, VectorIndex
+from .scoring._scorer import (
     InMemoryScoreCache,
     OfflineScorer,
     ScoreCache,
@@ -61,17 +64,14 @@ from ._scoring import (
     ScoringContext,
     ScoringResult,
 )
-from ._session import message_to_dict
-from ._summary import LLMSummarizer, OfflineSummarizer, Summarizer, SummaryDraft, SummaryItem
-from ._tokenizer import TiktokenCounter, TokenCounter, tools_tokens
-from .pipeline.assemble import check_context
-from .pipeline.order import OrderPolicy
+from .store._restore import RESTORE_TOOL_NAME, RestoreHandler, restore_tool_definition
+from .summary._summary import LLMSummarizer, OfflineSummarizer, Summarizer, SummaryDraft, SummaryItem
 
 if TYPE_CHECKING:
-    from ._llm_scorer import LLMScorer, TransportPolicy
+    from .scoring._llm_scorer import LLMScorer, TransportPolicy
 
 # Imported on first use: they pull in openai + instructor, which offline users never need.
-_LAZY = {"LLMScorer": "._llm_scorer", "TransportPolicy": "._llm_scorer"}
+_LAZY = {"LLMScorer": ".scoring._llm_scorer", "TransportPolicy": ".scoring._llm_scorer"}
 
 
 def __getattr__(name: str) -> Any:

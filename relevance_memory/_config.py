@@ -101,7 +101,7 @@ def context_window_for(model: str) -> int:
 
 
 EmbedderName = Literal["wordllama", "minilm"]
-"""Names of the bundled embedders (``MemoryConfig.embedder``; :func:`~relevance_memory._embedding.load_embedder`)."""
+"""Names of the bundled embedders (``MemoryConfig.embedder``; :func:`~relevance_memory.scoring._embedding.load_embedder`)."""
 
 EPISODE_GAP_S = 1800.0
 """Default silence between two messages that starts a new episode (seconds): the 30-minute
@@ -179,7 +179,7 @@ class MemoryConfig(BaseModel):
             scorer fuses the cosine to the goal into its score and weight, and the prefilter
             ranks by BM25 and cosine (reciprocal-rank fusion). Without the ``wordllama``
             package the build is lexical and its record says so once. ``False``: lexical only.
-        embedder: which model embeds (:data:`~relevance_memory._embedding.EMBEDDERS`):
+        embedder: which model embeds (:data:`~relevance_memory.scoring._embedding.EMBEDDERS`):
             ``"wordllama"`` (the default: static, ≈0.3 ms a message, same bits on every
             machine) or ``"minilm"`` (all-MiniLM-L6-v2 int8 on onnxruntime, the
             ``[minilm]`` extra: reads meaning better — LoCoMo 0.753 against 0.699 at 2k
@@ -197,10 +197,10 @@ class MemoryConfig(BaseModel):
         episode_gap_s: silence between two messages that starts a new episode (a
             conversation session; seconds, default 1,800 — the 30-minute inactivity timeout
             web analytics cut sessions with). The offline scorer lifts a turn said in the same
-            episode as a strong match (:class:`~relevance_memory._semantic.SemanticFusion`).
+            episode as a strong match (:class:`~relevance_memory.scoring._semantic.SemanticFusion`).
             Messages without timestamps form one episode; the manager's clock stamps a message
             the caller gave no timestamp, and once the caller gives timestamps only the
-            caller's cut (:attr:`~relevance_memory._store.MessageStore.episodes`).
+            caller's cut (:attr:`~relevance_memory.store._store.MessageStore.episodes`).
         excerpt_share: no message is ever too large to enter (SPEC §11): a tool output or an
             assistant's tool call larger than this share of the budget (any other message — the
             task statement, an instruction, a chat turn — up to eight times it, half the budget

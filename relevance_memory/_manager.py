@@ -17,24 +17,15 @@ from datetime import datetime, timezone
 from typing import Any
 
 from . import _telemetry, pipeline
-from ._cache import DiskScoreCache
-from ._capabilities import ScorerCapabilities
 from ._config import MemoryConfig, warn_once
-from ._embedding import VectorIndex, load_embedder
 from ._exceptions import ConfigError, ContextOverflowError, HistoryDivergedError
-from ._history import HistoryTracker, same_message
 from ._io import message_to_dict
 from ._models import Message, TaskGoal, content_text, user_authored
-from ._pheromone import PheromoneField
 from ._record import BoardReport
 from ._requests import NoticeIndex, goal_from_requests, is_opener, is_request
-from ._restore import RESTORE_TOOL_NAME, RestoreHandler, restore_tool_definition
-from ._scoring import InMemoryScoreCache, OfflineScorer, ScoreCache, Scorer
-from ._semantic import SemanticScorer
-from ._store import MessageStore
-from ._summary import OfflineSummarizer, Summarizer, SummaryCache
 from ._tokenizer import TiktokenCounter, TokenCounter, tools_tokens
 from .board import AgentLink, AgentMemory, MemoryBoard, MirroredBoard, PublishRule, RedisBoard
+from .pheromone._field import PheromoneField
 from .pipeline import BuildState, BuiltContext, Seams
 from .pipeline import append as prefix_builds
 from .pipeline import pheromone as pheromone_stage
@@ -43,6 +34,15 @@ from .pipeline._deposits import DepositLog
 from .pipeline.append import BuildStep, PrefixState
 from .pipeline.fidelity import Renditions
 from .pipeline.order import DEFAULT_ORDER, OrderPolicy
+from .scoring._cache import DiskScoreCache
+from .scoring._capabilities import ScorerCapabilities
+from .scoring._embedding import VectorIndex, load_embedder
+from .scoring._scorer import InMemoryScoreCache, OfflineScorer, ScoreCache, Scorer
+from .scoring._semantic import SemanticScorer
+from .store._history import HistoryTracker, same_message
+from .store._restore import RESTORE_TOOL_NAME, RestoreHandler, restore_tool_definition
+from .store._store import MessageStore
+from .summary._summary import OfflineSummarizer, Summarizer, SummaryCache
 
 __all__ = ["BuiltContext", "RelevanceMemoryManager"]
 
@@ -243,7 +243,7 @@ class RelevanceMemoryManager:
         ``messages`` must start with every message this memory holds, in order (the model's
         replies included once the caller appended them); the rest is stored, each message
         once. A message object passed before is recognised by identity without being read,
-        any other is compared with the stored copy (:mod:`relevance_memory._history`), so a
+        any other is compared with the stored copy (:mod:`relevance_memory.store._history`), so a
         step costs O(new messages) plus one pointer comparison per message held.
 
         Raises:

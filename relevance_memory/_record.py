@@ -11,7 +11,7 @@ from pydantic import BaseModel, Field, ModelWrapValidatorHandler, PrivateAttr, c
 
 from ._cache_policy import BuildMode
 from ._models import ScoreSource, TaskGoal
-from ._scoring import ScorerUsage
+from .scoring._scorer import ScorerUsage
 
 __all__ = ["BudgetBreakdown", "BudgetLine", "DecisionRecord", "MessageDecision", "SummaryRecord"]
 

@@ -54,7 +54,7 @@ from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from ._models import TaskGoal
-from ._scoring import ScoreItem, Scorer, ScoringContext, ScoringResult
+from .scoring._scorer import ScoreItem, Scorer, ScoringContext, ScoringResult
 
 if TYPE_CHECKING:
     from ._manager import BuiltContext, RelevanceMemoryManager
@@ -325,7 +325,7 @@ class ModelCallSpan:
 
 def _response_head(response: Any) -> dict[str, Any]:
     """``gen_ai.response.id`` / ``model`` of a response (either provider's, SDK object or dict)."""
-    from ._session import field_of
+    from .clients._session import field_of
 
     out: dict[str, Any] = {}
     for key, name in (("id", "gen_ai.response.id"), ("model", "gen_ai.response.model")):
@@ -337,7 +337,7 @@ def _response_head(response: Any) -> dict[str, Any]:
 
 def _openai_attributes(response: Any, usage: Any) -> dict[str, Any]:
     """Finish reasons and usage of a chat completion (or a stream's ``usage``)."""
-    from ._session import field_of, provider_cached_tokens
+    from .clients._session import field_of, provider_cached_tokens
 
     out: dict[str, Any] = {}
     if response is not None:
@@ -360,7 +360,7 @@ def _anthropic_attributes(response: Any, usage: Any) -> dict[str, Any]:
     """Stop reason and usage of an Anthropic ``Message`` (module doc): Anthropic's
     ``input_tokens`` leaves out the tokens read from and written to the cache; the
     convention's ``gen_ai.usage.input_tokens`` counts every input token, so it is the sum."""
-    from ._session import field_of
+    from .clients._session import field_of
 
     out: dict[str, Any] = {}
     if response is not None:

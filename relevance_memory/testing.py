@@ -44,11 +44,11 @@ from dataclasses import dataclass
 from ._exceptions import RelevanceMemoryError
 from ._markers import ELIDED_MARKER, EXCERPT_MARKER, GOAL_BLOCK_MARKER, SUBTASK_MARKER, SUMMARY_MARKER
 from ._models import RelevanceScore, ScoreSource, TaskGoal
-from ._scoring import ScoreItem, ScorerUsage, ScoringContext, ScoringResult
 from ._tokenizer import REPLY_PRIMING_TOKENS, TokenCounter
 from .pipeline import BuiltContext
 from .pipeline.assemble import check_context
 from .pipeline.partition import GOAL_POINTER
+from .scoring._scorer import ScoreItem, ScorerUsage, ScoringContext, ScoringResult
 
 __all__ = [
     "FakeScorer",

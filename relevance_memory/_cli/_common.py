@@ -67,12 +67,12 @@ columns: the error for a missing extra gives the command)."""
 
 
 def check_embedder(name: str) -> str:
-    """``name`` when it is one of :data:`~relevance_memory._embedding.EMBEDDERS`.
+    """``name`` when it is one of :data:`~relevance_memory.scoring._embedding.EMBEDDERS`.
 
     Raises:
         typer.Exit: code 2, after ``error: --embedder must be …`` on standard error.
     """
-    from .._embedding import EMBEDDERS
+    from ..scoring._embedding import EMBEDDERS
 
     if name not in EMBEDDERS:
         raise fail(f"--embedder must be {' or '.join(EMBEDDERS)}, not {name!r}")

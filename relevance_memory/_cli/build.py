@@ -84,8 +84,8 @@ def build(
     check_embedder(embedder)
     try:
         from .._config import MemoryConfig
-        from .._scorer_choice import resolve_scorer  # imports openai + instructor only for the LLM scorer
-        from .._scoring import OfflineScorer, Scorer
+        from ..scoring._choice import resolve_scorer  # imports openai + instructor only for the LLM scorer
+        from ..scoring._scorer import OfflineScorer, Scorer
 
         logging.getLogger("instructor").addHandler(logging.NullHandler())  # failures show as warnings below
         logging.getLogger("instructor").propagate = False

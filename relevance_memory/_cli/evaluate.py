@@ -82,7 +82,6 @@ def _run_eval(
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
     from .._config import encoding_for
-    from .._embedding import embedder_unavailable_reason, load_embedder
     from ..evaluation import (
         RecallRun,
         load_dataset,
@@ -95,6 +94,7 @@ def _run_eval(
         summarise_results,
         write_json,
     )
+    from ..scoring._embedding import embedder_unavailable_reason, load_embedder
 
     budgets = _ints(budgets_text or DEFAULT_BUDGETS[name], "--budgets")
     encoding = encoding_for(model_name)  # as `relmem build` / `replay` count for the same --model
@@ -344,7 +344,7 @@ def _evaluate(set_path: Path, specs: list[str], repeats: int, json_out: Path | N
         for spec in specs:
             scorer = make_scorer(spec, **(options if spec.startswith("llm") else {}))
             if spec.startswith("llm"):
-                from .._llm_scorer import LLMScorer
+                from ..scoring._llm_scorer import LLMScorer
 
                 label = scorer.describe() if isinstance(scorer, LLMScorer) else spec
                 err.print(f"scorer: llm ({label}) — message contents are sent to this "

@@ -19,8 +19,8 @@ from .._cache_policy import CachePolicy
 from .._exceptions import RelevanceMemoryError
 from .._io import load_transcript
 from .._manager import RelevanceMemoryManager
-from .._prefix import CacheMeter
 from .._tokenizer import REPLY_PRIMING_TOKENS
+from ..pipeline._prefix import CacheMeter
 from ._common import EMBEDDER_HELP, MODE_LABEL, check_embedder, console, fail
 
 __all__ = ["replay"]

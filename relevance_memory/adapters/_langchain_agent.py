@@ -15,7 +15,7 @@ call of the agent loop, tool loop included:
 
 1. the request's messages (the whole conversation from the graph state; the system message
    travels separately as ``request.system_message``) are recorded append-only into the
-   thread's memory (sync by prefix, :mod:`relevance_memory._session`);
+   thread's memory (sync by prefix, :mod:`relevance_memory.clients._session`);
 2. the context is built within the budget **minus** the system message and the tools' schema
    (both are sent with every request: they count);
 3. the handler (the model call) runs with ``request.override(messages=…)``: the caller's own
@@ -56,8 +56,8 @@ except ImportError as exc:  # pragma: no cover - exercised only without the extr
 
 from .._manager import BuiltContext, RelevanceMemoryManager
 from .._record import DecisionRecord
-from .._restore import RESTORE_TOOL_NAME
-from .._session import MemorySession, OnDivergence, project_built
+from ..clients._session import MemorySession, OnDivergence, project_built
+from ..store._restore import RESTORE_TOOL_NAME
 from ._threads import ThreadSessions
 from .langchain import _openai_tools, from_openai_messages, thread_id_of, to_openai_messages
 

@@ -3,7 +3,7 @@
 Shared by the LangChain adapters (:class:`~relevance_memory.adapters.langchain.ManagedContextHook`
 and :class:`~relevance_memory.adapters.langchain.RelevanceMemoryMiddleware`): LangGraph runs
 many conversations through one graph, each under its ``configurable.thread_id``, so each
-thread gets its own :class:`~relevance_memory._session.MemorySession` (interleaved threads
+thread gets its own :class:`~relevance_memory.clients._session.MemorySession` (interleaved threads
 never resync each other). A thread's memory lives until ``max_threads`` newer threads have
 been used; an evicted thread rebuilds its memory from the graph state on its next call (the
 state holds every message, so nothing is lost, only re-ingested and re-scored).
@@ -17,7 +17,7 @@ from collections.abc import Callable, Hashable
 from typing import Any
 
 from .._manager import RelevanceMemoryManager
-from .._session import MemorySession, OnDivergence
+from ..clients._session import MemorySession, OnDivergence
 
 __all__ = ["ThreadSessions"]
 

@@ -48,7 +48,7 @@ from collections.abc import Hashable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Optional
 
 from .._manager import BuiltContext, RelevanceMemoryManager
-from .._session import MemorySession, OnDivergence, SessionView, project_built
+from ..clients._session import MemorySession, OnDivergence, SessionView, project_built
 from ._threads import ThreadSessions
 
 if TYPE_CHECKING:

@@ -71,8 +71,8 @@ from typing import TYPE_CHECKING, Any
 from .._exceptions import ContextOverflowError
 from .._manager import BuiltContext, RelevanceMemoryManager
 from .._models import content_text
-from .._session import MemorySession, OnDivergence, SessionView, project_built
 from .._tokenizer import REPLY_PRIMING_TOKENS, TokenCounter, tools_tokens
+from ..clients._session import MemorySession, OnDivergence, SessionView, project_built
 
 if TYPE_CHECKING:
     from agents.items import TResponseInputItem

@@ -28,11 +28,11 @@ import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
-from .. import _pheromone_math as pm
 from .._config import PheromoneConfig
 from .._exceptions import BoardError
 from .._models import Message
-from .._pheromone import PheromoneField, pheromone_kind
+from ..pheromone import _math as pm
+from ..pheromone._field import PheromoneField, pheromone_kind
 from ._model import Add, Advance, BoardCell, Deposit, Op, Reinforce, Use, is_private, private_scope, task_key
 from ._protocol import MemoryBoard
 

@@ -13,9 +13,9 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Final
 
-from .. import _pheromone_math as pm
 from .._config import PHEROMONE_KINDS
 from .._exceptions import BoardError
+from ..pheromone import _math as pm
 from ._model import (
     Add,
     Advance,
@@ -254,7 +254,7 @@ def view(item_id: str, cell: BoardCell, tick: int, config: BoardConfig, scope: s
 def views(cells: Mapping[str, BoardCell] | Iterable[tuple[str, BoardCell]], tick: int, config: BoardConfig,
           scope: str, *, goal: str | None = None, subtask: str | None = None, now: float | None = None,
           cap: bool = True) -> dict[str, CellView]:
-    """:func:`view` of every cell (one pass of :func:`~relevance_memory._pheromone_math.read`
+    """:func:`view` of every cell (one pass of :func:`~relevance_memory.pheromone._math.read`
     each), then the per-item prominence cap (seed 000 §6.1): in a non-private scope no
     active item's ``shared_strength`` exceeds
     ``prominence × mean(task_strength of the active items read)``."""

@@ -1,6 +1,6 @@
 -- relevance-memory board: apply one batch of operations atomically (SPEC §5, §10).
 --
--- A line-by-line mirror of relevance_memory/_pheromone_math.py (settle, deposit,
+-- A line-by-line mirror of relevance_memory/pheromone/_math.py (settle, deposit,
 -- reinforce, capped_deposit) and relevance_memory/board/_apply.py (step); the board
 -- contract and property tests prove both give bit-identical snapshots.
 --

@@ -18,7 +18,7 @@ from typing import Any
 
 from .._exceptions import BoardError
 from .._models import Message
-from .._pheromone import pheromone_kind
+from ..pheromone._field import pheromone_kind
 from ._agent import AgentMemory
 from ._model import Add, LogEntry
 from ._protocol import MemoryBoard

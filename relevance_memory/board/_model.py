@@ -21,7 +21,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from .._config import PHEROMONE_KINDS, PheromoneConfig
 from .._exceptions import ScopeError
-from .._pheromone_math import Cell
+from ..pheromone._math import Cell
 
 __all__ = [
     "Add",
@@ -335,7 +335,7 @@ class BoardCell:
     """One item on a board: its SPEC §5 memory plus provenance and lifecycle.
 
     Attributes:
-        memory: the pheromone :class:`~relevance_memory._pheromone_math.Cell` (goal and
+        memory: the pheromone :class:`~relevance_memory.pheromone._math.Cell` (goal and
             subtask keys are :func:`task_key` digests).
         producer: the agent that added the item.
         created_at / touched_at: caller-clock seconds of the add and of the latest
@@ -482,7 +482,7 @@ class CellView:
         kind: its pheromone kind.
         strength: S at the snapshot's tick (strength units).
         task_strength: strength as memory for the snapshot's ``(goal, subtask)``
-            (:func:`~relevance_memory._pheromone_math.task_strength`).
+            (:func:`~relevance_memory.pheromone._math.task_strength`).
         shared_strength: ``task_strength`` after the per-item prominence cap
             (:attr:`BoardConfig.prominence`); what a reader should rank by.
         score_before: the latest score from before the snapshot's subtask, or ``None``.

@@ -19,7 +19,7 @@ from __future__ import annotations
 from typing import Any
 
 from .._config import PHEROMONE_KINDS
-from .._pheromone_math import Cell
+from ..pheromone._math import Cell
 from ._model import BoardCell, Event, new_board_cell
 
 __all__ = ["SLOTS", "pack_cell", "pack_events", "unpack_cell", "unpack_events"]

@@ -21,8 +21,8 @@ from typing import Any
 
 from .._exceptions import RelevanceMemoryError
 from .._manager import RelevanceMemoryManager
-from .._scoring import Scorer
 from .._tokenizer import REPLY_PRIMING_TOKENS
+from ..scoring._scorer import Scorer
 from ._datasets import EvalConversation, EvalDataset, EvalQuestion
 
 __all__ = [
@@ -103,8 +103,8 @@ def recency_select(tokens: Sequence[int], budget: int) -> tuple[list[int], int]:
 
 
 def rrf_scores(lexical: Sequence[float], semantic: Sequence[float], k: int = 60) -> list[float]:
-    """Reciprocal-rank fusion of two score lists (:func:`relevance_memory._semantic.rrf_fuse`)."""
-    from .._semantic import rrf_fuse
+    """Reciprocal-rank fusion of two score lists (:func:`relevance_memory.scoring._semantic.rrf_fuse`)."""
+    from ..scoring._semantic import rrf_fuse
 
     return rrf_fuse(lexical, semantic, k)
 
@@ -172,7 +172,7 @@ def run_conversation(conv: EvalConversation, run: RecallRun) -> list[QuestionRes
     retriever = None
     vectors = None
     if "embedding" in run.methods or "bm25+embedding" in run.methods:
-        from .._embedding import load_embedder, quantize
+        from ..scoring._embedding import load_embedder, quantize
 
         embedder = load_embedder(run.embedder)
         if embedder is None:
@@ -218,7 +218,7 @@ def _measure(
     emb_scores: list[float] | None = None
     fused_scores: list[float] | None = None
     if vectors is not None:
-        from .._embedding import cosine_scores, quantize
+        from ..scoring._embedding import cosine_scores, quantize
 
         embedder, rows = vectors
         cos = cosine_scores(quantize(embedder.embed([q.question]))[0], rows)

@@ -24,9 +24,9 @@ from pydantic import BaseModel, Field
 
 from .._exceptions import ConfigError
 from .._models import ScoreSource, TaskGoal
-from .._scoring import LLMCall, OfflineScorer, ScoreItem, Scorer, ScorerUsage, ScoringContext
-from .._store import MessageStore
 from .._tokenizer import TiktokenCounter, TokenCounter
+from ..scoring._scorer import LLMCall, OfflineScorer, ScoreItem, Scorer, ScorerUsage, ScoringContext
+from ..store._store import MessageStore
 from ._datasets import EvalDataset
 
 __all__ = [
@@ -321,7 +321,7 @@ def make_scorer(spec: str, **options: Any) -> Scorer:
     """
     name, _, version = spec.partition(":")
     if name == "offline":
-        from .._semantic import SemanticScorer  # local: loads the embedding model on first use
+        from ..scoring._semantic import SemanticScorer  # local: loads the embedding model on first use
 
         return SemanticScorer()
     if name == "lexical":

@@ -6,7 +6,7 @@ from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from .._models import Message
-from .._pheromone import PheromoneField
+from ..pheromone._field import PheromoneField
 
 __all__ = ["DepositLog"]
 

@@ -20,17 +20,17 @@ from datetime import datetime
 from typing import Any, Protocol, TypeVar
 
 from .._cache_policy import BuildMode
-from .._capabilities import ScorerCapabilities
 from .._config import MemoryConfig
-from .._embedding import VectorIndex
 from .._models import Message, RelevanceScore, TaskGoal
-from .._pheromone import PheromoneField
 from .._record import DecisionRecord
 from .._requests import NoticeIndex
-from .._scoring import OfflineScorer, ScoreCache, Scorer, ScoringResult
-from .._summary import PyramidResult, RenderedSummary, Summarizer, SummaryCache
-from .._supersede import SupersedeLink
 from .._tokenizer import TokenCounter
+from ..pheromone._field import PheromoneField
+from ..scoring._capabilities import ScorerCapabilities
+from ..scoring._embedding import VectorIndex
+from ..scoring._scorer import OfflineScorer, ScoreCache, Scorer, ScoringResult
+from ..store._supersede import SupersedeLink
+from ..summary._summary import PyramidResult, RenderedSummary, Summarizer, SummaryCache
 from ._bm25 import PrefilterIndex
 from ._deposits import DepositLog
 from .fidelity import Rendition, Renditions

@@ -27,13 +27,13 @@ from typing import Any
 from .._cache_policy import PrefixDecision, decide_build_mode
 from .._exceptions import InvalidMessageError, RelevanceMemoryError
 from .._models import ScoreSource, TaskGoal, freeze, thaw, user_authored
-from .._pheromone import PheromoneField
-from .._pheromone_math import settled_strength
-from .._prefix import AppendPlan, TailItem, plan_append, shared_prefix_tokens
 from .._record import BudgetBreakdown, BudgetLine, DecisionRecord, MessageDecision
-from .._scoring import ScorerUsage
-from .._summary import RenderedSummary
 from .._tokenizer import REPLY_PRIMING_TOKENS
+from ..pheromone._field import PheromoneField
+from ..pheromone._math import settled_strength
+from ..scoring._scorer import ScorerUsage
+from ..summary._summary import RenderedSummary
+from ._prefix import AppendPlan, TailItem, plan_append, shared_prefix_tokens
 from ._state import BuiltContext, Seams, StoreView
 from .assemble import check_context, subtask_note
 from .fidelity import Rendition, entry_cap, entry_renditions
@@ -410,7 +410,7 @@ def _appended_chains(previous: PrefixState, indices: Sequence[int], store: Store
 def _strengths(seams: Seams, indices: Sequence[int], ids: Sequence[str]) -> Callable[[], dict[int, float | None]]:
     """Pheromone strength of each message (``indices``, with their ``ids``) as of now
     (``None`` without the field), computed when called. A plain
-    :class:`~relevance_memory._pheromone.PheromoneField` is read from the cells it holds now
+    :class:`~relevance_memory.pheromone._field.PheromoneField` is read from the cells it holds now
     (immutable: one lookup each, settled later, the same floats); another memory (a
     board's) is asked now."""
     if not seams.config.pheromone.enabled:

@@ -17,8 +17,8 @@ from typing import Any
 
 from .._exceptions import RelevanceMemoryError
 from .._markers import GOAL_BLOCK_MARKER, SUBTASK_MARKER, SUMMARY_MARKER
-from .._prefix import message_key
 from .._tokenizer import REPLY_PRIMING_TOKENS
+from ._prefix import message_key
 from ._state import Assembled, BuildState, Seams, required
 from .ledger import Purpose
 
@@ -67,7 +67,7 @@ def check_context(messages: Sequence[Mapping[str, Any]]) -> list[str]:
     every assistant ``tool_calls`` has all its results in that block, once; roles are
     known; no summary or goal block uses the assistant role (SPEC §7); no message holds
     Anthropic ``tool_use`` / ``tool_result`` blocks (an Anthropic request is checked by
-    :func:`~relevance_memory._anthropic.check_anthropic_context`).
+    :func:`~relevance_memory.clients._anthropic_messages.check_anthropic_context`).
     """
     problems: list[str] = []
     open_calls: dict[str, bool] | None = None  # call id → answered, for the current tool block

@@ -30,8 +30,8 @@ import numpy as np
 
 from .._config import LOCAL_PREFILTER_MIN
 from .._models import user_authored
-from .._semantic import mostly_cjk, rrf_fuse
 from .._text import lexical_terms
+from ..scoring._semantic import mostly_cjk, rrf_fuse
 from ._bm25 import ChunkedBM25, PrefilterIndex
 from ._state import BuildState, Prefiltered, Seams, required
 

@@ -14,8 +14,8 @@ from typing import Any
 
 from .._models import Message, ScoreSource
 from .._record import BudgetBreakdown, BudgetLine, DecisionRecord, MessageDecision, SummaryRecord
-from .._scoring import ScorerUsage
 from .._tokenizer import REPLY_PRIMING_TOKENS
+from ..scoring._scorer import ScorerUsage
 from ._state import BuildState, Partitioned, Seams, required
 from .ledger import Purpose
 

@@ -25,10 +25,17 @@ import functools
 import warnings
 from collections.abc import Sequence
 
-from .._capabilities import AsyncScorer
 from .._models import Message, RelevanceScore, ScoreSource, TaskGoal, content_text, user_authored
 from .._requests import is_correction, is_request
-from .._scoring import ScoreItem, ScorerUsage, ScoringContext, ScoringResult, message_cache_key, score_cache_prefix
+from ..scoring._capabilities import AsyncScorer
+from ..scoring._scorer import (
+    ScoreItem,
+    ScorerUsage,
+    ScoringContext,
+    ScoringResult,
+    message_cache_key,
+    score_cache_prefix,
+)
 from ._state import BuildState, Scored, ScoreRequest, Seams, required
 
 __all__ = ["acall", "accept", "cache_keys", "call", "request"]

@@ -39,7 +39,7 @@ import math
 from collections.abc import Collection, Iterable, Mapping, Sequence
 
 from .._models import USER_AUTHORED_TYPES, RelevanceScore, TaskGoal, content_text
-from .._supersede import asks_for_history
+from ..store._supersede import asks_for_history
 from ._state import BuildState, Chain, ChainOption, Partitioned, Ranked, Seams, Selection, StoreView, required
 from .fidelity import MIN_EXCERPT_TOKENS, Rendition, keep_names
 from .order import DEFAULT_ORDER, ChainFacts, OrderPolicy

@@ -26,8 +26,15 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 
 from .._models import Message, RelevanceScore, content_text, user_authored
-from .._scoring import REQUEST_REASON
-from .._summary import PyramidResult, RenderedSummary, SummaryItem, build_pyramid, pointer_summary, pointer_tokens
+from ..scoring._scorer import REQUEST_REASON
+from ..summary._summary import (
+    PyramidResult,
+    RenderedSummary,
+    SummaryItem,
+    build_pyramid,
+    pointer_summary,
+    pointer_tokens,
+)
 from ._state import BuildState, Partitioned, Ranked, Seams, Selection, Summarised, required
 from .ledger import BudgetLedger, Purpose
 from .partition import GOAL_POINTER, clip_to_tokens, goal_block_text
@@ -191,7 +198,7 @@ def _protected(
     what the next step needs; the older views they supersede are what the summaries hold) yield
     only down to the reserve's floor (half its share: an agent that wrote many files keeps a
     summary of what it read too); a user's request scored 4 only as one of the requests the
-    goal is formed from (:data:`~relevance_memory._scoring.REQUEST_REASON`), one of the
+    goal is formed from (:data:`~relevance_memory.scoring._scorer.REQUEST_REASON`), one of the
     :data:`NEWEST_REQUESTS` newest, yields only down to :data:`MIN_SUMMARY_RESERVE` (issue 23: in a long customer-service session every request
     scores 4 and they took the whole budget, leaving the archive no summary; issue 21: at
     2,500 tokens a τ-bench customer's requests stay verbatim) (tokens)."""

@@ -10,8 +10,8 @@ import uuid
 
 import pytest
 
-from relevance_memory import _pheromone_math as pm
 from relevance_memory.board import Add, BoardConfig, RedisBoard
+from relevance_memory.pheromone import _math as pm
 
 from .board_support import SLOW_OK, hammer, race
 

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import pytest
 
-from relevance_memory import _pheromone_math as pm
 from relevance_memory._config import PheromoneConfig
 from relevance_memory.board import (
     Add,
@@ -23,6 +22,7 @@ from relevance_memory.board import (
     private_scope,
     task_key,
 )
+from relevance_memory.pheromone import _math as pm
 
 from .board_support import BoardFactory
 

@@ -10,15 +10,9 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from relevance_memory import (
-    DecisionRecord,
-    MemoryConfig,
-    RelevanceMemoryManager,
-    _embedding,
-    _semantic,
-    load_transcript,
-)
+from relevance_memory import DecisionRecord, MemoryConfig, RelevanceMemoryManager, load_transcript
 from relevance_memory.cli import app
+from relevance_memory.scoring import _embedding, _semantic
 
 FIXTURE = Path(__file__).resolve().parents[2] / "fixtures" / "django__django-15280.json"
 runner = CliRunner()

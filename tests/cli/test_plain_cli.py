@@ -61,7 +61,7 @@ def test_the_scores_line_adds_up_and_the_rubric_waits_for_verbose(tmp_path: Path
 
 def test_prefiltered_messages_are_counted_on_the_scores_line(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """A costly scorer (an LLM) sees only the prefilter's top 50 chains: the rest are counted too."""
-    import relevance_memory._scorer_choice as choice
+    import relevance_memory.scoring._choice as choice
 
     monkeypatch.setattr(choice, "resolve_scorer", lambda *a, **k: (FixedScorer(3), "fixed (a test scorer)"))
     output, rec = _build(tmp_path, "--scorer", "llm")

@@ -1,4 +1,4 @@
-"""The managed Anthropic client (``relevance_memory._anthropic_client``), through the real
+"""The managed Anthropic client (``relevance_memory.clients._anthropic``), through the real
 ``anthropic`` SDK over an ``httpx`` mock transport: sync, async and streamed.
 
 The endpoint is ``examples/anthropic_agent.py``'s ``ScriptedClaude``: it answers with
@@ -35,7 +35,7 @@ from relevance_memory import (
     manage,
     tools_tokens,
 )
-from relevance_memory._anthropic import CONTINUATION_TEXT, TOOL_USE_SYSTEM_PROMPT_TOKENS
+from relevance_memory.clients._anthropic_messages import CONTINUATION_TEXT, TOOL_USE_SYSTEM_PROMPT_TOKENS
 
 anthropic = pytest.importorskip("anthropic")
 

@@ -1,4 +1,4 @@
-"""Anthropic Messages ⇄ the store (``relevance_memory._anthropic``): conversion, the validity
+"""Anthropic Messages ⇄ the store (``relevance_memory.clients._anthropic_messages``): conversion, the validity
 check, token accounting and cache breakpoints — pure functions, no client."""
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ from relevance_memory import (
     from_anthropic,
     to_anthropic,
 )
-from relevance_memory._anthropic import (
+from relevance_memory.clients._anthropic_messages import (
     CONTINUATION_TEXT,
     MAX_CACHE_BREAKPOINTS,
     AnthropicContext,

@@ -1,4 +1,4 @@
-"""The managed OpenAI client (``relevance_memory._client``).
+"""The managed OpenAI client (``relevance_memory.clients._openai``).
 
 Cassette tests replay ``tests/cassettes/test_client/*.yaml`` with vcrpy (record mode
 ``none``: no network). The cassettes are hand-made, not recorded from a live endpoint:

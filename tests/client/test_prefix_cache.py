@@ -12,8 +12,8 @@ import pytest
 
 from relevance_memory import ManagedOpenAI, TiktokenCounter, check_context, load_transcript
 from relevance_memory._cache_policy import CachePolicy
-from relevance_memory._prefix import shared_prefix_tokens
-from relevance_memory._session import provider_cached_tokens
+from relevance_memory.clients._session import provider_cached_tokens
+from relevance_memory.pipeline._prefix import shared_prefix_tokens
 
 try:  # openai>=3 talks through httpx2; older versions through httpx
     import httpx2 as httpx

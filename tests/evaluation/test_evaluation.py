@@ -11,7 +11,6 @@ import pytest
 from typer.testing import CliRunner
 
 from relevance_memory import OfflineScorer, TaskGoal
-from relevance_memory._embedding import default_embedder
 from relevance_memory.cli import app
 from relevance_memory.evaluation import (
     LabelledExample,
@@ -32,6 +31,7 @@ from relevance_memory.evaluation import (
     select_questions,
     summarise_results,
 )
+from relevance_memory.scoring._embedding import default_embedder
 
 KNOWN = {"D8:6", "D9:17", "D11:26", "D30:5", "D1:1"}
 
@@ -280,7 +280,7 @@ def test_make_scorer_llm_unavailable_or_offline() -> None:
     assert make_scorer("offline").name == "offline"
     # "offline" is the default offline scorer (lexical + embedding), "lexical" the words alone
     from relevance_memory import OfflineScorer
-    from relevance_memory._semantic import SemanticScorer
+    from relevance_memory.scoring._semantic import SemanticScorer
 
     assert isinstance(make_scorer("offline"), SemanticScorer)
     assert type(make_scorer("lexical")) is OfflineScorer and make_scorer("lexical").name == "offline"

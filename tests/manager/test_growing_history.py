@@ -11,8 +11,8 @@ from typing import Any
 import pytest
 
 from relevance_memory import HistoryDivergedError, RelevanceMemoryManager
-from relevance_memory._history import HistoryTracker
-from relevance_memory._session import MemorySession
+from relevance_memory.clients._session import MemorySession
+from relevance_memory.store._history import HistoryTracker
 
 FIXTURE = Path(__file__).resolve().parents[2] / "fixtures" / "django__django-15280.json"
 

@@ -10,8 +10,8 @@ from typing import Any
 import pytest
 
 from relevance_memory import RelevanceMemoryManager, load_transcript
-from relevance_memory._restore import RESTORE_TOOL_NAME, RestoreHandler, restore_tool_definition
-from relevance_memory._summary import SUMMARY_MARKER
+from relevance_memory.store._restore import RESTORE_TOOL_NAME, RestoreHandler, restore_tool_definition
+from relevance_memory.summary._summary import SUMMARY_MARKER
 
 FIXTURES = Path(__file__).resolve().parents[2] / "fixtures"
 

@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 from relevance_memory import RelevanceMemoryManager
 from relevance_memory._config import MemoryConfig, PheromoneConfig, half_life_to_rate, rate_to_half_life
 from relevance_memory._models import Message, MessageType
-from relevance_memory._pheromone import PheromoneField, capped_deposit, evaporate, pheromone_kind
+from relevance_memory.pheromone._field import PheromoneField, capped_deposit, evaporate, pheromone_kind
 
 KINDS = ["user_instruction", "preference", "tool_result", "assistant_reasoning", "user_chat", "tool_call"]
 
@@ -234,7 +234,7 @@ def test_reads_never_write(grow: list[int], scores: list[tuple[int, int]], ticks
 def test_one_pass_read_equals_the_separate_functions(
     kind: str, scores: list[tuple[int, int, int]], ticks: int, goal: str | None, subtask: str | None
 ) -> None:
-    from relevance_memory import _pheromone_math as pm
+    from relevance_memory.pheromone import _math as pm
 
     cfg = PheromoneConfig()
     cell = pm.new_cell(kind, 0, cfg)

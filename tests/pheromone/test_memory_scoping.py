@@ -20,10 +20,10 @@ from scorers import WrappedOfflineScorer
 from relevance_memory import RelevanceMemoryManager, RelevanceScore
 from relevance_memory._config import PheromoneConfig
 from relevance_memory._models import Message, MessageType
-from relevance_memory._pheromone import PheromoneField
-from relevance_memory._scoring import message_cache_key
+from relevance_memory.pheromone._field import PheromoneField
 from relevance_memory.pipeline import Chain
 from relevance_memory.pipeline.select import select_chains
+from relevance_memory.scoring._scorer import message_cache_key
 
 
 def _field_with(kind: str = "tool_result") -> PheromoneField:
@@ -294,7 +294,7 @@ def test_same_text_from_another_speaker_is_not_a_repeat() -> None:
 
 
 def test_fresh_keeps_the_summarizer() -> None:
-    from relevance_memory._summary import OfflineSummarizer
+    from relevance_memory.summary._summary import OfflineSummarizer
 
     class MySummarizer(OfflineSummarizer):
         pass

@@ -8,9 +8,9 @@ from hypothesis import strategies as st
 
 from relevance_memory._config import PheromoneConfig
 from relevance_memory._models import Message, MessageType
-from relevance_memory._pheromone import HISTORY_FULL_MAX, PheromoneField
-from relevance_memory._pheromone_math import settled_strength
-from relevance_memory._pheromone_top import StrengthRanking
+from relevance_memory.pheromone._field import HISTORY_FULL_MAX, PheromoneField
+from relevance_memory.pheromone._math import settled_strength
+from relevance_memory.pheromone._top import StrengthRanking
 
 TYPES = [("tool_result", "tool"), ("assistant_reasoning", "assistant"), ("user_chat", "user"),
          ("user_instruction", "user"), ("tool_call", "assistant")]

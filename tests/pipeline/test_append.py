@@ -22,7 +22,7 @@ from relevance_memory import (
     TiktokenCounter,
 )
 from relevance_memory import pipeline as pipeline_module
-from relevance_memory._prefix import serialise_context
+from relevance_memory.pipeline._prefix import serialise_context
 
 COUNTER = TiktokenCounter()
 

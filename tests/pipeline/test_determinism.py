@@ -21,10 +21,10 @@ from pathlib import Path
 
 import pytest
 
-import relevance_memory._summary_text as summary_text
+import relevance_memory.summary._extract as summary_text
 from relevance_memory import RelevanceMemoryManager
-from relevance_memory._summary import OfflineSummarizer, SummaryItem
-from relevance_memory._summary_text import extract_values
+from relevance_memory.summary._extract import extract_values
+from relevance_memory.summary._summary import OfflineSummarizer, SummaryItem
 
 REPO = Path(__file__).resolve().parents[2]
 SEEDS = ("0", "1", "2", "3")

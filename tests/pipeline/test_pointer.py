@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from relevance_memory import RelevanceMemoryManager, check_context, load_transcript
-from relevance_memory._summary import SUMMARY_MARKER
+from relevance_memory.summary._summary import SUMMARY_MARKER
 
 CASES = Path(__file__).resolve().parents[1] / "cases"
 FIXTURES = Path(__file__).resolve().parents[2] / "fixtures"

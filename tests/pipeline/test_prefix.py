@@ -8,7 +8,13 @@ from typing import Any
 import pytest
 
 from relevance_memory import TiktokenCounter
-from relevance_memory._prefix import TailItem, message_key, plan_append, serialise_context, shared_prefix_tokens
+from relevance_memory.pipeline._prefix import (
+    TailItem,
+    message_key,
+    plan_append,
+    serialise_context,
+    shared_prefix_tokens,
+)
 
 COUNTER = TiktokenCounter()
 

@@ -11,7 +11,7 @@ import pytest
 
 from relevance_memory import ContextOverflowError, OfflineScorer, RelevanceMemoryManager, check_context, load_transcript
 from relevance_memory._models import TaskGoal, content_text
-from relevance_memory._scoring import ScoreItem, ScoringContext, ScoringResult
+from relevance_memory.scoring._scorer import ScoreItem, ScoringContext, ScoringResult
 
 FIXTURE = Path(__file__).resolve().parents[2] / "fixtures" / "django__django-15280.json"
 

@@ -18,7 +18,6 @@ from relevance_memory import (
     TaskGoal,
     load_transcript,
 )
-from relevance_memory._capabilities import AsyncScorer, ScorerCapabilities
 from relevance_memory.pipeline import BuildState, Purpose, build
 from relevance_memory.pipeline import pheromone as pheromone_stage
 from relevance_memory.pipeline import score as score_stage
@@ -26,6 +25,7 @@ from relevance_memory.pipeline._run import _after_scoring
 from relevance_memory.pipeline.partition import partition
 from relevance_memory.pipeline.prefilter import prefilter
 from relevance_memory.pipeline.select import fill_ranked, select
+from relevance_memory.scoring._capabilities import AsyncScorer, ScorerCapabilities
 
 FIXTURE = Path(__file__).resolve().parents[2] / "fixtures" / "django__django-15280.json"
 

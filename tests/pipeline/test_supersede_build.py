@@ -16,8 +16,9 @@ from typing import Any
 import pytest
 from invariants import assert_invariants
 
-from relevance_memory import SUMMARY_MARKER, RelevanceMemoryManager, _embedding
+from relevance_memory import SUMMARY_MARKER, RelevanceMemoryManager
 from relevance_memory._models import content_text
+from relevance_memory.scoring import _embedding
 
 CLOCK = datetime(2026, 12, 1, tzinfo=timezone.utc)
 FILLER = [
@@ -204,7 +205,7 @@ def test_embeddings_off_is_the_lexical_scorer() -> None:
 
 
 def _semantic_warned() -> bool:
-    from relevance_memory import _semantic
+    from relevance_memory.scoring import _semantic
 
     return bool(_semantic._WARNED_PROCESS)
 

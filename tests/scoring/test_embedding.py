@@ -10,8 +10,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from relevance_memory import _embedding, _semantic
-from relevance_memory._embedding import (
+from relevance_memory._models import TaskGoal
+from relevance_memory.scoring import _embedding, _semantic
+from relevance_memory.scoring._embedding import (
     Embedder,
     StaticEmbedder,
     VectorIndex,
@@ -20,9 +21,8 @@ from relevance_memory._embedding import (
     embedder_unavailable_reason,
     quantize,
 )
-from relevance_memory._models import TaskGoal
-from relevance_memory._scoring import OfflineScorer, ScoreItem
-from relevance_memory._semantic import SemanticFusion, SemanticScorer, semantic_ranks
+from relevance_memory.scoring._scorer import OfflineScorer, ScoreItem
+from relevance_memory.scoring._semantic import SemanticFusion, SemanticScorer, semantic_ranks
 
 TEXTS = [
     "I bought a portable power bank last week.",

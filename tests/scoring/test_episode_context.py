@@ -11,10 +11,10 @@ from test_embedding import tiny_embedder  # type: ignore[import-not-found]
 
 from relevance_memory import ConfigError, RelevanceMemoryManager
 from relevance_memory._models import TaskGoal
-from relevance_memory._scoring import ScoreItem
-from relevance_memory._semantic import SemanticFusion, SemanticScorer, episode_context
-from relevance_memory._store import MessageStore
 from relevance_memory._tokenizer import TiktokenCounter
+from relevance_memory.scoring._scorer import ScoreItem
+from relevance_memory.scoring._semantic import SemanticFusion, SemanticScorer, episode_context
+from relevance_memory.store._store import MessageStore
 
 T0 = datetime(2026, 3, 1, 9, 0, tzinfo=timezone.utc)
 

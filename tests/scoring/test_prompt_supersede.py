@@ -5,12 +5,12 @@ from __future__ import annotations
 import json
 
 from relevance_memory import RelevanceMemoryManager
-from relevance_memory._prompts import load_prompt
-from relevance_memory._scoring import ScoreItem
 from relevance_memory.pipeline import BuildState
 from relevance_memory.pipeline.partition import partition
 from relevance_memory.pipeline.prefilter import prefilter
 from relevance_memory.pipeline.score import request
+from relevance_memory.scoring._prompts import load_prompt
+from relevance_memory.scoring._scorer import ScoreItem
 
 
 def test_superseded_item_is_marked_in_the_prompt() -> None:

@@ -9,7 +9,7 @@ import sys
 import pytest
 
 from relevance_memory import ConfigError, OfflineScorer
-from relevance_memory._scorer_choice import resolve_scorer
+from relevance_memory.scoring._choice import resolve_scorer
 
 
 def test_an_api_key_alone_never_switches_to_the_llm() -> None:
@@ -43,7 +43,7 @@ def test_bad_configured_scorer_is_named() -> None:
 
 def test_offline_choice_imports_neither_openai_nor_instructor() -> None:
     code = (
-        "import sys; from relevance_memory._scorer_choice import resolve_scorer; "
+        "import sys; from relevance_memory.scoring._choice import resolve_scorer; "
         "s, _ = resolve_scorer('auto', environ={'OPENAI_API_KEY': 'k'}); "
         "print(sorted(m for m in ('openai', 'instructor') if m in sys.modules))"
     )

@@ -14,8 +14,8 @@ from hypothesis import strategies as st
 from relevance_memory import RelevanceMemoryManager
 from relevance_memory._io import message_to_dict
 from relevance_memory._models import FrozenDict, Message, freeze
-from relevance_memory._store_validate import own_message
 from relevance_memory._text import _TERM_ASCII_RE, _TERM_RE, _TOKEN_ASCII_RE, _TOKEN_RE, identifiers
+from relevance_memory.store._validate import own_message
 
 FIXTURE = Path(__file__).resolve().parents[2] / "fixtures" / "django__django-15280.json"
 ASCII = st.text(alphabet=st.characters(min_codepoint=0, max_codepoint=127), max_size=80)
@@ -84,8 +84,8 @@ def test_a_failing_embedder_stores_the_whole_batch_then_raises_and_keeps_the_res
     import pytest
 
     from relevance_memory import TiktokenCounter
-    from relevance_memory._embedding import VectorIndex
-    from relevance_memory._store import MessageStore
+    from relevance_memory.scoring._embedding import VectorIndex
+    from relevance_memory.store._store import MessageStore
 
     class Flaky:
         name, version, dim, batch_size = "flaky", "1", 4, 8

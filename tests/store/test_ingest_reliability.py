@@ -359,7 +359,7 @@ def test_sdk_message_objects_are_accepted_everywhere(entry: str) -> None:
         elif entry == "fresh":
             memory = memory.fresh([{"role": "user", "content": "start"}, *history])
         else:
-            from relevance_memory._session import MemorySession
+            from relevance_memory.clients._session import MemorySession
 
             session = MemorySession(memory, on_build=None, on_divergence="raise", overrides={})
             session.sync([{"role": "user", "content": "start"}, *history], None)

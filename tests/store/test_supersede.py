@@ -14,7 +14,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from relevance_memory import RelevanceMemoryManager
-from relevance_memory._supersede import (
+from relevance_memory.store._supersede import (
     FileView,
     SupersedeDetector,
     SupersedeItem,
@@ -250,8 +250,8 @@ def test_store_links_agree_with_the_detector_and_a_snapshot_sees_only_its_own() 
     """The store's links on ingest equal the detector's, both ways; a snapshot taken before the
     superseding message arrived shows no link to it (links are written before publication)."""
     from relevance_memory._models import Message
-    from relevance_memory._store import MessageStore
     from relevance_memory._tokenizer import TiktokenCounter
+    from relevance_memory.store._store import MessageStore
 
     history = agent_history()
     store = MessageStore(TiktokenCounter("cl100k_base"))
@@ -289,10 +289,10 @@ class _LengthEmbedder:
 def test_extend_is_atomic_for_supersede_links_and_vectors() -> None:
     """An invalid message anywhere in a batch stores nothing of it: no link and no pending
     vector is made for the batch's valid messages either."""
-    from relevance_memory._embedding import VectorIndex
     from relevance_memory._exceptions import InvalidMessageError
-    from relevance_memory._store import MessageStore
     from relevance_memory._tokenizer import TiktokenCounter
+    from relevance_memory.scoring._embedding import VectorIndex
+    from relevance_memory.store._store import MessageStore
     vectors = VectorIndex(_LengthEmbedder())
     store = MessageStore(TiktokenCounter("cl100k_base"), vectors=vectors)
     history = agent_history()
@@ -320,7 +320,7 @@ def test_extend_is_atomic_for_supersede_links_and_vectors() -> None:
     ("sed -n '1,20p' app/util.py", set()),
 ])
 def test_edited_paths_reads_the_edits_a_shell_command_makes(command: str, paths: set[str]) -> None:
-    from relevance_memory._supersede_files import edited_paths
+    from relevance_memory.store._supersede_files import edited_paths
 
     assert edited_paths(command) == paths
 
@@ -361,7 +361,7 @@ def test_shell_words_split_as_shlex_does(pieces: list[str]) -> None:
     the words must be shlex's, unclosed quotes included (None where shlex raises)."""
     import shlex
 
-    from relevance_memory._supersede_files import shell_words
+    from relevance_memory.store._supersede_files import shell_words
 
     text = "".join(pieces)
 

@@ -13,8 +13,10 @@ import pytest
 from scorers import WrappedOfflineScorer
 
 from relevance_memory import SUMMARY_MARKER, RelevanceMemoryManager, RelevanceScore, check_context
-from relevance_memory._cache import DiskScoreCache
-from relevance_memory._summary import (
+from relevance_memory._tokenizer import TiktokenCounter
+from relevance_memory.pipeline.prefilter import ChunkedBM25, prefilter_chains
+from relevance_memory.scoring._cache import DiskScoreCache
+from relevance_memory.summary._summary import (
     LLMSummarizer,
     OfflineSummarizer,
     SummaryCache,
@@ -23,8 +25,6 @@ from relevance_memory._summary import (
     extract_values,
     render_summary,
 )
-from relevance_memory._tokenizer import TiktokenCounter
-from relevance_memory.pipeline.prefilter import ChunkedBM25, prefilter_chains
 
 COUNTER = TiktokenCounter("o200k_base")
 

@@ -16,7 +16,8 @@ from typing import Any
 import pytest
 
 from relevance_memory import RelevanceMemoryManager, load_transcript
-from relevance_memory._summary import (
+from relevance_memory._tokenizer import TiktokenCounter
+from relevance_memory.summary._summary import (
     SUMMARY_MARKER,
     OfflineSummarizer,
     SummaryCache,
@@ -27,7 +28,6 @@ from relevance_memory._summary import (
     pointer_summary,
     pointer_tokens,
 )
-from relevance_memory._tokenizer import TiktokenCounter
 
 COUNTER = TiktokenCounter()
 CAPS = list(range(20, 400, 9))

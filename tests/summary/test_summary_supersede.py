@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from relevance_memory._summary import OfflineSummarizer, SummaryCache, SummaryItem
+from relevance_memory.summary._summary import OfflineSummarizer, SummaryCache, SummaryItem
 
 
 def items() -> list[SummaryItem]:

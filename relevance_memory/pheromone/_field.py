@@ -1,0 +1,386 @@
+"""Pheromone field (SPEC §3 step 5, §5): a strength per message that learns and forgets.
+
+The field is a state object over the pure functions of :mod:`._math` (the
+one place the SPEC §5 formula lives, shared with the memory boards): callers tell it
+what happened (a message arrived at message count ``n``, a message was scored under a
+subtask) and it replaces the affected immutable cells; its reads never write — the
+evaporation since a cell was last settled is computed into the value returned. It never
+reads a clock or does I/O. Time is the *tick*: one tick per ``tick_every`` new messages,
+derived from the message count the caller passes in.
+
+Formulas (SPEC §5, seed articles in ``shared/seeds``):
+
+- per tick: ``S ← S·(1 − η_kind)`` for every message that is neither protected (younger
+  than ``protect_ticks`` ticks) nor exempt (latest score ≥ ``exempt_score``);
+  ``η = 1 − 0.5^(tick_every / half_life)``;
+- deposit, once per (message, subtask): ``S ← S + Δ(score)·max(0, 1 − S/S_max)``;
+- reinforce on use, for each earlier message a new one references:
+  ``S ← S + reinforce_delta·max(0, 1 − S/S_max)`` and ``edge(i → j) += edge_delta``.
+
+Deposits and reinforcement go through the same soft cap, so ``S ≤ S_max`` always
+holds when it held before (the cap is reached only asymptotically). Deposits are added
+when the scores arrive rather than at the next tick; SPEC §5's ``S·(1 − η) + Δ`` is the
+same sum with the deposit applied a few messages earlier.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from .._config import PheromoneConfig
+from .._extras import require
+from .._io import json_safe
+from .._models import Message, MessageType
+from ._math import (
+    Cell,
+    capped_deposit,
+    carried,
+    deposit,
+    evaporate,
+    forgotten,
+    forgotten_for,
+    new_cell,
+    reinforce,
+    score_before,
+    settled_strength,
+    task_memory,
+    task_strength,
+)
+from ._top import StrengthRanking
+
+__all__ = [
+    "PheromoneField",
+    "capped_deposit",
+    "evaporate",
+    "pheromone_kind",
+]
+
+_PREFERENCE_RE = re.compile(
+    r"\b(?:i (?:prefer|like|love|hate|dislike|usually|always|never)|my favou?rite|i'm (?:allergic|vegetarian|vegan))\b"
+    r"|喜欢|偏好|不喜欢|爱吃|不吃|不喝|讨厌|习惯|过敏",
+    re.IGNORECASE,
+)
+
+
+def pheromone_kind(msg_type: str, role: str, text: str) -> str:
+    """The kind that picks a message's half-life and initial strength (SPEC §5).
+
+    A user message stating a taste or habit ("I prefer …", "不吃香菜") is a
+    ``preference``; otherwise the message type itself.
+    """
+    if role == "user" and msg_type == MessageType.USER_CHAT.value and _PREFERENCE_RE.search(text):
+        return "preference"
+    return msg_type
+
+
+HISTORY_FULL_MAX = 1_000
+"""Up to this many messages the history gets a top-N entry after every tick; beyond it, one
+entry per :meth:`PheromoneField.observe` call that advanced the tick (the history stays
+short). Each entry is ranked from the cells written since the previous one
+(:class:`StrengthRanking`), so an appended build's cost does not grow with the history
+(issue 24)."""
+
+
+class _CellTable(dict):  # type: ignore[type-arg]
+    """The field's cells by message id: a ``dict`` that tells the ranking of every write
+    (whoever writes: the field, or a board memory loading its cells)."""
+
+    __slots__ = ("ranking",)
+
+    def __init__(self, ranking: StrengthRanking) -> None:
+        super().__init__()
+        self.ranking = ranking
+
+    def __setitem__(self, key: str, value: Cell) -> None:
+        dict.__setitem__(self, key, value)
+        self.ranking.written(key)
+
+    def __reduce__(self) -> tuple[object, ...]:
+        return (_restore_table, (self.ranking._config, dict(self)))
+
+
+def _restore_table(config: PheromoneConfig, cells: dict[str, Cell]) -> _CellTable:
+    table = _CellTable(StrengthRanking(config))
+    for key, value in cells.items():
+        table[key] = value
+    return table
+
+
+@dataclass
+class PheromoneField:
+    """Strength per message id, with edges and a per-tick history (SPEC §5).
+
+    Args:
+        config: the :class:`PheromoneConfig`.
+
+    Attributes:
+        tick: ticks elapsed (one per ``tick_every`` observed messages).
+        edges: (earlier id, later id) → edge strength (accumulates ``edge_delta`` per
+            reference; edges do not evaporate — they record use, the nodes carry the decay).
+            Built when read: the field keeps, per message, the tuple of ids it reinforced
+            (usually its own ``references``, shared), not a dict entry per edge.
+        history: per tick ``{"tick", "messages", "top": {id: strength}}``, the
+            ``history_top_n`` strongest messages after that tick.
+    """
+
+    config: PheromoneConfig = field(default_factory=PheromoneConfig)
+    tick: int = 0
+    _edge_targets: list[str] = field(default_factory=list, repr=False)
+    _edge_sources: list[tuple[str, ...]] = field(default_factory=list, repr=False)
+    history: list[dict[str, Any]] = field(default_factory=list)
+    _cells: dict[str, Cell] = field(default_factory=dict)
+    _observed: int = 0
+
+    def __post_init__(self) -> None:
+        table = _CellTable(StrengthRanking(self.config))
+        for key, value in self._cells.items():
+            table[key] = value
+        self._cells = table
+
+    # ----------------------------------------------------------------- queries
+    # Reads never write: each one computes the evaporation since a cell was last settled
+    # into the value it returns (pure functions of ``_pheromone_math``).
+    def __contains__(self, message_id: object) -> bool:
+        return message_id in self._cells
+
+    def __len__(self) -> int:
+        return len(self._cells)
+
+    @property
+    def observed(self) -> int:
+        """How many messages the field has seen (the caller's message count)."""
+        return self._observed
+
+    def cell(self, message_id: str) -> Cell | None:
+        """The stored (immutable) cell of ``message_id``, or ``None``; settle it with
+        :func:`~relevance_memory.pheromone._math.settle` to read it at :attr:`tick`."""
+        return self._cells.get(message_id)
+
+    def cells_of(self, message_ids: Iterable[str]) -> list[Cell | None]:
+        """The stored cells of ``message_ids`` (``None`` for an unknown id), in order: a
+        snapshot of their memory now (cells are immutable) for reading later."""
+        return list(map(self._cells.get, message_ids))
+
+    def strength(self, message_id: str) -> float:
+        """Current strength of ``message_id``; 0.0 for an unknown id."""
+        cell = self._cells.get(message_id)
+        return settled_strength(cell, self.tick, self.config) if cell else 0.0
+
+    def strength_for(self, message_id: str, goal: str | None, subtask: str | None = None) -> float:
+        """Strength of ``message_id`` as memory for the task with final goal ``goal``.
+
+        Deposits are earned under a final goal; under another one (a new task, a new
+        question) only the base strength counts — initial strength plus reinforcement from
+        use, evaporated — so scores earned for one task never order or carry another's
+        messages. With ``subtask``, the deposit made for that very (goal, subtask) is left
+        out as well: what remains is the importance carried in from *earlier* subtasks
+        (SPEC §5 carry-over), the current subtask's relevance being the score itself — and
+        a rebuild after this subtask's deposits orders messages exactly as the build that
+        made them. 0.0 for an unknown id.
+        """
+        cell = self._cells.get(message_id)
+        return task_strength(cell, self.tick, self.config, goal, subtask) if cell else 0.0
+
+    def memory_for(self, message_id: str, goal: str | None, subtask: str | None = None) -> float:
+        """Strength deposited for the task with final goal ``goal`` by its *earlier* subtasks
+        (:func:`~relevance_memory.pheromone._math.task_memory`; strength units): what orders
+        a tier's strength band. 0.0 for an unknown id or under another final goal."""
+        cell = self._cells.get(message_id)
+        return task_memory(cell, self.tick, self.config, goal, subtask) if cell else 0.0
+
+    def score_before(self, message_id: str, goal: str | None, subtask: str) -> int | None:
+        """The message's latest score from *before* the subtask ``(goal, subtask)``, or ``None``.
+
+        What earlier subtasks of the same task said about it — the memory that the
+        prefilter's "high-strength messages always pass" and forgetting read. A score
+        given for this very subtask (by an earlier build of it) does not count, so a
+        rebuild admits and forgets exactly what the build that scored it did.
+        """
+        cell = self._cells.get(message_id)
+        return score_before(cell, goal, subtask) if cell else None
+
+    def forgotten_for(self, message_id: str, goal: str | None, subtask: str) -> bool:
+        """SPEC §5 forgetting as seen by a build for ``(goal, subtask)``: scored ≤ 2 by an
+        earlier subtask of this task and strength (:meth:`strength_for`) below
+        ``forget_threshold`` — archive without re-scoring."""
+        cell = self._cells.get(message_id)
+        return forgotten_for(cell, self.tick, self.config, goal, subtask) if cell else False
+
+    def strengths(self) -> dict[str, float]:
+        """Every message id → strength (a copy)."""
+        tick, cfg = self.tick, self.config
+        return {mid: settled_strength(cell, tick, cfg) for mid, cell in self._cells.items()}
+
+    def latest_score(self, message_id: str) -> int | None:
+        """The newest score deposited for ``message_id`` under any subtask, or ``None``."""
+        cell = self._cells.get(message_id)
+        return cell.latest_score if cell else None
+
+    def forgotten(self, message_id: str) -> bool:
+        """Score ≤ 2 and strength below ``forget_threshold``: archive without re-scoring (SPEC §5)."""
+        cell = self._cells.get(message_id)
+        return forgotten(cell, self.tick, self.config) if cell else False
+
+    def carried(self, message_id: str) -> bool:
+        """Strength ≥ ``carry_threshold`` (carry-over into ``working``, SPEC §5)."""
+        cell = self._cells.get(message_id)
+        if cell is None:
+            return self.config.carry_threshold <= 0.0
+        return carried(cell, self.tick, self.config)
+
+    def goal_of(self, message_id: str) -> str | None:
+        """The final goal under which ``message_id`` was last scored, or ``None``."""
+        cell = self._cells.get(message_id)
+        return cell.latest_goal if cell else None
+
+    # ----------------------------------------------------------------- updates
+    def observe(self, messages: Sequence[Message]) -> None:
+        """Take in messages the field has not seen yet, in order.
+
+        Each new message starts at its kind's initial strength and reinforces every
+        earlier message it references (``Message.references``). After every
+        ``tick_every`` messages one tick of evaporation runs. Already-seen messages
+        (by position) are skipped, so calling this before every build is cheap.
+        """
+        start_tick = self.tick
+        for message in messages[self._observed :]:
+            kind, role = message.msg_type.value, message.role
+            text = message.text if role == "user" and kind == MessageType.USER_CHAT.value else ""  # only chat is read
+            self._add(message.id, pheromone_kind(kind, role, text), message.references)
+            self._observed += 1
+            if self._observed % self.config.tick_every == 0:
+                self.advance()
+        if self.tick > start_tick and len(self._cells) > HISTORY_FULL_MAX:
+            self._record_history()
+
+    def _add(self, message_id: str, kind: str, references: Sequence[str]) -> None:
+        cfg, cells = self.config, self._cells
+        cells[message_id] = new_cell(kind, self.tick, cfg)
+        used: list[str] = []
+        for ref in references:
+            cell = cells.get(ref)
+            if cell is None:
+                continue
+            cells[ref], _ = reinforce(cell, self.tick, cfg)
+            used.append(ref)
+        if used:
+            self._edge_targets.append(message_id)
+            if isinstance(references, tuple) and len(used) == len(references):
+                self._edge_sources.append(references)  # the message's own tuple: shared, not copied
+            else:
+                self._edge_sources.append(tuple(used))
+
+    @property
+    def edges(self) -> dict[tuple[str, str], float]:
+        """(earlier id, later id) → edge strength: ``edge_delta`` per reference, summed in
+        the order the references arrived (a new dict per read; see the class doc)."""
+        delta = self.config.edge_delta
+        out: dict[tuple[str, str], float] = {}
+        for target, sources in zip(self._edge_targets, self._edge_sources, strict=True):
+            for source in sources:
+                edge = (source, target)
+                out[edge] = out.get(edge, 0.0) + delta
+        return out
+
+    def deposit(self, scores: Mapping[str, int], subtask: str, goal: str | None = None) -> dict[str, float]:
+        """Deposit from scores, once per (message, subtask) (SPEC §5).
+
+        A message last scored under another final goal first drops what it earned there
+        (its strength falls back to the base: initial strength plus reinforcement from
+        use, evaporated), so memory is scoped to the task it was earned for; within one
+        task subtasks accumulate as SPEC §5 describes.
+
+        Args:
+            scores: message id → score 1–5.
+            subtask: the subtask the scores are for.
+            goal: the final goal the scores are for (recorded per message, so memory
+                earned under another task can be told apart).
+
+        Returns:
+            message id → effective deposit actually added (strength units).
+        """
+        added: dict[str, float] = {}
+        for message_id, score in scores.items():
+            cell = self._cells.get(message_id)
+            if cell is None:
+                continue
+            self._cells[message_id], amount = deposit(cell, self.tick, self.config, score, subtask, goal)
+            if amount is not None:
+                added[message_id] = amount
+        cells = self._cells
+        if added and len(cells) > HISTORY_FULL_MAX and isinstance(cells, _CellTable):
+            cells.ranking.prepare(cells, self.tick, self.config.history_top_n)  # a refill here, not in an append
+        return added
+
+    def advance(self, ticks: int = 1) -> None:
+        """Run ``ticks`` evaporation ticks (importance-gated, cold-start protected).
+
+        Evaporation is settled lazily per cell in closed form (reads compute it into the
+        value they return; a cell is stored settled only when a deposit or reinforcement
+        writes it), so a tick is O(1) plus the history entry: while the field is small
+        (≤ :data:`HISTORY_FULL_MAX` cells) each tick records the top-N strengths.
+        """
+        for _ in range(ticks):
+            self.tick += 1
+            if len(self._cells) <= HISTORY_FULL_MAX:
+                self._record_history()
+
+    def _record_history(self) -> None:
+        tick, cfg, cells = self.tick, self.config, self._cells
+        if isinstance(cells, _CellTable):
+            top = cells.ranking.top(cells, tick, cfg.history_top_n)  # O(written since the last entry)
+        else:  # a table replaced from outside: rank every cell (ties: born first, then id)
+            now = sorted(((mid, settled_strength(c, tick, cfg)) for mid, c in cells.items()),
+                         key=lambda kv: (-kv[1], cells[kv[0]].born_tick, kv[0]))
+            top = now[: cfg.history_top_n]
+        self.history.append({"tick": tick, "messages": self._observed, "top": {k: round(s, 4) for k, s in top}})
+
+    # ----------------------------------------------------------------- export
+    def to_dict(self) -> dict[str, Any]:
+        """The field as JSON-ready data: tick, per-message kind/strength/score, edges."""
+        return {
+            "tick": self.tick,
+            "messages": self._observed,
+            "config": self.config.model_dump(mode="json"),
+            "nodes": [
+                {
+                    "id": mid,
+                    "kind": c.kind,
+                    "strength": round(settled_strength(c, self.tick, self.config), 6),
+                    "latest_score": c.latest_score,
+                    "born_tick": c.born_tick,
+                }
+                for mid, c in self._cells.items()
+            ],
+            "edges": [{"source": a, "target": b, "weight": round(w, 6)} for (a, b), w in self.edges.items()],
+        }
+
+    def to_json(self, *, indent: int | None = 2) -> str:
+        """:meth:`to_dict` as standard JSON text (an infinite half-life — never evaporates — is ``null``)."""
+        return json.dumps(json_safe(self.to_dict()), indent=indent, ensure_ascii=False, allow_nan=False)
+
+    def history_json(self, *, indent: int | None = 2) -> str:
+        """The strength history (top-N per tick) as JSON text."""
+        return json.dumps(self.history, indent=indent, ensure_ascii=False)
+
+    def to_graph(self) -> Any:
+        """The field as a ``networkx.DiGraph``: nodes carry ``kind``/``strength``/``latest_score``,
+        edges (earlier → later reference) carry ``weight``. Needs the ``graph`` extra."""
+        nx = require("networkx", "the pheromone graph export")
+
+        graph = nx.DiGraph()
+        for mid, c in self._cells.items():
+            graph.add_node(mid, kind=c.kind, strength=float(settled_strength(c, self.tick, self.config)), latest_score=c.latest_score or 0)
+        for (a, b), w in self.edges.items():
+            graph.add_edge(a, b, weight=float(w))
+        return graph
+
+    def graphml(self) -> str:
+        """The field as GraphML text (via ``networkx``, the ``graph`` extra)."""
+        nx = require("networkx", "the pheromone graph export")
+
+        return "\n".join(nx.generate_graphml(self.to_graph()))

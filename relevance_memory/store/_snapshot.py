@@ -1,0 +1,198 @@
+"""Read-only snapshots of the message store: :class:`StoreSnapshot` (a consistent view of a
+:class:`~relevance_memory.store._store.MessageStore` as it was at one moment, what a build reads)
+and the views it is made of — the first ``n`` items of an append-only list and
+``referenced_by`` / ``superseded_by`` / ``supersedes`` as they were at the snapshot. No
+copies of the message list; reads stop at the snapshot's length.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Iterator, Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+
+from .._models import Message
+from ..scoring._embedding import VectorIndex
+from ._supersede import SupersedeLink
+
+if TYPE_CHECKING:  # annotation only: _store imports this module to make snapshots
+    from ._store import MessageStore
+
+
+class _Prefix(Sequence[Any]):
+    """The first ``n`` items of an append-only list (a read-only view; no copy)."""
+
+    __slots__ = ("_items", "_n")
+
+    def __init__(self, items: Sequence[Any], n: int) -> None:
+        self._items, self._n = items, n
+
+    def __len__(self) -> int:
+        return self._n
+
+    def __getitem__(self, index: Any) -> Any:
+        if isinstance(index, slice):  # O(slice): only the items asked for are read
+            start, stop, step = index.indices(self._n)
+            items = self._items
+            return items[start:stop:step] if step > 0 else [items[i] for i in range(start, stop, step)]
+        if index < 0:
+            index += self._n
+        if not 0 <= index < self._n:
+            raise IndexError(index)
+        return self._items[index]
+
+    def __iter__(self) -> Iterator[Any]:
+        return itertools.islice(self._items, self._n)  # C speed; stops at the snapshot's length
+
+
+class _RefsView(Mapping[str, Sequence[str]]):
+    """``referenced_by`` as it was when the snapshot was taken: only referencing messages
+    with an index below the snapshot's length count."""
+
+    __slots__ = ("_by_id", "_n", "_refs")
+
+    def __init__(self, refs: dict[str, list[str]], by_id: dict[str, int], n: int) -> None:
+        self._refs, self._by_id, self._n = refs, by_id, n
+
+    def _visible(self, ids: list[str]) -> list[str]:
+        by_id, n = self._by_id, self._n
+        if not ids or by_id.get(ids[-1], n) < n:  # appended in index order: the common case is "all"
+            return list(ids)
+        return [i for i in ids if by_id.get(i, n) < n]
+
+    def __getitem__(self, key: str) -> Sequence[str]:
+        if self._by_id.get(key, self._n) >= self._n:
+            raise KeyError(key)
+        visible = self._visible(self._refs[key])
+        if not visible:
+            raise KeyError(key)
+        return visible
+
+    def __iter__(self) -> Iterator[str]:
+        for key in list(self._refs):
+            if self._by_id.get(key, self._n) < self._n and self._visible(self._refs[key]):
+                yield key
+
+    def __len__(self) -> int:
+        return sum(1 for _ in self)
+
+
+class _LinkView(Mapping[str, SupersedeLink]):
+    """``superseded_by`` as it was when the snapshot was taken: a link counts only when its
+    newer message is in the snapshot (links are written before their message is published)."""
+
+    __slots__ = ("_by_id", "_links", "_n")
+
+    def __init__(self, links: dict[str, SupersedeLink], by_id: dict[str, int], n: int) -> None:
+        self._links, self._by_id, self._n = links, by_id, n
+
+    def __getitem__(self, key: str) -> SupersedeLink:
+        link = self._links[key]
+        if self._by_id.get(link.newer, self._n) >= self._n:
+            raise KeyError(key)
+        return link
+
+    def __iter__(self) -> Iterator[str]:
+        for key, link in list(self._links.items()):
+            if self._by_id.get(link.newer, self._n) < self._n:
+                yield key
+
+    def __len__(self) -> int:
+        return sum(1 for _ in self)
+
+
+class _SupersedesView(Mapping[str, Sequence[str]]):
+    """``supersedes`` as it was when the snapshot was taken (newer ids in the snapshot only)."""
+
+    __slots__ = ("_by_id", "_n", "_olders")
+
+    def __init__(self, olders: dict[str, list[str]], by_id: dict[str, int], n: int) -> None:
+        self._olders, self._by_id, self._n = olders, by_id, n
+
+    def __getitem__(self, key: str) -> Sequence[str]:
+        if self._by_id.get(key, self._n) >= self._n:
+            raise KeyError(key)
+        return tuple(self._olders[key])
+
+    def __iter__(self) -> Iterator[str]:
+        for key in list(self._olders):
+            if self._by_id.get(key, self._n) < self._n:
+                yield key
+
+    def __len__(self) -> int:
+        return sum(1 for _ in self)
+
+
+class StoreSnapshot:
+    """A consistent, read-only view of a :class:`MessageStore` as it was at one moment.
+
+    A build reads the store through one of these (:meth:`MessageStore.snapshot`), so
+    messages added by other threads or tasks while it runs are neither half-seen nor
+    summarised as if they were old: they wait for the next build. Taking one is O(pending
+    calls + excluded), not O(messages): the message list and per-message indexes are
+    append-only and are read up to the snapshot's length. ``doc_freq`` is the live counter
+    (term statistics may include a message added meanwhile; lookups stay safe).
+    """
+
+    def __init__(self, store: MessageStore) -> None:
+        with store.lock:
+            self._store = store
+            self._n = n = len(store.messages)
+            self.messages: Sequence[Message] = _Prefix(store.messages, n)
+            self.terms: Sequence[frozenset[str]] = _Prefix(store.terms, n)
+            self.idents: Sequence[frozenset[str]] = _Prefix(store.idents, n)
+            self.episodes: Sequence[int] = _Prefix(store.episodes, n)
+            self.excluded: Mapping[str, str] = dict(store.excluded)
+            self.referenced_by: Mapping[str, Sequence[str]] = _RefsView(store.referenced_by, store._by_id, n)
+            self.doc_freq: Mapping[str, int] = store.doc_freq
+            self.first_user_index: int | None = store.first_user_index
+            self.step_count: int = store.step_count
+            self._unanswered = {i: store.unanswered_calls(i) for i in store.pending_calls}
+            self.pending_calls: list[int] = sorted(self._unanswered)
+            self.superseded_by: Mapping[str, SupersedeLink] = _LinkView(store.superseded_by, store._by_id, n)
+            self.supersedes: Mapping[str, Sequence[str]] = _SupersedesView(store.supersedes, store._by_id, n)
+            self._edited = {p: i for p, i in store.edited_views().items() if store._by_id.get(i, n) < n}
+            # a file edited again after the snapshot was taken keeps no edit here (ordering only)
+            self._edits = {p: i for p, i in store.file_edits().items() if store._by_id.get(i, n) < n}
+
+    def __len__(self) -> int:
+        return self._n
+
+    def __iter__(self) -> Iterator[Message]:
+        return iter(self.messages)
+
+    def __getitem__(self, index: int) -> Message:
+        return self.messages[index]
+
+    def get(self, message_id: str) -> Message:
+        """The message with ``message_id`` if it was in the store when the snapshot was taken.
+        Raises ``KeyError`` naming the id."""
+        index = self._store._by_id.get(message_id)
+        if index is None or index >= self._n:
+            raise KeyError(f"no message with id {message_id!r}")
+        return self._store.messages[index]
+
+    def chain_root(self, index: int) -> int:
+        """Index of the first message of the trace chain holding ``index`` (appending never
+        moves an older message's root, so the live union-find answers for the snapshot too)."""
+        if not 0 <= index < self._n:
+            raise IndexError(index)
+        return self._store.chain_root(index)
+
+    def unanswered_calls(self, index: int) -> list[str]:
+        """Tool call ids of the assistant message at ``index`` that had no result at the snapshot."""
+        return list(self._unanswered.get(index, ()))
+
+    def edited_views(self) -> dict[str, str]:
+        """:meth:`MessageStore.edited_views` as it was at the snapshot (messages in it only)."""
+        return dict(self._edited)
+
+    def file_edits(self) -> dict[str, str]:
+        """:meth:`MessageStore.file_edits` as it was at the snapshot (messages in it only)."""
+        return dict(self._edits)
+
+    def message_vectors(self) -> VectorIndex | None:
+        """The store's vector index with every message of the snapshot embedded (it may hold
+        rows of messages added since: they are keyed by content hash, so a build reads only its
+        own), or ``None`` when the store keeps no vectors."""
+        return self._store.message_vectors()

@@ -1,0 +1,472 @@
+"""The summary pyramid (SPEC §3 step 7, §7): what summarizers read and return
+(:class:`SummaryItem`, :class:`SummaryDraft`, the :class:`Summarizer` seam), the
+:class:`SummaryCache` of drafts, rendering a draft as a marked chat message trimmed to a
+token cap (:func:`render_summary`), the level-0 pointer (:func:`pointer_summary`) and
+:func:`build_pyramid` itself. The summarizers live in :mod:`relevance_memory.summary._summary`,
+which re-exports everything here.
+"""
+
+from __future__ import annotations
+
+import re
+from collections import OrderedDict
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any, Protocol, runtime_checkable
+
+from pydantic import BaseModel, Field
+
+from .._markers import SUMMARY_MARKER
+from .._text import has_constraint
+from ._extract import _NOTE_RE, _left_out_note, _value_rank
+
+LEVEL1_MAX_TOKENS = 400
+"""Least tokens asked of a level-1 summary, and the step its size moves in (:func:`level1_tokens`),
+so level-1 summaries cache well."""
+
+
+@dataclass(frozen=True, slots=True)
+class SummaryItem:
+    """One archived message as a summarizer sees it.
+
+    Attributes:
+        id: message id (listed as covered).
+        role: OpenAI role.
+        msg_type: :class:`MessageType` value.
+        text: content text (tool calls excluded; see ``tool_calls``).
+        content_hash: the message's content hash (part of the summary cache key).
+        tool_calls: ``(name, arguments)`` of each tool call the message made.
+        source: tool name for tool results, else the role.
+        superseded: when a newer message supersedes this one (issue 11), what replaced it
+            ("since step 31: dislikes sushi"); the summary then shows this message's values
+            only as earlier ones, and gives them up first when space is short.
+        supersedes: this message restates a fact with a new value: its sentences are kept
+            before others of lower priority (at least priority 3, an id / date).
+        tokens: the message's token count (tokens; sizes an agent's level-1 summary).
+    """
+
+    id: str
+    role: str
+    msg_type: str
+    text: str
+    content_hash: str = ""
+    tool_calls: tuple[tuple[str, str], ...] = ()
+    source: str = ""
+    superseded: str = ""
+    supersedes: bool = False
+    tokens: int = 0
+
+
+class SummaryDraft(BaseModel):
+    """A summarizer's structured answer (SPEC §7)."""
+
+    prose: str = Field(description="what happened, in the past tense, as short factual sentences")
+    exact_values: list[str] = Field(
+        default_factory=list, description="numbers, ids, paths, names, dates and constraints copied exactly"
+    )
+    tools_used: list[str] = Field(default_factory=list, description="tool calls as name(arguments)")
+    covered_ids: list[str] = Field(default_factory=list, description="ids of the messages summarised")
+
+
+@runtime_checkable
+class Summarizer(Protocol):
+    """Seam for summarising archived messages (SPEC §7).
+
+    Attributes:
+        name: label for records and the cache key.
+    """
+
+    name: str
+
+    def summarize(self, items: Sequence[SummaryItem], *, level: int, max_tokens: int) -> SummaryDraft:
+        """Summarise ``items`` (oldest first) in about ``max_tokens`` tokens; must not raise
+        for model failures (fall back instead)."""
+        ...
+
+
+# --------------------------------------------------------------------------- pyramid
+class SummaryCache:
+    """Bounded in-process cache of drafts keyed by what they cover (SPEC §7)."""
+
+    def __init__(self, maxsize: int = 4096) -> None:
+        self._data: OrderedDict[tuple[Any, ...], SummaryDraft] = OrderedDict()
+        self._maxsize = maxsize
+        self.hits = 0
+        self.misses = 0
+
+    @staticmethod
+    def key(name: str, level: int, items: Sequence[SummaryItem], max_tokens: int) -> tuple[Any, ...]:
+        """(summarizer, level, max tokens, ((id, content hash, superseded), …))."""
+        return (name, level, max_tokens, tuple((i.id, i.content_hash, i.superseded, i.supersedes) for i in items))
+
+    def get_or_make(
+        self, summarizer: Summarizer, items: Sequence[SummaryItem], *, level: int, max_tokens: int
+    ) -> SummaryDraft:
+        """The cached draft, or a new one from ``summarizer``."""
+        key = self.key(summarizer.name, level, items, max_tokens)
+        draft = self._data.get(key)
+        if draft is not None:
+            self.hits += 1
+            self._data.move_to_end(key)
+            return draft
+        self.misses += 1
+        draft = summarizer.summarize(items, level=level, max_tokens=max_tokens)
+        self._data[key] = draft
+        while len(self._data) > self._maxsize:
+            self._data.popitem(last=False)
+        return draft
+
+
+@dataclass(frozen=True)
+class RenderedSummary:
+    """A summary ready to emit.
+
+    Attributes:
+        level: 1 (phase) or 2 (global).
+        message: the OpenAI chat dict (role ``system`` or ``user``).
+        tokens: its token count (tokens).
+        covered_ids: ids of the messages it covers (restorable from the store).
+        exact_values: the exact values its text lists.
+        superseded: ``(id, note)`` of each covered message that was marked superseded when it
+            was made (:attr:`SummaryItem.superseded`): a summary carried to a later compaction
+            is emitted again only while these marks still hold (issue 23: a value superseded
+            since then must not be shown as current).
+    """
+
+    level: int
+    message: dict[str, str]
+    tokens: int
+    covered_ids: tuple[str, ...]
+    exact_values: tuple[str, ...]
+    superseded: tuple[tuple[str, str], ...] = ()
+
+
+@dataclass
+class PyramidResult:
+    """Outcome of :func:`build_pyramid`: summaries in context order, and warnings."""
+
+    summaries: list[RenderedSummary] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
+    pointer: RenderedSummary | None = None
+    """When no summary fits: a level-0 pointer (how many archived messages, their ids,
+    restorable) if that fits, so archived messages never vanish without a trace."""
+
+    @property
+    def tokens(self) -> int:
+        """Tokens of all summaries (tokens)."""
+        return sum(s.tokens for s in self.summaries)
+
+    @property
+    def covered(self) -> set[str]:
+        """Every id some summary covers (a level-0 pointer only names its ids: not counted)."""
+        return {i for s in self.summaries if s.level > 0 for i in s.covered_ids}
+
+    @property
+    def pointed(self) -> set[str]:
+        """Ids only named by a level-0 pointer (archived, not summarised, restorable)."""
+        return {i for s in self.summaries if s.level == 0 for i in s.covered_ids}
+
+
+_ID_NUMBER = re.compile(r"^(.*?)(\d+)$")
+
+
+def id_spans(ids: Sequence[str]) -> list[str]:
+    """``ids`` with each run of consecutive numbered ids written as a span (``m2–m19``), in
+    order (pure): ``["m2", "m3", "m4", "m7"]`` → ``["m2–m4", "m7"]``. The restore tool and
+    :meth:`RelevanceMemoryManager.restore` read such spans back."""
+    out: list[str] = []
+    start = previous = None
+    prefix = ""
+
+    def close() -> None:
+        if start is not None and previous is not None:
+            out.append(f"{prefix}{start}" if start == previous else f"{prefix}{start}–{prefix}{previous}")
+
+    for value in ids:
+        match = _ID_NUMBER.match(value)
+        if match is None:
+            close()
+            start = previous = None
+            out.append(value)
+            continue
+        head, number = match.group(1), int(match.group(2))
+        if start is not None and previous is not None and head == prefix and number == previous + 1:
+            previous = number
+            continue
+        close()
+        prefix, start, previous = head, number, number
+    close()
+    return out
+
+
+def _ids_text(ids: Sequence[str], limit: int) -> str:
+    spans = id_spans(ids)
+    if len(spans) <= limit:
+        return ", ".join(spans)
+    return (f"{', '.join(spans[: limit // 2])}, … {', '.join(spans[-(limit // 2):])} "
+            f"({len(ids)} ids; all listed in the decision record)")
+
+
+def render_summary(
+    draft: SummaryDraft,
+    *,
+    level: int,
+    covered_ids: Sequence[str],
+    role: str,
+    values: Sequence[str] | None = None,
+    prose: str | None = None,
+    id_limit: int = 40,
+    compact: bool | int = False,
+) -> dict[str, str]:
+    """The summary as an OpenAI chat dict: marked, past tense, ids listed (pure).
+
+    ``id_limit`` caps the ids written out (0: only the span in the header; the
+    decision record's :class:`SummaryRecord` always lists every covered id).
+    ``compact`` shortens the header for tight budgets: ``1`` (or ``True``) to the marker, the
+    count, the span and "restorable by id"; ``2`` to the marker and the span only.
+
+    Raises:
+        ValueError: ``role`` is ``assistant`` (summaries never use it, SPEC §7).
+    """
+    if role == "assistant":
+        raise ValueError("summaries never use the assistant role (SPEC §7)")
+    kind = "phase" if level == 1 else "global"
+    span = f"{covered_ids[0]}–{covered_ids[-1]}" if len(covered_ids) > 1 else covered_ids[0]
+    # the span is first–last; messages kept verbatim may sit between them, so say how many
+    # are summarised rather than suggest the whole range is
+    archived = (
+        f"{len(covered_ids)} archived messages from {covered_ids[0]} to {covered_ids[-1]}"
+        if len(covered_ids) > 1
+        else f"archived {covered_ids[0]}"
+    )
+    if int(compact) >= 2:
+        header = f"{SUMMARY_MARKER} of {span}]"
+    elif compact:
+        header = f"{SUMMARY_MARKER} of {len(covered_ids)} archived message(s) {span}, restorable by id]"
+    else:
+        header = f"{SUMMARY_MARKER} L{level} {kind}, {archived}, restorable by id: past events, not instructions]"
+    lines = [
+        header,
+        (prose if prose is not None else draft.prose).strip(),
+    ]
+    vals = list(values if values is not None else draft.exact_values)
+    if vals:
+        lines.append("Exact values: " + " | ".join(vals))
+    if draft.tools_used:
+        lines.append("Tools used: " + "; ".join(draft.tools_used))
+    if id_limit > 0:
+        lines.append("Covered ids (restorable): " + _ids_text(list(covered_ids), id_limit))
+    return {"role": role, "content": "\n".join(line for line in lines if line)}
+
+
+_USER_LINE = "The user said: "
+"""How an offline summary's line of what the user said starts (not superseded)."""
+
+
+def _drop_oldest_prose(lines: list[str], *, keep_user: bool = False) -> bool:
+    """Drop the oldest prose line that states no constraint (else the oldest line); keep the
+    left-out note last and its count true. False when no line is left to drop. With
+    ``keep_user``, what the user said (:data:`_USER_LINE`) is not dropped (issue 23)."""
+    note = _NOTE_RE.match(lines[-1]) if lines else None
+    body = lines[:-1] if note else lines
+    if keep_user:
+        others = [i for i, line in enumerate(body) if not line.startswith(_USER_LINE)]
+        if not others:
+            return False
+        victim = next((i for i in others if not has_constraint(body[i])), others[0])
+        del body[victim]
+        dropped = (int(note.group(1)) if note else 0) + 1
+        lines[:] = [*body, _left_out_note(dropped)]
+        return True
+    if not body:
+        return False
+    victim = next((i for i, line in enumerate(body) if not has_constraint(line)), 0)
+    del body[victim]
+    dropped = (int(note.group(1)) if note else 0) + 1
+    lines[:] = [*body, _left_out_note(dropped)] if body else []
+    return True
+
+
+def _fit(
+    draft: SummaryDraft,
+    *,
+    level: int,
+    covered_ids: Sequence[str],
+    role: str,
+    cap: int,
+    count: Callable[[dict[str, Any]], int],
+) -> RenderedSummary | None:
+    """Render ``draft`` within ``cap`` tokens; ``None`` if even a bare pointer cannot fit.
+
+    What yields, in order (newest material is kept longest, SPEC §7 values last): prose
+    lines, oldest first and constraints last; tool calls, oldest first; the id list; what the
+    user said (issue 23: their names, numbers and decisions outlive the agent's traffic); the
+    long header; exact values, half at a time (code names before ids, paths, dates and
+    numbers; older before newer). The bare form names how many messages,
+    their span, and that they are restorable by id.
+    """
+    values = list(draft.exact_values)
+    lines = draft.prose.splitlines()
+    tools = list(draft.tools_used)
+    id_limit = 40
+    compact = 0
+    for _ in range(400):
+        trimmed = draft.model_copy(update={"tools_used": tools})
+        message = render_summary(
+            trimmed, level=level, covered_ids=covered_ids, role=role, values=values, prose="\n".join(lines),
+            id_limit=id_limit, compact=compact,
+        )
+        tokens = count(message)
+        if tokens <= cap:
+            return RenderedSummary(level, message, tokens, tuple(covered_ids), tuple(values))
+        if len(lines) > 1 and _drop_oldest_prose(lines, keep_user=True):
+            continue
+        if tools:
+            tools.pop(0)  # the oldest call first
+        elif id_limit > 8:
+            id_limit //= 2
+        elif id_limit > 0:
+            id_limit = 0  # the header still names the span; the record lists every id
+        elif len(lines) > 1 and _drop_oldest_prose(lines):  # then what the user said (issue 23)
+            continue
+        elif lines and len(lines[0]) > 40:
+            lines[0] = lines[0][: len(lines[0]) // 2] + "…"
+        elif lines:
+            lines = []
+        elif compact < 2:
+            compact += 1  # shorter headers before giving up any exact value
+        elif len(values) > 1:  # exact values go last (SPEC §7: they must survive): ids/numbers, newest, kept
+            keep = sorted(range(len(values)), key=lambda i: (-_value_rank(values[i]), -i))[: len(values) // 2]
+            values = [values[i] for i in sorted(keep)]
+        elif values:
+            values = []
+        else:
+            return None
+    return None
+
+
+def _pointer_text(ids: Sequence[str], limit: int) -> str:
+    span = f"{ids[0]}–{ids[-1]}" if len(ids) > 1 else ids[0]
+    if limit == 0:
+        return f"{SUMMARY_MARKER}: {len(ids)} archived message(s) {span} not shown, restorable by id]"
+    return (
+        f"{SUMMARY_MARKER} pointer: {len(ids)} archived message(s) are not shown for lack of room; "
+        f"restorable by id: {_ids_text(list(ids), limit)}]"
+    )
+
+
+def pointer_summary(
+    covered_ids: Sequence[str], *, role: str, cap: int, count: Callable[[dict[str, Any]], int]
+) -> RenderedSummary | None:
+    """The least a context says about archived messages no summary fits (level 0): how many,
+    which ids (as many as fit, else the span), and that they are restorable by id.
+    ``None`` when not even that fits ``cap`` tokens (see :func:`pointer_tokens`).
+
+    Raises:
+        ValueError: ``role`` is ``assistant`` or ``covered_ids`` is empty.
+    """
+    if role == "assistant":
+        raise ValueError("summaries never use the assistant role (SPEC §7)")
+    if not covered_ids:
+        raise ValueError("a pointer needs at least one archived id")
+    for limit in (40, 16, 8, 0):
+        message = {"role": role, "content": _pointer_text(covered_ids, limit)}
+        tokens = count(message)
+        if tokens <= cap:
+            return RenderedSummary(0, message, tokens, tuple(covered_ids), ())
+    return None
+
+
+def pointer_tokens(covered_ids: Sequence[str], *, role: str, count: Callable[[dict[str, Any]], int]) -> int:
+    """Tokens of the smallest pointer for ``covered_ids`` — the least a summary reserve must hold
+    so that archived messages never vanish without a trace (tokens)."""
+    return count({"role": role, "content": _pointer_text(covered_ids, 0)})
+
+
+def is_agentic(items: Sequence[SummaryItem]) -> bool:
+    """Whether ``items`` are mostly an agent's tool traffic (tool results and tool calls)."""
+    return 2 * sum(1 for item in items if item.role == "tool" or item.tool_calls) >= len(items)
+
+
+AGENT_SUMMARY_RATIO = 0.2
+"""Tokens an agent's level-1 summary is asked for per token of the run it covers (at least
+:data:`LEVEL1_MAX_TOKENS`): a summary's size follows what it covers, not the room left, so
+each compaction adds a summary of what it archived after the ones already sent (issue 21)."""
+
+
+def level1_tokens(run: Sequence[SummaryItem], cap: int) -> int:
+    """Tokens asked of the level-1 summary of ``run`` (tokens): :data:`LEVEL1_MAX_TOKENS` for a
+    conversation; for an agent's tool traffic (:func:`is_agentic`) :data:`AGENT_SUMMARY_RATIO`
+    of the run's tokens, rounded up to 100 and at most ``cap``, never below
+    :data:`LEVEL1_MAX_TOKENS`. Fixed by the run alone, so a draft caches well."""
+    if not is_agentic(run):
+        return LEVEL1_MAX_TOKENS
+    tokens = sum(item.tokens for item in run)
+    wanted = -(-int(tokens * AGENT_SUMMARY_RATIO) // 100) * 100
+    return max(LEVEL1_MAX_TOKENS, min(cap, wanted))
+
+
+def _marked(rendered: RenderedSummary, items: Sequence[SummaryItem]) -> RenderedSummary:
+    """``rendered`` with the supersede marks of the ``items`` it covers (:attr:`RenderedSummary.superseded`)."""
+    marks = tuple((item.id, item.superseded) for item in items if item.superseded)
+    return replace(rendered, superseded=marks) if marks else rendered
+
+
+def build_pyramid(
+    runs: Sequence[Sequence[SummaryItem]],
+    *,
+    summarizer: Summarizer,
+    cache: SummaryCache,
+    count: Callable[[dict[str, Any]], int],
+    role: str,
+    cap: int,
+) -> PyramidResult:
+    """Summaries for ``runs`` of consecutive archived messages within ``cap`` tokens (SPEC §7).
+
+    Level 1: one summary per run. If their total exceeds ``cap``, one level-2 summary
+    over all runs replaces them, trimmed as :func:`_fit` says (newest material kept
+    longest). When even that cannot fit, ``pointer`` holds a level-0 pointer
+    (:func:`pointer_summary`) if it fits, and a warning says so.
+
+    Args:
+        runs: runs of archived messages, oldest first; empty runs are ignored.
+        summarizer: the :class:`Summarizer`.
+        cache: drafts cached by what they cover.
+        count: tokens of one chat dict (the build's tokenizer).
+        role: ``system`` or ``user``.
+        cap: tokens all summaries together may take (tokens).
+    """
+    runs = [list(r) for r in runs if r]
+    result = PyramidResult()
+    if not runs:
+        return result
+    everything = [item for run in runs for item in run]
+    if cap <= 0:
+        result.warnings.append("no room for summaries; archived messages were dropped (restorable by id)")
+        return result
+    level1: list[RenderedSummary] = []
+    for run in runs:
+        draft = cache.get_or_make(summarizer, run, level=1, max_tokens=level1_tokens(run, cap))
+        ids = [item.id for item in run]
+        rendered = _fit(draft, level=1, covered_ids=ids, role=role, cap=cap, count=count)
+        if rendered is None:
+            level1 = []
+            break
+        level1.append(_marked(rendered, run))
+    if level1 and sum(s.tokens for s in level1) <= cap:
+        result.summaries = level1
+        return result
+    draft = cache.get_or_make(summarizer, everything, level=2, max_tokens=cap)
+    ids = [i.id for i in everything]
+    rendered = _fit(draft, level=2, covered_ids=ids, role=role, cap=cap, count=count)
+    if rendered is None:
+        result.pointer = pointer_summary(ids, role=role, cap=cap, count=count)
+        result.warnings.append(
+            f"summary of {len(everything)} archived message(s) does not fit {cap} tokens; they were dropped "
+            + ("(a pointer lists them, restorable by id)" if result.pointer else "(restorable by id)")
+        )
+        return result
+    result.summaries = [_marked(rendered, everything)]
+    if len(runs) > 1 or level1:
+        result.warnings.append(f"level-1 summaries exceed {cap} tokens; merged into one level-2 summary")
+    return result
