@@ -41,6 +41,7 @@ from .scoring._scorer import InMemoryScoreCache, OfflineScorer, ScoreCache, Scor
 from .scoring._semantic import SemanticScorer
 from .store._history import HistoryTracker, same_message
 from .store._restore import RESTORE_TOOL_NAME, RestoreHandler, restore_tool_definition
+from .store._snapshot import StoreSnapshot
 from .store._store import MessageStore
 from .summary._summary import OfflineSummarizer, Summarizer, SummaryCache
 
@@ -779,7 +780,7 @@ class RelevanceMemoryManager:
         capabilities = known[1]
         return Seams(
             config=self.config,
-            store=self.store.snapshot(),  # a consistent view: concurrent writes wait for the next build
+            store=StoreSnapshot(self.store),  # a consistent view: concurrent writes wait for the next build
             scorer=_telemetry.traced_scorer(self.scorer),  # each call a child span of the build's
             capabilities=capabilities,
             fallback=self._offline,

@@ -9,14 +9,12 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Iterator, Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from .._models import Message
 from ..scoring._embedding import VectorIndex
+from ._store import MessageStore
 from ._supersede import SupersedeLink
-
-if TYPE_CHECKING:  # annotation only: _store imports this module to make snapshots
-    from ._store import MessageStore
 
 
 class _Prefix(Sequence[Any]):
@@ -126,7 +124,7 @@ class _SupersedesView(Mapping[str, Sequence[str]]):
 class StoreSnapshot:
     """A consistent, read-only view of a :class:`MessageStore` as it was at one moment.
 
-    A build reads the store through one of these (:meth:`MessageStore.snapshot`), so
+    A build reads the store through one of these (``StoreSnapshot(store)``), so
     messages added by other threads or tasks while it runs are neither half-seen nor
     summarised as if they were old: they wait for the next build. Taking one is O(pending
     calls + excluded), not O(messages): the message list and per-message indexes are

@@ -66,7 +66,6 @@ from .._models import ROLES, Message, MessageType, ToolCall, content_hash, conte
 from .._text import has_constraint, identifiers, lexical_terms
 from .._tokenizer import TokenCounter
 from ..scoring._embedding import VectorIndex
-from ._snapshot import StoreSnapshot
 from ._supersede import SupersedeDetector, SupersedeItem, SupersedeLink
 from ._validate import (
     _NAME_RE,
@@ -79,7 +78,7 @@ from ._validate import (
     own_message,
 )
 
-__all__ = ["MessageStore", "StoreSnapshot"]
+__all__ = ["MessageStore"]
 
 _MAX_REFERENCES = 8
 VECTOR_BATCH = 256
@@ -316,11 +315,6 @@ class MessageStore:
             if failed is not None:
                 raise failed
             return stored
-
-    def snapshot(self) -> StoreSnapshot:
-        """A consistent read-only view of the store as it is now (:class:`StoreSnapshot`);
-        builds read through one, so concurrent writers never change what a build sees."""
-        return StoreSnapshot(self)
 
     @property
     def lock(self) -> threading.RLock:

@@ -14,6 +14,7 @@ from relevance_memory._models import TaskGoal
 from relevance_memory._tokenizer import TiktokenCounter
 from relevance_memory.scoring._scorer import ScoreItem
 from relevance_memory.scoring._semantic import SemanticFusion, SemanticScorer, episode_context
+from relevance_memory.store._snapshot import StoreSnapshot
 from relevance_memory.store._store import MessageStore
 
 T0 = datetime(2026, 3, 1, 9, 0, tzinfo=timezone.utc)
@@ -27,7 +28,7 @@ def test_a_silence_of_30_minutes_starts_a_new_episode() -> None:
         store.add({"role": "user" if n % 2 == 0 else "assistant", "content": f"turn {n}"}, timestamp=stamp)
     # a message without a timestamp takes its clock's time; with no clock it stays in the episode before it
     assert store.episodes == [0, 0, 1, 1, 1, 2]
-    assert store.snapshot().episodes[-1] == 2
+    assert StoreSnapshot(store).episodes[-1] == 2
 
 
 def test_messages_without_timestamps_are_one_episode() -> None:

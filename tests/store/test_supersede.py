@@ -251,14 +251,15 @@ def test_store_links_agree_with_the_detector_and_a_snapshot_sees_only_its_own() 
     superseding message arrived shows no link to it (links are written before publication)."""
     from relevance_memory._models import Message
     from relevance_memory._tokenizer import TiktokenCounter
+    from relevance_memory.store._snapshot import StoreSnapshot
     from relevance_memory.store._store import MessageStore
 
     history = agent_history()
     store = MessageStore(TiktokenCounter("cl100k_base"))
     store.extend(history[:8])  # up to c3's result: nothing superseded yet
-    before = store.snapshot()
+    before = StoreSnapshot(store)
     store.extend(history[8:])
-    after = store.snapshot()
+    after = StoreSnapshot(store)
     messages: list[Message] = list(store.messages)
     links = detect_supersedes(items_from_messages(messages))
     assert {(k, v.newer) for k, v in store.superseded_by.items()} == {(link.older, link.newer) for link in links}
