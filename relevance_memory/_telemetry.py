@@ -51,14 +51,15 @@ import weakref
 from collections import Counter
 from collections.abc import Awaitable, Callable, Iterator, Sequence
 from contextlib import contextmanager
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, Protocol
 
 from ._models import TaskGoal
 from .scoring._scorer import ScoreItem, Scorer, ScoringContext, ScoringResult
+from .store._history import field_of
 
 if TYPE_CHECKING:
-    from ._manager import BuiltContext, RelevanceMemoryManager
     from ._record import DecisionRecord
+    from .pipeline._state import BuiltContext
 
 __all__ = [
     "ModelCallSpan",
@@ -68,6 +69,7 @@ __all__ = [
     "log_record",
     "logger",
     "model_call",
+    "provider_cached_tokens",
     "traced_scorer",
 ]
 
@@ -75,7 +77,12 @@ logger = logging.getLogger("relevance_memory")
 logger.addHandler(logging.NullHandler())
 
 _SCOPE = "relevance_memory"
-_Manager = TypeVar("_Manager", bound="RelevanceMemoryManager")
+
+
+class _Memory(Protocol):
+    """What a build's span reads of the memory that builds (:class:`RelevanceMemoryManager`)."""
+
+    agent: str | None
 
 
 @functools.lru_cache(maxsize=1)
@@ -148,7 +155,7 @@ def log_record(owner: object, record: DecisionRecord) -> None:
 
 
 # --------------------------------------------------------------------------- builds
-def _start_attributes(manager: RelevanceMemoryManager) -> dict[str, Any]:
+def _start_attributes(manager: _Memory) -> dict[str, Any]:
     attributes: dict[str, Any] = {"gen_ai.operation.name": "search_memory"}
     if manager.agent:
         attributes["gen_ai.memory.store.id"] = manager.agent
@@ -156,7 +163,7 @@ def _start_attributes(manager: RelevanceMemoryManager) -> dict[str, Any]:
 
 
 @contextmanager
-def _span(manager: RelevanceMemoryManager) -> Iterator[Callable[[BuiltContext], None]]:
+def _span(manager: _Memory) -> Iterator[Callable[[BuiltContext], None]]:
     """A build's span around the body; yields ``finish(built)``, which sets the record's attributes."""
     tracer = _tracer()
     if tracer is None:
@@ -176,7 +183,7 @@ def build_span(method: Callable[..., BuiltContext]) -> Callable[..., BuiltContex
     """Decorates :meth:`RelevanceMemoryManager.build_context`: one span and log records per build."""
 
     @functools.wraps(method)
-    def traced(self: RelevanceMemoryManager, *args: Any, **kwargs: Any) -> BuiltContext:
+    def traced(self: _Memory, *args: Any, **kwargs: Any) -> BuiltContext:
         with _span(self) as finish:
             built = method(self, *args, **kwargs)
             finish(built)
@@ -189,7 +196,7 @@ def abuild_span(method: Callable[..., Awaitable[BuiltContext]]) -> Callable[...,
     """Decorates :meth:`RelevanceMemoryManager.abuild_context` (see :func:`build_span`)."""
 
     @functools.wraps(method)
-    async def traced(self: RelevanceMemoryManager, *args: Any, **kwargs: Any) -> BuiltContext:
+    async def traced(self: _Memory, *args: Any, **kwargs: Any) -> BuiltContext:
         with _span(self) as finish:
             built = await method(self, *args, **kwargs)
             finish(built)
@@ -325,8 +332,6 @@ class ModelCallSpan:
 
 def _response_head(response: Any) -> dict[str, Any]:
     """``gen_ai.response.id`` / ``model`` of a response (either provider's, SDK object or dict)."""
-    from .clients._session import field_of
-
     out: dict[str, Any] = {}
     for key, name in (("id", "gen_ai.response.id"), ("model", "gen_ai.response.model")):
         value = field_of(response, key) if response is not None else None
@@ -335,10 +340,27 @@ def _response_head(response: Any) -> dict[str, Any]:
     return out
 
 
+def provider_cached_tokens(usage: Any) -> int | None:
+    """Cached prompt tokens a provider reports in a response's ``usage``, or ``None``.
+
+    Read, first found: ``usage.prompt_tokens_details.cached_tokens`` (OpenAI and compatible
+    servers), ``usage.cache_read_input_tokens`` (Anthropic-style, e.g. through a proxy),
+    ``usage.prompt_cache_hit_tokens`` (DeepSeek). Works on SDK objects and plain dicts.
+    """
+    if usage is None:
+        return None
+    details = field_of(usage, "prompt_tokens_details")
+    if details is not None and field_of(details, "cached_tokens") is not None:
+        return int(field_of(details, "cached_tokens"))
+    for key in ("cache_read_input_tokens", "prompt_cache_hit_tokens"):
+        value = field_of(usage, key)
+        if value is not None:
+            return int(value)
+    return None
+
+
 def _openai_attributes(response: Any, usage: Any) -> dict[str, Any]:
     """Finish reasons and usage of a chat completion (or a stream's ``usage``)."""
-    from .clients._session import field_of, provider_cached_tokens
-
     out: dict[str, Any] = {}
     if response is not None:
         reasons = [field_of(c, "finish_reason") for c in field_of(response, "choices") or ()]
@@ -360,8 +382,6 @@ def _anthropic_attributes(response: Any, usage: Any) -> dict[str, Any]:
     """Stop reason and usage of an Anthropic ``Message`` (module doc): Anthropic's
     ``input_tokens`` leaves out the tokens read from and written to the cache; the
     convention's ``gen_ai.usage.input_tokens`` counts every input token, so it is the sum."""
-    from .clients._session import field_of
-
     out: dict[str, Any] = {}
     if response is not None:
         reason = field_of(response, "stop_reason")

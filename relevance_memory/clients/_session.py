@@ -55,6 +55,7 @@ from .._io import message_to_dict
 from .._manager import BuiltContext, RelevanceMemoryManager
 from .._models import TaskGoal
 from .._record import DecisionRecord
+from .._telemetry import provider_cached_tokens
 from ..pipeline.fidelity import is_rendition
 from ..store._history import HistoryTracker, field_of
 
@@ -272,25 +273,6 @@ class MemorySession:
             message = field_of(choices[0], "message")
             if message is not None:
                 self.record_reply(memory, message_to_dict(message))
-
-
-def provider_cached_tokens(usage: Any) -> int | None:
-    """Cached prompt tokens a provider reports in a response's ``usage``, or ``None``.
-
-    Read, first found: ``usage.prompt_tokens_details.cached_tokens`` (OpenAI and compatible
-    servers), ``usage.cache_read_input_tokens`` (Anthropic-style, e.g. through a proxy),
-    ``usage.prompt_cache_hit_tokens`` (DeepSeek). Works on SDK objects and plain dicts.
-    """
-    if usage is None:
-        return None
-    details = field_of(usage, "prompt_tokens_details")
-    if details is not None and field_of(details, "cached_tokens") is not None:
-        return int(field_of(details, "cached_tokens"))
-    for key in ("cache_read_input_tokens", "prompt_cache_hit_tokens"):
-        value = field_of(usage, key)
-        if value is not None:
-            return int(value)
-    return None
 
 
 def record_usage(built: BuiltContext, usage: Any) -> None:
