@@ -46,7 +46,8 @@ from .clients._anthropic_messages import (
     from_anthropic,
     to_anthropic,
 )
-from .clients._openai import AsyncManagedOpenAI, ManagedOpenAI, manage
+from .clients._manage import manage
+from .clients._openai import AsyncManagedOpenAI, ManagedOpenAI
 from .clients._session import message_to_dict
 from .pheromone._field import PheromoneField
 from .pipeline.assemble import check_context

@@ -1,6 +1,6 @@
 """Managed OpenAI client: an existing agent loop gets a managed context with one line.
 
-    client = manage(openai.OpenAI(), model="gpt-4o")        # or AsyncOpenAI()
+    client = manage(openai.OpenAI(), model="gpt-4o")        # or AsyncOpenAI() (clients/_manage.py)
     reply = client.chat.completions.create(model="gpt-4o", messages=history, tools=tools)
     client.last_record                                     # the DecisionRecord of that call
 
@@ -27,9 +27,8 @@ it between different conversations.
 
 from __future__ import annotations
 
-import inspect
 from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Mapping
-from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
+from typing import Any, ClassVar, TypeVar
 
 from .._exceptions import InvalidMessageError
 from .._manager import BuiltContext, RelevanceMemoryManager
@@ -37,10 +36,7 @@ from .._record import DecisionRecord
 from .._telemetry import ModelCallSpan, model_call
 from ._session import MemorySession, OnDivergence, SessionView, field_of, record_usage
 
-if TYPE_CHECKING:
-    from ._anthropic import AsyncManagedAnthropic, ManagedAnthropic
-
-__all__ = ["AsyncManagedOpenAI", "ManagedOpenAI", "manage"]
+__all__ = ["AsyncManagedOpenAI", "ManagedOpenAI"]
 
 
 def _history(messages: Iterable[Any]) -> list[Any]:
@@ -527,31 +523,3 @@ class AsyncManagedOpenAI(_ManagedBase):
     """
 
     _completions = _AsyncCompletions
-
-
-def manage(
-    client: Any,
-    memory: RelevanceMemoryManager | None = None,
-    *,
-    on_build: Callable[[BuiltContext], None] | None = None,
-    on_divergence: OnDivergence = "resync",
-    **config: Any,
-) -> ManagedOpenAI | AsyncManagedOpenAI | ManagedAnthropic | AsyncManagedAnthropic:
-    """Wrap an OpenAI or Anthropic client so its requests send a managed context (one line).
-
-    Returns :class:`AsyncManagedOpenAI` for an async OpenAI client (``openai.AsyncOpenAI``,
-    ``AsyncAzureOpenAI``, or any client whose ``chat.completions.create`` is a coroutine
-    function), else :class:`ManagedOpenAI`; for an Anthropic client (one with ``messages``
-    and no ``chat``: ``anthropic.Anthropic`` / ``AsyncAnthropic``) :class:`ManagedAnthropic` /
-    :class:`AsyncManagedAnthropic`. Arguments as for :class:`ManagedOpenAI`.
-    """
-    if not hasattr(client, "chat") and hasattr(client, "messages"):
-        from ._anthropic import manage_anthropic
-
-        return manage_anthropic(client, memory, on_build=on_build, on_divergence=on_divergence, **config)
-    create = inspect.unwrap(client.chat.completions.create)
-    is_async = inspect.iscoroutinefunction(create) or any(
-        kind.__name__.startswith("Async") for kind in type(client).__mro__
-    )
-    cls = AsyncManagedOpenAI if is_async else ManagedOpenAI
-    return cls(client, memory, on_build=on_build, on_divergence=on_divergence, **config)
