@@ -58,8 +58,8 @@ from .._manager import BuiltContext, RelevanceMemoryManager
 from .._record import DecisionRecord
 from ..clients._session import MemorySession, OnDivergence, project_built
 from ..store._restore import RESTORE_TOOL_NAME
+from ._langchain_messages import _openai_tools, from_openai_messages, thread_id_of, to_openai_messages
 from ._threads import ThreadSessions
-from .langchain import _openai_tools, from_openai_messages, thread_id_of, to_openai_messages
 
 __all__ = ["RelevanceMemoryMiddleware"]
 
