@@ -1,9 +1,10 @@
 """The memory manager: holds a memory's state and wires it to the build pipeline.
 
 State: the append-only store (ingest, SPEC §3 step 1), the goal, the score and summary
-caches, the pheromone memory, the prefilter's index and the build count. A build
-(:meth:`RelevanceMemoryManager.build_context`) hands a :class:`BuildState` and the seams to
-:mod:`relevance_memory.pipeline`, which runs the stages; the manager does no I/O itself.
+caches, the pheromone memory, the prefilter's index and the build cycle's state. A build
+(:meth:`RelevanceMemoryManager.build_context`) hands that state and the seams to
+:mod:`relevance_memory.pipeline.cycle` once, which appends, compacts or rebuilds; the manager
+does no I/O itself.
 """
 
 from __future__ import annotations
@@ -12,26 +13,24 @@ import asyncio
 import contextlib
 import threading
 import warnings
-from collections.abc import AsyncIterator, Callable, Generator, Iterable, Iterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Mapping, Sequence
 from datetime import datetime, timezone
 from typing import Any
 
-from . import _telemetry, pipeline
+from . import _telemetry
 from ._config import MemoryConfig, warn_once
-from ._exceptions import ConfigError, ContextOverflowError, HistoryDivergedError
+from ._exceptions import ConfigError, HistoryDivergedError
 from ._io import message_to_dict
 from ._models import Message, TaskGoal, content_text, user_authored
 from ._record import BoardReport
 from ._requests import NoticeIndex, goal_from_requests, is_opener, is_request
-from ._tokenizer import TiktokenCounter, TokenCounter, tools_tokens
+from ._tokenizer import TiktokenCounter, TokenCounter
 from .board import AgentLink, AgentMemory, MemoryBoard, MirroredBoard, PublishRule, RedisBoard
 from .pheromone._field import PheromoneField
-from .pipeline import BuildState, BuiltContext, Seams
-from .pipeline import append as prefix_builds
-from .pipeline import pheromone as pheromone_stage
+from .pipeline import BuiltContext, Seams, cycle
 from .pipeline._bm25 import PrefilterIndex
 from .pipeline._deposits import DepositLog
-from .pipeline.append import BuildStep, PrefixState
+from .pipeline.append import PrefixState
 from .pipeline.fidelity import Renditions
 from .pipeline.order import DEFAULT_ORDER, OrderPolicy
 from .scoring._cache import DiskScoreCache
@@ -169,8 +168,7 @@ class RelevanceMemoryManager:
         )
         self._final: str | None = None
         self._subtask: str = ""
-        self._builds = 0
-        self._prefix: PrefixState | None = None
+        self._cycle = cycle.Cycle()  # the latest request and the build count (SPEC §3.1)
         self.agent = agent
         self._link: AgentLink | None = None
         if board is not None:
@@ -534,7 +532,7 @@ class RelevanceMemoryManager:
     ) -> BuiltContext:
         """Build the context for the next LLM call (SPEC §3 and §3.1).
 
-        Prefix-stable by default (``config.cache_policy``, :mod:`relevance_memory.pipeline.append`):
+        Prefix-stable by default (``config.cache_policy``, :mod:`relevance_memory.pipeline.cycle`):
         the previous context is sent unchanged plus the new messages while that fits the
         budget (``record.mode == "appended"``, O(new messages)); otherwise the pipeline
         (:mod:`relevance_memory.pipeline`) compacts down to the policy's target
@@ -567,20 +565,8 @@ class RelevanceMemoryManager:
         if self._link is not None:
             self.sync()
         with self._sync_build():
-            budget, step, seams = self._plan(budget, tools, compact)
-            if step.decision.mode == "appended":
-                return self._after_build(self._appended(step, seams, budget))
-            attempts = self._attempts(step, seams, budget)
-            state = next(attempts)
-            while True:
-                try:
-                    outcome: BuiltContext | ContextOverflowError = pipeline.build(state, seams)
-                except ContextOverflowError as exc:
-                    outcome = exc
-                try:
-                    state = attempts.send(outcome)
-                except StopIteration as done:
-                    return self._after_build(done.value)
+            budget = cycle.message_budget(self.config, self.tokenizer, budget, tools)
+            return self._built(cycle.run(self._cycle, self._seams(), goal=self.goal, budget=budget, compact=compact))
 
     @_telemetry.abuild_span
     async def abuild_context(
@@ -593,50 +579,13 @@ class RelevanceMemoryManager:
         if self._link is not None:
             self.sync()
         async with self._async_build():
-            budget, step, seams = self._plan(budget, tools, compact)
-            if step.decision.mode == "appended":
-                return self._after_build(self._appended(step, seams, budget))
-            attempts = self._attempts(step, seams, budget)
-            state = next(attempts)
-            while True:
-                try:
-                    outcome: BuiltContext | ContextOverflowError = await pipeline.abuild(state, seams)
-                except ContextOverflowError as exc:
-                    outcome = exc
-                try:
-                    state = attempts.send(outcome)
-                except StopIteration as done:
-                    return self._after_build(done.value)
-
-    def _attempts(
-        self, step: BuildStep, seams: Seams, budget: int
-    ) -> Generator[BuildState, BuiltContext | ContextOverflowError, BuiltContext]:
-        """The compaction target search both build paths drive (no I/O): yields the state to
-        build next and receives its outcome — the built context, or the overflow it raised —
-        until a build keeps what it must; returns that build, finished. A target that cannot
-        hold the pinned prompt and newest step grows to what they need; one that left out the
-        task statement or a user constraint grows to keep them. Re-raises the overflow when
-        the whole budget cannot hold them."""
-        target, limit = self._first_target(step, budget)
-        grew = ""
-        while True:
-            state = self._state(target, limit, step, grew)
-            outcome = yield state
-            if isinstance(outcome, ContextOverflowError):
-                if target >= budget:
-                    raise outcome
-                target, limit, grew = self._overflow_target(outcome, target, budget)
-                continue
-            grown = self._grown(outcome, target, budget)
-            if grown is None:
-                return self._finish(state, outcome, step, seams, budget)
-            target, limit = grown, (budget if grown < budget else None)
-            grew = "to keep the task statement and user constraints verbatim"
+            budget = cycle.message_budget(self.config, self.tokenizer, budget, tools)
+            return self._built(await cycle.arun(self._cycle, self._seams(), goal=self.goal, budget=budget, compact=compact))
 
     @property
     def prefix(self) -> PrefixState | None:
         """The latest request this memory built, which the next build may extend (SPEC §3.1)."""
-        return self._prefix
+        return self._cycle.prefix
 
     @contextlib.contextmanager
     def _sync_build(self) -> Iterator[None]:
@@ -668,9 +617,10 @@ class RelevanceMemoryManager:
         finally:
             lock.release()
 
-    def _after_build(self, built: BuiltContext) -> BuiltContext:
-        """With a board: lease the shared items this build uses, and put their provenance
-        and the board's faults in the record (SPEC §8, §10)."""
+    def _built(self, outcome: cycle.Outcome) -> BuiltContext:
+        """Keep the cycle a build left; with a board, lease the shared items the build uses and
+        put their provenance and the board's faults in the record (SPEC §8, §10)."""
+        self._cycle, built = outcome.cycle, outcome.built
         memory = self.pheromone
         if not isinstance(memory, AgentMemory) or self._link is None:
             return built
@@ -681,7 +631,7 @@ class RelevanceMemoryManager:
         else:
             used = [d.id for d in built.record.messages if d.decision in ("kept", "recent")]
             shared = [d.id for d in built.record.messages if d.scope in memory.scopes and d.decision in ("kept", "recent")]
-        memory.use(used, self._builds)
+        memory.use(used, self._cycle.builds)
         items = memory.provenance(shared)
         built.record.board = BoardReport(
             board=memory.board.name, agent=memory.agent, source=memory.source, scopes=list(memory.scopes),
@@ -693,83 +643,6 @@ class RelevanceMemoryManager:
         return built
 
     # ------------------------------------------------------------------ wiring
-    def _plan(self, budget: int | None, tools: Sequence[Any] | None, compact: bool) -> tuple[int, BuildStep, Seams]:
-        """The build's budget (minus the tools schema), its decision and its seams."""
-        if budget is not None and (isinstance(budget, bool) or not isinstance(budget, int)):
-            raise ConfigError(f"budget must be a whole number of tokens (int), got {type(budget).__name__} {budget!r}")
-        budget = budget if budget is not None else self.config.token_budget()
-        schema = tools_tokens(self.tokenizer, tools)
-        if budget - schema <= 0:
-            raise ConfigError(
-                f"the tools' schema takes {schema:,} tokens, {'more than' if schema > budget else 'all of'} the "
-                f"budget of {budget:,}: nothing is left for the messages; raise the budget (max_input_tokens) "
-                "or send fewer or shorter tools"
-                if schema and budget > 0
-                else f"budget must be a positive number of tokens, got {budget}"
-            )
-        budget -= schema
-        seams = self._seams()
-        step = prefix_builds.plan(self._prefix, seams, goal=self.goal, budget=budget, requested=compact)
-        return budget, step, seams
-
-    @staticmethod
-    def _first_target(step: BuildStep, budget: int) -> tuple[int, int | None]:
-        """``(target, limit)`` of a pipeline build: a compaction fills its target (the whole
-        budget stays the limit), a full rebuild the whole budget."""
-        target = step.decision.target
-        return (target, budget) if step.decision.mode == "compacted" and target < budget else (budget, None)
-
-    @staticmethod
-    def _overflow_target(exc: ContextOverflowError, target: int, budget: int) -> tuple[int, int | None, str]:
-        """``(target, limit, why)`` of a compaction whose target cannot hold the pinned prompt
-        plus the newest step: the least target that holds them (plus
-        :data:`~relevance_memory.pipeline.append.TARGET_GROWTH_SLACK` for the goal block),
-        not the whole budget — a compaction that fills the budget leaves no room to append,
-        so the next request would compact (miss the provider's cache) again."""
-        need = exc.pinned_tokens + exc.newest_step_tokens
-        grown = min(budget, need + prefix_builds.TARGET_GROWTH_SLACK)
-        target = grown if grown > target else budget  # always progress: the loop ends at the budget
-        why = f"to fit the pinned system prompt and the newest step ({need} tokens)"
-        return target, (budget if target < budget else None), why
-
-    def _state(self, target: int, limit: int | None, step: BuildStep, grew: str = "") -> BuildState:
-        reason = step.decision.why
-        if target != step.decision.target and step.decision.mode == "compacted":
-            reason += f"; target grown to {target} tokens {grew or 'to keep the task statement and user constraints verbatim'}"
-        compacting = (self._prefix is not None and step.decision.mode == "compacted"
-                      and self.config.cache_policy.carry_summaries)
-        return BuildState(
-            budget=target, goal=self.goal, build_number=self._builds + 1, limit=limit,
-            mode=step.decision.mode, mode_reason=reason,
-            carried=self._prefix.summaries if compacting and self._prefix is not None else (),
-            previous=self._prefix.messages if compacting and self._prefix is not None else (),
-        )
-
-    def _grown(self, built: BuiltContext, target: int, budget: int) -> int | None:
-        """The next target of a compaction that left out must-keep messages, or ``None``."""
-        if target >= budget:
-            return None
-        return prefix_builds.grown_target(
-            built.record, first_user=self.store.first_user_index, core_score=self.config.core_score,
-            target=target, budget=budget,
-        )
-
-    def _appended(self, step: BuildStep, seams: Seams, budget: int) -> BuiltContext:
-        assert self._prefix is not None
-        pheromone_stage.observe(seams)  # O(new): the memory takes in what arrived
-        goal = self.goal
-        built = prefix_builds.append(self._prefix, step, seams, goal=goal, build_number=self._builds + 1)
-        self._builds += 1
-        self._prefix = prefix_builds.remember(self._prefix, built, step, seams, final_goal=goal.key, budget=budget)
-        return built
-
-    def _finish(self, state: BuildState, built: BuiltContext, step: BuildStep, seams: Seams, budget: int) -> BuiltContext:
-        self._builds = state.build_number
-        self._prefix = prefix_builds.remember(
-            self._prefix, built, step, seams, final_goal=state.goal.key, budget=budget
-        )
-        return built
-
     def _seams(self) -> Seams:
         """The build's seams; the scorer's capabilities are read again whenever the scorer is
         another object (it may be replaced; reading them is ~0.1 ms of Protocol checks, more

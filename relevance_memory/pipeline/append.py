@@ -10,11 +10,9 @@ caller asks; it fills a **target** below the budget (``CachePolicy.target_fracti
 that many steps fit before the next one. The decision itself is
 :func:`~relevance_memory._cache_policy.decide_build_mode`.
 
-:class:`PrefixState` is what the manager keeps between builds; :func:`plan` decides the
-next build, :func:`append` makes an appended one, :func:`grown_target` says when a
-compaction must grow its target (the task statement and user constraints scored ≥ 4 stay
-verbatim whatever the target: they may use the whole budget), :func:`remember` records a
-build as the prefix of the next one.
+:class:`PrefixState` is what a memory keeps between builds; :func:`plan` decides the
+next build, :func:`append` makes an appended one, :func:`remember` records a build as the
+prefix of the next one. :mod:`.cycle` runs them, and the pipeline, in that order.
 """
 
 from __future__ import annotations
@@ -26,7 +24,7 @@ from typing import Any
 
 from .._cache_policy import PrefixDecision, decide_build_mode
 from .._exceptions import InvalidMessageError, RelevanceMemoryError
-from .._models import ScoreSource, TaskGoal, freeze, thaw, user_authored
+from .._models import ScoreSource, TaskGoal, freeze, thaw
 from .._record import BudgetBreakdown, BudgetLine, DecisionRecord, MessageDecision
 from .._tokenizer import REPLY_PRIMING_TOKENS
 from ..pheromone._field import PheromoneField
@@ -39,13 +37,7 @@ from .assemble import check_context, subtask_note
 from .fidelity import Rendition, entry_cap, entry_renditions
 from .ledger import Purpose
 
-__all__ = ["BuildStep", "PrefixState", "append", "grown_target", "plan", "remember", "tail_start", "typical_step"]
-
-TARGET_GROWTH_STEPS = 3
-"""How many times a compaction may grow its target to keep must-keep messages verbatim."""
-TARGET_GROWTH_SLACK = 64
-"""Tokens added on top of what a compaction left out when its target grows (framing, goal block)."""
-
+__all__ = ["BuildStep", "PrefixState", "append", "plan", "remember", "tail_start", "typical_step"]
 
 @dataclass(frozen=True)
 class PrefixState:
@@ -453,30 +445,6 @@ def _appended_decision(
         fidelity=found.fidelity if found else "verbatim", sent_tokens=found.tokens if found else message.token_count,
         note=found.note if found else "",
     ))
-
-
-def grown_target(record: DecisionRecord, *, first_user: int | None, core_score: int, target: int, budget: int) -> int | None:
-    """A larger target for a compaction that left out what must stay verbatim, or ``None``.
-
-    Must stay verbatim (SPEC §7, §3.1): the task statement (the first user message) and
-    user messages scored ≥ ``core_score``, older repeats of a kept message aside — messages a
-    user wrote (:func:`~relevance_memory._models.user_authored`), not other agents' tool
-    results imported from a memory board as ``user`` messages (those would make every
-    compaction of a board agent fill the whole budget). The
-    target grows by their tokens (plus :data:`TARGET_GROWTH_SLACK`), at most to ``budget``.
-    """
-    if target >= budget:
-        return None
-    lost = sum(
-        d.tokens
-        for d in record.messages
-        if user_authored(d.role, d.msg_type)
-        and d.decision not in ("kept", "recent")
-        and d.reason != "excluded on ingest"
-        and "repeat of" not in d.note
-        and (d.index == first_user or (d.score or 0) >= core_score)
-    )
-    return min(budget, target + lost + TARGET_GROWTH_SLACK) if lost else None
 
 
 def tail_start(store: StoreView) -> int:

@@ -15,7 +15,7 @@ from relevance_memory import GOAL_BLOCK_MARKER, RelevanceMemoryManager, load_tra
 from relevance_memory._models import user_authored
 from relevance_memory._record import DecisionRecord, MessageDecision
 from relevance_memory.board import InMemoryBoard
-from relevance_memory.pipeline.append import TARGET_GROWTH_SLACK, grown_target
+from relevance_memory.pipeline.cycle import TARGET_GROWTH_SLACK, grown_target
 
 FIXTURE = Path(__file__).resolve().parents[2] / "fixtures" / "django__django-15280.json"
 
