@@ -12,15 +12,13 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import threading
-import warnings
 from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Mapping, Sequence
 from datetime import datetime, timezone
 from typing import Any
 
 from . import _telemetry
 from ._config import MemoryConfig, warn_once
-from ._exceptions import ConfigError, HistoryDivergedError
-from ._io import message_to_dict
+from ._exceptions import ConfigError
 from ._models import Message, TaskGoal, content_text, user_authored
 from ._record import BoardReport
 from ._requests import NoticeIndex, goal_from_requests, is_opener, is_request
@@ -38,7 +36,7 @@ from .scoring._capabilities import ScorerCapabilities
 from .scoring._embedding import VectorIndex, load_embedder
 from .scoring._scorer import InMemoryScoreCache, OfflineScorer, ScoreCache, Scorer
 from .scoring._semantic import SemanticScorer
-from .store._history import HistoryTracker, same_message
+from .store._history import HistoryTracker, diverged_error, kept_stamps, repeated_prefix, unchanged_prefix
 from .store._restore import RESTORE_TOOL_NAME, RestoreHandler, restore_tool_definition
 from .store._snapshot import StoreSnapshot
 from .store._store import MessageStore
@@ -232,7 +230,7 @@ class RelevanceMemoryManager:
         """
         items = list(messages)
         with self.store.lock:
-            repeated = self._repeated_prefix(items)
+            repeated = repeated_prefix(items, self.store.messages)
             return self._extend_new(items[repeated:])
 
     def sync_history(self, messages: Sequence[Any]) -> list[Message]:
@@ -258,18 +256,7 @@ class RelevanceMemoryManager:
             held = len(stored)
             diverged = self._history.diverged_at(stored, given)
             if diverged is not None:
-                expected = stored[diverged].to_openai()
-                got = message_to_dict(given[diverged]) if diverged < len(given) else None
-                what = (
-                    f"it has {len(given)} message(s) but the memory already holds {held}"
-                    if got is None
-                    else f"message {diverged} differs from the stored one ({expected.get('role')} → {got.get('role')})"
-                )
-                raise HistoryDivergedError(
-                    f"history diverged from the memory: {what}; pass the whole history with every earlier message "
-                    "unchanged, or start over with memory.fresh(history)",
-                    index=diverged, expected=expected, got=got,
-                )
+                raise diverged_error(stored, given, diverged)
             added = self._extend_new(given[held:])
             self._history.matched(given, held)
             return added
@@ -279,41 +266,6 @@ class RelevanceMemoryManager:
         if self.agent is None:
             return self.store.extend(messages)
         return [self.add(m) for m in messages]
-
-    def _repeated_prefix(self, items: list[Any]) -> int:
-        """How many leading messages of an :meth:`extend` batch repeat the whole history at the
-        same positions (0 when they do not); raises when they repeat its start and then differ."""
-        stored = self.store.messages
-        held = len(stored)
-        if not held or not items:
-            return 0
-        same = 0
-        for item, message in zip(items, stored, strict=False):
-            try:
-                if not same_message(item, message):
-                    break
-            except TypeError:  # not a message at all: ingest names the problem
-                break
-            same += 1
-        whole = same == held and (held >= 2 or stored[0].role in ("system", "developer"))
-        if whole:
-            warnings.warn(
-                f"extend() was given the {held} message(s) this memory already holds, at the same positions: "
-                f"only the {len(items) - held} after them are stored (a loop passing its whole history each "
-                "step wants memory.sync_history(history))",
-                RuntimeWarning, stacklevel=3,
-            )
-            return held
-        if same >= 2:
-            got = message_to_dict(items[same]) if same < len(items) else None
-            raise HistoryDivergedError(
-                f"extend() was given a copy of the first {same} stored message(s) followed by "
-                + (f"a different message {same}" if got is not None else "nothing more")
-                + f", while the memory holds {held}: storing it would duplicate the history; pass only new "
-                "messages, memory.sync_history(history) for a growing list, or memory.fresh(history) to start over",
-                index=same, expected=stored[same].to_openai(), got=got,
-            )
-        return 0
 
     def _call_of(self, message: Message) -> dict[str, str] | None:
         if message.role != "tool" or message.tool_call_id is None:
@@ -446,30 +398,15 @@ class RelevanceMemoryManager:
         other.restore_tool_offered = self.restore_tool_offered
         other.summary_cache = self.summary_cache
         other.set_goal(final=self._final, subtask=self._subtask)
-        other._extend_keeping_times(list(messages), self.store)
-        ours, theirs = self.store.messages, other.store.messages
-        keep = next(
-            (n for n, (a, b) in enumerate(zip(ours, theirs, strict=False)) if _identity(a) != _identity(b)),
-            min(len(ours), len(theirs)),
-        )
+        given = list(messages)
+        stamps = kept_stamps(given, self.store.messages, self.store.clock_stamped)
+        for message, stamp in zip(given, stamps, strict=False):  # a resync does not restamp the history
+            other.add(message, **stamp)
+        other._extend_new(given[len(stamps):])
         if self.config.pheromone.enabled:
-            other._deposits = self._deposits.replay(other.pheromone, theirs, keep)
+            keep = unchanged_prefix(self.store.messages, other.store.messages)
+            other._deposits = self._deposits.replay(other.pheromone, other.store.messages, keep)
         return other
-
-    def _extend_keeping_times(self, messages: list[Mapping[str, Any]], before: MessageStore) -> None:
-        """Ingest ``messages`` (for :meth:`fresh`); the leading ones equal to ``before``'s keep
-        their timestamps (the caller's or the clock's, as they were), so a resync neither
-        restamps the history "now" nor merges its episodes."""
-        same = 0
-        for given, old in zip(messages, before.messages, strict=False):
-            if given != old.raw:
-                break
-            same += 1
-        for n in range(same):
-            old = before.messages[n]
-            stamp = {"clock_timestamp" if before.clock_stamped[n] else "timestamp": old.timestamp}
-            self.add(messages[n], **stamp)
-        self._extend_new(messages[same:])
 
     # ------------------------------------------------------------------ goal
     def set_goal(self, final: str | None = None, subtask: str | None = None) -> TaskGoal:
@@ -674,8 +611,3 @@ class RelevanceMemoryManager:
             notices=self._notices,
         )
 
-
-def _identity(message: Message) -> tuple[str, str, str | None, str | None]:
-    """What makes a message the same one in another store: id, content hash (role, content
-    and tool calls), tool call id and name."""
-    return (message.id, message.content_hash, message.tool_call_id, message.name)

@@ -28,13 +28,25 @@ from __future__ import annotations
 
 import json
 import operator
+import warnings
 from collections.abc import Mapping, Sequence
+from datetime import datetime
 from typing import Any
 
+from .._exceptions import HistoryDivergedError
 from .._io import message_to_dict
 from .._models import Message
 
-__all__ = ["HistoryTracker", "field_of", "fingerprint"]
+__all__ = [
+    "HistoryTracker",
+    "diverged_error",
+    "field_of",
+    "fingerprint",
+    "kept_stamps",
+    "repeated_prefix",
+    "same_message",
+    "unchanged_prefix",
+]
 
 
 def field_of(obj: Any, key: str, default: Any = None) -> Any:
@@ -114,3 +126,83 @@ class HistoryTracker:
         objects = self._objects
         del objects[start:]
         objects.extend(history[start:])
+
+
+def diverged_error(stored: Sequence[Message], history: Sequence[Any], index: int) -> HistoryDivergedError:
+    """The error :meth:`RelevanceMemoryManager.sync_history` raises when ``history`` stops
+    repeating ``stored`` at ``index`` (:meth:`HistoryTracker.diverged_at`)."""
+    expected = stored[index].to_openai()
+    got = message_to_dict(history[index]) if index < len(history) else None
+    what = (
+        f"it has {len(history)} message(s) but the memory already holds {len(stored)}"
+        if got is None
+        else f"message {index} differs from the stored one ({expected.get('role')} → {got.get('role')})"
+    )
+    return HistoryDivergedError(
+        f"history diverged from the memory: {what}; pass the whole history with every earlier message "
+        "unchanged, or start over with memory.fresh(history)",
+        index=index, expected=expected, got=got,
+    )
+
+
+def repeated_prefix(items: Sequence[Any], stored: Sequence[Message]) -> int:
+    """How many leading messages of an ``extend()`` batch repeat the whole history at the same
+    positions (0 when they do not; warns when they do). The caller is one frame above the
+    ``extend`` that calls this (the warning's ``stacklevel``).
+
+    Raises:
+        HistoryDivergedError: the batch repeats two or more stored messages, then differs.
+    """
+    held = len(stored)
+    if not held or not items:
+        return 0
+    same = 0
+    for item, message in zip(items, stored, strict=False):
+        try:
+            if not same_message(item, message):
+                break
+        except TypeError:  # not a message at all: ingest names the problem
+            break
+        same += 1
+    whole = same == held and (held >= 2 or stored[0].role in ("system", "developer"))
+    if whole:
+        warnings.warn(
+            f"extend() was given the {held} message(s) this memory already holds, at the same positions: "
+            f"only the {len(items) - held} after them are stored (a loop passing its whole history each "
+            "step wants memory.sync_history(history))",
+            RuntimeWarning, stacklevel=3,
+        )
+        return held
+    if same >= 2:
+        got = message_to_dict(items[same]) if same < len(items) else None
+        raise HistoryDivergedError(
+            f"extend() was given a copy of the first {same} stored message(s) followed by "
+            + (f"a different message {same}" if got is not None else "nothing more")
+            + f", while the memory holds {held}: storing it would duplicate the history; pass only new "
+            "messages, memory.sync_history(history) for a growing list, or memory.fresh(history) to start over",
+            index=same, expected=stored[same].to_openai(), got=got,
+        )
+    return 0
+
+
+def kept_stamps(
+    messages: Sequence[Mapping[str, Any]], before: Sequence[Message], clock_stamped: Sequence[bool]
+) -> list[dict[str, datetime | None]]:
+    """The timestamps the leading ``messages`` equal to ``before``'s keep in a fresh memory (the
+    caller's or the clock's, as they were: ``timestamp`` or ``clock_timestamp``), so a resync
+    neither restamps the history "now" nor merges its episodes; one per leading equal message."""
+    stamps: list[dict[str, datetime | None]] = []
+    for given, old, by_clock in zip(messages, before, clock_stamped, strict=False):
+        if given != old.raw:
+            break
+        stamps.append({"clock_timestamp" if by_clock else "timestamp": old.timestamp})
+    return stamps
+
+
+def unchanged_prefix(ours: Sequence[Message], theirs: Sequence[Message]) -> int:
+    """How many leading messages two stores share: the same id, content hash (role, content
+    and tool calls), tool call id and name."""
+    for n, (a, b) in enumerate(zip(ours, theirs, strict=False)):
+        if (a.id, a.content_hash, a.tool_call_id, a.name) != (b.id, b.content_hash, b.tool_call_id, b.name):
+            return n
+    return min(len(ours), len(theirs))
