@@ -19,9 +19,9 @@ from typing import Any
 from . import _telemetry
 from ._config import MemoryConfig, warn_once
 from ._exceptions import ConfigError
-from ._models import Message, TaskGoal, content_text, user_authored
+from ._models import Message, TaskGoal
 from ._record import BoardReport
-from ._requests import NoticeIndex, goal_from_requests, is_opener, is_request
+from ._requests import GoalTracker
 from ._tokenizer import TiktokenCounter, TokenCounter
 from .board import AgentLink, AgentMemory, MemoryBoard, MirroredBoard, PublishRule, RedisBoard
 from .pheromone._field import PheromoneField
@@ -131,9 +131,7 @@ class RelevanceMemoryManager:
         self._deposits = DepositLog()
         self._prefilter_index = PrefilterIndex()
         self._renditions = Renditions()  # excerpts and elided outputs, the same bytes from build to build
-        self._notices = NoticeIndex()  # user messages by notice key: repeated harness notices
-        self._said: list[int] = []  # indices of the user's own messages, grown with the store (O(new))
-        self._said_read = 0  # how much of the store ``_said`` has read
+        self._goal = GoalTracker()  # the goal set, else formed from the user's messages
         self.order: OrderPolicy = order or DEFAULT_ORDER
         self.tokenizer: TokenCounter = tokenizer or TiktokenCounter(
             self.config.resolved_encoding, image_tokens=self.config.image_tokens
@@ -164,8 +162,6 @@ class RelevanceMemoryManager:
             supersede=self.config.supersede,
             episode_gap_s=self.config.episode_gap_s,
         )
-        self._final: str | None = None
-        self._subtask: str = ""
         self._cycle = cycle.Cycle()  # the latest request and the build count (SPEC §3.1)
         self.agent = agent
         self._link: AgentLink | None = None
@@ -397,7 +393,7 @@ class RelevanceMemoryManager:
         other._history_scores = self._history_scores
         other.restore_tool_offered = self.restore_tool_offered
         other.summary_cache = self.summary_cache
-        other.set_goal(final=self._final, subtask=self._subtask)
+        other.set_goal(final=self._goal.final, subtask=self._goal.subtask)
         given = list(messages)
         stamps = kept_stamps(given, self.store.messages, self.store.clock_stamped)
         for message, stamp in zip(given, stamps, strict=False):  # a resync does not restamp the history
@@ -418,49 +414,13 @@ class RelevanceMemoryManager:
         Raises:
             ConfigError: ``final`` or ``subtask`` is not a string (or ``None``).
         """
-        for name, value in (("final", final), ("subtask", subtask)):
-            if value is not None and not isinstance(value, str):
-                raise ConfigError(f"set_goal({name}=...) takes a string or None, got {type(value).__name__} {value!r}")
-        if final is not None:
-            self._final = final.strip() or None
-        if subtask is not None:
-            self._subtask = subtask.strip()
+        self._goal.set(final, subtask)
         return self.goal
 
     @property
     def goal(self) -> TaskGoal:
         """The task goal in force (SPEC §2)."""
-        if self._final:
-            return TaskGoal(final=self._final, subtask=self._subtask, source="explicit")
-        first = self.store.first_user_index
-        if first is not None:
-            text = content_text(self.store[first].content).strip()
-            said = self._user_messages(first)
-            if (is_opener(text) or self._notices.agent_run) and self._user_spoke_again(said):
-                # a chat-style agent: the goal follows the user's requests (SPEC §11)
-                final = goal_from_requests([self.store[i] for i in said], 0, self._notices)
-                return TaskGoal(final=final, subtask=self._subtask, source="user_requests")
-            return TaskGoal(final=text, subtask=self._subtask, source="first_user_message")
-        return TaskGoal(final="", subtask=self._subtask, source="none")
-
-    def _user_messages(self, first: int) -> list[int]:
-        """Indices of the user's own messages from the first user message on (the store is read
-        only where it grew since the last call; the notice index is brought up to date too)."""
-        messages = self.store.messages
-        self._notices.update(messages)
-        start, self._said_read = max(first, self._said_read), len(messages)
-        self._said.extend(i for i in range(start, len(messages))
-                          if user_authored(messages[i].role, messages[i].msg_type.value))
-        return self._said
-
-    def _user_spoke_again(self, said: list[int]) -> bool:
-        """Whether a person wrote a request after the first user message (``said[0]``; format
-        notices and acknowledgements such as "ok" aside)."""
-        for i in reversed(said[1:]):
-            message = self.store[i]
-            if not self._notices.is_notice(message) and is_request(content_text(message.content)):
-                return True
-        return False
+        return self._goal.goal(self.store.messages, self.store.first_user_index)
 
     # ------------------------------------------------------------------ build
     @_telemetry.build_span
@@ -608,6 +568,6 @@ class RelevanceMemoryManager:
             approximations=self.approximations,
             restore_tool=self.restore_tool_offered,
             renditions=self._renditions,
-            notices=self._notices,
+            notices=self._goal.notices,
         )
 

@@ -15,7 +15,8 @@ notices an agent harness repeats.
   constraint (:class:`NoticeIndex`): the offline scorer scores its newest copy once, as
   background, and its older copies as repeats.
 
-Pure functions plus one incremental index (O(new messages) per build).
+Pure functions plus two incremental indexes (O(new messages) per build): the notices, and the
+user's own messages that :class:`GoalTracker` forms the goal in force from.
 """
 
 from __future__ import annotations
@@ -25,12 +26,14 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from ._models import Message, content_text, user_authored
+from ._exceptions import ConfigError
+from ._models import Message, TaskGoal, content_text, user_authored
 
 __all__ = [
     "NOTICE_MIN_WORDS",
     "OPENER_MAX_WORDS",
     "REQUEST_MIN_WORDS",
+    "GoalTracker",
     "NoticeIndex",
     "goal_from_requests",
     "is_correction",
@@ -172,3 +175,63 @@ class NoticeIndex:
     def is_notice(self, message: Message) -> bool:
         """Whether ``message`` is a format notice (class doc)."""
         return self._tools and len(self.copies(message)) >= 2
+
+
+class GoalTracker:
+    """The task goal in force (SPEC §2, §11): the final goal and subtask a caller set; without a
+    final goal, the first user message — or, for a chat-style agent, the user's requests as
+    they arrive (module doc). The store is read only where it grew since the last call.
+    """
+
+    def __init__(self) -> None:
+        self.final: str | None = None
+        self.subtask = ""
+        self.notices = NoticeIndex()  # user messages by notice key: repeated harness notices
+        self._said: list[int] = []  # indices of the user's own messages, grown with the store (O(new))
+        self._said_read = 0  # how much of the store ``_said`` has read
+
+    def set(self, final: str | None, subtask: str | None) -> None:
+        """Set the final goal and/or the subtask (stripped); ``None`` leaves a layer as it is.
+
+        Raises:
+            ConfigError: ``final`` or ``subtask`` is not a string (or ``None``).
+        """
+        for name, value in (("final", final), ("subtask", subtask)):
+            if value is not None and not isinstance(value, str):
+                raise ConfigError(f"set_goal({name}=...) takes a string or None, got {type(value).__name__} {value!r}")
+        if final is not None:
+            self.final = final.strip() or None
+        if subtask is not None:
+            self.subtask = subtask.strip()
+
+    def goal(self, messages: Sequence[Message], first_user: int | None) -> TaskGoal:
+        """The goal in force over the stored ``messages`` (``first_user``: the first user message's index)."""
+        if self.final:
+            return TaskGoal(final=self.final, subtask=self.subtask, source="explicit")
+        if first_user is None:
+            return TaskGoal(final="", subtask=self.subtask, source="none")
+        text = content_text(messages[first_user].content).strip()
+        said = self._user_messages(messages, first_user)
+        if (is_opener(text) or self.notices.agent_run) and self._user_spoke_again(messages, said):
+            # a chat-style agent: the goal follows the user's requests (SPEC §11)
+            final = goal_from_requests([messages[i] for i in said], 0, self.notices)
+            return TaskGoal(final=final, subtask=self.subtask, source="user_requests")
+        return TaskGoal(final=text, subtask=self.subtask, source="first_user_message")
+
+    def _user_messages(self, messages: Sequence[Message], first: int) -> list[int]:
+        """Indices of the user's own messages from the first user message on (the store is read
+        only where it grew since the last call; the notice index is brought up to date too)."""
+        self.notices.update(messages)
+        start, self._said_read = max(first, self._said_read), len(messages)
+        self._said.extend(i for i in range(start, len(messages))
+                          if user_authored(messages[i].role, messages[i].msg_type.value))
+        return self._said
+
+    def _user_spoke_again(self, messages: Sequence[Message], said: list[int]) -> bool:
+        """Whether a person wrote a request after the first user message (``said[0]``; format
+        notices and acknowledgements such as "ok" aside)."""
+        for i in reversed(said[1:]):
+            message = messages[i]
+            if not self.notices.is_notice(message) and is_request(content_text(message.content)):
+                return True
+        return False
