@@ -20,10 +20,10 @@ from . import _telemetry
 from ._config import MemoryConfig, warn_once
 from ._exceptions import ConfigError
 from ._models import Message, TaskGoal
-from ._record import BoardReport
 from ._requests import GoalTracker
 from ._tokenizer import TiktokenCounter, TokenCounter
 from .board import AgentLink, AgentMemory, MemoryBoard, MirroredBoard, PublishRule, RedisBoard
+from .board._link import call_of
 from .pheromone._field import PheromoneField
 from .pipeline import BuiltContext, Seams, cycle
 from .pipeline._bm25 import PrefilterIndex
@@ -204,7 +204,7 @@ class RelevanceMemoryManager:
             return added
         link.journal(added, message, meta, cursor)
         if cursor is None:
-            link.announce(added, self._call_of(added))
+            link.announce(added, call_of(added, self.store.messages))
         return added
 
     def extend(self, messages: Iterable[Mapping[str, Any]]) -> list[Message]:
@@ -263,15 +263,6 @@ class RelevanceMemoryManager:
             return self.store.extend(messages)
         return [self.add(m) for m in messages]
 
-    def _call_of(self, message: Message) -> dict[str, str] | None:
-        if message.role != "tool" or message.tool_call_id is None:
-            return None
-        for other in reversed(self.store.messages):
-            for call in other.tool_calls:
-                if call.id == message.tool_call_id:
-                    return {"name": call.name, "arguments": call.arguments}
-        return None
-
     def _resume(self) -> None:
         """Rebuild the store from the agent's journal on the board (a restarted agent)."""
         link = self._link
@@ -303,17 +294,9 @@ class RelevanceMemoryManager:
         Raises:
             ConfigError: this memory has no board.
         """
-        memory = self.pheromone
-        if not isinstance(memory, AgentMemory):
+        if self._link is None:
             raise ConfigError("forget() needs a memory board")
-        from .board import Archive, Forget
-
-        held = next((m for m in self.store.messages if m.id == message_id), None)
-        scope = memory.scope_of(message_id) or (memory.board_scope(held) if held is not None else memory.private)
-        op = (Archive if archive else Forget)(scope, message_id, memory.agent, reason)
-        outcome = memory.board.apply([op]).outcomes[0]
-        memory.refresh()
-        return outcome
+        return self._link.forget(message_id, self.store.messages, archive=archive, reason=reason)
 
     @property
     def messages(self) -> list[Message]:
@@ -518,25 +501,8 @@ class RelevanceMemoryManager:
         """Keep the cycle a build left; with a board, lease the shared items the build uses and
         put their provenance and the board's faults in the record (SPEC §8, §10)."""
         self._cycle, built = outcome.cycle, outcome.built
-        memory = self.pheromone
-        if not isinstance(memory, AgentMemory) or self._link is None:
-            return built
-        if built.sources:  # O(context): an appended build's per-message record stays unbuilt
-            emitted = [self.store[i] for i in built.sources if i is not None]
-            used = [m.id for m in emitted]
-            shared = [m.id for m in emitted if m.scope in memory.scopes]
-        else:
-            used = [d.id for d in built.record.messages if d.decision in ("kept", "recent")]
-            shared = [d.id for d in built.record.messages if d.scope in memory.scopes and d.decision in ("kept", "recent")]
-        memory.use(used, self._cycle.builds)
-        items = memory.provenance(shared)
-        built.record.board = BoardReport(
-            board=memory.board.name, agent=memory.agent, source=memory.source, scopes=list(memory.scopes),
-            imported=self._link.imported, faults=memory.take_faults(), items=items,
-        )
-        if built.record.board.faults:
-            built.record.warnings.append(
-                f"memory board {memory.board.name!r}: {len(built.record.board.faults)} fault(s), see record.board")
+        if self._link is not None:
+            self._link.lease(built, self.store.messages, self._cycle.builds)
         return built
 
     # ------------------------------------------------------------------ wiring

@@ -13,18 +13,22 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Mapping
-from typing import Any
+from collections.abc import Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any
 
 from .._exceptions import BoardError
 from .._models import Message
+from .._record import BoardReport
 from ..pheromone._field import pheromone_kind
 from ._agent import AgentMemory
-from ._model import Add, LogEntry
+from ._model import Add, Archive, Forget, LogEntry
 from ._protocol import MemoryBoard
 from ._publish import PublishRule, imported_message, log_entry
 
-__all__ = ["AgentLink"]
+if TYPE_CHECKING:
+    from ..pipeline._state import BuiltContext
+
+__all__ = ["AgentLink", "call_of"]
 
 Adder = Callable[..., "Message | None"]
 CHUNK = 500
@@ -185,3 +189,47 @@ class AgentLink:
             if fields.get("cursor") and fields.get("from") in self.cursors:
                 self.cursors[fields["from"]] = fields["cursor"]
         return out
+
+    def lease(self, built: BuiltContext, messages: Sequence[Message], build_number: int) -> None:
+        """Lease the shared items ``built`` uses (``messages``: the agent's store), and put their
+        provenance and the board's faults in its record (SPEC §8, §10)."""
+        memory = self.memory
+        if built.sources:  # O(context): an appended build's per-message record stays unbuilt
+            emitted = [messages[i] for i in built.sources if i is not None]
+            used = [m.id for m in emitted]
+            shared = [m.id for m in emitted if m.scope in memory.scopes]
+        else:
+            used = [d.id for d in built.record.messages if d.decision in ("kept", "recent")]
+            shared = [d.id for d in built.record.messages if d.scope in memory.scopes and d.decision in ("kept", "recent")]
+        memory.use(used, build_number)
+        items = memory.provenance(shared)
+        built.record.board = BoardReport(
+            board=memory.board.name, agent=memory.agent, source=memory.source, scopes=list(memory.scopes),
+            imported=self.imported, faults=memory.take_faults(), items=items,
+        )
+        if built.record.board.faults:
+            built.record.warnings.append(
+                f"memory board {memory.board.name!r}: {len(built.record.board.faults)} fault(s), see record.board")
+
+    def forget(self, message_id: str, messages: Sequence[Message], *, archive: bool, reason: str) -> str:
+        """Forget (or archive) the item ``message_id`` on the board for every agent (``messages``:
+        the agent's store, whose copy names its scope when the board does not); returns the
+        board's outcome (refused while another agent uses it)."""
+        memory = self.memory
+        held = next((m for m in messages if m.id == message_id), None)
+        scope = memory.scope_of(message_id) or (memory.board_scope(held) if held is not None else memory.private)
+        op = (Archive if archive else Forget)(scope, message_id, memory.agent, reason)
+        outcome = memory.board.apply([op]).outcomes[0]
+        memory.refresh()
+        return outcome
+
+
+def call_of(message: Message, messages: Sequence[Message]) -> dict[str, str] | None:
+    """The tool call (name and arguments) a tool ``message`` answers, found in ``messages``, or ``None``."""
+    if message.role != "tool" or message.tool_call_id is None:
+        return None
+    for other in reversed(messages):
+        for call in other.tool_calls:
+            if call.id == message.tool_call_id:
+                return {"name": call.name, "arguments": call.arguments}
+    return None
