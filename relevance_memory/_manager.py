@@ -9,10 +9,7 @@ does no I/O itself.
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
-import threading
-from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import datetime, timezone
 from typing import Any
 
@@ -146,7 +143,7 @@ class RelevanceMemoryManager:
         for kind, note in self.config.approximations():
             if kind != "tokens" or guessed:
                 warn_once(self.config.model, kind, note, stacklevel=3)
-        self._build_lock = threading.Lock()
+        self._lock = cycle.BuildLock()  # builds of this memory run one at a time
         self.restore_tool_offered: str | None = None
         """Name of the restore tool once :meth:`restore_tool` handed it out: the goal block then
         tells the model it can fetch archived messages with it."""
@@ -444,7 +441,7 @@ class RelevanceMemoryManager:
         """
         if self._link is not None:
             self.sync()
-        with self._sync_build():
+        with self._lock.hold():
             budget = cycle.message_budget(self.config, self.tokenizer, budget, tools)
             return self._built(cycle.run(self._cycle, self._seams(), goal=self.goal, budget=budget, compact=compact))
 
@@ -458,7 +455,7 @@ class RelevanceMemoryManager:
         the event loop."""
         if self._link is not None:
             self.sync()
-        async with self._async_build():
+        async with self._lock.ahold():
             budget = cycle.message_budget(self.config, self.tokenizer, budget, tools)
             return self._built(await cycle.arun(self._cycle, self._seams(), goal=self.goal, budget=budget, compact=compact))
 
@@ -466,36 +463,6 @@ class RelevanceMemoryManager:
     def prefix(self) -> PrefixState | None:
         """The latest request this memory built, which the next build may extend (SPEC §3.1)."""
         return self._cycle.prefix
-
-    @contextlib.contextmanager
-    def _sync_build(self) -> Iterator[None]:
-        lock = self._build_lock
-        if not lock.acquire(blocking=False):
-            try:
-                asyncio.get_running_loop()
-            except RuntimeError:
-                lock.acquire()  # another thread builds: wait for it
-            else:
-                raise RuntimeError(
-                    "build_context() was called inside an event loop while another build of this memory "
-                    "is running; await abuild_context() instead (waiting here would block the loop)"
-                )
-        try:
-            yield
-        finally:
-            lock.release()
-
-    @contextlib.asynccontextmanager
-    async def _async_build(self) -> AsyncIterator[None]:
-        lock = self._build_lock
-        delay = 0.0005
-        while not lock.acquire(blocking=False):  # never block the loop: poll with backoff
-            await asyncio.sleep(delay)
-            delay = min(delay * 2, 0.02)
-        try:
-            yield
-        finally:
-            lock.release()
 
     def _built(self, outcome: cycle.Outcome) -> BuiltContext:
         """Keep the cycle a build left; with a board, lease the shared items the build uses and

@@ -21,7 +21,10 @@ No I/O here but the scorer's, inside the pipeline.
 
 from __future__ import annotations
 
-from collections.abc import Generator, Sequence
+import asyncio
+import contextlib
+import threading
+from collections.abc import AsyncIterator, Generator, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -35,7 +38,7 @@ from ._run import abuild, build
 from ._state import BuildState, BuiltContext, Seams
 from .append import BuildStep, PrefixState, append, plan, remember
 
-__all__ = ["TARGET_GROWTH_SLACK", "Cycle", "Outcome", "arun", "grown_target", "message_budget", "run"]
+__all__ = ["TARGET_GROWTH_SLACK", "BuildLock", "Cycle", "Outcome", "arun", "grown_target", "message_budget", "run"]
 
 TARGET_GROWTH_SLACK = 64
 """Tokens added on top of what a compaction left out when its target grows (framing, goal block)."""
@@ -53,6 +56,51 @@ class Cycle:
 
     prefix: PrefixState | None = None
     builds: int = 0
+
+
+class BuildLock:
+    """Builds of one memory run one at a time, from threads or asyncio tasks (:meth:`hold` /
+    :meth:`ahold`); an async build never blocks the event loop while it waits."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+
+    @contextlib.contextmanager
+    def hold(self) -> Iterator[None]:
+        """Hold the lock for a sync build (another thread's build: wait for it).
+
+        Raises:
+            RuntimeError: called inside an event loop while another build holds the lock
+                (waiting would block the loop: await the async build instead).
+        """
+        lock = self._lock
+        if not lock.acquire(blocking=False):
+            try:
+                asyncio.get_running_loop()
+            except RuntimeError:
+                lock.acquire()  # another thread builds: wait for it
+            else:
+                raise RuntimeError(
+                    "build_context() was called inside an event loop while another build of this memory "
+                    "is running; await abuild_context() instead (waiting here would block the loop)"
+                )
+        try:
+            yield
+        finally:
+            lock.release()
+
+    @contextlib.asynccontextmanager
+    async def ahold(self) -> AsyncIterator[None]:
+        """Hold the lock for an async build, polling with backoff (never blocks the loop)."""
+        lock = self._lock
+        delay = 0.0005
+        while not lock.acquire(blocking=False):  # never block the loop: poll with backoff
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, 0.02)
+        try:
+            yield
+        finally:
+            lock.release()
 
 
 @dataclass(frozen=True)
