@@ -20,7 +20,6 @@ from ._models import Message, TaskGoal
 from ._requests import GoalTracker
 from ._tokenizer import TiktokenCounter, TokenCounter
 from .board import AgentLink, AgentMemory, MemoryBoard, MirroredBoard, PublishRule, RedisBoard
-from .board._link import call_of
 from .pheromone._field import PheromoneField
 from .pipeline import BuiltContext, Seams, cycle
 from .pipeline._bm25 import PrefilterIndex
@@ -171,8 +170,8 @@ class RelevanceMemoryManager:
             self.pheromone = AgentMemory(self.config.pheromone, board, agent, scopes=scopes,
                                          clock=lambda: clock_s().timestamp())
             self._link = AgentLink(self.pheromone, publish or PublishRule())
-            if _resume:
-                self._resume()
+            if _resume:  # a restarted agent: the store is rebuilt from its journal
+                self._link.resume(self.store)
 
     # ------------------------------------------------------------------ messages
     def add(self, message: Mapping[str, Any], **metadata: Any) -> Message:
@@ -192,17 +191,9 @@ class RelevanceMemoryManager:
             return self.store.add(message, **metadata)
         cursor = metadata.pop("_cursor", None)
         meta = {"id": f"{self.agent}:m{len(self.store)}", "producer": self.agent, **metadata}
-        link = self._link
-        if link is not None and cursor is None and "scope" not in metadata:
-            # the rule reads the type the store will give it (messages are frozen once stored)
-            meta["scope"] = link.scope_for(self.store.message_type(message, metadata.get("msg_type")).value)
-        added = self.store.add(message, **meta)
-        if link is None:
-            return added
-        link.journal(added, message, meta, cursor)
-        if cursor is None:
-            link.announce(added, call_of(added, self.store.messages))
-        return added
+        if self._link is None:
+            return self.store.add(message, **meta)
+        return self._link.add(self.store, message, meta, cursor)
 
     def extend(self, messages: Iterable[Mapping[str, Any]]) -> list[Message]:
         """Ingest many OpenAI chat dicts in order (atomically; see :class:`MessageStore`).
@@ -259,17 +250,6 @@ class RelevanceMemoryManager:
         if self.agent is None:
             return self.store.extend(messages)
         return [self.add(m) for m in messages]
-
-    def _resume(self) -> None:
-        """Rebuild the store from the agent's journal on the board (a restarted agent)."""
-        link = self._link
-        if link is None:
-            return
-        entries = link.replay()
-        for raw, meta in entries:
-            self.store.add(raw, **meta)
-        if entries:
-            self.pheromone.resume_from_board()  # type: ignore[attr-defined]
 
     def sync(self) -> int:
         """Import what other agents published to this agent's scopes since the last sync

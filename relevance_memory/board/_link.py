@@ -27,6 +27,7 @@ from ._publish import PublishRule, imported_message, log_entry
 
 if TYPE_CHECKING:
     from ..pipeline._state import BuiltContext
+    from ..store._store import MessageStore
 
 __all__ = ["AgentLink", "call_of"]
 
@@ -55,6 +56,27 @@ class AgentLink:
         """Ids this agent has published (a resynced history does not publish them again)."""
         self._journal: list[dict[str, str]] = []
         self._batching = False
+
+    def add(self, store: MessageStore, message: Mapping[str, Any], meta: dict[str, Any], cursor: str | None) -> Message:
+        """Store an agent's message (``meta``: its metadata, id and producer included), journal it
+        and, when its scope is shared (explicitly or by the publish rule), publish it; a message
+        imported from a shared scope (``cursor``: where its log was read) is journaled only."""
+        if cursor is None and "scope" not in meta:
+            # the rule reads the type the store will give it (messages are frozen once stored)
+            meta["scope"] = self.scope_for(store.message_type(message, meta.get("msg_type")).value)
+        added = store.add(message, **meta)
+        self.journal(added, message, meta, cursor)
+        if cursor is None:
+            self.announce(added, call_of(added, store.messages))
+        return added
+
+    def resume(self, store: MessageStore) -> None:
+        """Rebuild ``store`` from the agent's journal (a restarted agent), strengths included."""
+        entries = self.replay()
+        for raw, meta in entries:
+            store.add(raw, **meta)
+        if entries:
+            self.memory.resume_from_board()
 
     def carry_over(self, other: AgentLink) -> None:
         """Take ``other``'s cursors, counts and published ids (a resync: the same agent)."""
