@@ -19,7 +19,7 @@ from ._exceptions import ConfigError
 from ._models import Message, TaskGoal
 from ._requests import GoalTracker
 from ._tokenizer import TiktokenCounter, TokenCounter
-from .board import AgentLink, AgentMemory, MemoryBoard, MirroredBoard, PublishRule, RedisBoard
+from .board import AgentLink, MemoryBoard, PublishRule
 from .pheromone._field import PheromoneField
 from .pipeline import BuiltContext, Seams, cycle
 from .pipeline._bm25 import PrefilterIndex
@@ -150,12 +150,8 @@ class RelevanceMemoryManager:
         self._history = HistoryTracker()  # what sync_history has matched of the caller's list
         self._capabilities: tuple[Scorer, ScorerCapabilities] | None = None
         self.store = MessageStore(
-            self.tokenizer,
-            on_invalid=self.config.on_invalid,
-            reference_max_df=self.config.reference_max_df,
-            clock=self._clock,
-            vectors=self.vectors,
-            supersede=self.config.supersede,
+            self.tokenizer, on_invalid=self.config.on_invalid, reference_max_df=self.config.reference_max_df,
+            clock=self._clock, vectors=self.vectors, supersede=self.config.supersede,
             episode_gap_s=self.config.episode_gap_s,
         )
         self._cycle = cycle.Cycle()  # the latest request and the build count (SPEC §3.1)
@@ -164,12 +160,9 @@ class RelevanceMemoryManager:
         if board is not None:
             if agent is None:
                 raise ConfigError("a memory board needs agent=<name>: whose memory it holds")
-            if isinstance(board, RedisBoard):
-                board = MirroredBoard(board)
-            clock_s = self._clock
-            self.pheromone = AgentMemory(self.config.pheromone, board, agent, scopes=scopes,
-                                         clock=lambda: clock_s().timestamp())
-            self._link = AgentLink(self.pheromone, publish or PublishRule())
+            self._link = AgentLink.attach(self.config.pheromone, board, agent, scopes=scopes, publish=publish,
+                                          clock=self._clock)
+            self.pheromone = self._link.memory
             if _resume:  # a restarted agent: the store is rebuilt from its journal
                 self._link.resume(self.store)
 
@@ -389,13 +382,11 @@ class RelevanceMemoryManager:
     ) -> BuiltContext:
         """Build the context for the next LLM call (SPEC §3 and §3.1).
 
-        Prefix-stable by default (``config.cache_policy``, :mod:`relevance_memory.pipeline.cycle`):
-        the previous context is sent unchanged plus the new messages while that fits the
-        budget (``record.mode == "appended"``, O(new messages)); otherwise the pipeline
-        (:mod:`relevance_memory.pipeline`) compacts down to the policy's target
-        (``"compacted"``), or rebuilds within the whole budget on the first build, a new
-        final goal, a new budget or with ``CachePolicy(always_rebuild=True)``
-        (``"full_rebuild"``). ``record.mode_reason`` says why.
+        Prefix-stable (``config.cache_policy``; :mod:`relevance_memory.pipeline.cycle`): the
+        previous context plus the new messages while that fits the budget (``record.mode ==
+        "appended"``, O(new messages)); else the pipeline compacts to the policy's target
+        (``"compacted"``) or, on the first build, a new final goal or budget, or with
+        ``CachePolicy(always_rebuild=True)``, rebuilds (``"full_rebuild"``); ``record.mode_reason`` says why.
 
         Safe under concurrency: the build reads a snapshot of the store (messages added
         meanwhile by other threads or tasks wait for the next build) and builds of one memory
@@ -462,25 +453,15 @@ class RelevanceMemoryManager:
             known = self._capabilities = (scorer, ScorerCapabilities.of(scorer))
         capabilities = known[1]
         return Seams(
-            config=self.config,
+            config=self.config, tokenizer=self.tokenizer, clock=self._clock, order=self.order,
             store=StoreSnapshot(self.store),  # a consistent view: concurrent writes wait for the next build
             scorer=_telemetry.traced_scorer(self.scorer),  # each call a child span of the build's
-            capabilities=capabilities,
-            fallback=self._offline,
+            capabilities=capabilities, fallback=self._offline,
             # a context-dependent scorer's scores read this history: cached for this
             # manager only, never in a shared or on-disk cache (SPEC §6)
             score_cache=self._history_scores if capabilities.context_dependent else self.score_cache,
-            pheromone=self.pheromone,
-            deposit_log=self._deposits,
-            summarizer=self.summarizer,
-            summary_cache=self.summary_cache,
-            tokenizer=self.tokenizer,
-            clock=self._clock,
-            prefilter_index=self._prefilter_index,
-            order=self.order,
-            approximations=self.approximations,
-            restore_tool=self.restore_tool_offered,
-            renditions=self._renditions,
-            notices=self._goal.notices,
+            pheromone=self.pheromone, deposit_log=self._deposits, prefilter_index=self._prefilter_index,
+            summarizer=self.summarizer, summary_cache=self.summary_cache, renditions=self._renditions,
+            approximations=self.approximations, restore_tool=self.restore_tool_offered, notices=self._goal.notices,
         )
 

@@ -14,16 +14,20 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Mapping, Sequence
+from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
+from .._config import PheromoneConfig
 from .._exceptions import BoardError
 from .._models import Message
 from .._record import BoardReport
 from ..pheromone._field import pheromone_kind
 from ._agent import AgentMemory
+from ._mirror import MirroredBoard
 from ._model import Add, Archive, Forget, LogEntry
 from ._protocol import MemoryBoard
 from ._publish import PublishRule, imported_message, log_entry
+from ._redis import RedisBoard
 
 if TYPE_CHECKING:
     from ..pipeline._state import BuiltContext
@@ -56,6 +60,18 @@ class AgentLink:
         """Ids this agent has published (a resynced history does not publish them again)."""
         self._journal: list[dict[str, str]] = []
         self._batching = False
+
+    @classmethod
+    def attach(
+        cls, config: PheromoneConfig, board: MemoryBoard, agent: str, *, scopes: Sequence[str],
+        publish: PublishRule | None, clock: Callable[[], datetime],
+    ) -> AgentLink:
+        """The link of ``agent``'s memory on ``board`` (a :class:`RedisBoard` is wrapped in a
+        :class:`MirroredBoard`, so builds go on when Redis is unreachable); ``clock`` gives "now"."""
+        if isinstance(board, RedisBoard):
+            board = MirroredBoard(board)
+        memory = AgentMemory(config, board, agent, scopes=scopes, clock=lambda: clock().timestamp())
+        return cls(memory, publish or PublishRule())
 
     def add(self, store: MessageStore, message: Mapping[str, Any], meta: dict[str, Any], cursor: str | None) -> Message:
         """Store an agent's message (``meta``: its metadata, id and producer included), journal it
