@@ -413,8 +413,8 @@ class RelevanceMemoryManager:
         if self._link is not None:
             self.sync()
         with self._lock.hold():
-            budget = cycle.message_budget(self.config, self.tokenizer, budget, tools)
-            return self._built(cycle.run(self._cycle, self._seams(), goal=self.goal, budget=budget, compact=compact))
+            return self._built(cycle.run(self._cycle, self._seams(), goal=self.goal, budget=budget, tools=tools,
+                                         compact=compact))
 
     @_telemetry.abuild_span
     async def abuild_context(
@@ -427,8 +427,9 @@ class RelevanceMemoryManager:
         if self._link is not None:
             self.sync()
         async with self._lock.ahold():
-            budget = cycle.message_budget(self.config, self.tokenizer, budget, tools)
-            return self._built(await cycle.arun(self._cycle, self._seams(), goal=self.goal, budget=budget, compact=compact))
+            outcome = await cycle.arun(self._cycle, self._seams(), goal=self.goal, budget=budget, tools=tools,
+                                       compact=compact)
+            return self._built(outcome)
 
     @property
     def prefix(self) -> PrefixState | None:

@@ -134,14 +134,19 @@ def message_budget(config: MemoryConfig, tokenizer: TokenCounter, budget: int | 
     return budget - schema
 
 
-def run(cycle: Cycle, seams: Seams, *, goal: TaskGoal, budget: int, compact: bool = False) -> Outcome:
-    """The next build of ``cycle`` within ``budget`` tokens (after :func:`message_budget`).
+def run(
+    cycle: Cycle, seams: Seams, *, goal: TaskGoal, budget: int | None = None, tools: Sequence[Any] | None = None,
+    compact: bool = False,
+) -> Outcome:
+    """The next build of ``cycle``: within ``budget`` tokens (default ``config.token_budget()``)
+    minus the ``tools`` schema (:func:`message_budget`); ``compact`` asks for a compaction.
 
     Raises:
+        ConfigError: the budget is not a positive whole number of tokens, or the tools take it all.
         ContextOverflowError: the pinned prompt plus the newest step cannot fit the budget.
         InvalidMessageError: a tool call has no result (with ``on_invalid="raise"``).
     """
-    steps = _steps(cycle, seams, goal, budget, compact)
+    steps = _steps(cycle, seams, goal, message_budget(seams.config, seams.tokenizer, budget, tools), compact)
     try:
         state = next(steps)
         while True:
@@ -155,9 +160,12 @@ def run(cycle: Cycle, seams: Seams, *, goal: TaskGoal, budget: int, compact: boo
         return result
 
 
-async def arun(cycle: Cycle, seams: Seams, *, goal: TaskGoal, budget: int, compact: bool = False) -> Outcome:
+async def arun(
+    cycle: Cycle, seams: Seams, *, goal: TaskGoal, budget: int | None = None, tools: Sequence[Any] | None = None,
+    compact: bool = False,
+) -> Outcome:
     """Async :func:`run`: the scorer call is awaited (the only await point)."""
-    steps = _steps(cycle, seams, goal, budget, compact)
+    steps = _steps(cycle, seams, goal, message_budget(seams.config, seams.tokenizer, budget, tools), compact)
     try:
         state = next(steps)
         while True:
