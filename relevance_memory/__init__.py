@@ -38,6 +38,7 @@ from ._markers import GOAL_BLOCK_MARKER, SUMMARY_MARKER
 from ._models import Message, MessageType, RelevanceScore, ScoreSource, TaskGoal, ToolCall
 from ._record import BoardReport, BudgetBreakdown, DecisionRecord, MessageDecision, SummaryRecord
 from ._tokenizer import TiktokenCounter, TokenCounter, tools_tokens
+from ._version import __version__
 from .clients._anthropic import AsyncManagedAnthropic, ManagedAnthropic
 from .clients._anthropic_messages import (
     AnthropicTokenCounter,
@@ -84,8 +85,6 @@ def __getattr__(name: str) -> Any:
         return value
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
-
-__version__ = "0.1.0"
 
 # The public API, pinned by tests/test_exports.py. Also public: relevance_memory.testing
 # (fakes for users' tests), relevance_memory.pipeline (the stages, for extensions) and

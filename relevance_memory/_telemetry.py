@@ -92,7 +92,7 @@ def _tracer() -> Any:
         from opentelemetry import trace
     except ImportError:
         return None
-    from . import __version__
+    from ._version import __version__
 
     return trace.get_tracer(_SCOPE, __version__)
 
