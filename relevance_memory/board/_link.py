@@ -8,6 +8,8 @@
   :class:`PublishRule`) is appended to that scope's log as :func:`log_entry` fields.
 - **Sync**: before a build, the agent reads each of its scopes' logs since its cursor and
   imports other agents' messages (:func:`imported_message`); its own are skipped.
+- **Lease**: after a build, the shared items it used are leased, and their provenance and the
+  board's faults go into the decision record (:meth:`AgentLink.lease`).
 """
 
 from __future__ import annotations

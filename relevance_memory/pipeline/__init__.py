@@ -12,6 +12,9 @@
 - :mod:`.assemble` — the context in SPEC order, checked for API validity;
 - :mod:`.record` — the decision record.
 
+Around them, :mod:`.cycle` is the one call a build makes: append (:mod:`.append`: the previous
+request plus the new messages, no stage runs), or compact / rebuild by running the stages.
+
 Each stage is ``stage(state: BuildState, seams: Seams) -> Output``: it reads the slots of
 earlier stages and the seams, and the runner (:func:`build`, :func:`abuild`) stores its
 output in its own slot. :class:`~.ledger.BudgetLedger` accounts for every token.
