@@ -12,7 +12,6 @@ import pytest
 REPO = Path(__file__).resolve().parents[1]
 README = (REPO / "README.md").read_text(encoding="utf-8")
 PAGES = [REPO / "README.md", REPO / "BENCHMARKS.md", *sorted((REPO / "docs").glob("*.md"))]
-PENDING = {REPO / "docs" / "architecture.md"}  # written on the `layout` branch (issue 25 item 3)
 
 
 def _commands() -> list[str]:
@@ -52,8 +51,6 @@ def test_links_and_anchors_resolve(page: Path) -> None:
             continue
         path, _, anchor = target.partition("#")
         linked = (page.parent / path).resolve() if path else page
-        if linked in PENDING and not linked.exists():
-            continue
         assert linked.exists(), f"{page.name}: {target}"
         if anchor and linked.suffix == ".md":
             assert anchor in _anchors(linked), f"{page.name}: {target}"
