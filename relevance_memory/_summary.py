@@ -97,10 +97,14 @@ class OfflineSummarizer:
     Under a tight ``max_tokens`` (estimated) the newest material wins: values and tool
     calls are taken newest first, then prose by priority (constraints, then values, then
     the rest) and newest first within a priority; everything is shown in chronological
-    order. What the user said (not superseded) is taken first, up to half of the room, by
-    priority and newest first (issue 23: a name, number or decision the user stated early
-    outlives an agent's newer traffic); exact values and tool calls get their share of the
-    rest before other prose and filler. Superseded (earlier)
+    order. What the user said (not superseded) is taken first, up to half of the room (issue
+    23: a name, number or decision the user stated early outlives an agent's newer traffic):
+    the lines of their facts an earlier summary held (:attr:`SummaryItem.held`), held longest
+    first, so a re-summarisation never loses one while they fit; then what they stated (a
+    sentence that is no question, :func:`~relevance_memory._summary_text.is_question`, with a
+    value or a name: priority 3 at least), then what they asked, each by priority and newest
+    first; exact values and tool calls get their share of the rest before other prose and
+    filler. Superseded (earlier)
     values give way first (issue 11), and a superseded message's sentences read
     "The user said (earlier; since step 31: dislikes sushi): “I love sushi.”" — the newer value
     in the same line, so the earlier one never appears without it (issue 23). A superseded
@@ -322,6 +326,10 @@ class LLMSummarizer:
         user = (
             f"Write a {kind} of these {len(items)} messages in at most {max_tokens} tokens.\n\n" + "\n".join(blocks)
         )
+        held = list(dict.fromkeys(line for item in items for line in item.held))
+        if held:  # issue 23: a re-summarisation never loses a fact an earlier summary kept
+            user += "\n\nAn earlier summary of these messages kept these facts the user stated; keep each of them:\n" + "\n".join(
+                f"- {line}" for line in held)
         return [{"role": "system", "content": _LLM_SYSTEM}, {"role": "user", "content": user}]
 
     def summarize(self, items: Sequence[SummaryItem], *, level: int, max_tokens: int) -> SummaryDraft:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from relevance_memory._summary import OfflineSummarizer, SummaryCache, SummaryItem, build_pyramid
+from relevance_memory._summary import LLMSummarizer, OfflineSummarizer, SummaryCache, SummaryItem, build_pyramid
 from relevance_memory._summary_pyramid import RenderedSummary, held_lines, mark_held
 from relevance_memory._summary_text import is_question
 from relevance_memory._tokenizer import TiktokenCounter
@@ -95,3 +95,11 @@ def test_a_level2_merge_keeps_what_the_level1_summaries_held() -> None:
         first = [f for f in FACTS if f in level1.summaries[0].message["content"]]
         merged = result.summaries[0].message["content"]
         assert first and all(f in merged for f in first), cap
+
+
+def test_the_llm_prompt_names_the_held_facts() -> None:
+    lines = {f"The user said: “{FACTS[1]}”"}
+    items = mark_held(chat(2), lines)
+    prompt = LLMSummarizer(client=None, model="m").prompt(items, level=2, max_tokens=200)[1]["content"]
+    assert prompt.endswith(f"keep each of them:\n- The user said: “{FACTS[1]}”")
+    assert "keep each of them" not in LLMSummarizer(client=None, model="m").prompt(chat(2), level=2, max_tokens=200)[1]["content"]
