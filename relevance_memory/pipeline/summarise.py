@@ -28,6 +28,7 @@ from collections.abc import Mapping, Sequence
 from .._models import Message, RelevanceScore, content_text, user_authored
 from .._scoring import REQUEST_REASON
 from .._summary import PyramidResult, RenderedSummary, SummaryItem, build_pyramid, pointer_summary, pointer_tokens
+from .._summary_pyramid import held_lines, mark_held
 from ._state import BuildState, Partitioned, Ranked, Seams, Selection, Summarised, required
 from .ledger import BudgetLedger, Purpose
 from .partition import GOAL_POINTER, clip_to_tokens, goal_block_text
@@ -148,6 +149,9 @@ def summarise_archive(
         if not any(runs) or (fresh.summaries and all(x.level == 1 for x in fresh.summaries)):
             pyramid = PyramidResult(summaries=[*reused, *fresh.summaries], warnings=fresh.warnings)
     if not pyramid.summaries:  # nothing carried, or it no longer fits: summarise everything afresh
+        # what the carried summaries held of the user's facts is kept first (issue 23: a
+        # re-summarisation never loses a fact an earlier summary kept)
+        quoted = held_lines(carried)
         everything: list[list[SummaryItem]] = [[]]
         for message in store.messages:
             if message.id not in archived_ids:
@@ -156,7 +160,7 @@ def summarise_archive(
                 continue
             everything[-1].append(_item(seams, message))
         pyramid = build_pyramid(
-            everything,
+            [mark_held(run, quoted) for run in everything],
             summarizer=seams.summarizer,
             cache=seams.summary_cache,
             count=seams.tokenizer.count_message,
