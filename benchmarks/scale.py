@@ -121,6 +121,24 @@ def pct(values: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, max(0, round(q * (len(ordered) - 1))))]
 
 
+class GcPauses:
+    """Time spent in the garbage collector since :meth:`reset` (``gc.callbacks``; seconds)."""
+
+    def __init__(self) -> None:
+        self.total = 0.0
+        self._start = 0.0
+        gc.callbacks.append(self._callback)
+
+    def reset(self) -> None:
+        self.total = 0.0
+
+    def _callback(self, phase: str, info: dict[str, int]) -> None:
+        if phase == "start":
+            self._start = time.perf_counter()
+        else:
+            self.total += time.perf_counter() - self._start
+
+
 def child_ours(kind: str, n: int, args: argparse.Namespace) -> dict[str, Any]:
     from append_step import new_step
 
@@ -142,8 +160,13 @@ def child_ours(kind: str, n: int, args: argparse.Namespace) -> dict[str, Any]:
                            "history_tokens": sum(m.token_count for m in memory.messages)}
     wall, cpu, built = timed(memory.build_context)
     row.update(first_build_s=wall, first_build_cpu_s=cpu, first_build_mode=built.record.mode)
+    if args.gc_freeze:  # the caller's choice after a large ingest: the history's objects leave the collector's scans
+        gc.collect()
+        gc.freeze()
+    pauses = GcPauses()
     appends: list[float] = []
     appends_cpu: list[float] = []
+    append_gc: list[float] = []
     step_totals: list[float] = []
     tokenize: list[float] = []
     tokenize_cpu: list[float] = []
@@ -154,10 +177,12 @@ def child_ours(kind: str, n: int, args: argparse.Namespace) -> dict[str, Any]:
         tokenize.append(tok)
         tokenize_cpu.append(tok_cpu)
         ingest, _, _ = timed(lambda s=step: memory.extend(s))
+        pauses.reset()
         wall, cpu, built = timed(memory.build_context)
         if built.record.mode == "appended":
             appends.append(wall)
             appends_cpu.append(cpu)
+            append_gc.append(pauses.total)
             step_totals.append(ingest + wall)
         else:
             compactions.append(wall)
@@ -166,6 +191,8 @@ def child_ours(kind: str, n: int, args: argparse.Namespace) -> dict[str, Any]:
         append_cpu_p50_ms=1e3 * pct(appends_cpu, 0.5), append_cpu_p99_ms=1e3 * pct(appends_cpu, 0.99),
         step_total_p50_ms=1e3 * pct(step_totals, 0.5), step_total_p99_ms=1e3 * pct(step_totals, 0.99),
         appends=len(appends), loop_compactions_s=compactions,
+        append_gc_p99_ms=1e3 * pct(append_gc, 0.99), append_gc_max_ms=1e3 * max(append_gc, default=0.0),
+        append_gc_steps=sum(1 for g in append_gc if g > 0), gc_frozen=gc.get_freeze_count(),
         tokenize_step_p50_ms=1e3 * pct(tokenize, 0.5), tokenize_step_p99_ms=1e3 * pct(tokenize, 0.99),
         tokenize_step_cpu_p50_ms=1e3 * pct(tokenize_cpu, 0.5),
     )
@@ -274,7 +301,9 @@ def summarise(row: dict[str, Any]) -> str:
         f"(p50 {row['append_p50_ms'] / row['tokenize_step_p50_ms']:.0f}x; cpu p99 {row['append_cpu_p99_ms']:.2f} ms / "
         f"{row['tokenize_step_cpu_p50_ms']:.3f} ms = {row['append_cpu_p99_ms'] / row['tokenize_step_cpu_p50_ms']:.0f}x); "
         f"step ingest+build p50 "
-        f"{row['step_total_p50_ms']:.2f} p99 {row['step_total_p99_ms']:.2f} ms; compactions in the loop "
+        f"{row['step_total_p50_ms']:.2f} p99 {row['step_total_p99_ms']:.2f} ms; garbage collection in "
+        f"{row['append_gc_steps']} appends, p99 {row['append_gc_p99_ms']:.2f} ms, max {row['append_gc_max_ms']:.2f} ms"
+        f"{' (gc.freeze() after the first build)' if row['gc_frozen'] else ''}; compactions in the loop "
         f"{', '.join(f'{s:.2f} s' for s in row['loop_compactions_s']) or 'none'}",
         f"  compaction {row['compaction_s']:.2f} s ({row['compaction_mode']}; {row['compaction_s'] / row['tiktoken_s']:.2f}x "
         f"tiktoken counting the history {row['tiktoken_s']:.2f} s; {row['compaction_s'] / row['trim_warm_s']:.0f}x trim_messages "
@@ -291,6 +320,8 @@ def main() -> int:
     parser.add_argument("--steps", type=int, default=100)
     parser.add_argument("--max-chars", type=int, default=400)
     parser.add_argument("--trace-max", type=int, default=100_000, help="tracemalloc pass up to this many messages")
+    parser.add_argument("--gc-freeze", action="store_true",
+                        help="gc.freeze() after the ingest and first build (what a caller holding a large history may do)")
     parser.add_argument("--out", type=Path, default=None)
     parser.add_argument("--child", default=None, help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -298,7 +329,8 @@ def main() -> int:
         role, kind, n = args.child.split(":")
         print(json.dumps(CHILDREN[role](kind, int(n), args)))
         return 0
-    argv = [f"--budget={args.budget}", f"--steps={args.steps}", f"--max-chars={args.max_chars}", f"--trace-max={args.trace_max}"]
+    argv = [f"--budget={args.budget}", f"--steps={args.steps}", f"--max-chars={args.max_chars}", f"--trace-max={args.trace_max}",
+            *(["--gc-freeze"] if args.gc_freeze else [])]
     info = machine()
     print(f"machine: {info['cpu']}, {info['cores']} cores, Python {info['python']}, load {info['load_before']}", flush=True)
     rows = []
@@ -315,7 +347,8 @@ def main() -> int:
     info["load_after"] = os.getloadavg()
     if args.out:
         args.out.parent.mkdir(parents=True, exist_ok=True)
-        payload = {"machine": info, "budget": args.budget, "steps": args.steps, "max_chars": args.max_chars, "rows": rows}
+        payload = {"machine": info, "budget": args.budget, "steps": args.steps, "max_chars": args.max_chars,
+                   "gc_freeze": args.gc_freeze, "rows": rows}
         args.out.write_text(json.dumps(payload, indent=1) + "\n", encoding="utf-8")
     return 0
 
