@@ -27,8 +27,8 @@ from collections.abc import Mapping, Sequence
 
 from .._models import Message, RelevanceScore, content_text, user_authored
 from .._scoring import REQUEST_REASON
-from .._supersede import SupersedeLink
 from .._summary import PyramidResult, RenderedSummary, SummaryItem, build_pyramid, pointer_summary, pointer_tokens
+from .._supersede import SupersedeLink
 from ._state import BuildState, Partitioned, Ranked, Seams, Selection, Summarised, required
 from .ledger import BudgetLedger, Purpose
 from .partition import GOAL_POINTER, clip_to_tokens, goal_block_text
