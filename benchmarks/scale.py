@@ -126,17 +126,19 @@ class GcPauses:
 
     def __init__(self) -> None:
         self.total = 0.0
+        self.oldest = -1  # the oldest generation collected since reset (-1: none)
         self._start = 0.0
         gc.callbacks.append(self._callback)
 
     def reset(self) -> None:
-        self.total = 0.0
+        self.total, self.oldest = 0.0, -1
 
     def _callback(self, phase: str, info: dict[str, int]) -> None:
         if phase == "start":
             self._start = time.perf_counter()
         else:
             self.total += time.perf_counter() - self._start
+            self.oldest = max(self.oldest, info["generation"])
 
 
 def child_ours(kind: str, n: int, args: argparse.Namespace) -> dict[str, Any]:
@@ -167,6 +169,8 @@ def child_ours(kind: str, n: int, args: argparse.Namespace) -> dict[str, Any]:
     appends: list[float] = []
     appends_cpu: list[float] = []
     append_gc: list[float] = []
+    append_gc_generations: list[int] = []
+    compactions_cpu: list[float] = []
     step_totals: list[float] = []
     tokenize: list[float] = []
     tokenize_cpu: list[float] = []
@@ -183,9 +187,11 @@ def child_ours(kind: str, n: int, args: argparse.Namespace) -> dict[str, Any]:
             appends.append(wall)
             appends_cpu.append(cpu)
             append_gc.append(pauses.total)
+            append_gc_generations.append(pauses.oldest)
             step_totals.append(ingest + wall)
         else:
             compactions.append(wall)
+            compactions_cpu.append(cpu)
     row.update(
         append_p50_ms=1e3 * pct(appends, 0.5), append_p99_ms=1e3 * pct(appends, 0.99),
         append_cpu_p50_ms=1e3 * pct(appends_cpu, 0.5), append_cpu_p99_ms=1e3 * pct(appends_cpu, 0.99),
@@ -193,11 +199,18 @@ def child_ours(kind: str, n: int, args: argparse.Namespace) -> dict[str, Any]:
         appends=len(appends), loop_compactions_s=compactions,
         append_gc_p99_ms=1e3 * pct(append_gc, 0.99), append_gc_max_ms=1e3 * max(append_gc, default=0.0),
         append_gc_steps=sum(1 for g in append_gc if g > 0), gc_frozen=gc.get_freeze_count(),
+        append_gc_generations={str(g): append_gc_generations.count(g) for g in sorted(set(append_gc_generations))},
+        loop_compactions_cpu_s=compactions_cpu,
         tokenize_step_p50_ms=1e3 * pct(tokenize, 0.5), tokenize_step_p99_ms=1e3 * pct(tokenize, 0.99),
         tokenize_step_cpu_p50_ms=1e3 * pct(tokenize_cpu, 0.5),
     )
     wall, cpu, built = timed(lambda: memory.build_context(compact=True))
-    row.update(compaction_s=wall, compaction_cpu_s=cpu, compaction_mode=built.record.mode)
+    if built.record.mode != "compacted" and compactions:
+        # the loop compacted just before: too little to free now (clear_at_least); its newest compaction stands in
+        wall, cpu = compactions[-1], compactions_cpu[-1]
+        row["compaction_from_loop"] = True
+    row.update(compaction_s=wall, compaction_cpu_s=cpu,
+               compaction_mode="compacted" if row.get("compaction_from_loop") else built.record.mode)
     wall, cpu, built = timed(lambda: memory.build_context(budget=args.budget - 100))
     row.update(full_rebuild_s=wall, full_rebuild_cpu_s=cpu, full_rebuild_mode=built.record.mode)
     row["peak_rss_mib"] = peak_rss_bytes() / 2**20
@@ -302,11 +315,15 @@ def summarise(row: dict[str, Any]) -> str:
         f"{row['tokenize_step_cpu_p50_ms']:.3f} ms = {row['append_cpu_p99_ms'] / row['tokenize_step_cpu_p50_ms']:.0f}x); "
         f"step ingest+build p50 "
         f"{row['step_total_p50_ms']:.2f} p99 {row['step_total_p99_ms']:.2f} ms; garbage collection in "
-        f"{row['append_gc_steps']} appends, p99 {row['append_gc_p99_ms']:.2f} ms, max {row['append_gc_max_ms']:.2f} ms"
+        f"{row['append_gc_steps']} appends (oldest generation: appends {row.get('append_gc_generations', {})}), "
+        f"p99 {row['append_gc_p99_ms']:.2f} ms, max {row['append_gc_max_ms']:.2f} ms"
         f"{' (gc.freeze() after the first build)' if row['gc_frozen'] else ''}; compactions in the loop "
         f"{', '.join(f'{s:.2f} s' for s in row['loop_compactions_s']) or 'none'}",
-        f"  compaction {row['compaction_s']:.2f} s ({row['compaction_mode']}; {row['compaction_s'] / row['tiktoken_s']:.2f}x "
-        f"tiktoken counting the history {row['tiktoken_s']:.2f} s; {row['compaction_s'] / row['trim_warm_s']:.0f}x trim_messages "
+        f"  compaction {row['compaction_s']:.2f} s ({row['compaction_mode']}"
+        f"{'; the newest compaction of the loop' if row.get('compaction_from_loop') else ''}; "
+        f"{row['compaction_s'] / row['tiktoken_s']:.2f}x tiktoken counting the history {row['tiktoken_s']:.2f} s; cpu "
+        f"{row['compaction_cpu_s']:.2f} s = {row['compaction_cpu_s'] / row['tiktoken_cpu_s']:.2f}x {row['tiktoken_cpu_s']:.2f} s; "
+        f"{row['compaction_s'] / row['trim_warm_s']:.0f}x trim_messages "
         f"warm {1e3 * row['trim_warm_s']:.1f} ms); full rebuild {row['full_rebuild_s']:.2f} s ({row['full_rebuild_mode']})",
     ]
     return "\n".join(lines)
@@ -344,13 +361,19 @@ def main() -> int:
             row["load_after"] = os.getloadavg()
             rows.append(row)
             print(summarise(row), f"\n  load {row['load_before']} -> {row['load_after']}", flush=True)
+            if args.out:  # after every row: a long run stopped midway keeps what it measured
+                write(args, info, rows)
     info["load_after"] = os.getloadavg()
     if args.out:
-        args.out.parent.mkdir(parents=True, exist_ok=True)
-        payload = {"machine": info, "budget": args.budget, "steps": args.steps, "max_chars": args.max_chars,
-                   "gc_freeze": args.gc_freeze, "rows": rows}
-        args.out.write_text(json.dumps(payload, indent=1) + "\n", encoding="utf-8")
+        write(args, info, rows)
     return 0
+
+
+def write(args: argparse.Namespace, info: dict[str, Any], rows: list[dict[str, Any]]) -> None:
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    payload = {"machine": info, "budget": args.budget, "steps": args.steps, "max_chars": args.max_chars,
+               "gc_freeze": args.gc_freeze, "rows": rows}
+    args.out.write_text(json.dumps(payload, indent=1) + "\n", encoding="utf-8")
 
 
 if __name__ == "__main__":
