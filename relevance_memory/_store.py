@@ -53,7 +53,6 @@ rest when a build asks, :meth:`MessageStore.message_vectors`), keyed by content 
 from __future__ import annotations
 
 import math
-import sys
 import threading
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator, Mapping
@@ -497,13 +496,13 @@ class MessageStore:
             fields["references"] = tuple(references)
         stored = trusted(Message, fields)
         message_id = stored.id
-        # each distinct term and identifier is one string object in the process (interned):
-        # a message's rows hold references to them, not copies (issue 24: the per-message
-        # frozensets and their strings were 3 KB of the 6.4 KB a message cost)
-        terms = tuple(map(sys.intern, dict.fromkeys(lexical_terms(text_for_refs))))
+        # each distinct term and identifier is kept once, a message's rows as numbers
+        # (:class:`StringRows`; issue 24: the per-message frozensets and their strings were
+        # 3 KB of the 6.4 KB a message cost)
+        terms = tuple(dict.fromkeys(lexical_terms(text_for_refs)))
         self._parent.append(index)
         self.terms.append(terms)
-        idents = tuple(sorted(map(sys.intern, found)))
+        idents = tuple(sorted(found))
         self.idents.append(idents)
         self.episodes.append(self._episode_of(stored, by_clock=draft.clock_stamped))
         self.clock_stamped.append(draft.clock_stamped)
