@@ -87,6 +87,16 @@ embedder with a ``batch_size`` attribute sets its own (the minilm one: 16, so a 
 the store's lock for about a second, not five)."""
 
 
+_ROWS_MEMO = 4096
+"""Texts whose lexical terms and identifiers ingest memoises (an agent reads the same file,
+runs the same command, gets the same output again); only speed depends on it."""
+
+
+def _text_rows(text: str) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """A message text's distinct lexical terms (first-seen order) and its identifiers (sorted)."""
+    return tuple(dict.fromkeys(lexical_terms(text))), tuple(sorted(identifiers(text)))
+
+
 class MessageStore:
     """Append-only store of messages with the indexes the pipeline needs.
 
@@ -173,6 +183,7 @@ class MessageStore:
         self._lock = threading.RLock()
         self.vectors = vectors
         self._pending_vectors: list[tuple[str, str]] = []
+        self._rows_memo: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {}  # text → (terms, identifiers)
         self._detector = SupersedeDetector() if supersede else None
         self.superseded_by: dict[str, SupersedeLink] = {}
         self.supersedes: dict[str, list[str]] = {}
@@ -490,8 +501,14 @@ class MessageStore:
         # text, so checking a batch of a million messages holds no million texts
         calls: tuple[ToolCall, ...] = fields["tool_calls"]
         text_for_refs = content_text(fields["content"]) + "".join(f"\n{c.name}({c.arguments})" for c in calls)
-        found = identifiers(text_for_refs)
-        references = self._references(found, draft.parent_index)
+        rows = self._rows_memo.get(text_for_refs)
+        if rows is None:
+            rows = _text_rows(text_for_refs)
+            if len(self._rows_memo) >= _ROWS_MEMO:
+                self._rows_memo.clear()  # bounded; only speed depends on it
+            self._rows_memo[text_for_refs] = rows
+        terms, idents = rows
+        references = self._references(idents, draft.parent_index)
         if references:
             fields["references"] = tuple(references)
         stored = trusted(Message, fields)
@@ -499,10 +516,8 @@ class MessageStore:
         # each distinct term and identifier is kept once, a message's rows as numbers
         # (:class:`StringRows`; issue 24: the per-message frozensets and their strings were
         # 3 KB of the 6.4 KB a message cost)
-        terms = tuple(dict.fromkeys(lexical_terms(text_for_refs)))
         self._parent.append(index)
         self.terms.append(terms)
-        idents = tuple(sorted(found))
         self.idents.append(idents)
         self.episodes.append(self._episode_of(stored, by_clock=draft.clock_stamped))
         self.clock_stamped.append(draft.clock_stamped)
@@ -660,7 +675,7 @@ class MessageStore:
         gap = abs((now - before).total_seconds())
         return previous + 1 if gap >= self._episode_gap else previous
 
-    def _references(self, idents: set[str], parent_index: int | None) -> list[str]:
+    def _references(self, idents: Iterable[str], parent_index: int | None) -> list[str]:
         refs: list[str] = []
         if parent_index is not None:
             refs.append(self.messages[parent_index].id)
