@@ -52,6 +52,7 @@ rest when a build asks, :meth:`MessageStore.message_vectors`), keyed by content 
 
 from __future__ import annotations
 
+import hashlib
 import math
 import threading
 from collections import Counter
@@ -87,8 +88,8 @@ embedder with a ``batch_size`` attribute sets its own (the minilm one: 16, so a 
 the store's lock for about a second, not five)."""
 
 
-_ROWS_MEMO = 4096
-"""Texts whose lexical terms and identifiers ingest memoises (an agent reads the same file,
+_ROWS_MEMO = 256
+"""Texts (by a 16-byte digest) whose lexical terms and identifiers ingest memoises (an agent reads the same file,
 runs the same command, gets the same output again); only speed depends on it."""
 
 
@@ -183,7 +184,7 @@ class MessageStore:
         self._lock = threading.RLock()
         self.vectors = vectors
         self._pending_vectors: list[tuple[str, str]] = []
-        self._rows_memo: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {}  # text → (terms, identifiers)
+        self._rows_memo: dict[bytes, tuple[tuple[str, ...], tuple[str, ...]]] = {}  # text digest → (terms, identifiers)
         self._detector = SupersedeDetector() if supersede else None
         self.superseded_by: dict[str, SupersedeLink] = {}
         self.supersedes: dict[str, list[str]] = {}
@@ -501,12 +502,13 @@ class MessageStore:
         # text, so checking a batch of a million messages holds no million texts
         calls: tuple[ToolCall, ...] = fields["tool_calls"]
         text_for_refs = content_text(fields["content"]) + "".join(f"\n{c.name}({c.arguments})" for c in calls)
-        rows = self._rows_memo.get(text_for_refs)
+        memo_key = hashlib.blake2b(text_for_refs.encode(), digest_size=16).digest()  # not the text: it may be long
+        rows = self._rows_memo.get(memo_key)
         if rows is None:
             rows = _text_rows(text_for_refs)
             if len(self._rows_memo) >= _ROWS_MEMO:
                 self._rows_memo.clear()  # bounded; only speed depends on it
-            self._rows_memo[text_for_refs] = rows
+            self._rows_memo[memo_key] = rows
         terms, idents = rows
         references = self._references(idents, draft.parent_index)
         if references:
