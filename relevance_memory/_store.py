@@ -502,7 +502,7 @@ class MessageStore:
         # text, so checking a batch of a million messages holds no million texts
         calls: tuple[ToolCall, ...] = fields["tool_calls"]
         text_for_refs = content_text(fields["content"]) + "".join(f"\n{c.name}({c.arguments})" for c in calls)
-        memo_key = hashlib.blake2b(text_for_refs.encode(), digest_size=16).digest()  # not the text: it may be long
+        memo_key = hashlib.blake2b(text_for_refs.encode("utf-8", "surrogatepass"), digest_size=16).digest()  # not the text: it may be long
         rows = self._rows_memo.get(memo_key)
         if rows is None:
             rows = _text_rows(text_for_refs)

@@ -285,7 +285,7 @@ class SupersedeDetector:
         args = parsed.canonical
         # the call's key by digest: an index entry per distinct call holds 16 bytes, not its
         # whole arguments (a heredoc may be kilobytes)
-        key = hashlib.blake2b(f"{name} {args}".encode(), digest_size=16).digest()
+        key = hashlib.blake2b(f"{name} {args}".encode("utf-8", "surrogatepass"), digest_size=16).digest()
         links: list[SupersedeLink] = []
         live = self._calls.setdefault(key, [])
         self._touch(self._calls, key)
