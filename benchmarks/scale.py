@@ -121,6 +121,26 @@ def pct(values: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, max(0, round(q * (len(ordered) - 1))))]
 
 
+class GcPauses:
+    """Time spent in the garbage collector since :meth:`reset` (``gc.callbacks``; seconds)."""
+
+    def __init__(self) -> None:
+        self.total = 0.0
+        self.oldest = -1  # the oldest generation collected since reset (-1: none)
+        self._start = 0.0
+        gc.callbacks.append(self._callback)
+
+    def reset(self) -> None:
+        self.total, self.oldest = 0.0, -1
+
+    def _callback(self, phase: str, info: dict[str, int]) -> None:
+        if phase == "start":
+            self._start = time.perf_counter()
+        else:
+            self.total += time.perf_counter() - self._start
+            self.oldest = max(self.oldest, info["generation"])
+
+
 def child_ours(kind: str, n: int, args: argparse.Namespace) -> dict[str, Any]:
     from append_step import new_step
 
@@ -142,8 +162,15 @@ def child_ours(kind: str, n: int, args: argparse.Namespace) -> dict[str, Any]:
                            "history_tokens": sum(m.token_count for m in memory.messages)}
     wall, cpu, built = timed(memory.build_context)
     row.update(first_build_s=wall, first_build_cpu_s=cpu, first_build_mode=built.record.mode)
+    if args.gc_freeze:  # the caller's choice after a large ingest: the history's objects leave the collector's scans
+        gc.collect()
+        gc.freeze()
+    pauses = GcPauses()
     appends: list[float] = []
     appends_cpu: list[float] = []
+    append_gc: list[float] = []
+    append_gc_generations: list[int] = []
+    compactions_cpu: list[float] = []
     step_totals: list[float] = []
     tokenize: list[float] = []
     tokenize_cpu: list[float] = []
@@ -154,23 +181,36 @@ def child_ours(kind: str, n: int, args: argparse.Namespace) -> dict[str, Any]:
         tokenize.append(tok)
         tokenize_cpu.append(tok_cpu)
         ingest, _, _ = timed(lambda s=step: memory.extend(s))
+        pauses.reset()
         wall, cpu, built = timed(memory.build_context)
         if built.record.mode == "appended":
             appends.append(wall)
             appends_cpu.append(cpu)
+            append_gc.append(pauses.total)
+            append_gc_generations.append(pauses.oldest)
             step_totals.append(ingest + wall)
         else:
             compactions.append(wall)
+            compactions_cpu.append(cpu)
     row.update(
         append_p50_ms=1e3 * pct(appends, 0.5), append_p99_ms=1e3 * pct(appends, 0.99),
         append_cpu_p50_ms=1e3 * pct(appends_cpu, 0.5), append_cpu_p99_ms=1e3 * pct(appends_cpu, 0.99),
         step_total_p50_ms=1e3 * pct(step_totals, 0.5), step_total_p99_ms=1e3 * pct(step_totals, 0.99),
         appends=len(appends), loop_compactions_s=compactions,
+        append_gc_p99_ms=1e3 * pct(append_gc, 0.99), append_gc_max_ms=1e3 * max(append_gc, default=0.0),
+        append_gc_steps=sum(1 for g in append_gc if g > 0), gc_frozen=gc.get_freeze_count(),
+        append_gc_generations={str(g): append_gc_generations.count(g) for g in sorted(set(append_gc_generations))},
+        loop_compactions_cpu_s=compactions_cpu,
         tokenize_step_p50_ms=1e3 * pct(tokenize, 0.5), tokenize_step_p99_ms=1e3 * pct(tokenize, 0.99),
         tokenize_step_cpu_p50_ms=1e3 * pct(tokenize_cpu, 0.5),
     )
     wall, cpu, built = timed(lambda: memory.build_context(compact=True))
-    row.update(compaction_s=wall, compaction_cpu_s=cpu, compaction_mode=built.record.mode)
+    if built.record.mode != "compacted" and compactions:
+        # the loop compacted just before: too little to free now (clear_at_least); its newest compaction stands in
+        wall, cpu = compactions[-1], compactions_cpu[-1]
+        row["compaction_from_loop"] = True
+    row.update(compaction_s=wall, compaction_cpu_s=cpu,
+               compaction_mode="compacted" if row.get("compaction_from_loop") else built.record.mode)
     wall, cpu, built = timed(lambda: memory.build_context(budget=args.budget - 100))
     row.update(full_rebuild_s=wall, full_rebuild_cpu_s=cpu, full_rebuild_mode=built.record.mode)
     row["peak_rss_mib"] = peak_rss_bytes() / 2**20
@@ -274,10 +314,16 @@ def summarise(row: dict[str, Any]) -> str:
         f"(p50 {row['append_p50_ms'] / row['tokenize_step_p50_ms']:.0f}x; cpu p99 {row['append_cpu_p99_ms']:.2f} ms / "
         f"{row['tokenize_step_cpu_p50_ms']:.3f} ms = {row['append_cpu_p99_ms'] / row['tokenize_step_cpu_p50_ms']:.0f}x); "
         f"step ingest+build p50 "
-        f"{row['step_total_p50_ms']:.2f} p99 {row['step_total_p99_ms']:.2f} ms; compactions in the loop "
+        f"{row['step_total_p50_ms']:.2f} p99 {row['step_total_p99_ms']:.2f} ms; garbage collection in "
+        f"{row['append_gc_steps']} appends (oldest generation: appends {row.get('append_gc_generations', {})}), "
+        f"p99 {row['append_gc_p99_ms']:.2f} ms, max {row['append_gc_max_ms']:.2f} ms"
+        f"{' (gc.freeze() after the first build)' if row['gc_frozen'] else ''}; compactions in the loop "
         f"{', '.join(f'{s:.2f} s' for s in row['loop_compactions_s']) or 'none'}",
-        f"  compaction {row['compaction_s']:.2f} s ({row['compaction_mode']}; {row['compaction_s'] / row['tiktoken_s']:.2f}x "
-        f"tiktoken counting the history {row['tiktoken_s']:.2f} s; {row['compaction_s'] / row['trim_warm_s']:.0f}x trim_messages "
+        f"  compaction {row['compaction_s']:.2f} s ({row['compaction_mode']}"
+        f"{'; the newest compaction of the loop' if row.get('compaction_from_loop') else ''}; "
+        f"{row['compaction_s'] / row['tiktoken_s']:.2f}x tiktoken counting the history {row['tiktoken_s']:.2f} s; cpu "
+        f"{row['compaction_cpu_s']:.2f} s = {row['compaction_cpu_s'] / row['tiktoken_cpu_s']:.2f}x {row['tiktoken_cpu_s']:.2f} s; "
+        f"{row['compaction_s'] / row['trim_warm_s']:.0f}x trim_messages "
         f"warm {1e3 * row['trim_warm_s']:.1f} ms); full rebuild {row['full_rebuild_s']:.2f} s ({row['full_rebuild_mode']})",
     ]
     return "\n".join(lines)
@@ -291,6 +337,8 @@ def main() -> int:
     parser.add_argument("--steps", type=int, default=100)
     parser.add_argument("--max-chars", type=int, default=400)
     parser.add_argument("--trace-max", type=int, default=100_000, help="tracemalloc pass up to this many messages")
+    parser.add_argument("--gc-freeze", action="store_true",
+                        help="gc.freeze() after the ingest and first build (what a caller holding a large history may do)")
     parser.add_argument("--out", type=Path, default=None)
     parser.add_argument("--child", default=None, help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -298,7 +346,8 @@ def main() -> int:
         role, kind, n = args.child.split(":")
         print(json.dumps(CHILDREN[role](kind, int(n), args)))
         return 0
-    argv = [f"--budget={args.budget}", f"--steps={args.steps}", f"--max-chars={args.max_chars}", f"--trace-max={args.trace_max}"]
+    argv = [f"--budget={args.budget}", f"--steps={args.steps}", f"--max-chars={args.max_chars}", f"--trace-max={args.trace_max}",
+            *(["--gc-freeze"] if args.gc_freeze else [])]
     info = machine()
     print(f"machine: {info['cpu']}, {info['cores']} cores, Python {info['python']}, load {info['load_before']}", flush=True)
     rows = []
@@ -312,12 +361,19 @@ def main() -> int:
             row["load_after"] = os.getloadavg()
             rows.append(row)
             print(summarise(row), f"\n  load {row['load_before']} -> {row['load_after']}", flush=True)
+            if args.out:  # after every row: a long run stopped midway keeps what it measured
+                write(args, info, rows)
     info["load_after"] = os.getloadavg()
     if args.out:
-        args.out.parent.mkdir(parents=True, exist_ok=True)
-        payload = {"machine": info, "budget": args.budget, "steps": args.steps, "max_chars": args.max_chars, "rows": rows}
-        args.out.write_text(json.dumps(payload, indent=1) + "\n", encoding="utf-8")
+        write(args, info, rows)
     return 0
+
+
+def write(args: argparse.Namespace, info: dict[str, Any], rows: list[dict[str, Any]]) -> None:
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    payload = {"machine": info, "budget": args.budget, "steps": args.steps, "max_chars": args.max_chars,
+               "gc_freeze": args.gc_freeze, "rows": rows}
+    args.out.write_text(json.dumps(payload, indent=1) + "\n", encoding="utf-8")
 
 
 if __name__ == "__main__":

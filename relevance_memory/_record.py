@@ -10,7 +10,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, Field, ModelWrapValidatorHandler, PrivateAttr, computed_field, model_validator
 
 from ._cache_policy import BuildMode
-from ._models import ScoreSource, TaskGoal
+from ._models import ScoreSource, TaskGoal, user_authored
 from .scoring._scorer import ScorerUsage
 
 __all__ = ["BudgetBreakdown", "BudgetLine", "DecisionRecord", "MessageDecision", "SummaryRecord"]
@@ -215,6 +215,7 @@ class DecisionRecord(BaseModel):
 
     _messages: list[MessageDecision] | None = PrivateAttr(default=None)
     _lazy_messages: Callable[[], list[MessageDecision]] | None = PrivateAttr(default=None)
+    _lazy_user_messages: Callable[[], list[MessageDecision]] | None = PrivateAttr(default=None)
 
     @model_validator(mode="wrap")
     @classmethod
@@ -229,7 +230,7 @@ class DecisionRecord(BaseModel):
             record._messages = [
                 m if isinstance(m, MessageDecision) else MessageDecision.model_validate(m) for m in messages
             ]
-            record._lazy_messages = None
+            record._lazy_messages = record._lazy_user_messages = None
         return record
 
     @computed_field  # type: ignore[prop-decorator]
@@ -237,19 +238,32 @@ class DecisionRecord(BaseModel):
     def messages(self) -> list[MessageDecision]:
         """Per stored message, what the build decided (built on first use for an appended build)."""
         if self._messages is None:
-            lazy, self._lazy_messages = self._lazy_messages, None
+            lazy, self._lazy_messages, self._lazy_user_messages = self._lazy_messages, None, None
             self._messages = lazy() if lazy is not None else []
         return self._messages
 
     @messages.setter
     def messages(self, value: list[MessageDecision]) -> None:
         self._messages = list(value)
-        self._lazy_messages = None
+        self._lazy_messages = self._lazy_user_messages = None
 
-    def defer_messages(self, build: Callable[[], list[MessageDecision]]) -> None:
-        """Build :attr:`messages` with ``build()`` on first use instead of now (O(1) here)."""
+    def defer_messages(
+        self, build: Callable[[], list[MessageDecision]], users: Callable[[], list[MessageDecision]] | None = None
+    ) -> None:
+        """Build :attr:`messages` with ``build()`` on first use instead of now (O(1) here);
+        ``users()``, when given, builds only the decisions about messages a user wrote
+        (:meth:`user_decisions`), the same objects' content as ``build()`` gives them."""
         self._messages = None
         self._lazy_messages = build
+        self._lazy_user_messages = users
+
+    def user_decisions(self) -> list[MessageDecision]:
+        """The decisions about messages a user wrote (:func:`~relevance_memory._models.user_authored`),
+        in store order, without building the others while :attr:`messages` is not built yet
+        (a compaction reads them to check it kept the task statement and the user's constraints)."""
+        if self._messages is None and self._lazy_user_messages is not None:
+            return self._lazy_user_messages()
+        return [d for d in self.messages if user_authored(d.role, d.msg_type)]
 
     def cost_units(self, cached_price: float = 0.1) -> float:
         """This request's input cost in uncached-token units: ``uncached + p × cached``.

@@ -18,6 +18,7 @@ prefix of the next one. :mod:`.cycle` runs them, and the pipeline, in that order
 from __future__ import annotations
 
 import hashlib
+import itertools
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -142,7 +143,8 @@ def _tail_renditions(previous: PrefixState, seams: Seams, goal: TaskGoal) -> dic
     new = range(previous.next_index, len(store))
     if previous.base.identity and previous.tokens + sum(store[i].token_count for i in new) <= previous.budget:
         return {}
-    pinned = sum(m.token_count for m in store.messages[: previous.next_index] if m.step == -1)
+    # the pinned prompt leads the store (step -1 only while the leading system messages last): O(pinned)
+    pinned = sum(m.token_count for m in itertools.takewhile(lambda m: m.step == -1, itertools.islice(store.messages, previous.next_index)))
     newest_user = next((store[i].token_count for i in reversed(new) if store[i].role == "user"), 0)
     return entry_renditions(
         store.messages, list(new), budget=previous.budget, share=seams.config.excerpt_share,

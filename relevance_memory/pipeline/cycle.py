@@ -263,7 +263,7 @@ def grown_target(record: DecisionRecord, *, first_user: int | None, core_score: 
         return None
     lost = sum(
         d.tokens
-        for d in record.messages
+        for d in record.user_decisions()  # a compaction's record stays unbuilt (only the user's messages)
         if user_authored(d.role, d.msg_type)
         and d.decision not in ("kept", "recent")
         and d.reason != "excluded on ingest"

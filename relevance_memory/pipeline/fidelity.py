@@ -22,10 +22,11 @@ model, a test and ``relmem explain`` can tell it from the original.
 
 from __future__ import annotations
 
+import functools
 import json
 import re
 from collections import OrderedDict
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -350,9 +351,13 @@ class Renditions:
         self._maxsize = maxsize
 
     def get(
-        self, message: Message, fidelity: Fidelity, cap: int, keep: Collection[str], counter: TokenCounter, goal: str
+        self, message: Message, fidelity: Fidelity, cap: int, keep: Collection[str] | Callable[[], Collection[str]],
+        counter: TokenCounter, goal: str,
     ) -> Rendition:
-        """The rendition of ``message`` at ``fidelity`` (``cap`` only matters for an excerpt)."""
+        """The rendition of ``message`` at ``fidelity`` (``cap`` only matters for an excerpt).
+        ``keep`` may be a callable, called only when the rendition is not memoised yet (the
+        names cost a scan of the steps before the message: a compaction at 100k messages
+        re-read them for every oversized message)."""
         if fidelity == "verbatim":
             return Rendition(message.to_openai(), message.token_count, "verbatim", message.token_count)
         key = (message.id, message.content_hash, fidelity, cap if fidelity == "excerpt" else 0, goal)
@@ -360,8 +365,9 @@ class Renditions:
         if found is not None:
             self._data.move_to_end(key)
             return found
-        made = (excerpt_message(message, cap, keep, counter, goal) if fidelity == "excerpt"
-                else elide_message(message, keep, counter, goal))
+        names = keep() if callable(keep) else keep
+        made = (excerpt_message(message, cap, names, counter, goal) if fidelity == "excerpt"
+                else elide_message(message, names, counter, goal))
         self._data[key] = made
         while len(self._data) > self._maxsize:
             self._data.popitem(last=False)
@@ -409,7 +415,8 @@ def entry_renditions(
         if room is not None:
             cap = max(MIN_EXCERPT_TOKENS, min(cap, room))
         if message.token_count > cap:
-            out[i] = memo.get(message, "excerpt", cap, keep_names(messages, i, goal_text), counter, goal_text)
+            out[i] = memo.get(message, "excerpt", cap, functools.partial(keep_names, messages, i, goal_text), counter,
+                              goal_text)
     return out
 
 
@@ -445,7 +452,8 @@ def fit_chain(
         out: dict[int, Rendition] = {}
         for i in members:
             if size(i) > cap:
-                out[i] = memo.get(messages[i], "excerpt", cap, keep_names(messages, i, goal_text), counter, goal_text)
+                out[i] = memo.get(messages[i], "excerpt", cap, functools.partial(keep_names, messages, i, goal_text),
+                                  counter, goal_text)
             elif i in current:
                 out[i] = current[i]
         total = sum(out[i].tokens if i in out else messages[i].token_count for i in members)

@@ -276,11 +276,12 @@ def partition(state: BuildState, seams: Seams) -> Partitioned:
     store, config, goal, budget = seams.store, seams.config, state.goal, state.budget
     excluded = excluded_messages(store, config.on_invalid)
     roots = [store.chain_root(i) for i in range(len(store))]
+    messages = store.messages[0:len(store)]  # one list: each index of a snapshot view is a Python call
     newest_user = next(
-        (m.index for m in reversed(store.messages) if m.role == "user" and m.index not in excluded), None
+        (m.index for m in reversed(messages) if m.role == "user" and m.index not in excluded), None
     )
     split = split_history(
-        store.messages,
+        messages,
         roots,
         keep_recent=config.keep_recent,
         step_count=store.step_count,
@@ -307,13 +308,13 @@ def partition(state: BuildState, seams: Seams) -> Partitioned:
     newest_user_tokens = store[newest_user].token_count if newest_user is not None else 0
     room = whole - REPLY_PRIMING_TOKENS - pinned_tokens
     renditions: dict[int, Rendition] = entry_renditions(
-        store.messages, [i for c in chains.values() for i in c.members], budget=whole,
+        messages, [i for c in chains.values() for i in c.members], budget=whole,
         share=config.excerpt_share, goal_text=goal_terms, memo=seams.renditions, counter=seams.tokenizer,
         room=max(1, room - newest_user_tokens),
     )
     if newest_user is not None and newest_user in renditions and newest_user_tokens <= room:
         del renditions[newest_user]  # the newest user message stays verbatim while it alone fits (SPEC §9)
-    chains = group_chains(store.messages, roots, set(excluded) | set(split.pinned),
+    chains = group_chains(messages, roots, set(excluded) | set(split.pinned),
                           {i: r.tokens for i, r in renditions.items()})
     forced_tokens = sum(chains[r].tokens for r in split.forced)
     if not ledger.fits(forced_tokens):

@@ -23,14 +23,16 @@ The BM25 index itself lives in :mod:`._bm25` (built in chunks, grown with the st
 
 from __future__ import annotations
 
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
 
 from .._config import LOCAL_PREFILTER_MIN
-from .._models import user_authored
+from .._models import Message, user_authored
 from .._text import lexical_terms
+from ..pheromone._field import PheromoneField
+from ..pheromone._math import forgotten_for, score_before, task_strength
 from ..scoring._semantic import mostly_cjk, rrf_fuse
 from ._bm25 import ChunkedBM25, PrefilterIndex
 from ._state import BuildState, Prefiltered, Seams, required
@@ -120,13 +122,31 @@ def _forgotten(state: BuildState, seams: Seams) -> dict[int, str]:
     threshold = config.pheromone.forget_threshold
     promote = config.promote_after_references
     forgotten: dict[int, str] = {}
+    ids = [m.id for m in store.messages]  # one pass: each index of a snapshot view is a Python call
+    is_forgotten = _forgetting(seams, goal.final, goal.effective_subtask)
+    referenced_by = store.referenced_by
     for root, chain in part.candidates.items():
         if (
             root != part.task_root
-            and all(seams.pheromone.forgotten_for(store[i].id, goal.final, goal.effective_subtask) for i in chain.members)
-            and not any(len(store.referenced_by.get(store[i].id, ())) >= promote for i in chain.members)
+            and all(is_forgotten(ids[i]) for i in chain.members)
+            and not any(len(referenced_by.get(ids[i], ())) >= promote for i in chain.members)
         ):
             forgotten[root] = f"forgotten: strength < {threshold} with score ≤ 2 (not re-scored)"
+    return forgotten
+
+
+def _forgetting(seams: Seams, final: str, subtask: str) -> Callable[[str], bool]:
+    """``forgotten_for`` of the pheromone memory for ``(final, subtask)`` by message id; a
+    plain :class:`~relevance_memory.pheromone._field.PheromoneField` read cell by cell."""
+    field = seams.pheromone
+    if not isinstance(field, PheromoneField) or type(field).forgotten_for is not PheromoneField.forgotten_for:
+        return lambda mid: field.forgotten_for(mid, final, subtask)
+    cell_of, tick, pconfig = field.cell, field.tick, field.config
+
+    def forgotten(mid: str) -> bool:
+        cell = cell_of(mid)
+        return forgotten_for(cell, tick, pconfig, final, subtask) if cell else False
+
     return forgotten
 
 
@@ -151,25 +171,14 @@ def _bm25_rejected(state: BuildState, seams: Seams) -> dict[int, float]:
         return {}
     ranked = {r: c.members for r, c in part.candidates.items()}
     subtask = goal.effective_subtask
-    pheromone = seams.pheromone
+    messages = store.messages[0:len(store)]  # one list: each index of a snapshot view is a Python call
+    remembered = _memory_passes(seams, goal.final, subtask) if config.pheromone.enabled else None
     always = {
         r
         for r, members in ranked.items()
         if r == part.task_root
-        or any(store[i].msg_type.value == "user_instruction" for i in members)
-        or (
-            config.pheromone.enabled
-            and any(
-                (pheromone.score_before(store[i].id, goal.final, subtask) or 0) >= config.core_score
-                or pheromone.strength_for(store[i].id, goal.final, subtask) >= config.pheromone.prefilter_pass
-                # SPEC §7: a user's own message once scored core is never left unseen in a summary,
-                # also when this very subtask scored it (only admitted chains are ever scored, so a
-                # rebuild admits the same set)
-                or (user_authored(store[i].role, store[i].msg_type.value)
-                    and (pheromone.latest_score(store[i].id) or 0) >= config.core_score)
-                for i in members
-            )
-        )
+        or any(messages[i].msg_type == "user_instruction" for i in members)
+        or (remembered is not None and any(remembered(messages[i]) for i in members))
     }
     # the goal and subtask lead; recent steps add context at a lower weight (their text
     # can be unrelated to the goal, e.g. the newest chat turn)
@@ -197,6 +206,40 @@ def _bm25_rejected(state: BuildState, seams: Seams) -> dict[int, float]:
     return result.rejected
 
 
+def _memory_passes(seams: Seams, final: str, subtask: str) -> Callable[[Message], bool]:
+    """Whether the pheromone memory lets a message's chain always pass the prefilter: scored
+    core by an earlier subtask, strength for this task at least ``prefilter_pass``, or (SPEC §7)
+    a user's own message once scored core, also by this very subtask (only admitted chains
+    are ever scored, so a rebuild admits the same set). A plain
+    :class:`~relevance_memory.pheromone._field.PheromoneField` is read cell by cell (one lookup per
+    message, the same functions its methods apply); another memory through its methods."""
+    config = seams.config
+    core, passing = config.core_score, config.pheromone.prefilter_pass
+    field = seams.pheromone
+    if not isinstance(field, PheromoneField) or any(
+        getattr(type(field), name) is not getattr(PheromoneField, name)
+        for name in ("score_before", "strength_for", "latest_score")
+    ):
+        return lambda m: (
+            (field.score_before(m.id, final, subtask) or 0) >= core
+            or field.strength_for(m.id, final, subtask) >= passing
+            or (user_authored(m.role, m.msg_type.value) and (field.latest_score(m.id) or 0) >= core)
+        )
+    cell_of, tick, pconfig = field.cell, field.tick, field.config
+
+    def passes(m: Message) -> bool:
+        cell = cell_of(m.id)
+        if not cell:
+            return core <= 0 or passing <= 0.0
+        return (
+            (score_before(cell, final, subtask) or 0) >= core
+            or task_strength(cell, tick, pconfig, final, subtask) >= passing
+            or (user_authored(m.role, m.msg_type.value) and (cell.latest_score or 0) >= core)
+        )
+
+    return passes
+
+
 def goal_cosines(state: BuildState, seams: Seams) -> list[float] | None:
     """Each stored message's cosine to the goal (the larger of final goal and subtask), from
     the vectors kept on ingest; ``None`` without vectors or goal text (exact, deterministic)."""
@@ -218,10 +261,9 @@ def prefilter(state: BuildState, seams: Seams) -> Prefiltered:
     memory and the BM25 index; writes which chains are skipped and which members need a score."""
     part = required(state.partition, "partition")
     skipped = _forgotten(state, seams)
-    for root, best in _bm25_rejected(state, seams).items():
-        skipped.setdefault(
-            root, f"prefiltered out ({'BM25 + semantic rank' if seams.store.message_vectors() is not None and seams.config.embeddings else 'BM25'} "
-            f"{best:.4g} below the top {seams.config.prefilter_top_n})"
-        )
+    rejected = _bm25_rejected(state, seams)
+    rank = "BM25 + semantic rank" if rejected and seams.store.message_vectors() is not None and seams.config.embeddings else "BM25"
+    for root, best in rejected.items():
+        skipped.setdefault(root, f"prefiltered out ({rank} {best:.4g} below the top {seams.config.prefilter_top_n})")
     to_score = sorted(i for root, chain in part.candidates.items() if root not in skipped for i in chain.members)
     return Prefiltered(skipped=skipped, to_score=tuple(to_score))

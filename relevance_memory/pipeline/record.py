@@ -9,12 +9,17 @@ usage, cache hits and warnings.
 
 from __future__ import annotations
 
+import functools
 import hashlib
+from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
-from .._models import Message, ScoreSource
+from .._models import Message, ScoreSource, user_authored
 from .._record import BudgetBreakdown, BudgetLine, DecisionRecord, MessageDecision, SummaryRecord
 from .._tokenizer import REPLY_PRIMING_TOKENS
+from ..pheromone._field import PheromoneField
+from ..pheromone._math import settled_strength
 from ..scoring._scorer import ScorerUsage
 from ._state import BuildState, Partitioned, Seams, required
 from .ledger import Purpose
@@ -22,8 +27,44 @@ from .ledger import Purpose
 __all__ = ["compaction_breakdown", "record"]
 
 
-def _common(seams: Seams, message: Message) -> dict[str, Any]:
-    strength = round(seams.pheromone.strength(message.id), 4) if seams.config.pheromone.enabled else None
+@dataclass(frozen=True)
+class _Memory:
+    """What the record reads of the pheromone memory, as of the build: each message's strength
+    (rounded to 4 places; ``None`` without the field) and latest score. A plain
+    :class:`~relevance_memory.pheromone._field.PheromoneField` is read from the (immutable) cells it
+    holds at the build, settled when the record is built (the same floats); another memory (a
+    board's) is read at the build, so the record is built then too."""
+
+    strength: Callable[[str], float | None]
+    latest_score: Callable[[str], int | None]
+    deferrable: bool
+
+
+def _memory(seams: Seams) -> _Memory:
+    field = seams.pheromone
+    enabled = seams.config.pheromone.enabled
+    if not isinstance(field, PheromoneField) or type(field).strength is not PheromoneField.strength \
+            or type(field).latest_score is not PheromoneField.latest_score:
+        return _Memory(lambda mid: round(field.strength(mid), 4) if enabled else None, field.latest_score, False)
+    tick, config = field.tick, field.config
+    ids = [m.id for m in seams.store.messages]
+    cells = dict(zip(ids, field.cells_of(ids), strict=True))
+
+    def strength(mid: str) -> float | None:
+        if not enabled:
+            return None
+        cell = cells.get(mid)
+        return round(settled_strength(cell, tick, config), 4) if cell else 0.0
+
+    def latest_score(mid: str) -> int | None:
+        cell = cells.get(mid)
+        return cell.latest_score if cell else None
+
+    return _Memory(strength, latest_score, True)
+
+
+def _common(seams: Seams, memory: _Memory, message: Message) -> dict[str, Any]:
+    strength = memory.strength(message.id)
     out: dict[str, Any] = {
         "id": message.id, "index": message.index, "step": message.step, "role": message.role,
         "msg_type": message.msg_type.value, "tokens": message.token_count, "strength": strength,
@@ -40,7 +81,11 @@ def _common(seams: Seams, message: Message) -> dict[str, Any]:
     return out
 
 
-def _decisions(state: BuildState, seams: Seams, part: Partitioned) -> list[MessageDecision]:
+def _decisions(
+    state: BuildState, seams: Seams, part: Partitioned, memory: _Memory, users_only: bool = False
+) -> list[MessageDecision]:
+    """Per stored message, the build's decision (or, with ``users_only``, per message a user
+    wrote: :func:`~relevance_memory._models.user_authored`)."""
     store, config = seams.store, seams.config
     roots = {i: root for root, chain in part.chains.items() for i in chain.members}
     summarised = state.summarised
@@ -72,8 +117,10 @@ def _decisions(state: BuildState, seams: Seams, part: Partitioned) -> list[Messa
 
     decisions: list[MessageDecision] = []
     for message in store.messages:
+        if users_only and not user_authored(message.role, message.msg_type.value):
+            continue
         i = message.index
-        common = _common(seams, message)
+        common = _common(seams, memory, message)
         if i in part.excluded:
             decisions.append(MessageDecision(
                 **common, tier="archive", decision="dropped", chain_id=store[store.chain_root(i)].id,
@@ -104,7 +151,7 @@ def _decisions(state: BuildState, seams: Seams, part: Partitioned) -> list[Messa
         summarised_here = message.id in covered
         gone = "summarised" if summarised_here else "dropped"
         if root in skipped:
-            latest = seams.pheromone.latest_score(message.id) if root not in selection.tier else None
+            latest = memory.latest_score(message.id) if root not in selection.tier else None
             decisions.append(MessageDecision(
                 **common, score=latest, reason=skipped[root], tier="archive",
                 decision=gone, chain_id=chain_id,  # type: ignore[arg-type]
@@ -166,7 +213,7 @@ def record(state: BuildState, seams: Seams) -> DecisionRecord:
     part = required(state.partition, "partition")
     assembled = required(state.assembled, "assemble")
     store, config, scorer = seams.store, seams.config, seams.scorer
-    decisions = _decisions(state, seams, part)
+    memory = _memory(seams)
     scored, summarised = state.scored, state.summarised
     result = scored.result if scored is not None else None
     warnings = list(part.warnings) + (list(summarised.warnings) if summarised is not None else [])
@@ -220,7 +267,11 @@ def record(state: BuildState, seams: Seams) -> DecisionRecord:
         mode_reason=state.mode_reason,
         target=state.budget if budget != state.budget else None,
     )
-    built.messages = decisions
+    if memory.deferrable:  # built on first use (relmem explain, a board, a recording span): O(1) here
+        built.defer_messages(functools.partial(_decisions, state, seams, part, memory),
+                             functools.partial(_decisions, state, seams, part, memory, users_only=True))
+    else:
+        built.messages = _decisions(state, seams, part, memory)
     return built
 
 

@@ -35,6 +35,7 @@ memory through its methods only.
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Collection, Iterable, Mapping, Sequence
 
@@ -436,7 +437,7 @@ def chain_options(
         for fidelity in ("excerpt", "elided"):
             rendered = dict(entry)
             for i in bulky:
-                keep = keep_names(store.messages, i, goal_text)
+                keep = functools.partial(keep_names, store.messages, i, goal_text)
                 cap = max(MIN_EXCERPT_TOKENS, int(size(i) * EXCERPT_RATIO))
                 rendered[i] = memo.get(store[i], "excerpt" if fidelity == "excerpt" else "elided", cap, keep, counter,
                                        goal.final)

@@ -66,6 +66,12 @@ class _RefsView(Mapping[str, Sequence[str]]):
             raise KeyError(key)
         return visible
 
+    def get(self, key: str, default: Any = None) -> Any:  # without a KeyError per miss (most messages)
+        refs = self._refs.get(key)
+        if refs is None or self._by_id.get(key, self._n) >= self._n:
+            return default
+        return self._visible(refs) or default
+
     def __iter__(self) -> Iterator[str]:
         for key in list(self._refs):
             if self._by_id.get(key, self._n) < self._n and self._visible(self._refs[key]):
@@ -90,6 +96,16 @@ class _LinkView(Mapping[str, SupersedeLink]):
             raise KeyError(key)
         return link
 
+    def get(self, key: str, default: Any = None) -> Any:  # without a KeyError per miss (most messages)
+        link = self._links.get(key)
+        if link is None or self._by_id.get(link.newer, self._n) >= self._n:
+            return default
+        return link
+
+    def __contains__(self, key: object) -> bool:
+        link = self._links.get(key) if isinstance(key, str) else None
+        return link is not None and self._by_id.get(link.newer, self._n) < self._n
+
     def __iter__(self) -> Iterator[str]:
         for key, link in list(self._links.items()):
             if self._by_id.get(link.newer, self._n) < self._n:
@@ -111,6 +127,15 @@ class _SupersedesView(Mapping[str, Sequence[str]]):
         if self._by_id.get(key, self._n) >= self._n:
             raise KeyError(key)
         return tuple(self._olders[key])
+
+    def get(self, key: str, default: Any = None) -> Any:  # without a KeyError per miss (most messages)
+        olders = self._olders.get(key)
+        if olders is None or self._by_id.get(key, self._n) >= self._n:
+            return default
+        return tuple(olders)
+
+    def __contains__(self, key: object) -> bool:
+        return isinstance(key, str) and key in self._olders and self._by_id.get(key, self._n) < self._n
 
     def __iter__(self) -> Iterator[str]:
         for key in list(self._olders):

@@ -52,8 +52,8 @@ rest when a build asks, :meth:`MessageStore.message_vectors`), keyed by content 
 
 from __future__ import annotations
 
+import hashlib
 import math
-import sys
 import threading
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator, Mapping
@@ -85,6 +85,16 @@ VECTOR_BATCH = 256
 """Messages embedded together on ingest (one tokenizer batch): a build embeds the rest. An
 embedder with a ``batch_size`` attribute sets its own (the minilm one: 16, so a batch holds
 the store's lock for about a second, not five)."""
+
+
+_ROWS_MEMO = 256
+"""Texts (by a 16-byte digest) whose lexical terms and identifiers ingest memoises (an agent reads the same file,
+runs the same command, gets the same output again); only speed depends on it."""
+
+
+def _text_rows(text: str) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """A message text's distinct lexical terms (first-seen order) and its identifiers (sorted)."""
+    return tuple(dict.fromkeys(lexical_terms(text))), tuple(sorted(identifiers(text)))
 
 
 class MessageStore:
@@ -173,6 +183,7 @@ class MessageStore:
         self._lock = threading.RLock()
         self.vectors = vectors
         self._pending_vectors: list[tuple[str, str]] = []
+        self._rows_memo: dict[bytes, tuple[tuple[str, ...], tuple[str, ...]]] = {}  # text digest → (terms, identifiers)
         self._detector = SupersedeDetector() if supersede else None
         self.superseded_by: dict[str, SupersedeLink] = {}
         self.supersedes: dict[str, list[str]] = {}
@@ -485,19 +496,24 @@ class MessageStore:
         # text, so checking a batch of a million messages holds no million texts
         calls: tuple[ToolCall, ...] = fields["tool_calls"]
         text_for_refs = content_text(fields["content"]) + "".join(f"\n{c.name}({c.arguments})" for c in calls)
-        found = identifiers(text_for_refs)
-        references = self._references(found, draft.parent_index)
+        memo_key = hashlib.blake2b(text_for_refs.encode("utf-8", "surrogatepass"), digest_size=16).digest()  # not the text: it may be long
+        rows = self._rows_memo.get(memo_key)
+        if rows is None:
+            rows = _text_rows(text_for_refs)
+            if len(self._rows_memo) >= _ROWS_MEMO:
+                self._rows_memo.clear()  # bounded; only speed depends on it
+            self._rows_memo[memo_key] = rows
+        terms, idents = rows
+        references = self._references(idents, draft.parent_index)
         if references:
             fields["references"] = tuple(references)
         stored = trusted(Message, fields)
         message_id = stored.id
-        # each distinct term and identifier is one string object in the process (interned):
-        # a message's rows hold references to them, not copies (issue 24: the per-message
-        # frozensets and their strings were 3 KB of the 6.4 KB a message cost)
-        terms = tuple(map(sys.intern, dict.fromkeys(lexical_terms(text_for_refs))))
+        # each distinct term and identifier is kept once, a message's rows as numbers
+        # (:class:`StringRows`; issue 24: the per-message frozensets and their strings were
+        # 3 KB of the 6.4 KB a message cost)
         self._parent.append(index)
         self.terms.append(terms)
-        idents = tuple(sorted(map(sys.intern, found)))
         self.idents.append(idents)
         self.episodes.append(self._episode_of(stored, by_clock=draft.clock_stamped))
         self.clock_stamped.append(draft.clock_stamped)
@@ -655,7 +671,7 @@ class MessageStore:
         gap = abs((now - before).total_seconds())
         return previous + 1 if gap >= self._episode_gap else previous
 
-    def _references(self, idents: set[str], parent_index: int | None) -> list[str]:
+    def _references(self, idents: Iterable[str], parent_index: int | None) -> list[str]:
         refs: list[str] = []
         if parent_index is not None:
             refs.append(self.messages[parent_index].id)

@@ -31,6 +31,7 @@ nothing: no link is made, and both messages stay as they are.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import posixpath
 from collections import OrderedDict, deque
@@ -124,11 +125,15 @@ class SupersedeLink:
 
 
 # --------------------------------------------------------------------------- tool calls
+_CANONICAL_JSON = json.JSONEncoder(sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+"""``json.dumps(…, sort_keys=True, separators=(",", ":"), ensure_ascii=False)``, built once."""
+
+
 def canonical_arguments(arguments: str) -> str:
     """Tool-call arguments as canonical JSON (sorted keys, no spaces) when they parse,
     else the raw string stripped — so ``{"a":1, "b":2}`` equals ``{"b": 2, "a": 1}``."""
     try:
-        return json.dumps(json.loads(arguments), sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+        return _CANONICAL_JSON.encode(json.loads(arguments))
     except (ValueError, TypeError):
         return arguments.strip()
 
@@ -176,7 +181,7 @@ def parse_call(arguments: str) -> ParsedCall:
         parsed = json.loads(arguments)
     except (ValueError, TypeError):
         return ParsedCall(arguments.strip())
-    canonical = json.dumps(parsed, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    canonical = _CANONICAL_JSON.encode(parsed)
     command = _command_in(parsed)
     if command is None:
         return ParsedCall(canonical)
@@ -217,7 +222,7 @@ class SupersedeDetector:
 
     fact_roles: frozenset[str] = frozenset({"user"})
     max_keys: int = 50_000
-    _calls: OrderedDict[str, list[tuple[str, int, str]]] = field(default_factory=OrderedDict)
+    _calls: OrderedDict[bytes, list[tuple[str, int, str]]] = field(default_factory=OrderedDict)
     _views: OrderedDict[str, list[_LiveView]] = field(default_factory=OrderedDict)
     _facts: OrderedDict[tuple[str, str, str], deque[_LiveFact]] = field(default_factory=OrderedDict)
     _edited: OrderedDict[str, str] = field(default_factory=OrderedDict)  # file → id of its newest edit
@@ -248,7 +253,7 @@ class SupersedeDetector:
         that edited it (the assistant message whose tool call made the edit)."""
         return dict(self._edited)
 
-    def _touch(self, table: OrderedDict[str, list[_LiveView]] | OrderedDict[str, list[tuple[str, int, str]]] | OrderedDict[tuple[str, str, str], deque[_LiveFact]], key: object) -> None:
+    def _touch(self, table: OrderedDict[str, list[_LiveView]] | OrderedDict[bytes, list[tuple[str, int, str]]] | OrderedDict[tuple[str, str, str], deque[_LiveFact]], key: object) -> None:
         table.move_to_end(key)  # type: ignore[arg-type]
         while len(table) > self.max_keys:
             table.popitem(last=False)
@@ -278,7 +283,9 @@ class SupersedeDetector:
         name, arguments = item.call
         parsed = parse_call(arguments)
         args = parsed.canonical
-        key = f"{name} {args}"
+        # the call's key by digest: an index entry per distinct call holds 16 bytes, not its
+        # whole arguments (a heredoc may be kilobytes)
+        key = hashlib.blake2b(f"{name} {args}".encode("utf-8", "surrogatepass"), digest_size=16).digest()
         links: list[SupersedeLink] = []
         live = self._calls.setdefault(key, [])
         self._touch(self._calls, key)

@@ -8,6 +8,7 @@ commit (:class:`_Draft`). :class:`~relevance_memory.store._store.MessageStore` a
 from __future__ import annotations
 
 import re
+from array import array
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -74,23 +75,43 @@ def _checked_types(fields: Mapping[str, Any]) -> bool:
 
 class StringRows(Sequence[frozenset[str]]):
     """Per message (by index), a set of strings — its lexical terms, or its identifiers —
-    kept compact: one tuple per message of strings the store interns (each distinct string
-    once in the process), read as a ``frozenset`` (a new one per read). Append-only."""
+    kept compact: each distinct string once in a vocabulary, and every row's strings as
+    vocabulary numbers in one flat ``array`` (4 bytes a string, 4 a row for its end; a tuple
+    per message cost 40 bytes plus 8 a string). Read as a ``frozenset`` (a new one per read).
+    Append-only; a row keeps its strings' first-seen order."""
 
-    __slots__ = ("_rows",)
+    __slots__ = ("_codes", "_ends", "_number", "_vocabulary")
 
     def __init__(self) -> None:
-        self._rows: list[tuple[str, ...]] = []
+        self._vocabulary: list[str] = []
+        self._number: dict[str, int] = {}
+        self._codes = array("I")
+        self._ends = array("I")
 
-    def append(self, row: tuple[str, ...]) -> None:
-        self._rows.append(row)
+    def append(self, row: Sequence[str]) -> None:
+        """Add the next message's strings (each string once per row)."""
+        number, vocabulary = self._number, self._vocabulary
+        codes = list(map(number.get, row))
+        if None in codes:
+            for n, code in enumerate(codes):
+                if code is None:
+                    text = row[n]
+                    code = codes[n] = number.get(text)
+                    if code is None:
+                        code = codes[n] = number[text] = len(vocabulary)
+                        vocabulary.append(text)
+        self._codes.extend(codes)  # type: ignore[arg-type]  # no None is left
+        self._ends.append(len(self._codes))
 
     def row(self, index: int) -> tuple[str, ...]:
-        """The stored tuple of message ``index`` (no copy)."""
-        return self._rows[index]
+        """The strings of message ``index``, in the order appended."""
+        if index < 0:
+            index += len(self._ends)
+        start = self._ends[index - 1] if index > 0 else 0
+        return tuple(map(self._vocabulary.__getitem__, self._codes[start : self._ends[index]]))
 
     def __len__(self) -> int:
-        return len(self._rows)
+        return len(self._ends)
 
     @overload
     def __getitem__(self, index: int) -> frozenset[str]: ...
@@ -100,12 +121,14 @@ class StringRows(Sequence[frozenset[str]]):
 
     def __getitem__(self, index: int | slice) -> frozenset[str] | list[frozenset[str]]:
         if isinstance(index, slice):
-            return [frozenset(row) for row in self._rows[index]]
-        return frozenset(self._rows[index])
+            return [frozenset(self.row(i)) for i in range(*index.indices(len(self)))]
+        if not -len(self._ends) <= index < len(self._ends):
+            raise IndexError(index)
+        return frozenset(self.row(index))
 
     def __iter__(self) -> Iterator[frozenset[str]]:
-        for row in self._rows:
-            yield frozenset(row)
+        for index in range(len(self._ends)):
+            yield frozenset(self.row(index))
 
 
 def _validate_tool_calls(raw: Any, index: int) -> list[dict[str, Any]]:

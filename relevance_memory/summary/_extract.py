@@ -209,6 +209,22 @@ def _value_rank(value: str) -> int:
     return 2 if _NUMBER_RE.search(value) or "/" in value else 1
 
 
+_QUESTION_RE = re.compile(
+    r"[?？]|[吗呢][\s。.!！]*$|^\W*(?:what|how|which|why|when|where|who|whom|whose|"
+    r"(?:can|could|would|will|should|do|does|did|is|are) (?:you|i|we|it|they|he|she|there))\b",
+    re.IGNORECASE,
+)
+
+
+def is_question(sentence: str) -> bool:
+    """Whether a sentence asks rather than states: it holds a question mark (``?``, ``？``; a
+    bracketed tail such as "… Portuguese?(question 93)" included), or opens with an interrogative
+    ("how do I …", "can you …") though the mark is missing. What a user asks is answered in the
+    turn after it; what they state (a name, a number, a decision, a constraint) holds until
+    they restate it (issue 23)."""
+    return _QUESTION_RE.search(sentence) is not None
+
+
 def _sentence_priority(sentence: str, role: str = "user") -> int:
     """Why an extractive summary keeps a sentence: 4 a constraint stated by the user or the
     system (an assistant's "we must …" is reasoning, a tool's is code or prose), 3 an exact value (date, id, path, number with a

@@ -18,7 +18,7 @@ from pydantic import BaseModel, Field
 
 from .._markers import SUMMARY_MARKER
 from .._text import has_constraint
-from ._extract import _NOTE_RE, _left_out_note, _value_rank
+from ._extract import _NOTE_RE, _left_out_note, _value_rank, is_question
 
 LEVEL1_MAX_TOKENS = 400
 """Least tokens asked of a level-1 summary, and the step its size moves in (:func:`level1_tokens`),
@@ -43,6 +43,10 @@ class SummaryItem:
         supersedes: this message restates a fact with a new value: its sentences are kept
             before others of lower priority (at least priority 3, an id / date).
         tokens: the message's token count (tokens; sizes an agent's level-1 summary).
+        held: the lines of what the user said in this message that an earlier summary of it
+            held (:func:`mark_held`: a level-1 summary merged into level 2, or the previous
+            compaction's summary made again); a summarizer keeps them first (issue 23: a
+            re-summarisation never loses a fact an earlier level kept).
     """
 
     id: str
@@ -55,6 +59,7 @@ class SummaryItem:
     superseded: str = ""
     supersedes: bool = False
     tokens: int = 0
+    held: tuple[str, ...] = ()
 
 
 class SummaryDraft(BaseModel):
@@ -96,8 +101,9 @@ class SummaryCache:
 
     @staticmethod
     def key(name: str, level: int, items: Sequence[SummaryItem], max_tokens: int) -> tuple[Any, ...]:
-        """(summarizer, level, max tokens, ((id, content hash, superseded), …))."""
-        return (name, level, max_tokens, tuple((i.id, i.content_hash, i.superseded, i.supersedes) for i in items))
+        """(summarizer, level, max tokens, ((id, content hash, superseded, supersedes, held), …))."""
+        return (name, level, max_tokens,
+                tuple((i.id, i.content_hash, i.superseded, i.supersedes, i.held) for i in items))
 
     def get_or_make(
         self, summarizer: Summarizer, items: Sequence[SummaryItem], *, level: int, max_tokens: int
@@ -266,7 +272,9 @@ _USER_LINE = "The user said: "
 def _drop_oldest_prose(lines: list[str], *, keep_user: bool = False) -> bool:
     """Drop the oldest prose line that states no constraint (else the oldest line); keep the
     left-out note last and its count true. False when no line is left to drop. With
-    ``keep_user``, what the user said (:data:`_USER_LINE`) is not dropped (issue 23)."""
+    ``keep_user``, what the user said (:data:`_USER_LINE`) is not dropped (issue 23); without
+    it, what the user asked (:func:`~relevance_memory.summary._extract.is_question`) goes before
+    what they stated (issue 23: a name, number or decision outlives newer questions)."""
     note = _NOTE_RE.match(lines[-1]) if lines else None
     body = lines[:-1] if note else lines
     if keep_user:
@@ -280,7 +288,8 @@ def _drop_oldest_prose(lines: list[str], *, keep_user: bool = False) -> bool:
         return True
     if not body:
         return False
-    victim = next((i for i, line in enumerate(body) if not has_constraint(line)), 0)
+    victim = next((i for i, line in enumerate(body) if line.startswith(_USER_LINE) and is_question(line[len(_USER_LINE):].lstrip("“"))),
+                  next((i for i, line in enumerate(body) if not has_constraint(line)), 0))
     del body[victim]
     dropped = (int(note.group(1)) if note else 0) + 1
     lines[:] = [*body, _left_out_note(dropped)] if body else []
@@ -406,6 +415,29 @@ def level1_tokens(run: Sequence[SummaryItem], cap: int) -> int:
     return max(LEVEL1_MAX_TOKENS, min(cap, wanted))
 
 
+def held_lines(summaries: Sequence[RenderedSummary]) -> set[str]:
+    """The lines of what the user said (:data:`_USER_LINE`, not superseded) that ``summaries``
+    hold, as rendered (pure)."""
+    return {line for s in summaries for line in s.message.get("content", "").splitlines() if line.startswith(_USER_LINE)}
+
+
+def mark_held(items: Sequence[SummaryItem], lines: set[str]) -> list[SummaryItem]:
+    """``items`` with :attr:`SummaryItem.held` set: each line of ``lines`` (:func:`held_lines`)
+    goes to the user's message whose text holds its quoted sentence (issue 23: what an earlier
+    summary held of a fact is kept first when it is summarised again). Pure; O(items × lines)."""
+    quoted = {line: " ".join(line[len(_USER_LINE):].strip().removeprefix("“").removesuffix("”").removesuffix("…").split())
+              for line in lines}
+    out: list[SummaryItem] = []
+    for item in items:
+        if item.role != "user" or not quoted:
+            out.append(item)
+            continue
+        text = " ".join(item.text.split())
+        held = tuple(sorted({*item.held, *(line for line, sentence in quoted.items() if sentence and sentence in text)}))
+        out.append(replace(item, held=held) if held != item.held else item)
+    return out
+
+
 def _marked(rendered: RenderedSummary, items: Sequence[SummaryItem]) -> RenderedSummary:
     """``rendered`` with the supersede marks of the ``items`` it covers (:attr:`RenderedSummary.superseded`)."""
     marks = tuple((item.id, item.superseded) for item in items if item.superseded)
@@ -456,6 +488,8 @@ def build_pyramid(
     if level1 and sum(s.tokens for s in level1) <= cap:
         result.summaries = level1
         return result
+    # the level-1 summaries merge: what they held of the user's facts is kept first (issue 23)
+    everything = mark_held(everything, held_lines(level1))
     draft = cache.get_or_make(summarizer, everything, level=2, max_tokens=cap)
     ids = [i.id for i in everything]
     rendered = _fit(draft, level=2, covered_ids=ids, role=role, cap=cap, count=count)

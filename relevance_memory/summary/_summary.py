@@ -32,6 +32,7 @@ from ._extract import (
     _tool_lines,
     _value_rank,
     extract_values,
+    is_question,
 )
 from ._pyramid import LEVEL1_MAX_TOKENS as LEVEL1_MAX_TOKENS
 from ._pyramid import (
@@ -77,8 +78,8 @@ def _speaker(item: SummaryItem) -> str:
     return "A system note said"
 
 
-_Line = tuple[int, str, str, list[str], int]
-"""(priority, dedupe key, rendered line, exact values, estimated tokens)."""
+_Line = tuple[int, str, str, list[str], int, bool]
+"""(priority, dedupe key, rendered line, exact values, estimated tokens, a fact the user stated)."""
 
 
 @dataclass
@@ -96,10 +97,14 @@ class OfflineSummarizer:
     Under a tight ``max_tokens`` (estimated) the newest material wins: values and tool
     calls are taken newest first, then prose by priority (constraints, then values, then
     the rest) and newest first within a priority; everything is shown in chronological
-    order. What the user said (not superseded) is taken first, up to half of the room, by
-    priority and newest first (issue 23: a name, number or decision the user stated early
-    outlives an agent's newer traffic); exact values and tool calls get their share of the
-    rest before other prose and filler. Superseded (earlier)
+    order. What the user said (not superseded) is taken first, up to half of the room (issue
+    23: a name, number or decision the user stated early outlives an agent's newer traffic):
+    the lines of their facts an earlier summary held (:attr:`SummaryItem.held`), held longest
+    first, so a re-summarisation never loses one while they fit; then what they stated (a
+    sentence that is no question, :func:`~relevance_memory.summary._extract.is_question`, with a
+    value or a name: priority 3 at least), then what they asked, each by priority and newest
+    first; exact values and tool calls get their share of the rest before other prose and
+    filler. Superseded (earlier)
     values give way first (issue 11), and a superseded message's sentences read
     "The user said (earlier; since step 31: dislikes sushi): “I love sushi.”" — the newer value
     in the same line, so the earlier one never appears without it (issue 23). A superseded
@@ -157,11 +162,14 @@ class OfflineSummarizer:
         for priority, sentence, values in units:
             # a sentence that only differs by its numbers from another one is noise
             key = sentence.lower() if priority > 2 else _DIGITS_RE.sub("#", sentence.lower())
+            # a name, number or decision the user states, not asks (issue 23): kept like a value
+            fact = item.role == "user" and not item.superseded and not is_question(sentence)
+            priority = max(priority, 3) if fact else priority
             if len(sentence) > self.max_sentence_chars:
                 sentence = sentence[: self.max_sentence_chars - 1] + "…"
             speaker = _speaker(item)
             line = f"{speaker} (earlier; {item.superseded}): “{sentence}”" if item.superseded else f"{speaker}: “{sentence}”"
-            out.append((priority, key, line, values, _estimate_tokens(line) + 1))
+            out.append((priority, key, line, values, _estimate_tokens(line) + 1, fact))
         self._memo[memo_key] = out
         while len(self._memo) > self.memo_size:  # LRU: drop the least recently used
             self._memo.pop(next(iter(self._memo)))
@@ -183,8 +191,9 @@ class OfflineSummarizer:
 
     def summarize(self, items: Sequence[SummaryItem], *, level: int, max_tokens: int) -> SummaryDraft:
         """Summarise ``items`` (oldest first); deterministic. See the class docstring."""
-        # dedupe key → (priority, order, line, cost, superseded, said by the user)
-        latest: dict[str, tuple[int, int, str, int, bool, bool]] = {}
+        # dedupe key → (priority, order, line, cost, superseded, said by the user, a fact they
+        # stated, one an earlier summary held)
+        latest: dict[str, tuple[int, int, str, int, bool, bool, bool, bool]] = {}
         values_at: dict[str, tuple[int, int]] = {}  # value → (line of its newest occurrence, -position in it)
         tools_at: dict[str, int] = {}
         order = 0
@@ -198,14 +207,15 @@ class OfflineSummarizer:
                 tools_at.pop(call, None)
                 tools_at[call] = order
                 order += 1
-            for priority, key, line, found, cost in self._extract(item):
+            for priority, key, line, found, cost, fact in self._extract(item):
                 # values survive even when the sentence is a repeat; a superseded message's values
                 # are only in its line, which names the newer value (issue 23: never listed as current)
                 for position, value in enumerate(() if item.superseded else found):
                     values_at.pop(value, None)
                     values_at[value] = (order, -position)
                 latest.pop(key, None)
-                latest[key] = (priority, order, line, cost, bool(item.superseded), item.role == "user")
+                latest[key] = (priority, order, line, cost, bool(item.superseded), item.role == "user", fact,
+                               fact and line in item.held)
                 order += 1
             if agentic and not item.superseded:
                 for position, name in enumerate(self._names(item)):
@@ -213,13 +223,19 @@ class OfflineSummarizer:
                     values_at[name] = (order, -position)
                 order += 1
         # what the user said (current values) is read first, up to half of the room (issue 23: a
-        # name, number or decision the user stated early outlives the agent's newer traffic);
-        # then values and tools (newest first, a quarter of the room each), prose gets the rest
+        # name, number or decision the user stated early outlives the agent's newer traffic and
+        # their newer questions: what they stated before what they asked); then values and tools
+        # (newest first, a quarter of the room each), prose gets the rest
         # newest line first; within a line, in reading order
         candidates = sorted(latest.values(), key=lambda c: c[1])
-        chosen: list[tuple[int, int, str, int, bool, bool]] = []
+        chosen: list[tuple[int, int, str, int, bool, bool, bool, bool]] = []
         used = 0
-        for cand in sorted((c for c in candidates if c[5] and not c[4]), key=lambda c: (-c[0], -c[1])):
+        said = [c for c in candidates if c[5] and not c[4]]
+        # what an earlier summary held of it goes first, held longest first (issue 23: a
+        # re-summarisation never loses a fact an earlier level kept; when the room shrinks, the
+        # facts stated first stay, as the goal keeps the first request), then the newest facts,
+        # then questions
+        for cand in sorted(said, key=lambda c: (not c[7], not c[6], -c[0], c[1] if c[7] else -c[1])):
             if used + cand[3] > max_tokens // 2:
                 break  # no older line in place of a newer one that did not fit
             chosen.append(cand)
@@ -310,6 +326,10 @@ class LLMSummarizer:
         user = (
             f"Write a {kind} of these {len(items)} messages in at most {max_tokens} tokens.\n\n" + "\n".join(blocks)
         )
+        held = list(dict.fromkeys(line for item in items for line in item.held))
+        if held:  # issue 23: a re-summarisation never loses a fact an earlier summary kept
+            user += "\n\nAn earlier summary of these messages kept these facts the user stated; keep each of them:\n" + "\n".join(
+                f"- {line}" for line in held)
         return [{"role": "system", "content": _LLM_SYSTEM}, {"role": "user", "content": user}]
 
     def summarize(self, items: Sequence[SummaryItem], *, level: int, max_tokens: int) -> SummaryDraft:

@@ -362,3 +362,28 @@ def test_a_compaction_whose_target_cannot_hold_the_newest_step_grows_only_as_far
     assert all(r.tokens_after <= 3000 for r in records)
     # before: 7 compactions in 14 requests, the last 6 in a row
     assert [n for n, r in enumerate(records) if r.mode == "compacted"] == [6, 11]
+
+
+def test_a_compaction_record_read_later_is_the_one_read_at_the_build() -> None:
+    """Issue 24: a compaction's per-message record is built on first use (strengths and latest
+    scores captured from the pheromone cells at the build); read after later steps, deposits
+    and compactions it equals the record of a twin memory read right after the same build."""
+
+    def run(read_now: bool) -> list[dict[str, Any]]:
+        memory = RelevanceMemoryManager(max_input_tokens=2500, keep_recent=2)
+        memory.extend(OPENING)
+        kept: list[Any] = []
+        for n in range(30):
+            memory.extend(step(n, size=60))
+            built = memory.build_context()
+            if built.record.mode != "appended":
+                kept.append(built.record)
+                if read_now:
+                    assert built.record.messages
+                else:
+                    assert built.record._messages is None or n == 0 or built.record.mode == "full_rebuild"
+        return [{k: v for k, v in json.loads(r.to_json()).items() if k != "created_at"} for r in kept]
+
+    later, now = run(read_now=False), run(read_now=True)
+    assert len(later) >= 3
+    assert later == now
