@@ -110,6 +110,17 @@ redis.call('SET', KEYS[1], out, 'EX', ARGV[1])
 return out
 """
 
+_ADOPT_TICK_LUA = """
+-- KEYS: the scope's meta hash, its cells hash. A board written before the tick moved into
+-- the cells hash (field "") kept it in the meta hash's field "tick": move it, once.
+local old = redis.call('HGET', KEYS[1], 'tick')
+if old then
+  redis.call('HSETNX', KEYS[2], '', old)
+  redis.call('HDEL', KEYS[1], 'tick')
+end
+return old
+"""
+
 
 def _redis() -> Any:
     try:
@@ -249,6 +260,8 @@ class RedisBoard:
         source = resources.files(__package__).joinpath("_board.lua").read_text(encoding="utf-8")
         self._script = self._raw.register_script(source.replace("--@CONFIG@", _config_lua(self.config), 1))
         self._append_script = client.register_script(_APPEND_LUA)
+        self._adopt_script = client.register_script(_ADOPT_TICK_LUA)
+        self._adopted: set[str] = set()  # scopes whose tick this client has checked for the old layout
         self._scope_keys: dict[str, tuple[tuple[str, str, str], Any]] = {}  # scope → its batch keys, share cap
         self.retries = 0
         """Connection errors retried so far (for the decision record)."""
@@ -291,6 +304,16 @@ class RedisBoard:
         (the scope's tick is the field ``""`` of its ``cells`` hash)."""
         return f"{self._base}:{kind}:{scope}"
 
+
+    def _adopt_tick(self, scope: str) -> None:
+        """Move ``scope``'s tick from the layout before issue 24 (``meta:<scope>`` field
+        ``tick``) into its cells hash, once per scope and client (one round trip; atomic in
+        a script, so concurrent clients agree). Raises what :meth:`_call` raises."""
+        if scope in self._adopted:
+            return
+        keys = [self.key("meta", scope), self.key("cells", scope)]
+        self._call(f"tick of {scope!r}", lambda: self._adopt_script(keys=keys))
+        self._adopted.add(scope)
 
     def _call(self, what: str, fn: Callable[[], T]) -> T:
         probe = self.breaker.enter(f"board {self.name!r}: {what}")  # raises while the circuit is open
@@ -355,6 +378,7 @@ class RedisBoard:
         """See :meth:`MemoryBoard.snapshot`: one ``HMGET`` of the tick and the ids (with
         ``provenance``, pipelined with one of their events)."""
         check_access(scope, agent)
+        self._adopt_tick(scope)
         wanted = None if ids is None else list(dict.fromkeys(ids))
         cells_key = self.key("cells", scope)
 
@@ -431,6 +455,7 @@ class RedisBoard:
 
     def tick(self, scope: str) -> int:
         """See :meth:`MemoryBoard.tick`."""
+        self._adopt_tick(scope)
         got = self._call("tick", lambda: self.client.hget(self.key("cells", scope), _TICK))
         return int(_s(got)) if got is not None else 0
 
@@ -457,6 +482,7 @@ class RedisBoard:
         for scope in scopes:
             got = self._scope_keys.get(scope)
             if got is None:
+                self._adopt_tick(scope)
                 cap = self.config.share_cap(scope)
                 got = self._scope_keys[scope] = ((self.key("cells", scope), self.key("edges", scope),
                                                   self.key("events", scope)), _NONE if cap is None else cap)

@@ -69,7 +69,7 @@ def test_redis_stopped_mid_run_then_restarted(own_redis: RedisServer) -> None:
     ref = _reference().snapshot("shared", IDS, agent="coder", goal="goal")
     assert snap.cells == ref.cells  # nothing written locally is lost
     assert any("unreachable" in f for f in board.take_faults())
-    assert board.remote.round_trips == 2 + 3  # a batch and a read; then one call refused thrice opened the circuit
+    assert board.remote.round_trips == 3 + 3  # the scope's old-layout tick check, a batch and a read; then one call refused thrice opened the circuit
     with pytest.raises(BoardUnavailableError, match="circuit open"):
         board.remote.snapshot("shared", IDS, agent="coder")
 
@@ -173,3 +173,18 @@ def test_the_local_copy_never_runs_the_shared_clock_ahead(redis_url: str) -> Non
         (a if n % 3 else b).append("shared", [{"n": str(n)}], agent="a" if n % 3 else "b")
         a.snapshot("shared", ["m"], agent="a"), b.snapshot("shared", ["m"], agent="b")
     assert a.remote.tick("shared") == 2 and not any("tick restored" in f for f in a.take_faults() + b.take_faults())
+
+
+def test_a_board_stored_before_the_tick_moved_keeps_its_tick(redis_url: str) -> None:
+    """Issue 24 moved a scope's tick from ``meta:<scope>`` field ``tick`` into the cells hash
+    (field ""): a board written before resumes at its tick, not at 0, and the old field is gone."""
+    name = f"t-{uuid.uuid4().hex[:12]}"
+    board = RedisBoard.from_url(redis_url, name)
+    raw = redis.Redis.from_url(redis_url, decode_responses=True)
+    raw.hset(board.key("meta", "shared"), "tick", "17")  # the old layout
+    assert board.tick("shared") == 17
+    assert raw.hget(board.key("meta", "shared"), "tick") is None
+    assert raw.hget(board.key("cells", "shared"), "") == "17"
+    again = RedisBoard.from_url(redis_url, name)  # another client: already moved, nothing to do
+    assert again.tick("shared") == 17
+    raw.close()
