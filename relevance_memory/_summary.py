@@ -45,7 +45,9 @@ from ._summary_text import (
     _tool_lines,
     _value_rank,
     extract_values,
+    fact_clause,
     is_question,
+    states_content,
 )
 from ._text import code_names
 
@@ -153,6 +155,8 @@ class OfflineSummarizer:
                 priority = _sentence_priority(sentence, item.role)
                 if not priority and item.role == "user" and _USER_NUMBER_RE.search(sentence):
                     priority = 3  # a number the user states ("port 41492") is theirs to keep (issue 23)
+                if not priority and item.role == "user" and not item.superseded and states_content(sentence):
+                    priority = 2  # a decision or preference in plain words: below a value (issue 23)
                 if item.supersedes:  # the newest value of a restated fact (issue 11)
                     priority = max(priority, 3)
                 elif item.superseded:  # the earlier value: shown as earlier, and the first to yield
@@ -164,7 +168,10 @@ class OfflineSummarizer:
             key = sentence.lower() if priority > 2 else _DIGITS_RE.sub("#", sentence.lower())
             # a name, number or decision the user states, not asks (issue 23): kept like a value
             fact = item.role == "user" and not item.superseded and not is_question(sentence)
-            priority = max(priority, 3) if fact else priority
+            if fact and (priority != 2 or values):  # a plain-words statement stays below a value
+                priority = max(priority, 3)
+            if fact:
+                sentence = fact_clause(sentence)  # its lead-in label and value-less clauses left out
             if len(sentence) > self.max_sentence_chars:
                 sentence = sentence[: self.max_sentence_chars - 1] + "…"
             speaker = _speaker(item)
@@ -235,7 +242,8 @@ class OfflineSummarizer:
         # re-summarisation never loses a fact an earlier level kept; when the room shrinks, the
         # facts stated first stay, as the goal keeps the first request), then the newest facts,
         # then questions
-        for cand in sorted(said, key=lambda c: (not c[7], not c[6], -c[0], c[1] if c[7] else -c[1])):
+        # (a held fact in plain words, priority 2, is held as long as one with a value)
+        for cand in sorted(said, key=lambda c: (not c[7], not c[6], 0 if c[7] else -c[0], c[1] if c[7] else -c[1])):
             if used + cand[3] > max_tokens // 2:
                 break  # no older line in place of a newer one that did not fit
             chosen.append(cand)

@@ -7,7 +7,7 @@ import pytest
 
 from relevance_memory._summary import LLMSummarizer, OfflineSummarizer, SummaryCache, SummaryItem, build_pyramid
 from relevance_memory._summary_pyramid import RenderedSummary, held_lines, mark_held
-from relevance_memory._summary_text import is_question
+from relevance_memory._summary_text import fact_clause, is_question, states_content
 from relevance_memory._tokenizer import TiktokenCounter
 
 COUNTER = TiktokenCounter()
@@ -46,13 +46,52 @@ def test_is_question(text: str, asks: bool) -> None:
 @pytest.mark.parametrize("max_tokens", [120, 160, 240, 400])
 def test_stated_facts_go_before_newer_questions(max_tokens: int) -> None:
     draft = OfflineSummarizer().summarize(chat(60), level=2, max_tokens=max_tokens)
-    kept = [fact for fact in FACTS if fact in draft.prose]
+    kept = [fact for fact in FACTS if fact_clause(fact) in draft.prose]
     # the newest facts first; none of the 60 newer questions (each with a number) pushes one out
     assert kept == FACTS[len(FACTS) - len(kept):]
     assert len(kept) >= min(len(FACTS), max_tokens // 60)
     # a name stated by the user ("Ysolde Drummarch", "Larkspur") counts as a fact, not filler
     if max_tokens >= 160:
         assert kept == FACTS
+
+
+@pytest.mark.parametrize(("text", "states"), [
+    ("Decision made: we store timestamps as epoch-millis-UTC.", True),
+    ("we agreed to ship on the blue build", True),
+    ("I prefer window seats and vegetarian meals.", True),
+    ("Thanks, that sounds fine to me, I appreciate the help number 2.", False),
+    ("ok great", False),
+    ("Perfect, thank you so much!", False),
+    ("Got it, makes sense.", False),
+    ("Which build do we ship?", False),
+    ("我们决定下周三在上海发布新版本。", True),
+    ("好的，谢谢！", False),
+])
+def test_states_content_tells_a_statement_from_filler(text: str, states: bool) -> None:
+    assert states_content(text) is states
+
+
+@pytest.mark.parametrize(("text", "clause"), [
+    ("For the record: the reviewer for this is Ana Diaz; copy them on the outcome.", "the reviewer for this is Ana Diaz"),
+    ("Decision made: we store timestamps as epoch-millis-UTC.", "we store timestamps as epoch-millis-UTC."),
+    ("Hard constraint: do not contact anyone before 09:30 CET.", "do not contact anyone before 09:30 CET."),
+    ("time: 15:00", "time: 15:00"),
+    ("Room 418: the key is at the desk.", "Room 418: the key is at the desk."),
+    ("We ship on Friday; it is late.", "We ship on Friday"),
+])
+def test_fact_clause_keeps_the_clause_with_the_fact(text: str, clause: str) -> None:
+    assert fact_clause(text) == clause
+
+
+def test_a_decision_in_plain_words_is_kept_and_filler_is_not() -> None:
+    items = [SummaryItem("d1", "user", "user_chat", "Decision made: we store timestamps as epoch-millis-UTC.", "hd1"),
+             SummaryItem("d2", "user", "user_chat", "Thanks, that sounds fine to me.", "hd2")]
+    for k in range(40):
+        items.append(SummaryItem(f"q{k}", "user", "user_chat", f"Which glaze suits stoneware fired at {1100 + k} degrees?", f"hq{k}"))
+        items.append(SummaryItem(f"a{k}", "assistant", "assistant_chat", "A matte glaze suits it; test a tile first.", f"ha{k}"))
+    draft = OfflineSummarizer().summarize(items, level=2, max_tokens=160)
+    assert "we store timestamps as epoch-millis-UTC." in draft.prose
+    assert "Thanks" not in draft.prose
 
 
 def test_a_name_the_user_states_is_kept_like_a_value() -> None:
@@ -69,17 +108,17 @@ def test_held_lines_are_kept_first_when_summarised_again() -> None:
     small = OfflineSummarizer().summarize(items[:4], level=1, max_tokens=400)
     rendered = RenderedSummary(1, {"role": "system", "content": small.prose}, 0, tuple(i.id for i in items[:4]), ())
     lines = held_lines([rendered])
-    assert {f"The user said: “{fact}”" for fact in FACTS} == lines
+    assert {f"The user said: “{fact_clause(fact)}”" for fact in FACTS} == lines
     marked = mark_held(items, lines)
     assert [i.id for i in marked if i.held] == ["m2", "m3", "m4"]  # the greeting holds no fact
     # room for two lines: the newest facts win a first summary; a summary made again keeps the
     # ones the earlier summary held, held longest first, before the newer fact
     plain = OfflineSummarizer().summarize(items, level=2, max_tokens=100)
     again = OfflineSummarizer().summarize(marked, level=2, max_tokens=100)
-    assert newer in plain.prose and FACTS[2] in plain.prose and FACTS[1] not in plain.prose
-    assert FACTS[0] in again.prose and FACTS[1] in again.prose and newer not in again.prose
+    assert newer in plain.prose and fact_clause(FACTS[2]) in plain.prose and fact_clause(FACTS[1]) not in plain.prose
+    assert fact_clause(FACTS[0]) in again.prose and fact_clause(FACTS[1]) in again.prose and newer not in again.prose
     roomy = OfflineSummarizer().summarize(marked, level=2, max_tokens=400)
-    assert all(fact in roomy.prose for fact in [*FACTS, newer])
+    assert all(fact_clause(fact) in roomy.prose for fact in [*FACTS, newer])
     assert SummaryCache.key("s", 2, items, 100) != SummaryCache.key("s", 2, marked, 100)
 
 
