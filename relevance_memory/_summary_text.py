@@ -250,10 +250,10 @@ def states_content(sentence: str) -> bool:
     """Whether a user's sentence that is no question states something a later step needs — a
     decision, a constraint, a preference, a fact in plain words ("we agreed to ship on the blue
     build") — rather than only acknowledging or thanking ("Thanks, that sounds fine to me", "ok
-    great"): at least three content words outside :data:`STOPWORDS` and the acknowledgement and
+    great") or asking for something (a question, a request: "please …", "帮我 …"): at least three content words outside :data:`STOPWORDS` and the acknowledgement and
     courtesy vocabulary (CJK text: at least six characters outside it). Issue 23: such a
     statement has no value or name, and an extractive summary otherwise drops it."""
-    if is_question(sentence):
+    if is_question(sentence) or _REQUEST_RE.search(sentence):
         return False
     words = [w.lower().strip("'’-") for w in _CONTENT_WORD_RE.findall(sentence)]
     content = [w for w in words if len(w) > 1 and w not in STOPWORDS and w not in _COURTESY]
@@ -262,6 +262,12 @@ def states_content(sentence: str) -> bool:
     return len(_CJK_CHAR_RE.findall(_COURTESY_CJK.sub("", sentence))) >= 6
 
 
+# a request ("please rephrase …", "帮我查一下 …") is answered in the turn after it, like a question;
+# "please note / remember …" states something
+_REQUEST_RE = re.compile(
+    r"\bplease\b(?!\s+(?:note|remember|keep in mind|be aware|bear in mind)\b)|^\W*(?:帮我|请|麻烦|能不能|可不可以)",
+    re.IGNORECASE,
+)
 _LEAD_IN_RE = re.compile(r"^\W*[^\W\d_][\w'’ -]{0,30}?:\s+(?=\S)")
 
 

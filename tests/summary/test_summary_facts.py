@@ -66,6 +66,9 @@ def test_stated_facts_go_before_newer_questions(max_tokens: int) -> None:
     ("Which build do we ship?", False),
     ("我们决定下周三在上海发布新版本。", True),
     ("好的，谢谢！", False),
+    ("Question 39: please rephrase sentence number 39 in a friendlier tone.", False),
+    ("Please note that we agreed to ship on the blue build.", True),
+    ("帮我查一下明天会不会下雨。", False),
 ])
 def test_states_content_tells_a_statement_from_filler(text: str, states: bool) -> None:
     assert states_content(text) is states
