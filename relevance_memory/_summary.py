@@ -104,8 +104,10 @@ class OfflineSummarizer:
     the lines of their facts an earlier summary held (:attr:`SummaryItem.held`), held longest
     first, so a re-summarisation never loses one while they fit; then what they stated (a
     sentence that is no question, :func:`~relevance_memory._summary_text.is_question`, with a
-    value or a name: priority 3 at least), then what they asked, each by priority and newest
-    first; exact values and tool calls get their share of the rest before other prose and
+    value or a name: priority 3 at least; or a decision, constraint or preference in plain words,
+    :func:`~relevance_memory._summary_text.states_content`, not filler nor a request: priority 2),
+    then what they asked, each by priority and newest first; a fact's line quotes the clause that
+    holds it (:func:`~relevance_memory._summary_text.fact_clause`: no "Decision made:" lead-in); exact values and tool calls get their share of the rest before other prose and
     filler. Superseded (earlier)
     values give way first (issue 11), and a superseded message's sentences read
     "The user said (earlier; since step 31: dislikes sushi): “I love sushi.”" — the newer value
