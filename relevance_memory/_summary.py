@@ -47,7 +47,6 @@ from ._summary_text import (
     extract_values,
     fact_clause,
     is_question,
-    states_content,
 )
 from ._text import code_names
 
@@ -104,9 +103,7 @@ class OfflineSummarizer:
     the lines of their facts an earlier summary held (:attr:`SummaryItem.held`), held longest
     first, so a re-summarisation never loses one while they fit; then what they stated (a
     sentence that is no question, :func:`~relevance_memory._summary_text.is_question`, with a
-    value or a name: priority 3 at least; or a decision, constraint or preference in plain words,
-    :func:`~relevance_memory._summary_text.states_content`, not filler nor a request: priority 2),
-    then what they asked, each by priority and newest first; a fact's line quotes the clause that
+    value or a name: priority 3 at least), then what they asked, each by priority and newest first; a fact's line quotes the clause that
     holds it (:func:`~relevance_memory._summary_text.fact_clause`: no "Decision made:" lead-in); exact values and tool calls get their share of the rest before other prose and
     filler. Superseded (earlier)
     values give way first (issue 11), and a superseded message's sentences read
@@ -157,8 +154,6 @@ class OfflineSummarizer:
                 priority = _sentence_priority(sentence, item.role)
                 if not priority and item.role == "user" and _USER_NUMBER_RE.search(sentence):
                     priority = 3  # a number the user states ("port 41492") is theirs to keep (issue 23)
-                if not priority and item.role == "user" and not item.superseded and states_content(sentence):
-                    priority = 2  # a decision or preference in plain words: below a value (issue 23)
                 if item.supersedes:  # the newest value of a restated fact (issue 11)
                     priority = max(priority, 3)
                 elif item.superseded:  # the earlier value: shown as earlier, and the first to yield
@@ -170,8 +165,7 @@ class OfflineSummarizer:
             key = sentence.lower() if priority > 2 else _DIGITS_RE.sub("#", sentence.lower())
             # a name, number or decision the user states, not asks (issue 23): kept like a value
             fact = item.role == "user" and not item.superseded and not is_question(sentence)
-            if fact and (priority != 2 or values):  # a plain-words statement stays below a value
-                priority = max(priority, 3)
+            priority = max(priority, 3) if fact else priority
             if fact:
                 sentence = fact_clause(sentence)  # its lead-in label and value-less clauses left out
             if len(sentence) > self.max_sentence_chars:
@@ -244,7 +238,6 @@ class OfflineSummarizer:
         # re-summarisation never loses a fact an earlier level kept; when the room shrinks, the
         # facts stated first stay, as the goal keeps the first request), then the newest facts,
         # then questions
-        # (a held fact in plain words, priority 2, is held as long as one with a value)
         for cand in sorted(said, key=lambda c: (not c[7], not c[6], 0 if c[7] else -c[0], c[1] if c[7] else -c[1])):
             if used + cand[3] > max_tokens // 2:
                 break  # no older line in place of a newer one that did not fit

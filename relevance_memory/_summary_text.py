@@ -16,7 +16,7 @@ from typing import Any
 import sentencex
 
 from ._models import is_blob
-from ._text import ERROR_RE, STOPWORDS, has_constraint, identifiers
+from ._text import ERROR_RE, has_constraint, identifiers
 
 # --------------------------------------------------------------------------- offline
 _NUMBER_RE = re.compile(r"\d")
@@ -225,49 +225,6 @@ def is_question(sentence: str) -> bool:
     return _QUESTION_RE.search(sentence) is not None
 
 
-# what a reply that only acknowledges or thanks is made of (beside :data:`STOPWORDS`): a user's
-# sentence of these words alone states nothing a later step needs ("Thanks, that sounds fine")
-_COURTESY = frozenset(
-    ["thanks", "thank", "thx", "cheers", "appreciate", "appreciated", "appreciating", "help", "helpful", "helps",
-     "helped", "great", "good", "fine", "nice", "cool", "perfect", "awesome", "excellent", "wonderful", "lovely",
-     "sounds", "sound", "looks", "look", "seems", "right", "alright", "sure", "yeah", "yep", "yup", "got", "get",
-     "see", "understood", "understand", "noted", "makes", "sense", "works", "work", "agree", "agreed", "fair",
-     "enough", "much", "lot", "really", "indeed", "again", "now", "well", "oh", "ah", "hi", "hello", "hey", "bye",
-     "goodbye", "welcome", "glad", "happy", "kind", "sorry", "no", "problem", "worries", "way", "go", "going",
-     "one", "thing", "things", "here", "there", "am", "be", "being", "still", "already", "let", "know", "think",
-     "question", "questions", "number", "done", "day", "morning", "evening", "night", "tonight", "today",
-     # talk about the talk ("I'll ask you about …") and function words STOPWORDS leaves in
-     "ask", "asking", "tell", "telling", "say", "said", "talk", "chat", "over", "out", "off", "down", "after",
-     "before", "again", "each", "every", "other", "same", "such", "both", "own", "should", "shall", "may",
-     "might", "must", "i'll", "i've", "i'd", "we'll", "we've", "we're", "you're", "you'll", "let's", "that'll",
-     "here's", "there's", "won't", "isn't", "doesn't", "didn't"]
-)
-_CONTENT_WORD_RE = re.compile(r"[^\W\d_][\w'’-]*")
-_COURTESY_CJK = re.compile("谢谢|多谢|感谢|好的|好吧|没问题|明白|知道了|收到|可以|行|嗯|哦|啊|了|的|吧|呀|呢")
-
-
-def states_content(sentence: str) -> bool:
-    """Whether a user's sentence that is no question states something a later step needs — a
-    decision, a constraint, a preference, a fact in plain words ("we agreed to ship on the blue
-    build") — rather than only acknowledging or thanking ("Thanks, that sounds fine to me", "ok
-    great") or asking for something (a question, a request: "please …", "帮我 …"): at least three content words outside :data:`STOPWORDS` and the acknowledgement and
-    courtesy vocabulary (CJK text: at least six characters outside it). Issue 23: such a
-    statement has no value or name, and an extractive summary otherwise drops it."""
-    if is_question(sentence) or _REQUEST_RE.search(sentence):
-        return False
-    words = [w.lower().strip("'’-") for w in _CONTENT_WORD_RE.findall(sentence)]
-    content = [w for w in words if len(w) > 1 and w not in STOPWORDS and w not in _COURTESY]
-    if len(content) >= 3:
-        return True
-    return len(_CJK_CHAR_RE.findall(_COURTESY_CJK.sub("", sentence))) >= 6
-
-
-# a request ("please rephrase …", "帮我查一下 …") is answered in the turn after it, like a question;
-# "please note / remember …" states something
-_REQUEST_RE = re.compile(
-    r"\bplease\b(?!\s+(?:note|remember|keep in mind|be aware|bear in mind)\b)|^\W*(?:帮我|请|麻烦|能不能|可不可以)",
-    re.IGNORECASE,
-)
 _LEAD_IN_RE = re.compile(r"^\W*[^\W\d_][\w'’ -]{0,30}?:\s+(?=\S)")
 
 

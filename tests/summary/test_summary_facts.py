@@ -7,7 +7,7 @@ import pytest
 
 from relevance_memory._summary import LLMSummarizer, OfflineSummarizer, SummaryCache, SummaryItem, build_pyramid
 from relevance_memory._summary_pyramid import RenderedSummary, held_lines, mark_held
-from relevance_memory._summary_text import fact_clause, is_question, states_content
+from relevance_memory._summary_text import fact_clause, is_question
 from relevance_memory._tokenizer import TiktokenCounter
 
 COUNTER = TiktokenCounter()
@@ -55,25 +55,6 @@ def test_stated_facts_go_before_newer_questions(max_tokens: int) -> None:
         assert kept == FACTS
 
 
-@pytest.mark.parametrize(("text", "states"), [
-    ("Decision made: we store timestamps as epoch-millis-UTC.", True),
-    ("we agreed to ship on the blue build", True),
-    ("I prefer window seats and vegetarian meals.", True),
-    ("Thanks, that sounds fine to me, I appreciate the help number 2.", False),
-    ("ok great", False),
-    ("Perfect, thank you so much!", False),
-    ("Got it, makes sense.", False),
-    ("Which build do we ship?", False),
-    ("我们决定下周三在上海发布新版本。", True),
-    ("好的，谢谢！", False),
-    ("Question 39: please rephrase sentence number 39 in a friendlier tone.", False),
-    ("Please note that we agreed to ship on the blue build.", True),
-    ("帮我查一下明天会不会下雨。", False),
-])
-def test_states_content_tells_a_statement_from_filler(text: str, states: bool) -> None:
-    assert states_content(text) is states
-
-
 @pytest.mark.parametrize(("text", "clause"), [
     ("For the record: the reviewer for this is Ana Diaz; copy them on the outcome.", "the reviewer for this is Ana Diaz"),
     ("Decision made: we store timestamps as epoch-millis-UTC.", "we store timestamps as epoch-millis-UTC."),
@@ -84,17 +65,6 @@ def test_states_content_tells_a_statement_from_filler(text: str, states: bool) -
 ])
 def test_fact_clause_keeps_the_clause_with_the_fact(text: str, clause: str) -> None:
     assert fact_clause(text) == clause
-
-
-def test_a_decision_in_plain_words_is_kept_and_filler_is_not() -> None:
-    items = [SummaryItem("d1", "user", "user_chat", "Decision made: we store timestamps as epoch-millis-UTC.", "hd1"),
-             SummaryItem("d2", "user", "user_chat", "Thanks, that sounds fine to me.", "hd2")]
-    for k in range(40):
-        items.append(SummaryItem(f"q{k}", "user", "user_chat", f"Which glaze suits stoneware fired at {1100 + k} degrees?", f"hq{k}"))
-        items.append(SummaryItem(f"a{k}", "assistant", "assistant_chat", "A matte glaze suits it; test a tile first.", f"ha{k}"))
-    draft = OfflineSummarizer().summarize(items, level=2, max_tokens=160)
-    assert "we store timestamps as epoch-millis-UTC." in draft.prose
-    assert "Thanks" not in draft.prose
 
 
 def test_a_name_the_user_states_is_kept_like_a_value() -> None:
