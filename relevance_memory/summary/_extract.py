@@ -225,6 +225,27 @@ def is_question(sentence: str) -> bool:
     return _QUESTION_RE.search(sentence) is not None
 
 
+_LEAD_IN_RE = re.compile(r"^\W*[^\W\d_][\w'’ -]{0,30}?:\s+(?=\S)")
+
+
+def fact_clause(sentence: str) -> str:
+    """The part of a user's statement that holds the fact, for a summary line (issue 23: a
+    dozen facts fit the user's share of a small summary): a short lead-in label with no value
+    ("For the record: …", "Decision made: …", "Hard constraint: …", up to four words before a
+    colon) is left out, and of clauses split by ``;`` only those that hold a value, a name or a
+    constraint are kept (the first clause when none does), each as written, so
+    :func:`~relevance_memory.summary._pyramid.mark_held` finds them in the message. Pure."""
+    text = sentence
+    lead = _LEAD_IN_RE.match(text)
+    if lead and len(lead.group(0).split()) <= 4 and len(text[lead.end():].split()) >= 3 and not _NUMBER_RE.search(lead.group(0)):
+        text = text[lead.end():]
+    clauses = [c.strip() for c in text.split(";") if c.strip()]
+    if len(clauses) > 1:
+        keep = [c for c in clauses if extract_values(c) or _NAME_RE.search(c) or has_constraint(c)]
+        text = "; ".join(keep or clauses[:1])
+    return text or sentence
+
+
 def _sentence_priority(sentence: str, role: str = "user") -> int:
     """Why an extractive summary keeps a sentence: 4 a constraint stated by the user or the
     system (an assistant's "we must …" is reasoning, a tool's is code or prose), 3 an exact value (date, id, path, number with a

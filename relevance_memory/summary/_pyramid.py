@@ -423,7 +423,8 @@ def held_lines(summaries: Sequence[RenderedSummary]) -> set[str]:
 
 def mark_held(items: Sequence[SummaryItem], lines: set[str]) -> list[SummaryItem]:
     """``items`` with :attr:`SummaryItem.held` set: each line of ``lines`` (:func:`held_lines`)
-    goes to the user's message whose text holds its quoted sentence (issue 23: what an earlier
+    goes to the user's message whose text holds its quoted sentence or each of its ``; ``-joined
+    clauses (issue 23: what an earlier
     summary held of a fact is kept first when it is summarised again). Pure; O(items × lines)."""
     quoted = {line: " ".join(line[len(_USER_LINE):].strip().removeprefix("“").removesuffix("”").removesuffix("…").split())
               for line in lines}
@@ -433,7 +434,9 @@ def mark_held(items: Sequence[SummaryItem], lines: set[str]) -> list[SummaryItem
             out.append(item)
             continue
         text = " ".join(item.text.split())
-        held = tuple(sorted({*item.held, *(line for line, sentence in quoted.items() if sentence and sentence in text)}))
+        # a fact's line may quote a few clauses of the sentence ("; "-joined, fact_clause)
+        held = tuple(sorted({*item.held, *(line for line, sentence in quoted.items()
+                                           if sentence and all(part in text for part in sentence.split("; ")))}))
         out.append(replace(item, held=held) if held != item.held else item)
     return out
 

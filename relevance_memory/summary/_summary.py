@@ -32,6 +32,7 @@ from ._extract import (
     _tool_lines,
     _value_rank,
     extract_values,
+    fact_clause,
     is_question,
 )
 from ._pyramid import LEVEL1_MAX_TOKENS as LEVEL1_MAX_TOKENS
@@ -102,8 +103,8 @@ class OfflineSummarizer:
     the lines of their facts an earlier summary held (:attr:`SummaryItem.held`), held longest
     first, so a re-summarisation never loses one while they fit; then what they stated (a
     sentence that is no question, :func:`~relevance_memory.summary._extract.is_question`, with a
-    value or a name: priority 3 at least), then what they asked, each by priority and newest
-    first; exact values and tool calls get their share of the rest before other prose and
+    value or a name: priority 3 at least), then what they asked, each by priority and newest first; a fact's line quotes the clause that
+    holds it (:func:`~relevance_memory.summary._extract.fact_clause`: no "Decision made:" lead-in); exact values and tool calls get their share of the rest before other prose and
     filler. Superseded (earlier)
     values give way first (issue 11), and a superseded message's sentences read
     "The user said (earlier; since step 31: dislikes sushi): “I love sushi.”" — the newer value
@@ -165,6 +166,8 @@ class OfflineSummarizer:
             # a name, number or decision the user states, not asks (issue 23): kept like a value
             fact = item.role == "user" and not item.superseded and not is_question(sentence)
             priority = max(priority, 3) if fact else priority
+            if fact:
+                sentence = fact_clause(sentence)  # its lead-in label and value-less clauses left out
             if len(sentence) > self.max_sentence_chars:
                 sentence = sentence[: self.max_sentence_chars - 1] + "…"
             speaker = _speaker(item)
@@ -235,7 +238,7 @@ class OfflineSummarizer:
         # re-summarisation never loses a fact an earlier level kept; when the room shrinks, the
         # facts stated first stay, as the goal keeps the first request), then the newest facts,
         # then questions
-        for cand in sorted(said, key=lambda c: (not c[7], not c[6], -c[0], c[1] if c[7] else -c[1])):
+        for cand in sorted(said, key=lambda c: (not c[7], not c[6], 0 if c[7] else -c[0], c[1] if c[7] else -c[1])):
             if used + cand[3] > max_tokens // 2:
                 break  # no older line in place of a newer one that did not fit
             chosen.append(cand)

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from relevance_memory._tokenizer import TiktokenCounter
-from relevance_memory.summary._extract import is_question
+from relevance_memory.summary._extract import fact_clause, is_question
 from relevance_memory.summary._pyramid import RenderedSummary, held_lines, mark_held
 from relevance_memory.summary._summary import LLMSummarizer, OfflineSummarizer, SummaryCache, SummaryItem, build_pyramid
 
@@ -46,13 +46,25 @@ def test_is_question(text: str, asks: bool) -> None:
 @pytest.mark.parametrize("max_tokens", [120, 160, 240, 400])
 def test_stated_facts_go_before_newer_questions(max_tokens: int) -> None:
     draft = OfflineSummarizer().summarize(chat(60), level=2, max_tokens=max_tokens)
-    kept = [fact for fact in FACTS if fact in draft.prose]
+    kept = [fact for fact in FACTS if fact_clause(fact) in draft.prose]
     # the newest facts first; none of the 60 newer questions (each with a number) pushes one out
     assert kept == FACTS[len(FACTS) - len(kept):]
     assert len(kept) >= min(len(FACTS), max_tokens // 60)
     # a name stated by the user ("Ysolde Drummarch", "Larkspur") counts as a fact, not filler
     if max_tokens >= 160:
         assert kept == FACTS
+
+
+@pytest.mark.parametrize(("text", "clause"), [
+    ("For the record: the reviewer for this is Ana Diaz; copy them on the outcome.", "the reviewer for this is Ana Diaz"),
+    ("Decision made: we store timestamps as epoch-millis-UTC.", "we store timestamps as epoch-millis-UTC."),
+    ("Hard constraint: do not contact anyone before 09:30 CET.", "do not contact anyone before 09:30 CET."),
+    ("time: 15:00", "time: 15:00"),
+    ("Room 418: the key is at the desk.", "Room 418: the key is at the desk."),
+    ("We ship on Friday; it is late.", "We ship on Friday"),
+])
+def test_fact_clause_keeps_the_clause_with_the_fact(text: str, clause: str) -> None:
+    assert fact_clause(text) == clause
 
 
 def test_a_name_the_user_states_is_kept_like_a_value() -> None:
@@ -69,17 +81,17 @@ def test_held_lines_are_kept_first_when_summarised_again() -> None:
     small = OfflineSummarizer().summarize(items[:4], level=1, max_tokens=400)
     rendered = RenderedSummary(1, {"role": "system", "content": small.prose}, 0, tuple(i.id for i in items[:4]), ())
     lines = held_lines([rendered])
-    assert {f"The user said: “{fact}”" for fact in FACTS} == lines
+    assert {f"The user said: “{fact_clause(fact)}”" for fact in FACTS} == lines
     marked = mark_held(items, lines)
     assert [i.id for i in marked if i.held] == ["m2", "m3", "m4"]  # the greeting holds no fact
     # room for two lines: the newest facts win a first summary; a summary made again keeps the
     # ones the earlier summary held, held longest first, before the newer fact
     plain = OfflineSummarizer().summarize(items, level=2, max_tokens=100)
     again = OfflineSummarizer().summarize(marked, level=2, max_tokens=100)
-    assert newer in plain.prose and FACTS[2] in plain.prose and FACTS[1] not in plain.prose
-    assert FACTS[0] in again.prose and FACTS[1] in again.prose and newer not in again.prose
+    assert newer in plain.prose and fact_clause(FACTS[2]) in plain.prose and fact_clause(FACTS[1]) not in plain.prose
+    assert fact_clause(FACTS[0]) in again.prose and fact_clause(FACTS[1]) in again.prose and newer not in again.prose
     roomy = OfflineSummarizer().summarize(marked, level=2, max_tokens=400)
-    assert all(fact in roomy.prose for fact in [*FACTS, newer])
+    assert all(fact_clause(fact) in roomy.prose for fact in [*FACTS, newer])
     assert SummaryCache.key("s", 2, items, 100) != SummaryCache.key("s", 2, marked, 100)
 
 
