@@ -426,17 +426,19 @@ def mark_held(items: Sequence[SummaryItem], lines: set[str]) -> list[SummaryItem
     goes to the user's message whose text holds its quoted sentence or each of its ``; ``-joined
     clauses (issue 23: what an earlier
     summary held of a fact is kept first when it is summarised again). Pure; O(items × lines)."""
-    quoted = {line: " ".join(line[len(_USER_LINE):].strip().removeprefix("“").removesuffix("”").removesuffix("…").split())
-              for line in lines}
+    # a fact's line may quote a few clauses of the sentence ("; "-joined, fact_clause): split once
+    quoted: dict[str, list[str]] = {}
+    for line in lines:
+        sentence = " ".join(line[len(_USER_LINE):].strip().removeprefix("“").removesuffix("”").removesuffix("…").split())
+        if sentence:
+            quoted[line] = sentence.split("; ")
     out: list[SummaryItem] = []
     for item in items:
         if item.role != "user" or not quoted:
             out.append(item)
             continue
         text = " ".join(item.text.split())
-        # a fact's line may quote a few clauses of the sentence ("; "-joined, fact_clause)
-        held = tuple(sorted({*item.held, *(line for line, sentence in quoted.items()
-                                           if sentence and all(part in text for part in sentence.split("; ")))}))
+        held = tuple(sorted({*item.held, *(line for line, parts in quoted.items() if all(p in text for p in parts))}))
         out.append(replace(item, held=held) if held != item.held else item)
     return out
 
