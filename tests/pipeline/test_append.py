@@ -387,3 +387,29 @@ def test_a_compaction_record_read_later_is_the_one_read_at_the_build() -> None:
     later, now = run(read_now=False), run(read_now=True)
     assert len(later) >= 3
     assert later == now
+
+
+def test_a_compaction_of_a_large_history_collects_the_young_generations(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 24: a compaction's history-sized leftovers are collected inside it, not in a later
+    append; an append never asks for a collection, nor does a small history, nor a disabled collector."""
+    import gc
+
+    from relevance_memory.pipeline import cycle
+
+    asked: list[int] = []
+    monkeypatch.setattr(cycle.gc, "collect", lambda generation=2: asked.append(generation) or 0)
+    memory = RelevanceMemoryManager(max_input_tokens=3000, keep_recent=2, cache_policy={"clear_at_least": 0})
+    memory.extend([*OPENING, *(m for n in range(20) for m in step(n))])  # 42 messages
+    monkeypatch.setattr(cycle, "YOUNG_COLLECTION_MIN_MESSAGES", 43)
+    memory.build_context()
+    assert asked == []  # below the threshold
+    memory.extend(step(20))
+    assert memory.build_context().record.mode == "appended" and asked == []
+    assert memory.build_context(compact=True).record.mode == "compacted"
+    assert asked == [1]
+    gc.disable()
+    try:
+        assert memory.build_context(budget=2900).record.mode == "full_rebuild"
+    finally:
+        gc.enable()
+    assert asked == [1]
