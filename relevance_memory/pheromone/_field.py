@@ -28,6 +28,7 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -87,17 +88,22 @@ short). Each entry is ranked from the cells written since the previous one
 
 class _CellTable(dict):  # type: ignore[type-arg]
     """The field's cells by message id: a ``dict`` that tells the ranking of every write
-    (whoever writes: the field, or a board memory loading its cells)."""
+    (whoever writes: the field, or a board memory loading its cells), and keeps the ids of
+    the cells ever written scored or at least ``prefilter_pass`` strong (``notable``)."""
 
-    __slots__ = ("ranking",)
+    __slots__ = ("_passing", "notable", "ranking")
 
     def __init__(self, ranking: StrengthRanking) -> None:
         super().__init__()
         self.ranking = ranking
+        self.notable: set[str] = set()
+        self._passing = ranking._config.prefilter_pass  # same package: the field's config
 
     def __setitem__(self, key: str, value: Cell) -> None:
         dict.__setitem__(self, key, value)
         self.ranking.written(key)
+        if value.latest_score is not None or value.strength >= self._passing:
+            self.notable.add(key)
 
     def __reduce__(self) -> tuple[object, ...]:
         return (_restore_table, (self.ranking._config, dict(self)))
@@ -159,6 +165,18 @@ class PheromoneField:
         """The stored (immutable) cell of ``message_id``, or ``None``; settle it with
         :func:`~relevance_memory.pheromone._math.settle` to read it at :attr:`tick`."""
         return self._cells.get(message_id)
+
+    def notable_ids(self) -> AbstractSet[str] | None:
+        """Ids of the cells ever stored with a score or with at least ``prefilter_pass``
+        strength (a live view, O(1)), or ``None`` when the cell table was replaced from outside.
+
+        A superset of the messages the prefilter's memory lets through and of those
+        forgetting can archive (both need a score or that strength, and a cell's strength
+        grows only when it is written): a build reads these cells, not every message's
+        (issue 24: a compaction must not touch every message).
+        """
+        cells = self._cells
+        return cells.notable if isinstance(cells, _CellTable) else None
 
     def cells_of(self, message_ids: Iterable[str]) -> list[Cell | None]:
         """The stored cells of ``message_ids`` (``None`` for an unknown id), in order: a

@@ -57,11 +57,28 @@ def group_chains(
         if message.index in skip:
             continue
         members.setdefault(roots[message.index], []).append(message.index)
-    sized = tokens or {}
-    return {
-        root: Chain(root, tuple(idx), sum(sized.get(i, messages[i].token_count) for i in idx))
-        for root, idx in members.items()
-    }
+    counts = [m.token_count for m in messages]
+    for i, sized in (tokens or {}).items():
+        counts[i] = sized
+    count = counts.__getitem__
+    return {root: Chain(root, tuple(idx), sum(map(count, idx))) for root, idx in members.items()}
+
+
+def _with_renditions(
+    chains: dict[int, Chain], roots: Sequence[int], renditions: Mapping[int, Rendition], messages: Sequence[Message]
+) -> dict[int, Chain]:
+    """``chains`` with the tokens of the chains holding an excerpted member recounted (each
+    such member at its excerpt's tokens): what :func:`group_chains` with those tokens gives,
+    in the same order, touching only those chains (O(excerpts), not O(history))."""
+    if not renditions:
+        return chains
+    out = dict(chains)
+    for root in {roots[i] for i in renditions}:
+        chain = out.get(root)
+        if chain is not None:
+            out[root] = replace(chain, tokens=sum(renditions[i].tokens if i in renditions else messages[i].token_count
+                                                  for i in chain.members))
+    return out
 
 
 @dataclass
@@ -314,8 +331,7 @@ def partition(state: BuildState, seams: Seams) -> Partitioned:
     )
     if newest_user is not None and newest_user in renditions and newest_user_tokens <= room:
         del renditions[newest_user]  # the newest user message stays verbatim while it alone fits (SPEC §9)
-    chains = group_chains(messages, roots, set(excluded) | set(split.pinned),
-                          {i: r.tokens for i, r in renditions.items()})
+    chains = _with_renditions(chains, roots, renditions, messages)
     forced_tokens = sum(chains[r].tokens for r in split.forced)
     if not ledger.fits(forced_tokens):
         if state.limit is not None and state.limit > budget:

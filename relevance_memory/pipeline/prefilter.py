@@ -124,6 +124,11 @@ def _forgotten(state: BuildState, seams: Seams) -> dict[int, str]:
     forgotten: dict[int, str] = {}
     ids = [m.id for m in store.messages]  # one pass: each index of a snapshot view is a Python call
     is_forgotten = _forgetting(seams, goal.final, goal.effective_subtask)
+    field = seams.pheromone
+    notable = field.notable_ids() if _plain(field, ("forgotten_for",)) else None
+    if notable is not None:  # only a scored cell can be forgotten: one set lookup for the others
+        scored, forgets = notable.__contains__, is_forgotten
+        is_forgotten = lambda mid: scored(mid) and forgets(mid)  # noqa: E731
     referenced_by = store.referenced_by
     for root, chain in part.candidates.items():
         if (
@@ -170,16 +175,7 @@ def _bm25_rejected(state: BuildState, seams: Seams) -> dict[int, float]:
     if config.prefilter == "auto" and seams.capabilities.local and candidates <= LOCAL_PREFILTER_MIN:
         return {}
     ranked = {r: c.members for r, c in part.candidates.items()}
-    subtask = goal.effective_subtask
-    messages = store.messages[0:len(store)]  # one list: each index of a snapshot view is a Python call
-    remembered = _memory_passes(seams, goal.final, subtask) if config.pheromone.enabled else None
-    always = {
-        r
-        for r, members in ranked.items()
-        if r == part.task_root
-        or any(messages[i].msg_type == "user_instruction" for i in members)
-        or (remembered is not None and any(remembered(messages[i]) for i in members))
-    }
+    always = _always_pass(ranked, part.task_root, seams, goal.final, goal.effective_subtask)
     # the goal and subtask lead; recent steps add context at a lower weight (their text
     # can be unrelated to the goal, e.g. the newest chat turn)
     goal_query = _query([goal.final, goal.subtask])
@@ -206,6 +202,55 @@ def _bm25_rejected(state: BuildState, seams: Seams) -> dict[int, float]:
     return result.rejected
 
 
+_PASS_READS = ("score_before", "strength_for", "latest_score")
+"""The field methods :func:`_memory_passes` reads."""
+
+
+def _plain(field: object, reads: Sequence[str]) -> bool:
+    """Whether ``field`` is a :class:`PheromoneField` whose ``reads`` are the class's own (so its
+    cells may be read directly, with the same functions those methods apply)."""
+    return isinstance(field, PheromoneField) and all(getattr(type(field), n) is getattr(PheromoneField, n) for n in reads)
+
+
+def _always_pass(
+    ranked: Mapping[int, Sequence[int]], task_root: int | None, seams: Seams, final: str, subtask: str
+) -> set[int]:
+    """Candidate roots that pass the prefilter whatever their rank: the task statement's, a
+    user instruction's, and those with a member the pheromone memory lets through
+    (:func:`_memory_passes`). A plain field is asked only about its notable cells
+    (:meth:`~relevance_memory.pheromone._field.PheromoneField.notable_ids`, the only ones that
+    can pass), so the cost follows the scored messages, not the history (issue 24)."""
+    store, config = seams.store, seams.config
+    messages = store.messages[0:len(store)]  # one list: each index of a snapshot view is a Python call
+    remembered = _memory_passes(seams, final, subtask) if config.pheromone.enabled else None
+    field = seams.pheromone
+    notable = field.notable_ids() if remembered is not None and _plain(field, _PASS_READS) else None
+    if (
+        remembered is not None
+        and (notable is None or config.core_score <= 0 or config.pheromone.prefilter_pass <= 0.0
+             or field.config.prefilter_pass > config.pheromone.prefilter_pass)
+    ):
+        return {
+            r
+            for r, members in ranked.items()
+            if r == task_root
+            or any(messages[i].msg_type == "user_instruction" for i in members)
+            or any(remembered(messages[i]) for i in members)
+        }
+    root_of = {i: r for r, members in ranked.items() for i in members}
+    always: set[int] = {task_root} if task_root is not None and task_root in ranked else set()
+    always.update(root_of[m.index] for m in messages if m.msg_type == "user_instruction" and m.index in root_of)
+    if remembered is not None and notable is not None:
+        for mid in notable:
+            try:
+                i = store.get(mid).index
+            except KeyError:  # a cell of a message this store does not hold (a board's)
+                continue
+            if i in root_of and root_of[i] not in always and remembered(messages[i]):
+                always.add(root_of[i])
+    return always
+
+
 def _memory_passes(seams: Seams, final: str, subtask: str) -> Callable[[Message], bool]:
     """Whether the pheromone memory lets a message's chain always pass the prefilter: scored
     core by an earlier subtask, strength for this task at least ``prefilter_pass``, or (SPEC §7)
@@ -216,10 +261,7 @@ def _memory_passes(seams: Seams, final: str, subtask: str) -> Callable[[Message]
     config = seams.config
     core, passing = config.core_score, config.pheromone.prefilter_pass
     field = seams.pheromone
-    if not isinstance(field, PheromoneField) or any(
-        getattr(type(field), name) is not getattr(PheromoneField, name)
-        for name in ("score_before", "strength_for", "latest_score")
-    ):
+    if not _plain(field, _PASS_READS):
         return lambda m: (
             (field.score_before(m.id, final, subtask) or 0) >= core
             or field.strength_for(m.id, final, subtask) >= passing

@@ -1,0 +1,92 @@
+"""Issue 24: the shortcuts that keep a compaction from touching every message give what the
+full passes give, build for build, on a real agent run with scores, subtasks and forgetting."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from relevance_memory import RelevanceMemoryManager, load_transcript
+from relevance_memory.pheromone._field import PheromoneField
+from relevance_memory.pipeline import partition as partition_module
+
+FIXTURE = Path(__file__).resolve().parents[2] / "fixtures" / "django__django-15280.json"
+
+
+def run(**config: Any) -> list[str]:
+    """Builds over the django run, in steps, with subtask changes: each build's context and record."""
+    messages = load_transcript(FIXTURE).messages
+    memory = RelevanceMemoryManager(max_input_tokens=3000, keep_recent=2, prefilter=True, prefilter_top_n=12, **config)
+    out: list[str] = []
+    for n, end in enumerate(range(40, len(messages) + 1, 26)):
+        memory.extend(messages[len(memory.messages):end])
+        if n % 2:
+            memory.set_goal(subtask=f"step {n}: check the migration and run the tests again")
+        built = memory.build_context(compact=n % 3 == 0)
+        out.append(json.dumps(built.messages, sort_keys=True))
+        out.append(built.record.model_dump_json(exclude={"created_at", "build_id", "base_build_id", "latency_ms"}))
+    return out
+
+
+def test_notable_cells_give_the_prefilter_and_forgetting_of_the_full_pass(monkeypatch: pytest.MonkeyPatch) -> None:
+    fast = run()
+    assert any('"mode":"compacted"' in r for r in fast) and any("prefiltered out" in r for r in fast)
+    monkeypatch.setattr(PheromoneField, "notable_ids", lambda self: None)  # every cell read, as before issue 24
+    assert run() == fast
+
+
+def test_notable_cells_are_the_scored_and_the_strong() -> None:
+    memory = RelevanceMemoryManager(max_input_tokens=3000, keep_recent=2, prefilter=True, prefilter_top_n=12)
+    memory.extend(load_transcript(FIXTURE).messages[:120])
+    field = memory.pheromone
+    assert isinstance(field, PheromoneField)
+    before = set(field.notable_ids() or ())
+    assert before == {mid for mid in (m.id for m in memory.messages)
+                      if (c := field.cell(mid)) is not None and c.strength >= field.config.prefilter_pass}
+    memory.build_context()
+    after = field.notable_ids() or set()
+    scored = {mid for mid in (m.id for m in memory.messages) if (c := field.cell(mid)) and c.latest_score is not None}
+    assert scored and scored <= after and before <= after
+
+
+def test_excerpted_chains_are_recounted_as_a_second_grouping_would(monkeypatch: pytest.MonkeyPatch) -> None:
+    fast = run(excerpt_share=1 / 64)
+    assert any('"fidelity":"excerpt"' in r for r in fast)
+
+    def regroup(chains: Any, roots: Any, renditions: Any, messages: Any) -> Any:
+        skip = {i for c in chains.values() for i in c.members} ^ set(range(len(messages)))
+        return partition_module.group_chains(messages, roots, skip, {i: r.tokens for i, r in renditions.items()})
+
+    monkeypatch.setattr(partition_module, "_with_renditions", regroup)
+    assert run(excerpt_share=1 / 64) == fast
+
+
+def chat_run() -> list[str]:
+    """A 120-turn chat built every 10 turns under changing subtasks, filler scored 1: forgetting
+    and the memory's always-pass set at work."""
+    from relevance_memory.testing import FunctionScorer
+
+    scorer = FunctionScorer(lambda item, goal: 5 if "trip" in (item.text or "") else (3 if "museum" in (item.text or "") else 1))
+    memory = RelevanceMemoryManager(max_input_tokens=900, keep_recent=2, prefilter=True, prefilter_top_n=10, scorer=scorer)
+    memory.set_goal(final="Plan the Lisbon trip within the budget the user gave")
+    out: list[str] = []
+    for turn in range(120):
+        text = ("I want the trip to stay under 900 euros" if turn % 17 == 0 else
+                "Which museum opens on Mondays?" if turn % 11 == 0 else f"Some small talk about the weather, turn {turn}")
+        memory.extend([{"role": "user", "content": text}, {"role": "assistant", "content": f"Noted ({turn})."}])
+        if turn % 10 == 9:
+            memory.set_goal(subtask=f"answer turn {turn}")
+            built = memory.build_context(compact=True)
+            out.append(json.dumps(built.messages, sort_keys=True))
+            out.append(built.record.model_dump_json(exclude={"created_at", "build_id", "base_build_id", "latency_ms"}))
+    return out
+
+
+def test_a_chat_with_forgetting_builds_as_the_full_pass_would(monkeypatch: pytest.MonkeyPatch) -> None:
+    fast = chat_run()
+    assert any("forgotten: strength" in r for r in fast) and any("prefiltered out" in r for r in fast)
+    monkeypatch.setattr(PheromoneField, "notable_ids", lambda self: None)
+    assert chat_run() == fast
