@@ -87,7 +87,7 @@ def _decisions(
     """Per stored message, the build's decision (or, with ``users_only``, per message a user
     wrote: :func:`~relevance_memory._models.user_authored`)."""
     store, config = seams.store, seams.config
-    roots = {i: root for root, chain in part.chains.items() for i in chain.members}
+    chain_root = store.chain_root  # a member's root in part.chains (all but the excluded and pinned)
     summarised = state.summarised
     selection = summarised.selection if summarised is not None else None
     covered = summarised.pyramid.covered if summarised is not None else set()
@@ -98,11 +98,9 @@ def _decisions(
     superseded = state.ranked.superseded if state.ranked is not None else {}
     preferred = state.ranked.preferred if state.ranked is not None else {}
     first_recent_step = store.step_count - config.keep_recent
-    last_steps = {m.index for m in store.messages if m.step >= first_recent_step}
-    newest_user_root = next(
-        (roots.get(m.index) for m in reversed(store.messages) if m.role == "user" and m.index not in part.excluded),
-        None,
-    )
+    newest_user = next((m.index for m in reversed(store.messages) if m.role == "user" and m.index not in part.excluded),
+                       None)
+    newest_user_root = chain_root(newest_user) if newest_user is not None and newest_user not in part.pinned else None
     rendered = dict(part.renditions)
     if selection is not None:
         rendered.update(selection.rendered)
@@ -133,12 +131,12 @@ def _decisions(
                 reason="system prompt (pinned)", chain_id=message.id, **sent(i),
             ))
             continue
-        root = roots[i]
+        root = chain_root(i)
         chain_id = store[root].id
         if root in part.recent:
             if part.identity:
                 reason = "the whole history fits the budget"
-            elif newest_user_root == root and store[i].role == "user" and i not in last_steps:
+            elif newest_user_root == root and message.role == "user" and message.step < first_recent_step:
                 reason = "newest user message (always kept verbatim)"
             else:
                 reason = "working memory (last steps)"
