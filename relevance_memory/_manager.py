@@ -36,6 +36,7 @@ from .store._history import HistoryTracker, diverged_error, kept_stamps, repeate
 from .store._restore import RESTORE_TOOL_NAME, RestoreHandler, restore_tool_definition
 from .store._snapshot import StoreSnapshot
 from .store._store import MessageStore
+from .summary._pyramid import SummaryItems
 from .summary._summary import OfflineSummarizer, Summarizer, SummaryCache
 
 __all__ = ["BuiltContext", "RelevanceMemoryManager"]
@@ -127,6 +128,7 @@ class RelevanceMemoryManager:
         self._deposits = DepositLog()
         self._prefilter_index = PrefilterIndex()
         self._renditions = Renditions()  # excerpts and elided outputs, the same bytes from build to build
+        self._summary_items = SummaryItems()  # archived messages as summarizer items, made once
         self._goal = GoalTracker()  # the goal set, else formed from the user's messages
         self.order: OrderPolicy = order or DEFAULT_ORDER
         self.tokenizer: TokenCounter = tokenizer or TiktokenCounter(
@@ -463,6 +465,7 @@ class RelevanceMemoryManager:
             score_cache=self._history_scores if capabilities.context_dependent else self.score_cache,
             pheromone=self.pheromone, deposit_log=self._deposits, prefilter_index=self._prefilter_index,
             summarizer=self.summarizer, summary_cache=self.summary_cache, renditions=self._renditions,
+            summary_items=self._summary_items,
             approximations=self.approximations, restore_tool=self.restore_tool_offered, notices=self._goal.notices,
         )
 

@@ -30,6 +30,7 @@ from ..scoring._capabilities import ScorerCapabilities
 from ..scoring._embedding import VectorIndex
 from ..scoring._scorer import OfflineScorer, ScoreCache, Scorer, ScoringResult
 from ..store._supersede import SupersedeLink
+from ..summary._pyramid import SummaryItems
 from ..summary._summary import PyramidResult, RenderedSummary, Summarizer, SummaryCache
 from ._bm25 import PrefilterIndex
 from ._deposits import DepositLog
@@ -149,6 +150,7 @@ class Seams:
         renditions: the memo of excerpts and elided outputs (:mod:`.fidelity`): the same
             message is cut the same way from build to build.
         notices: user messages by notice key (format notices a harness repeats).
+        summary_items: the memo of archived messages as summarizer items (made once per memory).
     """
 
     config: MemoryConfig
@@ -169,6 +171,7 @@ class Seams:
     restore_tool: str | None = None
     renditions: Renditions = field(default_factory=Renditions)
     notices: NoticeIndex = field(default_factory=NoticeIndex)
+    summary_items: SummaryItems = field(default_factory=SummaryItems)
 
 
 # --------------------------------------------------------------------------- outputs

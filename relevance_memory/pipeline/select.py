@@ -565,9 +565,10 @@ def tool_traffic_share(store: StoreView, chains: Iterable[Chain]) -> float:
     """Share (0..1) of the tokens of ``chains`` that are an agent's tool traffic: tool results,
     and assistant messages that call tools (pure; 0.0 for no tokens)."""
     total = tools = 0
+    messages = store.messages[0:len(store)]  # one list: each index of a snapshot view is a Python call
     for chain in chains:
         for i in chain.members:
-            message = store[i]
+            message = messages[i]
             total += message.token_count
             if message.role == "tool" or message.tool_calls:
                 tools += message.token_count

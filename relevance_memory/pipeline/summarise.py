@@ -24,6 +24,7 @@ room last.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from dataclasses import replace
 
 from .._models import Message, RelevanceScore, content_text, user_authored
 from ..scoring._scorer import REQUEST_REASON
@@ -81,8 +82,9 @@ def _tool_name(seams: Seams, message: Message) -> str:
 
 
 def _item(seams: Seams, message: Message, newest: dict[str, SupersedeLink]) -> SummaryItem:
-    """An archived message as the summarizer sees it (``newest``: :func:`_superseded_note`'s memo)."""
-    return SummaryItem(
+    """An archived message as the summarizer sees it (``newest``: :func:`_superseded_note`'s memo);
+    what does not change is made once per memory (:class:`~relevance_memory.summary._pyramid.SummaryItems`)."""
+    item = seams.summary_items.get(message.id, message.content_hash, lambda: SummaryItem(
         id=message.id,
         role=message.role,
         msg_type=message.msg_type.value,
@@ -90,13 +92,15 @@ def _item(seams: Seams, message: Message, newest: dict[str, SupersedeLink]) -> S
         content_hash=message.content_hash,
         tool_calls=tuple((c.name, c.arguments) for c in message.tool_calls),
         source=_tool_name(seams, message),
-        superseded=_superseded_note(seams, message, newest) if seams.config.supersede else "",
-        supersedes=seams.config.supersede and any(
-            seams.store.superseded_by[o].kind == "fact"
-            for o in seams.store.supersedes.get(message.id, ()) if o in seams.store.superseded_by
-        ),
         tokens=message.token_count,
-    )
+    ))
+    if not seams.config.supersede:
+        return item
+    store = seams.store
+    superseded = _superseded_note(seams, message, newest)
+    supersedes = any(store.superseded_by[o].kind == "fact" for o in store.supersedes.get(message.id, ())
+                     if o in store.superseded_by)
+    return replace(item, superseded=superseded, supersedes=supersedes) if superseded or supersedes else item
 
 
 def summarise_archive(

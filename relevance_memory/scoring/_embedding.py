@@ -678,5 +678,30 @@ class VectorIndex:
         return cast(Int8Array, quantize(self.embedder.embed([text]))[0])
 
     def similarity(self, query: Int8Array, keys: Sequence[str]) -> npt.NDArray[np.float64]:
-        """Exact cosines (:func:`cosine_scores`) of ``query`` against the rows of ``keys``."""
-        return cosine_scores(query, self.rows(keys))
+        """Exact cosines (:func:`cosine_scores`) of ``query`` against the rows of ``keys``, the
+        same bits: each distinct stored row is scored once, a chunk at a time, and the cosines
+        are gathered by row (a history that repeats contents costs its distinct rows; no
+        ``(len(keys), dim)`` copy). Raises ``KeyError`` naming a key without a vector."""
+        try:
+            at = np.fromiter(map(self._rows.__getitem__, keys), dtype=np.int64, count=len(keys))
+        except KeyError:
+            missing = next(k for k in keys if k not in self._rows)
+            raise KeyError(f"no vector for {missing!r}") from None
+        if len(at) == 0:
+            return np.zeros(0, dtype=np.float64)
+        if len(at) * 4 < self._count:  # a few keys of a large index: their rows only
+            return cosine_scores(query, self.rows(keys))
+        q = query.astype(np.float32)
+        q_norm = math.sqrt(float(np.dot(q, q)))
+        every = np.empty(self._count, dtype=np.float64)
+        for n, chunk in enumerate(self._chunks):
+            lo = n * self._chunk_rows
+            hi = min(self._count, lo + self._chunk_rows)
+            if hi <= lo:
+                break
+            r = chunk[: hi - lo].astype(np.float32)
+            dots = (r @ q).astype(np.float64)
+            r_norm = np.sqrt(np.einsum("ij,ij->i", r, r).astype(np.float64))
+            denom = r_norm * q_norm
+            every[lo:hi] = np.divide(dots, denom, out=np.zeros_like(dots), where=denom > 0)
+        return every[at]

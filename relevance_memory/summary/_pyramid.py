@@ -62,6 +62,32 @@ class SummaryItem:
     held: tuple[str, ...] = ()
 
 
+class SummaryItems:
+    """Memo of archived messages as :class:`SummaryItem` (by message id, checked against the
+    content hash), without their supersede fields, which change as newer messages arrive: a
+    compaction that summarises the whole archive again makes each item once per memory, not once
+    per compaction (issue 24). Bounded: emptied when it holds ``maxsize`` items."""
+
+    def __init__(self, maxsize: int = 250_000) -> None:
+        self._data: dict[str, SummaryItem] = {}
+        self._maxsize = maxsize
+
+    def get(self, message_id: str, content_hash: str, make: Callable[[], SummaryItem]) -> SummaryItem:
+        """The memoised item of ``message_id``, or ``make()``'s (memoised when its content hash
+        is ``content_hash``)."""
+        found = self._data.get(message_id)
+        if found is not None and found.content_hash == content_hash:
+            return found
+        made = make()
+        if len(self._data) >= self._maxsize:
+            self._data.clear()
+        self._data[message_id] = made
+        return made
+
+    def __len__(self) -> int:
+        return len(self._data)
+
+
 class SummaryDraft(BaseModel):
     """A summarizer's structured answer (SPEC §7)."""
 

@@ -118,6 +118,21 @@ def test_vector_index_embeds_each_key_once_and_grows_in_chunks() -> None:
     assert sims[1] > sims[0] > sims[2]
     with pytest.raises(KeyError, match="h9"):
         index.vector("h9")
+    with pytest.raises(KeyError, match="h9"):
+        index.similarity(index.embed_query("battery"), ["h1", "h9"])
+
+
+def test_similarity_scores_each_stored_row_once_and_gives_the_bits_of_a_row_copy() -> None:
+    """Issue 24: the cosines gathered by row equal those of a ``(keys, dim)`` copy, bit for bit,
+    with repeated keys, any order, a partly filled last chunk, and few keys of a large index."""
+    index = VectorIndex(tiny_embedder(), chunk_rows=3)
+    words = ["power bank", "battery phone", "sunny weather", "rain", "charger cable", "phone case", "bank loan"]
+    index.add((f"h{n}", w) for n, w in enumerate(words))
+    query = index.embed_query("battery charger")
+    for keys in (["h6", "h0", "h0", "h3", "h1", "h6", "h2", "h5", "h4"], ["h4"], [], [f"h{n}" for n in range(7)] * 5):
+        got = index.similarity(query, keys)
+        want = cosine_scores(query, index.rows(keys))
+        assert got.dtype == np.float64 and got.tobytes() == want.tobytes()
 
 
 # ----------------------------------------------------------------- the default model
