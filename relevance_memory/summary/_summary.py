@@ -133,12 +133,15 @@ class OfflineSummarizer:
     max_names: int = 400
     agent_names: bool = True
     memo_size: int = 500_000
-    _memo: dict[tuple[str, str, str], list[_Line]] = field(default_factory=dict, repr=False, compare=False)
+    _memo: dict[tuple[str, str, str, str], list[_Line]] = field(default_factory=dict, repr=False, compare=False)
     _names_memo: dict[tuple[str, str], list[str]] = field(default_factory=dict, repr=False, compare=False)
 
     def _extract(self, item: SummaryItem) -> list[_Line]:
-        """Per message, memoised by (id, content hash, supersede marks): its candidate lines."""
-        memo_key = (item.id, f"{item.content_hash}{item.superseded}{item.supersedes}", item.text if not item.content_hash else "")
+        """Per message, memoised by (role, tool name, content hash, supersede marks) — what the lines
+        are made of; not the id, so the same content at another id (a command run again) is read
+        once (issue 24): its candidate lines."""
+        memo_key = (item.role, item.source if item.role == "tool" else "",
+                    f"{item.content_hash}{item.superseded}{item.supersedes}", item.text if not item.content_hash else "")
         cached = self._memo.pop(memo_key, None)
         if cached is not None:
             self._memo[memo_key] = cached  # most recently used last
@@ -180,9 +183,9 @@ class OfflineSummarizer:
 
     def _names(self, item: SummaryItem) -> list[str]:
         """The code names of a message's text and tool-call arguments (:func:`code_names`),
-        memoised by (id, content hash). Of a row of tabular output (``ls -l``) only its last
+        memoised by content hash (the text itself without one). Of a row of tabular output (``ls -l``) only its last
         field, the name, counts: sizes, dates and modes are columns, not names."""
-        key = (item.id, item.content_hash or item.text)
+        key = ("", item.content_hash) if item.content_hash else (item.text, "\n".join(a for _, a in item.tool_calls))
         found = self._names_memo.get(key)
         if found is None:
             text = "\n".join((line.split() or [""])[-1] if _is_table_row(line) else line for line in item.text.splitlines())
