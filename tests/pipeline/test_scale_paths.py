@@ -16,6 +16,12 @@ from relevance_memory.pipeline import partition as partition_module
 FIXTURE = Path(__file__).resolve().parents[2] / "fixtures" / "django__django-15280.json"
 
 
+def seen(built: Any) -> list[str]:
+    """What a build gave: its context and its record (the clock and ids aside)."""
+    return [json.dumps(built.messages, sort_keys=True),
+            built.record.model_dump_json(exclude={"created_at", "build_id", "base_build_id", "latency_ms"})]
+
+
 def run(**config: Any) -> list[str]:
     """Builds over the django run, in steps, with subtask changes: each build's context and record."""
     messages = load_transcript(FIXTURE).messages
@@ -25,9 +31,7 @@ def run(**config: Any) -> list[str]:
         memory.extend(messages[len(memory.messages):end])
         if n % 2:
             memory.set_goal(subtask=f"step {n}: check the migration and run the tests again")
-        built = memory.build_context(compact=n % 3 == 0)
-        out.append(json.dumps(built.messages, sort_keys=True))
-        out.append(built.record.model_dump_json(exclude={"created_at", "build_id", "base_build_id", "latency_ms"}))
+        out += seen(memory.build_context(compact=n % 3 == 0))
     return out
 
 
@@ -79,9 +83,7 @@ def chat_run() -> list[str]:
         memory.extend([{"role": "user", "content": text}, {"role": "assistant", "content": f"Noted ({turn})."}])
         if turn % 10 == 9:
             memory.set_goal(subtask=f"answer turn {turn}")
-            built = memory.build_context(compact=True)
-            out.append(json.dumps(built.messages, sort_keys=True))
-            out.append(built.record.model_dump_json(exclude={"created_at", "build_id", "base_build_id", "latency_ms"}))
+            out += seen(memory.build_context(compact=True))
     return out
 
 
