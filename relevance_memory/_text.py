@@ -252,19 +252,37 @@ def code_names(text: str, *, min_chars: int = 4) -> list[str]:
     carry such names, elided outputs and summaries list them. Linear in the text length.
     """
     found: dict[str, None] = {}
+    verdicts = _NAME_VERDICTS
     for match in _NAME_TOKEN_RE.finditer(text):
         token = match.group(0).rstrip("./-")
         if len(token) < min_chars or len(token) > _NAME_MAX_CHARS or token in found:
             continue
-        if (
-            (token.isdigit() and len(token) >= 3)
-            or ("_" in token and any(c.isalpha() for c in token))
-            or _NAME_PATH.fullmatch(token) is not None
-            or _NAME_DOTTED.fullmatch(token) is not None
-            or _NAME_CAMEL.fullmatch(token) is not None
-        ):
+        verdict = verdicts.get(token)
+        if verdict is None:
+            verdict = _is_code_name(token)
+            if len(verdicts) >= _NAME_VERDICTS_MAX:
+                verdicts.clear()
+            verdicts[token] = verdict
+        if verdict:
             found[token] = None
     return list(found)
+
+
+_NAME_VERDICTS: dict[str, bool] = {}
+"""Memo of :func:`_is_code_name` (a token's verdict depends on the token alone; the same words
+recur in every message of a history). Bounded: emptied at :data:`_NAME_VERDICTS_MAX` tokens."""
+_NAME_VERDICTS_MAX = 65_536
+
+
+def _is_code_name(token: str) -> bool:
+    """Whether a trimmed token of :func:`code_names` is a name (its docstring says which)."""
+    return (
+        (token.isdigit() and len(token) >= 3)
+        or ("_" in token and any(map(str.isalpha, token)))
+        or _NAME_PATH.fullmatch(token) is not None
+        or _NAME_DOTTED.fullmatch(token) is not None
+        or _NAME_CAMEL.fullmatch(token) is not None
+    )
 
 
 def preview(text: str, max_chars: int) -> str:

@@ -74,7 +74,8 @@ def _is_table_row(line: str) -> bool:
     fields = line.split()
     if len(fields) < 5:
         return False
-    numeric = sum(1 for f in fields if any(ch.isdigit() for ch in f) and not any(ch.isalpha() for ch in f.strip("%")))
+    isdigit, isalpha = str.isdigit, str.isalpha  # map over a field's characters: no generator per field
+    numeric = sum(1 for f in fields if any(map(isdigit, f)) and not any(map(isalpha, f.strip("%"))))
     return numeric >= 3 and numeric * 2 >= len(fields) - 1
 
 
