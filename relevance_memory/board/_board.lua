@@ -4,17 +4,25 @@
 -- reinforce, capped_deposit) and relevance_memory/board/_apply.py (step); the board
 -- contract and property tests prove both give bit-identical snapshots.
 --
--- Stored form (see relevance_memory/board/_packed.py): one MessagePack array per cell in
+-- Stored form 2 (see relevance_memory/board/_packed.py): one MessagePack array per cell in
 -- the scope's cells hash, numbers as MessagePack numbers (a double stays a double: exact,
--- no decimal formatting), false for "none". The provenance events live apart, in the
--- scope's events hash (item id → its events, packed one after another, newest last): a
--- batch appends its new events to the bytes without decoding them, and cuts the oldest
--- only once an item holds twice events_kept (slot 24 of the cell counts them), skipping
--- the oldest without decoding the rest. The scope's tick is the cells hash's field ""
--- (no item id is empty), so each scope costs a batch one HMGET of the tick and the
--- cells it touches, one HSET of those it changed (and the tick), and the same for
--- their events. Evaporation is settled, in closed form, only for the cells a batch
--- touches.
+-- no decimal formatting), false for "none". Its first slot is the form, 2: the script
+-- decodes the other 24 with unpack_limit from byte 4 straight into a table constructor
+-- (a table made at its size at once, no rehash per slot; the constructor's first slot,
+-- unpack_limit's offset, is then set back to 2), which costs half of cmsgpack.unpack of
+-- the array. The provenance events live apart, in the scope's events hash, each event in
+-- a field of its own, "<id>\t<seq>" (seq counts the item's events from 0; the cell's last
+-- slot is the next one): the item's events are its newest events_kept seqs. A batch only
+-- writes them: one HSET of its new events and one HDEL of the seqs that fell out of the
+-- newest events_kept; it never reads an event. (Every string a script reads or makes
+-- costs ~2 ns a byte — Redis's Lua hashes all of it — so bytes not read are the saving.)
+-- Stored form 1, written before: 24 slots, no form slot, the item's events one blob in
+-- the field "<id>"; a batch that writes such a cell moves its newest events_kept into
+-- fields of their own, deletes the blob and writes the cell in form 2.
+-- The scope's tick is the cells hash's field "" (no item id is empty), so each scope costs
+-- a batch one HMGET of the tick and the cells it touches, one HSET of those it changed
+-- (and the tick), one HSET of their new events and one HDEL of the oldest. Evaporation is
+-- settled, in closed form, only for the cells a batch touches.
 --
 -- KEYS[1]            the batch marker (a retried batch id is applied once)
 -- KEYS[3j-1 .. 3j+1] scope j's cells hash (its field "" the tick), edges hash, events hash
@@ -42,24 +50,50 @@ local function finite(x) return type(x) == 'number' and x == x and x ~= math.hug
 -- ------------------------------------------------------------------ cells
 -- A cell is its unpacked array, worked on in place (no table per field, no conversion):
 -- false in a slot is "none". Slots (see _packed.py):
-local KIND, BORN, S, AT, EARNED, LDEP, SUBS, PRODUCER, CREATED, TOUCHED = 1, 2, 3, 4, 5, 6, 7, 8, 9, 10
-local STATUS, CONTRIB, NDEP, NRF, USERS, SCORE, GOAL, LKEY, SKEY, PREV = 11, 12, 13, 14, 15, 16, 17, 18, 19, 20
-local SUPBY, STATUSBY, FIRST, NEV = 21, 22, 23, 24
--- SUBS: the subtask keys, each followed by '\n', after a first '\n' (a membership test is
--- one plain string.find); NEV: how many events the item's entry in the events hash holds.
+local FORM, KIND, BORN, S, AT, EARNED, LDEP, SUBS, PRODUCER, CREATED, TOUCHED = 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11
+local STATUS, CONTRIB, NDEP, NRF, USERS, SCORE, GOAL, LKEY, SKEY, PREV = 12, 13, 14, 15, 16, 17, 18, 19, 20, 21
+local SUPBY, STATUSBY, FIRST, NEV = 22, 23, 24, 25
+-- FORM: 2 (1: read from form 1, written back as 2); SUBS: the subtask keys, each followed
+-- by '\n', after a first '\n' (a membership test is one plain string.find); NEV: the seq
+-- of the item's next event (form 1: how many events its blob holds).
+local HEAD2, HEAD1 = '\220\0\25\2', '\220\0\24'  -- array16 of 25 and the form, 2; array16 of 24
+local DEPOSITED = {'deposit:1', 'deposit:2', 'deposit:3', 'deposit:4', 'deposit:5'}
 
 local function valid(c)
-  return type(c) == 'table' and #c == 24 and type(c[KIND]) == 'string' and RATES[c[KIND]] ~= nil
+  return type(c) == 'table' and #c == 25 and (c[FORM] == 2 or c[FORM] == 1)
+    and type(c[KIND]) == 'string' and RATES[c[KIND]] ~= nil
     and finite(c[S]) and finite(c[EARNED]) and finite(c[LDEP]) and type(c[BORN]) == 'number'
     and type(c[AT]) == 'number' and type(c[SUBS]) == 'string' and type(c[CONTRIB]) == 'table'
     and type(c[USERS]) == 'table' and type(c[NEV]) == 'number'
 end
 
+local function unpacked(raw)  -- the cell's table (form 1: its slots after a first slot 1), or nil
+  if string.sub(raw, 1, 4) == HEAD2 then
+    local c = {cmsgpack.unpack_limit(raw, 24, 4)}
+    if c[FORM] == -1 then c[FORM] = 2; return c end  -- -1: nothing after the 24 slots
+    return nil
+  end
+  if string.sub(raw, 1, 3) == HEAD1 then return {1, unpack(cmsgpack.unpack(raw), 1, 24)} end
+  return nil
+end
+
 local function decode(raw)  -- cell, corrupt
   if not raw then return nil, false end
-  local ok, c = pcall(cmsgpack.unpack, raw)
+  local ok, c = pcall(unpacked, raw)
   if ok and valid(c) then return c, false end
   return nil, true
+end
+
+local function decode_all(sc)  -- every cell the batch names, in one pcall (a pcall is a sigsetjmp)
+  local cache = sc.cache
+  for id, raw in pairs(sc.raw) do
+    if raw then
+      local c = unpacked(raw)
+      if valid(c) then cache[id] = {c = c, corrupt = false} else cache[id] = {corrupt = true} end
+    else
+      cache[id] = {corrupt = false}
+    end
+  end
 end
 
 -- ------------------------------------------------------------------ SPEC §5 (mirrors _pheromone_math)
@@ -125,16 +159,12 @@ for j, ids in ipairs(wanted) do
   end
   sc.tick = tonumber(sc.raw[''] or '0')
   sc.raw[''] = nil
-end
-
-local function load(sc, id)
-  local got = sc.cache[id]
-  if got == nil then
-    local c, corrupt = decode(sc.raw[id])
-    got = {c = c, corrupt = corrupt}
-    sc.cache[id] = got
+  if not pcall(decode_all, sc) then  -- a cell does not decode: find which, one pcall each
+    for id, raw in pairs(sc.raw) do
+      local c, corrupt = decode(raw)
+      sc.cache[id] = {c = c, corrupt = corrupt}
+    end
   end
-  return got
 end
 
 local function event(sc, id, agent, op, tick, amount, at)
@@ -155,7 +185,7 @@ for i, op in ipairs(batch[2]) do
     outcome = 'advanced'
   else
     local id, agent = op[3], op[4]
-    local got = load(sc, id)
+    local got = sc.cache[id]
     local c = got.c
     if t == 'repair' then
       if c ~= nil then
@@ -163,7 +193,7 @@ for i, op in ipairs(batch[2]) do
       else
         local fixed = op[5]
         if not valid(fixed) then return redis.error_reply('repair of ' .. id .. ': not a cell') end
-        fixed[NEV] = 0
+        fixed[NEV], fixed[FORM] = 0, 2  -- what Python writes is form 2
         sc.cache[id] = {c = fixed, corrupt = false}
         sc.dirty[id] = true
         sc.reset[id] = true  -- the repaired cell's events replace whatever the entry held
@@ -180,7 +210,7 @@ for i, op in ipairs(batch[2]) do
         outcome = 'exists'
       else
         local s = op[7] ~= NONE and op[7] or INIT[op[6]]
-        c = {op[6], tick, s, tick, 0.0, 0.0, '\n', agent, at, at, 'active', {}, 0, 0, {},
+        c = {2, op[6], tick, s, tick, 0.0, 0.0, '\n', agent, at, at, 'active', {}, 0, 0, {},
              NONE, NONE, NONE, NONE, NONE, NONE, NONE, NONE, 0}
         event(sc, id, agent, 'add', tick, s, at)
         got.c = c
@@ -217,7 +247,7 @@ for i, op in ipairs(batch[2]) do
         c[SUBS] = subs .. sub .. '\n'
         c[CONTRIB][agent] = (c[CONTRIB][agent] or 0.0) + amount
         c[NDEP], c[TOUCHED] = c[NDEP] + 1, at
-        event(sc, id, agent, 'deposit:' .. score, tick, amount, at)
+        event(sc, id, agent, DEPOSITED[score], tick, amount, at)
         outcome = 'deposited'
       end
       sc.dirty[id] = true
@@ -297,28 +327,54 @@ local function hset_all(key, args)
   end
 end
 
-for _, sc in ipairs(scopes) do
-  -- events first: they update each cell's count of stored events
-  local ids = {}
-  for id in pairs(sc.new_events) do ids[#ids + 1] = id end
-  if #ids > 0 then
-    local old = redis.call('HMGET', sc.events, unpack(ids))
-    local args = {}
-    for k, id in ipairs(ids) do
-      local c, list = sc.cache[id].c, sc.new_events[id]
-      local blob = (sc.reset[id] or not old[k]) and '' or old[k]
-      blob = blob .. table.concat(list)
-      c[NEV] = c[NEV] + #list
-      if KEPT > 0 and c[NEV] >= 2 * KEPT then  -- keep the newest KEPT: skip the others' bytes
-        local off = cmsgpack.unpack_limit(blob, c[NEV] - KEPT)
-        blob, c[NEV] = string.sub(blob, off + 1), KEPT
-      end
-      sc.dirty[id] = true
-      args[#args + 1] = id
-      args[#args + 1] = blob
-    end
-    hset_all(sc.events, args)
+-- a form-1 cell's events (its blob, newest last; count: how many it holds): the newest
+-- KEPT, each its packed bytes (the blob is cut at event boundaries, nothing re-packed)
+local function blob_events(blob, count)
+  local out = {}
+  if not blob or KEPT == 0 then return out end
+  local off = 0
+  if count > KEPT then off = cmsgpack.unpack_limit(blob, count - KEPT) end
+  while off >= 0 and off < #blob do
+    local nxt = cmsgpack.unpack_limit(blob, 1, off)
+    out[#out + 1] = string.sub(blob, off + 1, nxt >= 0 and nxt or #blob)
+    off = nxt
   end
+  return out
+end
+
+for _, sc in ipairs(scopes) do
+  local sets, dels = {}, {}
+  for id in pairs(sc.dirty) do
+    local c = sc.cache[id].c
+    if sc.reset[id] then
+      dels[#dels + 1] = id  -- a repaired item may have been of form 1: its blob goes
+    elseif c[FORM] == 1 then  -- form 1: its events move into fields of their own
+      local ok, old = pcall(blob_events, redis.call('HGET', sc.events, id), c[NEV])
+      if not ok then old = {} end  -- events that do not decode are left out (as a snapshot leaves them)
+      for _, e in ipairs(sc.new_events[id] or {}) do old[#old + 1] = e end
+      sc.new_events[id] = old
+      sc.reset[id] = true
+      c[NEV], c[FORM] = 0, 2
+      dels[#dels + 1] = id
+    end
+  end
+  -- events first: they move each cell's next seq
+  for id, list in pairs(sc.new_events) do
+    local c = sc.cache[id].c
+    local n = c[NEV]
+    local m = n + #list
+    for s = math.max(n, m - KEPT), m - 1 do
+      sets[#sets + 1] = id .. '\t' .. s
+      sets[#sets + 1] = list[s - n + 1]
+    end
+    if not sc.reset[id] then  -- the seqs that fell out of the newest KEPT
+      for s = math.max(0, n - KEPT), math.min(n, m - KEPT) - 1 do dels[#dels + 1] = id .. '\t' .. s end
+    end
+    c[NEV] = m
+    sc.dirty[id] = true
+  end
+  if #sets > 0 then hset_all(sc.events, sets) end
+  for lo = 1, #dels, 1000 do redis.call('HDEL', sc.events, unpack(dels, lo, math.min(#dels, lo + 999))) end
   local args = {}
   if sc.ticked then args[1], args[2] = '', sc.tick end
   for id in pairs(sc.dirty) do
