@@ -37,10 +37,12 @@ is per socket operation: a server that answers each one just inside it is slow, 
 
 from __future__ import annotations
 
+import itertools
 import json
+import os
 import time
 import uuid
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
 from importlib import resources
 from typing import Any, TypeVar, cast
@@ -267,6 +269,7 @@ class RedisBoard:
         self._adopt_script = client.register_script(_ADOPT_TICK_LUA)
         self._adopted: set[str] = set()  # scopes whose tick this client has checked for the old layout
         self._scope_keys: dict[str, tuple[tuple[str, str, str], Any]] = {}  # scope → its batch keys, share cap
+        self._ids: tuple[int, str, Iterator[int]] = (0, "", iter(()))  # pid, prefix, counter of new batch ids
         self.retries = 0
         """Connection errors retried so far (for the decision record)."""
         self.round_trips = 0
@@ -501,7 +504,7 @@ class RedisBoard:
     def apply(self, ops: Sequence[Op], *, batch_id: str | None = None) -> BatchResult:
         """See :meth:`MemoryBoard.apply`: one Lua script call, retried under the same batch id."""
         check_ops(ops)
-        batch_id = batch_id or uuid.uuid4().hex
+        batch_id = batch_id or self._new_batch_id()
         if not ops:
             return BatchResult(batch_id, (), ())
         scopes = list(dict.fromkeys(op.scope for op in ops))
@@ -524,6 +527,15 @@ class RedisBoard:
         if data[0]:
             return BatchResult(batch_id, (), (), duplicate=True)
         return BatchResult(batch_id, tuple(data[1]), tuple(float(a) for a in data[2]))
+
+    def _new_batch_id(self) -> str:
+        """A batch id no other batch has: a random prefix per client and process, then a
+        count (``uuid4`` per batch costs a ``getrandom`` system call: ~4 µs)."""
+        pid, prefix, count = self._ids
+        if pid != os.getpid():  # a new client, or a forked copy of one: a prefix of its own
+            pid, prefix, count = os.getpid(), uuid.uuid4().hex, itertools.count()
+            self._ids = (pid, prefix, count)
+        return f"{prefix}{next(count):x}"
 
     # ------------------------------------------------------------------ log
     def append(self, scope: str, entries: Sequence[Mapping[str, str]], *, agent: str,
