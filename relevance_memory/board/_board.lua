@@ -64,7 +64,7 @@ local function valid(c)
     and type(c[KIND]) == 'string' and RATES[c[KIND]] ~= nil
     and finite(c[S]) and finite(c[EARNED]) and finite(c[LDEP]) and type(c[BORN]) == 'number'
     and type(c[AT]) == 'number' and type(c[SUBS]) == 'string' and type(c[CONTRIB]) == 'table'
-    and type(c[USERS]) == 'table' and type(c[NEV]) == 'number'
+    and type(c[USERS]) == 'table' and type(c[NEV]) == 'number' and c[NEV] >= 0 and c[NEV] % 1 == 0
 end
 
 local function unpacked(raw)  -- the cell's table (form 1: its slots after a first slot 1), or nil

@@ -85,13 +85,15 @@ def unpack_cell(d: Any, events: tuple[Event, ...] = ()) -> BoardCell:
                 raise ValueError(f"unknown stored form {d[0]!r}")
             d = d[1:]
         (kind, born, s, at, earned, ldep, subs, producer, created, touched, status, contrib, n_dep, n_rf, users,
-         score, goal, lkey, skey, prev, sup_by, status_by, first, _next) = d
+         score, goal, lkey, skey, prev, sup_by, status_by, first, next_seq) = d
         if kind not in _KINDS:
             raise ValueError(f"unknown kind {kind!r}")
         if status not in _STATUSES:
             raise ValueError(f"unknown status {status!r}")
         if subs.__class__ is not str or producer.__class__ is not str:
             raise ValueError("subtasks and producer must be strings")
+        if next_seq.__class__ is not int or next_seq < 0:
+            raise ValueError(f"the events' count must be an int >= 0, got {next_seq!r}")
         s, earned, ldep, created, touched = float(s), float(earned), float(ldep), float(created), float(touched)
         if s - s or earned - earned or ldep - ldep or created - created or touched - touched:  # inf − inf is nan
             raise ValueError("a non-finite number")

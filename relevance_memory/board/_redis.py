@@ -437,7 +437,7 @@ class RedisBoard:
                     corrupt.append(item)
                     faults.append(f"cell {item!r} in {scope!r} is corrupt on the board ({exc}); treated as missing")
                     continue
-                known[item] = (value, cell, None, None, int(slots[24]) if len(slots) > 24 else -1)
+                known[item] = (value, cell, None, None, slots[24] if len(slots) > 24 else -1)  # an int: unpack_cell checked
             found[item] = None
             fresh[item] = cell
         if provenance:
