@@ -41,11 +41,14 @@ if redis.call('EXISTS', KEYS[1]) == 1 then
 end
 
 --@CONFIG@
+-- the globals the batch uses most, as locals (a global is a table lookup on every use)
+local type, pairs, ipairs, unpack, HUGE = type, pairs, ipairs, unpack, math.huge
+local max, min, find, ssub = math.max, math.min, string.find, string.sub
+local mpack, unpack_limit, call = cmsgpack.pack, cmsgpack.unpack_limit, redis.call
 local batch = cmsgpack.unpack(ARGV[1])
 local NONE = false
 
 local function fmt(x) return string.format('%.17g', x) end
-local function finite(x) return type(x) == 'number' and x == x and x ~= math.huge and x ~= -math.huge end
 
 -- ------------------------------------------------------------------ cells
 -- A cell is its unpacked array, worked on in place (no table per field, no conversion):
@@ -59,21 +62,25 @@ local SUPBY, STATUSBY, FIRST, NEV = 22, 23, 24, 25
 local HEAD2, HEAD1 = '\220\0\25\2', '\220\0\24'  -- array16 of 25 and the form, 2; array16 of 24
 local DEPOSITED = {'deposit:1', 'deposit:2', 'deposit:3', 'deposit:4', 'deposit:5'}
 
-local function valid(c)
-  return type(c) == 'table' and #c == 25 and (c[FORM] == 2 or c[FORM] == 1)
-    and type(c[KIND]) == 'string' and RATES[c[KIND]] ~= nil
-    and finite(c[S]) and finite(c[EARNED]) and finite(c[LDEP]) and type(c[BORN]) == 'number'
-    and type(c[AT]) == 'number' and type(c[SUBS]) == 'string' and type(c[CONTRIB]) == 'table'
-    and type(c[USERS]) == 'table' and type(c[NEV]) == 'number' and c[NEV] >= 0 and c[NEV] % 1 == 0
+local function valid(c)  -- inline and on locals: it runs for every cell a batch names
+  if type(c) ~= 'table' or #c ~= 25 then return false end
+  local form, s, e, l, n = c[FORM], c[S], c[EARNED], c[LDEP], c[NEV]
+  return (form == 2 or form == 1) and RATES[c[KIND]] ~= nil  -- RATES' keys are the kinds, strings
+    and type(s) == 'number' and s == s and s ~= HUGE and s ~= -HUGE
+    and type(e) == 'number' and e == e and e ~= HUGE and e ~= -HUGE
+    and type(l) == 'number' and l == l and l ~= HUGE and l ~= -HUGE
+    and type(c[BORN]) == 'number' and type(c[AT]) == 'number' and type(c[SUBS]) == 'string'
+    and type(c[CONTRIB]) == 'table' and type(c[USERS]) == 'table'
+    and type(n) == 'number' and n >= 0 and n % 1 == 0
 end
 
 local function unpacked(raw)  -- the cell's table (form 1: its slots after a first slot 1), or nil
-  if string.sub(raw, 1, 4) == HEAD2 then
-    local c = {cmsgpack.unpack_limit(raw, 24, 4)}
+  if ssub(raw, 1, 4) == HEAD2 then
+    local c = {unpack_limit(raw, 24, 4)}
     if c[FORM] == -1 then c[FORM] = 2; return c end  -- -1: nothing after the 24 slots
     return nil
   end
-  if string.sub(raw, 1, 3) == HEAD1 then return {1, unpack(cmsgpack.unpack(raw), 1, 24)} end
+  if ssub(raw, 1, 3) == HEAD1 then return {1, unpack(cmsgpack.unpack(raw), 1, 24)} end
   return nil
 end
 
@@ -100,7 +107,7 @@ end
 local function evaporating_ticks(c, tick)
   if c[AT] >= tick then return 0 end
   if c[SCORE] ~= NONE and c[SCORE] >= EXEMPT then return 0 end
-  return math.max(0, tick - math.max(c[AT], c[BORN] + PROTECT))
+  return max(0, tick - max(c[AT], c[BORN] + PROTECT))
 end
 
 local function settle(c, tick)
@@ -114,12 +121,12 @@ local function settle(c, tick)
 end
 
 local function capped(strength, delta)
-  return delta * math.max(0.0, 1.0 - strength / SMAX)
+  return delta * max(0.0, 1.0 - strength / SMAX)
 end
 
 local function limit_of(c, cap, agent)
   if cap == nil then return nil end
-  return math.max(0.0, cap - (c[CONTRIB][agent] or 0.0))
+  return max(0.0, cap - (c[CONTRIB][agent] or 0.0))
 end
 
 local function keq(a, b) return a ~= NONE and a[1] == b[1] and a[2] == b[2] end
@@ -154,7 +161,7 @@ end
 for j, ids in ipairs(wanted) do
   local sc = scopes[j]
   for lo = 1, #ids, 1000 do
-    local got = redis.call('HMGET', sc.cells, unpack(ids, lo, math.min(#ids, lo + 999)))
+    local got = call('HMGET', sc.cells, unpack(ids, lo, min(#ids, lo + 999)))
     for k = 1, #got do sc.raw[ids[lo + k - 1]] = got[k] end
   end
   sc.tick = tonumber(sc.raw[''] or '0')
@@ -171,7 +178,7 @@ local function event(sc, id, agent, op, tick, amount, at)
   if KEPT == 0 then return end
   local list = sc.new_events[id]
   if list == nil then list = {}; sc.new_events[id] = list end
-  list[#list + 1] = '\149' .. cmsgpack.pack(agent, op, tick, amount, at)  -- the array {agent, op, ...}, no table
+  list[#list + 1] = '\149' .. mpack(agent, op, tick, amount, at)  -- the array {agent, op, ...}, no table
 end
 
 local out, amt = {}, {}
@@ -180,7 +187,7 @@ for i, op in ipairs(batch[2]) do
   local tick = sc.tick
   local outcome, amount = nil, 0.0
   if t == 'advance' then
-    if op[4] ~= NONE then sc.tick = math.max(tick, op[4]) else sc.tick = tick + op[3] end
+    if op[4] ~= NONE then sc.tick = max(tick, op[4]) else sc.tick = tick + op[3] end
     sc.ticked = true
     outcome = 'advanced'
   else
@@ -198,7 +205,7 @@ for i, op in ipairs(batch[2]) do
         sc.dirty[id] = true
         sc.reset[id] = true  -- the repaired cell's events replace whatever the entry held
         local list = {}
-        if KEPT > 0 then for k, e in ipairs(op[6]) do list[k] = cmsgpack.pack(e) end end
+        if KEPT > 0 then for k, e in ipairs(op[6]) do list[k] = mpack(e) end end
         sc.new_events[id] = list
         outcome = 'repaired'
       end
@@ -227,14 +234,14 @@ for i, op in ipairs(batch[2]) do
       local lkey, skey = c[LKEY], c[SKEY]
       local cscore, prev, subs = c[SCORE], c[PREV], c[SUBS]
       if c[GOAL] ~= NONE and c[GOAL] ~= goal then
-        strength = math.max(0.0, strength - earned)
+        strength = max(0.0, strength - earned)
         earned, ldep = 0.0, 0.0
         lkey, skey, cscore, prev = NONE, NONE, NONE, NONE
         subs = '\n'
       end
       local key = {goal or '', sub}
       if not keq(skey, key) then prev, skey = cscore, key end
-      local seen = string.find(subs, '\n' .. sub .. '\n', 1, true) ~= nil
+      local seen = find(subs, '\n' .. sub .. '\n', 1, true) ~= nil
       c[EARNED], c[LDEP], c[LKEY], c[SKEY], c[SCORE], c[PREV], c[GOAL], c[SUBS] =
         earned, ldep, lkey, skey, score, prev, goal, subs
       if seen then
@@ -242,7 +249,7 @@ for i, op in ipairs(batch[2]) do
         outcome = 'already'
       else
         amount = capped(strength, DEP[score])
-        if limit ~= nil then amount = math.min(amount, limit) end
+        if limit ~= nil then amount = min(amount, limit) end
         c[S], c[EARNED], c[LDEP], c[LKEY] = strength + amount, earned + amount, amount, key
         c[SUBS] = subs .. sub .. '\n'
         c[CONTRIB][agent] = (c[CONTRIB][agent] or 0.0) + amount
@@ -252,14 +259,14 @@ for i, op in ipairs(batch[2]) do
       end
       sc.dirty[id] = true
     elseif t == 'reinforce' and op[6] ~= NONE and (sc.edge_cache[id .. '\t' .. op[6]] ~= nil
-        or redis.call('HEXISTS', sc.edges, id .. '\t' .. op[6]) == 1) then
+        or call('HEXISTS', sc.edges, id .. '\t' .. op[6]) == 1) then
       outcome = 'already'  -- once per (item, source)
     elseif t == 'reinforce' then
       local at, source, delta = op[5], op[6], op[7]
       local limit = limit_of(c, sc.cap, agent)
       settle(c, tick)
       amount = capped(c[S], delta ~= NONE and delta or RF)
-      if limit ~= nil then amount = math.min(amount, limit) end
+      if limit ~= nil then amount = min(amount, limit) end
       c[S] = c[S] + amount
       c[CONTRIB][agent] = (c[CONTRIB][agent] or 0.0) + amount
       c[NRF], c[TOUCHED] = c[NRF] + 1, at
@@ -268,7 +275,7 @@ for i, op in ipairs(batch[2]) do
       if source ~= NONE then
         local field = id .. '\t' .. source
         local w = sc.edge_cache[field]
-        if w == nil then w = tonumber(redis.call('HGET', sc.edges, field) or '0') end
+        if w == nil then w = tonumber(call('HGET', sc.edges, field) or '0') end
         sc.edge_cache[field] = w + EDGE
       end
       outcome = 'reinforced'
@@ -323,7 +330,7 @@ end
 -- ------------------------------------------------------------------ commit
 local function hset_all(key, args)
   for lo = 1, #args, 1000 do  -- unpack() is bounded by Lua's stack
-    redis.call('HSET', key, unpack(args, lo, math.min(#args, lo + 999)))
+    call('HSET', key, unpack(args, lo, min(#args, lo + 999)))
   end
 end
 
@@ -333,10 +340,10 @@ local function blob_events(blob, count)
   local out = {}
   if not blob or KEPT == 0 then return out end
   local off = 0
-  if count > KEPT then off = cmsgpack.unpack_limit(blob, count - KEPT) end
+  if count > KEPT then off = unpack_limit(blob, count - KEPT) end
   while off >= 0 and off < #blob do
-    local nxt = cmsgpack.unpack_limit(blob, 1, off)
-    out[#out + 1] = string.sub(blob, off + 1, nxt >= 0 and nxt or #blob)
+    local nxt = unpack_limit(blob, 1, off)
+    out[#out + 1] = ssub(blob, off + 1, nxt >= 0 and nxt or #blob)
     off = nxt
   end
   return out
@@ -349,7 +356,7 @@ for _, sc in ipairs(scopes) do
     if sc.reset[id] then
       dels[#dels + 1] = id  -- a repaired item may have been of form 1: its blob goes
     elseif c[FORM] == 1 then  -- form 1: its events move into fields of their own
-      local ok, old = pcall(blob_events, redis.call('HGET', sc.events, id), c[NEV])
+      local ok, old = pcall(blob_events, call('HGET', sc.events, id), c[NEV])
       if not ok then old = {} end  -- events that do not decode are left out (as a snapshot leaves them)
       for _, e in ipairs(sc.new_events[id] or {}) do old[#old + 1] = e end
       sc.new_events[id] = old
@@ -363,26 +370,26 @@ for _, sc in ipairs(scopes) do
     local c = sc.cache[id].c
     local n = c[NEV]
     local m = n + #list
-    for s = math.max(n, m - KEPT), m - 1 do
+    for s = max(n, m - KEPT), m - 1 do
       sets[#sets + 1] = id .. '\t' .. s
       sets[#sets + 1] = list[s - n + 1]
     end
     if not sc.reset[id] then  -- the seqs that fell out of the newest KEPT
-      for s = math.max(0, n - KEPT), math.min(n, m - KEPT) - 1 do dels[#dels + 1] = id .. '\t' .. s end
+      for s = max(0, n - KEPT), min(n, m - KEPT) - 1 do dels[#dels + 1] = id .. '\t' .. s end
     end
     c[NEV] = m
     sc.dirty[id] = true
   end
   if #sets > 0 then hset_all(sc.events, sets) end
-  for lo = 1, #dels, 1000 do redis.call('HDEL', sc.events, unpack(dels, lo, math.min(#dels, lo + 999))) end
+  for lo = 1, #dels, 1000 do call('HDEL', sc.events, unpack(dels, lo, min(#dels, lo + 999))) end
   local args = {}
   if sc.ticked then args[1], args[2] = '', sc.tick end
   for id in pairs(sc.dirty) do
     args[#args + 1] = id
-    args[#args + 1] = cmsgpack.pack(sc.cache[id].c)
+    args[#args + 1] = mpack(sc.cache[id].c)
   end
   if #args > 0 then hset_all(sc.cells, args) end
-  for field, w in pairs(sc.edge_cache) do redis.call('HSET', sc.edges, field, fmt(w)) end
+  for field, w in pairs(sc.edge_cache) do call('HSET', sc.edges, field, fmt(w)) end
 end
-redis.call('SET', KEYS[1], '1', 'EX', BATCH_TTL)
-return cmsgpack.pack({false, out, amt})
+call('SET', KEYS[1], '1', 'EX', BATCH_TTL)
+return mpack({false, out, amt})
