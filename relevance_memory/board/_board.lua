@@ -74,6 +74,8 @@ local function valid(c)  -- inline and on locals: it runs for every cell a batch
     and type(n) == 'number' and n >= 0 and n % 1 == 0
 end
 
+local BAD = {}  -- a scope's cache holds per id the cell, false (no such item) or BAD (corrupt)
+
 local function unpacked(raw)  -- the cell's table (form 1: its slots after a first slot 1), or nil
   if ssub(raw, 1, 4) == HEAD2 then
     local c = {unpack_limit(raw, 24, 4)}
@@ -96,9 +98,9 @@ local function decode_all(sc)  -- every cell the batch names, in one pcall (a pc
   for id, raw in pairs(sc.raw) do
     if raw then
       local c = unpacked(raw)
-      if valid(c) then cache[id] = {c = c, corrupt = false} else cache[id] = {corrupt = true} end
+      if valid(c) then cache[id] = c else cache[id] = BAD end
     else
-      cache[id] = {corrupt = false}
+      cache[id] = false
     end
   end
 end
@@ -169,7 +171,7 @@ for j, ids in ipairs(wanted) do
   if not pcall(decode_all, sc) then  -- a cell does not decode: find which, one pcall each
     for id, raw in pairs(sc.raw) do
       local c, corrupt = decode(raw)
-      sc.cache[id] = {c = c, corrupt = corrupt}
+      sc.cache[id] = c or (corrupt and BAD)
     end
   end
 end
@@ -192,8 +194,9 @@ for i, op in ipairs(batch[2]) do
     outcome = 'advanced'
   else
     local id, agent = op[3], op[4]
-    local got = sc.cache[id]
-    local c = got.c
+    local c = sc.cache[id]
+    local corrupt = c == BAD
+    if corrupt or not c then c = nil end
     if t == 'repair' then
       if c ~= nil then
         outcome = 'readable'
@@ -201,7 +204,7 @@ for i, op in ipairs(batch[2]) do
         local fixed = op[5]
         if not valid(fixed) then return redis.error_reply('repair of ' .. id .. ': not a cell') end
         fixed[NEV], fixed[FORM] = 0, 2  -- what Python writes is form 2
-        sc.cache[id] = {c = fixed, corrupt = false}
+        sc.cache[id] = fixed
         sc.dirty[id] = true
         sc.reset[id] = true  -- the repaired cell's events replace whatever the entry held
         local list = {}
@@ -209,7 +212,7 @@ for i, op in ipairs(batch[2]) do
         sc.new_events[id] = list
         outcome = 'repaired'
       end
-    elseif got.corrupt then
+    elseif corrupt then
       outcome = 'corrupt'
     elseif t == 'add' then
       local at = op[5]
@@ -220,7 +223,7 @@ for i, op in ipairs(batch[2]) do
         c = {2, op[6], tick, s, tick, 0.0, 0.0, '\n', agent, at, at, 'active', {}, 0, 0, {},
              NONE, NONE, NONE, NONE, NONE, NONE, NONE, NONE, 0}
         event(sc, id, agent, 'add', tick, s, at)
-        got.c = c
+        sc.cache[id] = c
         sc.dirty[id] = true
         outcome = 'added'
       end
@@ -352,7 +355,7 @@ end
 for _, sc in ipairs(scopes) do
   local sets, dels = {}, {}
   for id in pairs(sc.dirty) do
-    local c = sc.cache[id].c
+    local c = sc.cache[id]
     if sc.reset[id] then
       dels[#dels + 1] = id  -- a repaired item may have been of form 1: its blob goes
     elseif c[FORM] == 1 then  -- form 1: its events move into fields of their own
@@ -367,7 +370,7 @@ for _, sc in ipairs(scopes) do
   end
   -- events first: they move each cell's next seq
   for id, list in pairs(sc.new_events) do
-    local c = sc.cache[id].c
+    local c = sc.cache[id]
     local n = c[NEV]
     local m = n + #list
     for s = max(n, m - KEPT), m - 1 do
@@ -386,7 +389,7 @@ for _, sc in ipairs(scopes) do
   if sc.ticked then args[1], args[2] = '', sc.tick end
   for id in pairs(sc.dirty) do
     args[#args + 1] = id
-    args[#args + 1] = mpack(sc.cache[id].c)
+    args[#args + 1] = mpack(sc.cache[id])
   end
   if #args > 0 then hset_all(sc.cells, args) end
   for field, w in pairs(sc.edge_cache) do call('HSET', sc.edges, field, fmt(w)) end
