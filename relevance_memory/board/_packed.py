@@ -41,6 +41,7 @@ FORM = 2
 _STATUSES = frozenset(("active", "archived", "forgotten", "superseded"))
 _KINDS = frozenset(PHEROMONE_KINDS)
 _NO_KEYS: frozenset[str] = frozenset()
+_new_cell = tuple.__new__  # Cell(...) without its Python-level __new__: every field given, in order
 
 
 def _o(value: Any) -> Any:
@@ -81,11 +82,13 @@ def unpack_cell(d: Any, events: tuple[Event, ...] = ()) -> BoardCell:
     """
     try:
         if len(d) == SLOTS:
-            if d[0] != FORM:
-                raise ValueError(f"unknown stored form {d[0]!r}")
-            d = d[1:]
-        (kind, born, s, at, earned, ldep, subs, producer, created, touched, status, contrib, n_dep, n_rf, users,
-         score, goal, lkey, skey, prev, sup_by, status_by, first, next_seq) = d
+            (form, kind, born, s, at, earned, ldep, subs, producer, created, touched, status, contrib, n_dep, n_rf,
+             users, score, goal, lkey, skey, prev, sup_by, status_by, first, next_seq) = d
+            if form != FORM:
+                raise ValueError(f"unknown stored form {form!r}")
+        else:  # form 1
+            (kind, born, s, at, earned, ldep, subs, producer, created, touched, status, contrib, n_dep, n_rf, users,
+             score, goal, lkey, skey, prev, sup_by, status_by, first, next_seq) = d
         if kind not in _KINDS:
             raise ValueError(f"unknown kind {kind!r}")
         if status not in _STATUSES:
@@ -98,12 +101,12 @@ def unpack_cell(d: Any, events: tuple[Event, ...] = ()) -> BoardCell:
         if s - s or earned - earned or ldep - ldep or created - created or touched - touched:  # inf − inf is nan
             raise ValueError("a non-finite number")
         keys = subs.strip("\n")  # "\n<key>\n<key>\n": no key is empty (a digest)
-        memory = Cell(kind, int(born), s, int(at), None if score is False else _is(score, int),
-                      None if goal is False else _is(goal, str), earned,
-                      None if lkey is False else (str(lkey[0]), str(lkey[1])), ldep,
-                      frozenset(keys.split("\n")) if keys else _NO_KEYS,
-                      None if skey is False else (str(skey[0]), str(skey[1])),
-                      None if prev is False else _is(prev, int))
+        memory = _new_cell(Cell, (kind, int(born), s, int(at), None if score is False else _is(score, int),
+                                  None if goal is False else _is(goal, str), earned,
+                                  None if lkey is False else (str(lkey[0]), str(lkey[1])), ldep,
+                                  frozenset(keys.split("\n")) if keys else _NO_KEYS,
+                                  None if skey is False else (str(skey[0]), str(skey[1])),
+                                  None if prev is False else _is(prev, int)))
         return new_board_cell(
             memory, producer, created, touched, status, None if sup_by is False else _is(sup_by, str),
             None if status_by is False else _is(status_by, str),
