@@ -61,6 +61,11 @@ def check_ops(ops: Sequence[Op]) -> None:
         if pair not in allowed:
             check_access(*pair)
             allowed.add(pair)
+        if kind is Deposit:  # the most frequent: a valid one passes in one test (an invalid one goes on below)
+            item, score, at = op.id, op.score, op.at  # type: ignore[union-attr]
+            if isinstance(item, str) and item and isinstance(score, int) and 1 <= score <= 5 \
+                    and isinstance(at, (int, float)) and 0 <= at < math.inf:
+                continue
         if kind is Advance:
             if not isinstance(op.ticks, int) or op.ticks < 0:  # type: ignore[union-attr]
                 raise BoardError(f"operation {n}: Advance.ticks must be an int ≥ 0, got {op.ticks!r}")  # type: ignore[union-attr]

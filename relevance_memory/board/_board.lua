@@ -4,17 +4,25 @@
 -- reinforce, capped_deposit) and relevance_memory/board/_apply.py (step); the board
 -- contract and property tests prove both give bit-identical snapshots.
 --
--- Stored form (see relevance_memory/board/_packed.py): one MessagePack array per cell in
+-- Stored form 2 (see relevance_memory/board/_packed.py): one MessagePack array per cell in
 -- the scope's cells hash, numbers as MessagePack numbers (a double stays a double: exact,
--- no decimal formatting), false for "none". The provenance events live apart, in the
--- scope's events hash (item id → its events, packed one after another, newest last): a
--- batch appends its new events to the bytes without decoding them, and cuts the oldest
--- only once an item holds twice events_kept (slot 24 of the cell counts them), skipping
--- the oldest without decoding the rest. The scope's tick is the cells hash's field ""
--- (no item id is empty), so each scope costs a batch one HMGET of the tick and the
--- cells it touches, one HSET of those it changed (and the tick), and the same for
--- their events. Evaporation is settled, in closed form, only for the cells a batch
--- touches.
+-- no decimal formatting), false for "none". Its first slot is the form, 2: the script
+-- decodes the other 24 with unpack_limit from byte 4 straight into a table constructor
+-- (a table made at its size at once, no rehash per slot; the constructor's first slot,
+-- unpack_limit's offset, is then set back to 2), which costs half of cmsgpack.unpack of
+-- the array. The provenance events live apart, in the scope's events hash, each event in
+-- a field of its own, "<id>\t<seq>" (seq counts the item's events from 0; the cell's last
+-- slot is the next one): the item's events are its newest events_kept seqs. A batch only
+-- writes them: one HSET of its new events and one HDEL of the seqs that fell out of the
+-- newest events_kept; it never reads an event. (Every string a script reads or makes
+-- costs ~2 ns a byte — Redis's Lua hashes all of it — so bytes not read are the saving.)
+-- Stored form 1, written before: 24 slots, no form slot, the item's events one blob in
+-- the field "<id>"; a batch that writes such a cell moves its newest events_kept into
+-- fields of their own, deletes the blob and writes the cell in form 2.
+-- The scope's tick is the cells hash's field "" (no item id is empty), so each scope costs
+-- a batch one HMGET of the tick and the cells it touches, one HSET of those it changed
+-- (and the tick), one HSET of their new events and one HDEL of the oldest. Evaporation is
+-- settled, in closed form, only for the cells a batch touches.
 --
 -- KEYS[1]            the batch marker (a retried batch id is applied once)
 -- KEYS[3j-1 .. 3j+1] scope j's cells hash (its field "" the tick), edges hash, events hash
@@ -33,40 +41,75 @@ if redis.call('EXISTS', KEYS[1]) == 1 then
 end
 
 --@CONFIG@
+-- the globals the batch uses most, as locals (a global is a table lookup on every use)
+local type, pairs, ipairs, unpack, HUGE = type, pairs, ipairs, unpack, math.huge
+local max, min, find, ssub = math.max, math.min, string.find, string.sub
+local mpack, unpack_limit, call = cmsgpack.pack, cmsgpack.unpack_limit, redis.call
 local batch = cmsgpack.unpack(ARGV[1])
 local NONE = false
 
 local function fmt(x) return string.format('%.17g', x) end
-local function finite(x) return type(x) == 'number' and x == x and x ~= math.huge and x ~= -math.huge end
 
 -- ------------------------------------------------------------------ cells
 -- A cell is its unpacked array, worked on in place (no table per field, no conversion):
 -- false in a slot is "none". Slots (see _packed.py):
-local KIND, BORN, S, AT, EARNED, LDEP, SUBS, PRODUCER, CREATED, TOUCHED = 1, 2, 3, 4, 5, 6, 7, 8, 9, 10
-local STATUS, CONTRIB, NDEP, NRF, USERS, SCORE, GOAL, LKEY, SKEY, PREV = 11, 12, 13, 14, 15, 16, 17, 18, 19, 20
-local SUPBY, STATUSBY, FIRST, NEV = 21, 22, 23, 24
--- SUBS: the subtask keys, each followed by '\n', after a first '\n' (a membership test is
--- one plain string.find); NEV: how many events the item's entry in the events hash holds.
+local FORM, KIND, BORN, S, AT, EARNED, LDEP, SUBS, PRODUCER, CREATED, TOUCHED = 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11
+local STATUS, CONTRIB, NDEP, NRF, USERS, SCORE, GOAL, LKEY, SKEY, PREV = 12, 13, 14, 15, 16, 17, 18, 19, 20, 21
+local SUPBY, STATUSBY, FIRST, NEV = 22, 23, 24, 25
+-- FORM: 2 (1: read from form 1, written back as 2); SUBS: the subtask keys, each followed
+-- by '\n', after a first '\n' (a membership test is one plain string.find); NEV: the seq
+-- of the item's next event (form 1: how many events its blob holds).
+local HEAD2, HEAD1 = '\220\0\25\2', '\220\0\24'  -- array16 of 25 and the form, 2; array16 of 24
+local DEPOSITED = {'deposit:1', 'deposit:2', 'deposit:3', 'deposit:4', 'deposit:5'}
 
-local function valid(c)
-  return type(c) == 'table' and #c == 24 and type(c[KIND]) == 'string' and RATES[c[KIND]] ~= nil
-    and finite(c[S]) and finite(c[EARNED]) and finite(c[LDEP]) and type(c[BORN]) == 'number'
-    and type(c[AT]) == 'number' and type(c[SUBS]) == 'string' and type(c[CONTRIB]) == 'table'
-    and type(c[USERS]) == 'table' and type(c[NEV]) == 'number'
+local function valid(c)  -- inline and on locals: it runs for every cell a batch names
+  if type(c) ~= 'table' or #c ~= 25 then return false end
+  local form, s, e, l, n = c[FORM], c[S], c[EARNED], c[LDEP], c[NEV]
+  return (form == 2 or form == 1) and RATES[c[KIND]] ~= nil  -- RATES' keys are the kinds, strings
+    and type(s) == 'number' and s == s and s ~= HUGE and s ~= -HUGE
+    and type(e) == 'number' and e == e and e ~= HUGE and e ~= -HUGE
+    and type(l) == 'number' and l == l and l ~= HUGE and l ~= -HUGE
+    and type(c[BORN]) == 'number' and type(c[AT]) == 'number' and type(c[SUBS]) == 'string'
+    and type(c[CONTRIB]) == 'table' and type(c[USERS]) == 'table'
+    and type(n) == 'number' and n >= 0 and n % 1 == 0
+end
+
+local BAD = {}  -- a scope's cache holds per id the cell, false (no such item) or BAD (corrupt)
+
+local function unpacked(raw)  -- the cell's table (form 1: its slots after a first slot 1), or nil
+  if ssub(raw, 1, 4) == HEAD2 then
+    local c = {unpack_limit(raw, 24, 4)}
+    if c[FORM] == -1 then c[FORM] = 2; return c end  -- -1: nothing after the 24 slots
+    return nil
+  end
+  if ssub(raw, 1, 3) == HEAD1 then return {1, unpack(cmsgpack.unpack(raw), 1, 24)} end
+  return nil
 end
 
 local function decode(raw)  -- cell, corrupt
   if not raw then return nil, false end
-  local ok, c = pcall(cmsgpack.unpack, raw)
+  local ok, c = pcall(unpacked, raw)
   if ok and valid(c) then return c, false end
   return nil, true
+end
+
+local function decode_all(sc)  -- every cell the batch names, in one pcall (a pcall is a sigsetjmp)
+  local cache = sc.cache
+  for id, raw in pairs(sc.raw) do
+    if raw then
+      local c = unpacked(raw)
+      if valid(c) then cache[id] = c else cache[id] = BAD end
+    else
+      cache[id] = false
+    end
+  end
 end
 
 -- ------------------------------------------------------------------ SPEC §5 (mirrors _pheromone_math)
 local function evaporating_ticks(c, tick)
   if c[AT] >= tick then return 0 end
   if c[SCORE] ~= NONE and c[SCORE] >= EXEMPT then return 0 end
-  return math.max(0, tick - math.max(c[AT], c[BORN] + PROTECT))
+  return max(0, tick - max(c[AT], c[BORN] + PROTECT))
 end
 
 local function settle(c, tick)
@@ -80,12 +123,12 @@ local function settle(c, tick)
 end
 
 local function capped(strength, delta)
-  return delta * math.max(0.0, 1.0 - strength / SMAX)
+  return delta * max(0.0, 1.0 - strength / SMAX)
 end
 
 local function limit_of(c, cap, agent)
   if cap == nil then return nil end
-  return math.max(0.0, cap - (c[CONTRIB][agent] or 0.0))
+  return max(0.0, cap - (c[CONTRIB][agent] or 0.0))
 end
 
 local function keq(a, b) return a ~= NONE and a[1] == b[1] and a[2] == b[2] end
@@ -120,28 +163,24 @@ end
 for j, ids in ipairs(wanted) do
   local sc = scopes[j]
   for lo = 1, #ids, 1000 do
-    local got = redis.call('HMGET', sc.cells, unpack(ids, lo, math.min(#ids, lo + 999)))
+    local got = call('HMGET', sc.cells, unpack(ids, lo, min(#ids, lo + 999)))
     for k = 1, #got do sc.raw[ids[lo + k - 1]] = got[k] end
   end
   sc.tick = tonumber(sc.raw[''] or '0')
   sc.raw[''] = nil
-end
-
-local function load(sc, id)
-  local got = sc.cache[id]
-  if got == nil then
-    local c, corrupt = decode(sc.raw[id])
-    got = {c = c, corrupt = corrupt}
-    sc.cache[id] = got
+  if not pcall(decode_all, sc) then  -- a cell does not decode: find which, one pcall each
+    for id, raw in pairs(sc.raw) do
+      local c, corrupt = decode(raw)
+      sc.cache[id] = c or (corrupt and BAD)
+    end
   end
-  return got
 end
 
 local function event(sc, id, agent, op, tick, amount, at)
   if KEPT == 0 then return end
   local list = sc.new_events[id]
   if list == nil then list = {}; sc.new_events[id] = list end
-  list[#list + 1] = '\149' .. cmsgpack.pack(agent, op, tick, amount, at)  -- the array {agent, op, ...}, no table
+  list[#list + 1] = '\149' .. mpack(agent, op, tick, amount, at)  -- the array {agent, op, ...}, no table
 end
 
 local out, amt = {}, {}
@@ -150,29 +189,30 @@ for i, op in ipairs(batch[2]) do
   local tick = sc.tick
   local outcome, amount = nil, 0.0
   if t == 'advance' then
-    if op[4] ~= NONE then sc.tick = math.max(tick, op[4]) else sc.tick = tick + op[3] end
+    if op[4] ~= NONE then sc.tick = max(tick, op[4]) else sc.tick = tick + op[3] end
     sc.ticked = true
     outcome = 'advanced'
   else
     local id, agent = op[3], op[4]
-    local got = load(sc, id)
-    local c = got.c
+    local c = sc.cache[id]
+    local corrupt = c == BAD
+    if corrupt or not c then c = nil end
     if t == 'repair' then
       if c ~= nil then
         outcome = 'readable'
       else
         local fixed = op[5]
         if not valid(fixed) then return redis.error_reply('repair of ' .. id .. ': not a cell') end
-        fixed[NEV] = 0
-        sc.cache[id] = {c = fixed, corrupt = false}
+        fixed[NEV], fixed[FORM] = 0, 2  -- what Python writes is form 2
+        sc.cache[id] = fixed
         sc.dirty[id] = true
         sc.reset[id] = true  -- the repaired cell's events replace whatever the entry held
         local list = {}
-        if KEPT > 0 then for k, e in ipairs(op[6]) do list[k] = cmsgpack.pack(e) end end
+        if KEPT > 0 then for k, e in ipairs(op[6]) do list[k] = mpack(e) end end
         sc.new_events[id] = list
         outcome = 'repaired'
       end
-    elseif got.corrupt then
+    elseif corrupt then
       outcome = 'corrupt'
     elseif t == 'add' then
       local at = op[5]
@@ -180,10 +220,10 @@ for i, op in ipairs(batch[2]) do
         outcome = 'exists'
       else
         local s = op[7] ~= NONE and op[7] or INIT[op[6]]
-        c = {op[6], tick, s, tick, 0.0, 0.0, '\n', agent, at, at, 'active', {}, 0, 0, {},
+        c = {2, op[6], tick, s, tick, 0.0, 0.0, '\n', agent, at, at, 'active', {}, 0, 0, {},
              NONE, NONE, NONE, NONE, NONE, NONE, NONE, NONE, 0}
         event(sc, id, agent, 'add', tick, s, at)
-        got.c = c
+        sc.cache[id] = c
         sc.dirty[id] = true
         outcome = 'added'
       end
@@ -197,14 +237,14 @@ for i, op in ipairs(batch[2]) do
       local lkey, skey = c[LKEY], c[SKEY]
       local cscore, prev, subs = c[SCORE], c[PREV], c[SUBS]
       if c[GOAL] ~= NONE and c[GOAL] ~= goal then
-        strength = math.max(0.0, strength - earned)
+        strength = max(0.0, strength - earned)
         earned, ldep = 0.0, 0.0
         lkey, skey, cscore, prev = NONE, NONE, NONE, NONE
         subs = '\n'
       end
       local key = {goal or '', sub}
       if not keq(skey, key) then prev, skey = cscore, key end
-      local seen = string.find(subs, '\n' .. sub .. '\n', 1, true) ~= nil
+      local seen = find(subs, '\n' .. sub .. '\n', 1, true) ~= nil
       c[EARNED], c[LDEP], c[LKEY], c[SKEY], c[SCORE], c[PREV], c[GOAL], c[SUBS] =
         earned, ldep, lkey, skey, score, prev, goal, subs
       if seen then
@@ -212,24 +252,24 @@ for i, op in ipairs(batch[2]) do
         outcome = 'already'
       else
         amount = capped(strength, DEP[score])
-        if limit ~= nil then amount = math.min(amount, limit) end
+        if limit ~= nil then amount = min(amount, limit) end
         c[S], c[EARNED], c[LDEP], c[LKEY] = strength + amount, earned + amount, amount, key
         c[SUBS] = subs .. sub .. '\n'
         c[CONTRIB][agent] = (c[CONTRIB][agent] or 0.0) + amount
         c[NDEP], c[TOUCHED] = c[NDEP] + 1, at
-        event(sc, id, agent, 'deposit:' .. score, tick, amount, at)
+        event(sc, id, agent, DEPOSITED[score], tick, amount, at)
         outcome = 'deposited'
       end
       sc.dirty[id] = true
     elseif t == 'reinforce' and op[6] ~= NONE and (sc.edge_cache[id .. '\t' .. op[6]] ~= nil
-        or redis.call('HEXISTS', sc.edges, id .. '\t' .. op[6]) == 1) then
+        or call('HEXISTS', sc.edges, id .. '\t' .. op[6]) == 1) then
       outcome = 'already'  -- once per (item, source)
     elseif t == 'reinforce' then
       local at, source, delta = op[5], op[6], op[7]
       local limit = limit_of(c, sc.cap, agent)
       settle(c, tick)
       amount = capped(c[S], delta ~= NONE and delta or RF)
-      if limit ~= nil then amount = math.min(amount, limit) end
+      if limit ~= nil then amount = min(amount, limit) end
       c[S] = c[S] + amount
       c[CONTRIB][agent] = (c[CONTRIB][agent] or 0.0) + amount
       c[NRF], c[TOUCHED] = c[NRF] + 1, at
@@ -238,7 +278,7 @@ for i, op in ipairs(batch[2]) do
       if source ~= NONE then
         local field = id .. '\t' .. source
         local w = sc.edge_cache[field]
-        if w == nil then w = tonumber(redis.call('HGET', sc.edges, field) or '0') end
+        if w == nil then w = tonumber(call('HGET', sc.edges, field) or '0') end
         sc.edge_cache[field] = w + EDGE
       end
       outcome = 'reinforced'
@@ -293,40 +333,66 @@ end
 -- ------------------------------------------------------------------ commit
 local function hset_all(key, args)
   for lo = 1, #args, 1000 do  -- unpack() is bounded by Lua's stack
-    redis.call('HSET', key, unpack(args, lo, math.min(#args, lo + 999)))
+    call('HSET', key, unpack(args, lo, min(#args, lo + 999)))
   end
 end
 
-for _, sc in ipairs(scopes) do
-  -- events first: they update each cell's count of stored events
-  local ids = {}
-  for id in pairs(sc.new_events) do ids[#ids + 1] = id end
-  if #ids > 0 then
-    local old = redis.call('HMGET', sc.events, unpack(ids))
-    local args = {}
-    for k, id in ipairs(ids) do
-      local c, list = sc.cache[id].c, sc.new_events[id]
-      local blob = (sc.reset[id] or not old[k]) and '' or old[k]
-      blob = blob .. table.concat(list)
-      c[NEV] = c[NEV] + #list
-      if KEPT > 0 and c[NEV] >= 2 * KEPT then  -- keep the newest KEPT: skip the others' bytes
-        local off = cmsgpack.unpack_limit(blob, c[NEV] - KEPT)
-        blob, c[NEV] = string.sub(blob, off + 1), KEPT
-      end
-      sc.dirty[id] = true
-      args[#args + 1] = id
-      args[#args + 1] = blob
-    end
-    hset_all(sc.events, args)
+-- a form-1 cell's events (its blob, newest last; count: how many it holds): the newest
+-- KEPT, each its packed bytes (the blob is cut at event boundaries, nothing re-packed)
+local function blob_events(blob, count)
+  local out = {}
+  if not blob or KEPT == 0 then return out end
+  local off = 0
+  if count > KEPT then off = unpack_limit(blob, count - KEPT) end
+  while off >= 0 and off < #blob do
+    local nxt = unpack_limit(blob, 1, off)
+    out[#out + 1] = ssub(blob, off + 1, nxt >= 0 and nxt or #blob)
+    off = nxt
   end
+  return out
+end
+
+for _, sc in ipairs(scopes) do
+  local sets, dels = {}, {}
+  for id in pairs(sc.dirty) do
+    local c = sc.cache[id]
+    if sc.reset[id] then
+      dels[#dels + 1] = id  -- a repaired item may have been of form 1: its blob goes
+    elseif c[FORM] == 1 then  -- form 1: its events move into fields of their own
+      local ok, old = pcall(blob_events, call('HGET', sc.events, id), c[NEV])
+      if not ok then old = {} end  -- events that do not decode are left out (as a snapshot leaves them)
+      for _, e in ipairs(sc.new_events[id] or {}) do old[#old + 1] = e end
+      sc.new_events[id] = old
+      sc.reset[id] = true
+      c[NEV], c[FORM] = 0, 2
+      dels[#dels + 1] = id
+    end
+  end
+  -- events first: they move each cell's next seq
+  for id, list in pairs(sc.new_events) do
+    local c = sc.cache[id]
+    local n = c[NEV]
+    local m = n + #list
+    for s = max(n, m - KEPT), m - 1 do
+      sets[#sets + 1] = id .. '\t' .. s
+      sets[#sets + 1] = list[s - n + 1]
+    end
+    if not sc.reset[id] then  -- the seqs that fell out of the newest KEPT
+      for s = max(0, n - KEPT), min(n, m - KEPT) - 1 do dels[#dels + 1] = id .. '\t' .. s end
+    end
+    c[NEV] = m
+    sc.dirty[id] = true
+  end
+  if #sets > 0 then hset_all(sc.events, sets) end
+  for lo = 1, #dels, 1000 do call('HDEL', sc.events, unpack(dels, lo, min(#dels, lo + 999))) end
   local args = {}
   if sc.ticked then args[1], args[2] = '', sc.tick end
   for id in pairs(sc.dirty) do
     args[#args + 1] = id
-    args[#args + 1] = cmsgpack.pack(sc.cache[id].c)
+    args[#args + 1] = mpack(sc.cache[id])
   end
   if #args > 0 then hset_all(sc.cells, args) end
-  for field, w in pairs(sc.edge_cache) do redis.call('HSET', sc.edges, field, fmt(w)) end
+  for field, w in pairs(sc.edge_cache) do call('HSET', sc.edges, field, fmt(w)) end
 end
-redis.call('SET', KEYS[1], '1', 'EX', BATCH_TTL)
-return cmsgpack.pack({false, out, amt})
+call('SET', KEYS[1], '1', 'EX', BATCH_TTL)
+return mpack({false, out, amt})

@@ -5,7 +5,10 @@ Redis Cluster slot, so one script may touch all its keys)::
 
     P:{B}:cells:<scope>     hash   item id → the cell, one MessagePack array (``_packed``);
                                    "" → the scope's tick (no item id is empty)
-    P:{B}:events:<scope>    hash   item id → its newest provenance events, packed end to end
+    P:{B}:events:<scope>    hash   "<id>\t<seq>" → one provenance event (the newest
+                                   ``events_kept`` seqs of each item; form 1: "<id>" → its
+                                   events packed end to end, moved by the first batch that
+                                   writes the cell)
     P:{B}:meta:<scope>      hash   "logged" → entries appended to the log
     P:{B}:edges:<scope>     hash   "<id>\\t<source>" → edge strength
     P:{B}:log:<scope>       stream the scope's shared message log
@@ -14,12 +17,13 @@ Redis Cluster slot, so one script may touch all its keys)::
 Writes: one Lua script (``_board.lua``) applies a whole batch atomically — it settles the
 evaporation of the cells it touches in closed form, then adds the soft-capped,
 share-capped deposit (``HINCRBYFLOAT`` alone cannot express the cap); a cell is one
-MessagePack array (exact doubles, no JSON, no decimal formatting) and its events are
-appended to their own hash entry, never decoded by a batch; a scope costs a batch one
-``HMGET`` and one ``HSET`` of its tick and cells and the same of their events. Reads:
-one ``HMGET`` of the tick and the ids per snapshot (pipelined with one of their events
-with ``provenance=True``), each cell decoded once per change and viewed once per
-(tick, task) by the same pure functions as the in-memory board. A batch keeps its id across retries, so
+MessagePack array (exact doubles, no JSON, no decimal formatting) and each of its events
+a hash field of its own, written and deleted but never read by a batch; a scope costs a
+batch one ``HMGET`` and one ``HSET`` of its tick and cells, one ``HSET`` of their new
+events and one ``HDEL`` of the oldest. Reads: one ``HMGET`` of the tick and the ids per
+snapshot (with ``provenance=True`` a second one of their events, whose fields the cells
+name), each cell decoded once per change and viewed once per (tick, task) by the same
+pure functions as the in-memory board. A batch keeps its id across retries, so
 it is applied at most once even when a reply was lost.
 
 Faults never stall a step: every socket operation is bounded (``from_url``: 200 ms to
@@ -33,10 +37,12 @@ is per socket operation: a server that answers each one just inside it is slow, 
 
 from __future__ import annotations
 
+import itertools
 import json
+import os
 import time
 import uuid
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
 from importlib import resources
 from typing import Any, TypeVar, cast
@@ -76,7 +82,7 @@ from ._model import (
     is_private,
     task_key,
 )
-from ._packed import pack_cell, pack_events, unpack_cell, unpack_events
+from ._packed import event_fields, pack_cell, pack_events, stored_events, unpack_cell, unpack_events
 
 __all__ = ["CALL_BOUND_S", "CONNECT_TIMEOUT_S", "OP_TIMEOUT_S", "BoardRetry", "RedisBoard"]
 
@@ -263,14 +269,16 @@ class RedisBoard:
         self._adopt_script = client.register_script(_ADOPT_TICK_LUA)
         self._adopted: set[str] = set()  # scopes whose tick this client has checked for the old layout
         self._scope_keys: dict[str, tuple[tuple[str, str, str], Any]] = {}  # scope → its batch keys, share cap
+        self._ids: tuple[int, str, Iterator[int]] = (0, "", iter(()))  # pid, prefix, counter of new batch ids
         self.retries = 0
         """Connection errors retried so far (for the decision record)."""
         self.round_trips = 0
         """Calls that went to the server (each try counts; a fast failure does not)."""
-        self._decoded: dict[str, dict[str, tuple[bytes, BoardCell, Any, CellView | None]]] = {}
+        self._decoded: dict[str, dict[str, tuple[bytes, BoardCell, Any, CellView | None, int]]] = {}
         # scope → id → (the stored bytes, their cell without events, the tick, task and
-        # clock of its last view, that view): a snapshot decodes only the cells that changed
-        # since this client last read them, and views again only what it has not seen so
+        # clock of its last view, that view, the seq of its next event or -1 in stored form
+        # 1): a snapshot decodes only the cells that changed since this client last read
+        # them, and views again only what it has not seen so
 
     @classmethod
     def from_url(cls, url: str, name: str = "board", config: BoardConfig | None = None, *,
@@ -376,23 +384,20 @@ class RedisBoard:
     def snapshot(self, scope: str, ids: Iterable[str] | None = None, *, agent: str, goal: str | None = None,
                  subtask: str | None = None, now: float | None = None, provenance: bool = False) -> Snapshot:
         """See :meth:`MemoryBoard.snapshot`: one ``HMGET`` of the tick and the ids (with
-        ``provenance``, pipelined with one of their events)."""
+        ``provenance``, a second of the events the cells name; without ids, one pipelined
+        ``HGETALL`` of the cells, and of the events with ``provenance``)."""
         check_access(scope, agent)
         self._adopt_tick(scope)
         wanted = None if ids is None else list(dict.fromkeys(ids))
         cells_key = self.key("cells", scope)
 
         def read() -> list[Any]:
-            if wanted is not None and not provenance:
+            if wanted is not None:
                 return [self._raw.hmget(cells_key, [_TICK, *wanted])]
             pipe = self._raw.pipeline(transaction=False)
-            if wanted is None:
-                pipe.hgetall(cells_key)
-                if provenance:
-                    pipe.hgetall(self.key("events", scope))
-            else:
-                pipe.hmget(cells_key, [_TICK, *wanted])
-                pipe.hmget(self.key("events", scope), wanted or [_TICK])
+            pipe.hgetall(cells_key)
+            if provenance:
+                pipe.hgetall(self.key("events", scope))
             return list(pipe.execute())
 
         got = self._call(f"snapshot of {scope!r}", read)
@@ -401,11 +406,9 @@ class RedisBoard:
             every = got[0] or {}
             stored = every.pop(b"", None)
             raw = [(_s(k), v) for k, v in every.items()]
-            events = {_s(k): v for k, v in (got[1] or {}).items()} if provenance else {}
         else:
             stored = got[0][0]
             raw = zip(wanted, got[0][1:], strict=True)
-            events = dict(zip(wanted, got[1], strict=True)) if provenance and wanted else {}
         tick = int(stored) if stored is not None else 0
         missing, corrupt, faults = [], [], []
         known = self._decoded.get(scope)
@@ -428,30 +431,59 @@ class RedisBoard:
                 cell = hit[1]
             else:
                 try:
-                    cell = unpack_cell(unpackb(value))
+                    slots = unpackb(value)
+                    cell = unpack_cell(slots)
                 except ValueError as exc:  # msgpack's own errors are ValueErrors too
                     corrupt.append(item)
                     faults.append(f"cell {item!r} in {scope!r} is corrupt on the board ({exc}); treated as missing")
                     continue
-                known[item] = (value, cell, None, None)
+                known[item] = (value, cell, None, None, slots[24] if len(slots) > 24 else -1)  # an int: unpack_cell checked
             found[item] = None
             fresh[item] = cell
         if provenance:
-            kept = self.config.events_kept
-            for item, cell in fresh.items():
-                try:
-                    fresh[item] = replace(cell, events=unpack_events(self._msgpack.Unpacker(), events.get(item), kept))
-                except ValueError as exc:
-                    faults.append(f"events of {item!r} in {scope!r} are corrupt on the board ({exc}); left out")
+            self._events(scope, fresh, known, got[1] if wanted is None else None, faults)
         made = views(fresh, tick, self.config, scope, goal=goal, subtask=subtask, now=now, cap=False)
         for item, view in made.items():
             found[item] = view  # in place: the ids keep their order
             if not provenance:
-                value, cell = known[item][:2]
-                known[item] = (value, cell, at, view)
+                value, cell, _, _, next_seq = known[item]
+                known[item] = (value, cell, at, view, next_seq)
         cells = cast(dict[str, CellView], found)  # every slot filled now
         return Snapshot(scope=scope, tick=tick, missing=tuple(missing), corrupt=tuple(corrupt), source="redis",
                         faults=tuple(faults), cells=prominence_cap(cells, self.config, scope))
+
+    def _events(self, scope: str, fresh: dict[str, BoardCell], known: Mapping[str, tuple[Any, ...]],
+                every: Mapping[bytes, bytes] | None, faults: list[str]) -> None:
+        """Give the ``fresh`` cells their newest events (in place): from ``every`` (the
+        scope's whole events hash) when given, else by one ``HMGET`` of the fields the cells
+        name (none when no cell has an event). A batch applied between the two reads may
+        have deleted the oldest of them: those are left out."""
+        kept = self.config.events_kept
+        if kept == 0 or not fresh:
+            return
+        fields = {item: [item] if known[item][4] < 0 else event_fields(item, known[item][4], kept) for item in fresh}
+        got: dict[str, Any]
+        if every is None:
+            names = [name for some in fields.values() for name in some]
+            if not names:
+                return
+            key = self.key("events", scope)
+            values = self._call(f"events of {scope!r}", lambda: self._raw.hmget(key, names))
+            got = dict(zip(names, values, strict=True))
+        else:
+            got = {_s(k): v for k, v in every.items()}
+        unpackb = self._msgpack.unpackb
+        for item, names in fields.items():
+            try:
+                if known[item][4] < 0:  # stored form 1: one blob
+                    events = unpack_events(self._msgpack.Unpacker(), got.get(item), kept)
+                else:
+                    events = stored_events(unpackb, [got.get(name) for name in names])
+            except ValueError as exc:
+                faults.append(f"events of {item!r} in {scope!r} are corrupt on the board ({exc}); left out")
+                continue
+            if events:
+                fresh[item] = replace(fresh[item], events=events)
 
     def tick(self, scope: str) -> int:
         """See :meth:`MemoryBoard.tick`."""
@@ -472,7 +504,7 @@ class RedisBoard:
     def apply(self, ops: Sequence[Op], *, batch_id: str | None = None) -> BatchResult:
         """See :meth:`MemoryBoard.apply`: one Lua script call, retried under the same batch id."""
         check_ops(ops)
-        batch_id = batch_id or uuid.uuid4().hex
+        batch_id = batch_id or self._new_batch_id()
         if not ops:
             return BatchResult(batch_id, (), ())
         scopes = list(dict.fromkeys(op.scope for op in ops))
@@ -495,6 +527,15 @@ class RedisBoard:
         if data[0]:
             return BatchResult(batch_id, (), (), duplicate=True)
         return BatchResult(batch_id, tuple(data[1]), tuple(float(a) for a in data[2]))
+
+    def _new_batch_id(self) -> str:
+        """A batch id no other batch has: a random prefix per client and process, then a
+        count (``uuid4`` per batch costs a ``getrandom`` system call: ~4 µs)."""
+        pid, prefix, count = self._ids
+        if pid != os.getpid():  # a new client, or a forked copy of one: a prefix of its own
+            pid, prefix, count = os.getpid(), uuid.uuid4().hex, itertools.count()
+            self._ids = (pid, prefix, count)
+        return f"{prefix}{next(count):x}"
 
     # ------------------------------------------------------------------ log
     def append(self, scope: str, entries: Sequence[Mapping[str, str]], *, agent: str,

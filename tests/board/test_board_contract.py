@@ -14,6 +14,7 @@ from relevance_memory.board import (
     BoardError,
     Deposit,
     Forget,
+    RedisBoard,
     Reinforce,
     Restore,
     ScopeError,
@@ -256,3 +257,15 @@ def test_the_shared_log_is_the_shared_scopes_clock(make_board: BoardFactory) -> 
     board.append("private:a", [{"n": "p1"}, {"n": "p2"}], agent="a")  # a private log is no clock
     assert (board.tick("shared"), board.tick("private:a")) == (2, 0)
     assert board.snapshot("shared", ["m"], agent="a").tick == 2
+
+
+def test_redis_batch_ids_are_new_per_batch_client_and_process(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A batch id is a random prefix per client and process and a count: never the same
+    twice, not in two clients, not in a forked copy of one (which would take a batch as
+    already applied)."""
+    a, b = RedisBoard.from_url("redis://127.0.0.1:1/0", "x"), RedisBoard.from_url("redis://127.0.0.1:1/0", "x")
+    first = [a._new_batch_id() for _ in range(3)]
+    assert len(set(first)) == 3 and b._new_batch_id() not in first
+    assert first[1] == first[0][:32] + "1" and len(first[0]) == 33
+    monkeypatch.setattr("os.getpid", lambda: -7)  # as in a forked child
+    assert a._new_batch_id()[:32] != first[0][:32]

@@ -83,8 +83,8 @@ def board_op(draw: Any) -> Any:
 def test_redis_and_memory_boards_agree_bit_for_bit(redis_url: str, batches: list[list[Any]], goal: str | None,
                                                    subtask: str | None, kept: int) -> None:
     """Every outcome, amount and snapshot equal, provenance events included: the Redis
-    board appends events to a per-item entry and cuts it back to the newest ``kept`` only
-    once it holds twice as many (small ``kept`` makes every history cross that line)."""
+    board stores each event in a field of its own and deletes the seqs that fall out of the
+    newest ``kept`` (small ``kept`` makes every history cross that line)."""
     config = BoardConfig(agent_share=0.4, lease_ticks=4, ttl_seconds={"shared": 1e5}, events_kept=kept)
     name = f"p-{uuid.uuid4().hex[:10]}"
     memory, redis = InMemoryBoard(name, config), RedisBoard.from_url(redis_url, name, config, **SLOW_OK)
@@ -178,3 +178,76 @@ def test_a_private_scope_keeps_the_fields_memory(steps: list[tuple[str, Any]]) -
                 assert view.score_before == field.score_before(i, goal, sub)
                 assert view.latest_score == field.latest_score(i)
     assert board.edges(sc) == pytest.approx(field.edges)
+
+
+def _write_form_1(redis: RedisBoard, scope: str, cells: dict[str, Any], older: int) -> None:
+    """Store ``cells`` as the board before stored form 2 did: a cell of 24 slots (the last
+    how many events its blob holds) and its events in one blob, field ``<id>`` of the
+    events hash; a cell holding events_kept events gets ``older`` made-up events before
+    them (form 1 cut a blob back to events_kept only once it held twice as many)."""
+    import msgpack
+
+    from relevance_memory.board._packed import pack_cell, pack_events
+
+    raw = redis._raw
+    for item, cell in cells.items():
+        ghosts = older if len(cell.events) == redis.config.events_kept else 0
+        events = [["ghost", "reinforce", 0, 0.5, float(k)] for k in range(ghosts)] + pack_events(cell)
+        raw.hset(redis.key("cells", scope), item, msgpack.packb([*pack_cell(cell)[1:24], len(events)]))
+        raw.hset(redis.key("events", scope), item, b"".join(msgpack.packb(e) for e in events))
+
+
+def test_a_board_stored_in_form_1_still_loads_and_moves_to_form_2(redis_url: str) -> None:
+    """A board written before events got a field each (stored form 1: 24-slot cells, an
+    item's events one blob) reads the same, and keeps agreeing with the in-memory board
+    bit for bit as batches write to it; a written cell is form 2 and its blob is gone."""
+    config = BoardConfig(agent_share=0.4, lease_ticks=4, events_kept=3)
+    name = f"p-{uuid.uuid4().hex[:10]}"
+    memory, redis = InMemoryBoard(name, config), RedisBoard.from_url(redis_url, name, config, **SLOW_OK)
+    ids = ["m0", "m1", "m2", "m3"]
+    history = [Add("shared", i, "tool_result", "planner", at=1.0) for i in ids] + [
+        Deposit("shared", "m0", 4, "sub0", "fix the parser", "coder", 2.0),
+        Deposit("shared", "m1", 2, "sub0", "fix the parser", "coder", 2.0),
+        Advance("shared", "coder", 3),
+        Reinforce("shared", "m0", "reviewer", "m1", at=3.0),
+        Use("shared", "m2", "coder", 7, at=4.0),
+        Deposit("shared", "m0", 5, "sub1", "fix the parser", "planner", 5.0),
+    ]
+    memory.apply(history)
+    redis.apply([Advance("shared", "coder", 3)])  # the scope's tick
+    cells = {i: v.cell for i, v in memory.snapshot("shared", ids, agent="coder", provenance=True).cells.items()}
+    _write_form_1(redis, "shared", cells, older=2)
+
+    def agree() -> None:
+        for provenance in (False, True):
+            for wanted in (ids, None):
+                m = memory.snapshot("shared", wanted, agent="coder", goal="fix the parser", subtask="sub1",
+                                    provenance=provenance)
+                r = redis.snapshot("shared", wanted, agent="coder", goal="fix the parser", subtask="sub1",
+                                   provenance=provenance)
+                assert (m.tick, m.missing, m.corrupt, m.cells) == (r.tick, r.missing, r.corrupt, r.cells)
+                assert not r.faults
+
+    agree()
+    assert [e.op for e in redis.snapshot("shared", ["m0"], agent="a", provenance=True).cells["m0"].cell.events] == \
+        ["deposit:4", "reinforce", "deposit:5"]  # the newest 3 of the blob's 5
+    later = [
+        Deposit("shared", "m0", 3, "sub2", "fix the parser", "reviewer", 6.0),  # events: moved, then one more
+        Deposit("shared", "m1", 2, "sub0", "fix the parser", "coder", 6.0),  # already: no event, the cell written
+        Reinforce("shared", "m2", "planner", at=6.0),
+    ]
+    assert memory.apply(later).outcomes == redis.apply(later).outcomes
+    agree()
+    stored = redis._raw.hgetall(redis.key("events", "shared"))
+    for item in ("m0", "m1", "m2"):
+        assert redis._raw.hget(redis.key("cells", "shared"), item)[:4] == b"\xdc\x00\x19\x02"  # form 2
+        assert item.encode() not in stored  # the blob is gone
+    assert b"m3" in stored  # a cell no batch wrote stays form 1, read as before
+    assert sorted(k for k in stored if k.startswith(b"m0\t")) == [b"m0\t1", b"m0\t2", b"m0\t3"]  # the newest 3
+    more = [Reinforce("shared", "m0", "coder", at=float(7 + k)) for k in range(5)] + [
+        Forget("shared", "m3", "reviewer", at=9.0)]
+    assert memory.apply(more).outcomes == redis.apply(more).outcomes
+    agree()
+    assert sorted(k for k in redis._raw.hgetall(redis.key("events", "shared")) if k.startswith(b"m0\t")) == \
+        [b"m0\t6", b"m0\t7", b"m0\t8"]  # older seqs deleted as they fell out
+    redis.close()
