@@ -89,7 +89,8 @@ the store's lock for about a second, not five)."""
 
 _ROWS_MEMO = 256
 """Texts (by a 16-byte digest) whose lexical terms and identifiers ingest memoises (an agent reads the same file,
-runs the same command, gets the same output again); only speed depends on it."""
+runs the same command, gets the same output again), with the content hash of a message of that text: a repeat
+shares its vector (:meth:`VectorIndex.share`) rather than embedding the text again. Only speed depends on it."""
 
 
 def _text_rows(text: str) -> tuple[tuple[str, ...], tuple[str, ...]]:
@@ -183,7 +184,8 @@ class MessageStore:
         self._lock = threading.RLock()
         self.vectors = vectors
         self._pending_vectors: list[tuple[str, str]] = []
-        self._rows_memo: dict[bytes, tuple[tuple[str, ...], tuple[str, ...]]] = {}  # text digest → (terms, identifiers)
+        # text digest → (terms, identifiers, content hash of a message with this text: its vector is the text's)
+        self._rows_memo: dict[bytes, tuple[tuple[str, ...], tuple[str, ...], str]] = {}
         self._detector = SupersedeDetector() if supersede else None
         self.superseded_by: dict[str, SupersedeLink] = {}
         self.supersedes: dict[str, list[str]] = {}
@@ -499,11 +501,13 @@ class MessageStore:
         memo_key = hashlib.blake2b(text_for_refs.encode("utf-8", "surrogatepass"), digest_size=16).digest()  # not the text: it may be long
         rows = self._rows_memo.get(memo_key)
         if rows is None:
-            rows = _text_rows(text_for_refs)
+            terms, idents = _text_rows(text_for_refs)
             if len(self._rows_memo) >= _ROWS_MEMO:
                 self._rows_memo.clear()  # bounded; only speed depends on it
-            self._rows_memo[memo_key] = rows
-        terms, idents = rows
+            self._rows_memo[memo_key] = (terms, idents, fields["content_hash"])
+            same_text = None
+        else:
+            terms, idents, same_text = rows
         references = self._references(idents, draft.parent_index)
         if references:
             fields["references"] = tuple(references)
@@ -541,7 +545,10 @@ class MessageStore:
         self._index_identifiers(index, idents)
         if draft.excluded_reason is None:
             self._observe_supersede(stored, text_for_refs, parent_index)
-        if self.vectors is not None and stored.content_hash not in self.vectors:
+        vectors = self.vectors
+        # the same text as a recent message (a repeated call: a new call id, a new hash) takes its row
+        if vectors is not None and stored.content_hash not in vectors and (
+                same_text is None or not vectors.share(stored.content_hash, same_text)):
             self._pending_vectors.append((stored.content_hash, text_for_refs))
         self._step = draft.next_step
         self._tool_block_owner = draft.block_owner

@@ -107,3 +107,39 @@ def test_a_failing_embedder_stores_the_whole_batch_then_raises_and_keeps_the_res
     index = store.message_vectors()
     assert index is not None and all(m.content_hash in index for m in store.messages)
     assert embedder.calls == [8, 8, 8, 8, 6]  # the failed batch again, then the rest, a batch at a time
+
+
+def test_a_repeated_call_shares_the_vector_of_its_text() -> None:
+    """Issue 24: the same call again (a new call id: a new content hash) is not embedded again;
+    its key has the row of its text, the row embedding it gives."""
+    import numpy as np
+
+    from relevance_memory import TiktokenCounter
+    from relevance_memory.scoring._embedding import VectorIndex, quantize
+    from relevance_memory.store._store import MessageStore
+
+    class Recording:
+        name, version, dim, batch_size = "recording", "1", 4, 2
+
+        def __init__(self) -> None:
+            self.texts: list[str] = []
+
+        def embed(self, texts: list[str]) -> Any:
+            self.texts.extend(texts)
+            return np.array([[len(t), t.count("l"), 1.0, 0.0] for t in texts], dtype=np.float32)
+
+    def step(n: int) -> list[dict[str, Any]]:
+        call = {"id": f"c{n}", "type": "function", "function": {"name": "bash", "arguments": '{"command": "ls"}'}}
+        return [{"role": "assistant", "content": None, "tool_calls": [call]},
+                {"role": "tool", "tool_call_id": f"c{n}", "content": "a.py b.py"}]
+
+    embedder = Recording()
+    store = MessageStore(TiktokenCounter(), vectors=VectorIndex(embedder))  # type: ignore[arg-type]
+    store.extend([{"role": "user", "content": "list the files"}, *step(1), *step(2), *step(3)])
+    index = store.message_vectors()
+    assert index is not None
+    calls = [m for m in store.messages if m.tool_calls]
+    assert len({m.content_hash for m in calls}) == 3  # three keys ...
+    assert embedder.texts == ["list the files", '\nbash({"command": "ls"})', "a.py b.py"]  # ... one text embedded once
+    expected = quantize(embedder.embed(['\nbash({"command": "ls"})']))[0].tolist()
+    assert all(index.vector(m.content_hash).tolist() == expected for m in calls) and len(index) == 3
