@@ -656,10 +656,11 @@ class VectorIndex:
 
     Args:
         embedder: computes the vectors; its ``version`` is the index's ``version``.
-        chunk_rows: rows per chunk.
+        chunk_rows: rows per chunk (1,024: 256 KB at 256 dimensions, allocated whole; a
+            history of few distinct texts does not hold a megabyte it never fills).
     """
 
-    def __init__(self, embedder: Embedder, *, chunk_rows: int = 4096) -> None:
+    def __init__(self, embedder: Embedder, *, chunk_rows: int = 1024) -> None:
         self.embedder = embedder
         self.dim = embedder.dim
         self.version = embedder.version

@@ -167,7 +167,10 @@ class MessageStore:
         self.excluded: dict[str, str] = {}
         self.referenced_by: dict[str, list[str]] = {}
         self._call_owner: dict[str, int] = {}  # tool_call_id → index of the latest assistant calling it
-        self._answered: set[tuple[int, str]] = set()  # (assistant index, tool_call_id) with a result
+        # tool_call_id → index of the latest assistant whose call with that id has a result: a
+        # call (index, id) has one when the index is at most that (an id is reused only once the
+        # earlier call with it has its result); a dict entry per id, not a tuple per result
+        self._answered: dict[str, int] = {}
         self._pending: set[int] = set()  # assistant indices with a call still unanswered
         self._parent: list[int] = []  # union-find over indices (trace chains)
         self._trace_root: dict[str, int] = {}
@@ -252,7 +255,8 @@ class MessageStore:
 
     def unanswered_calls(self, index: int) -> list[str]:
         """Tool call ids of the assistant message at ``index`` that have no result yet."""
-        return [c.id for c in self.messages[index].tool_calls if (index, c.id) not in self._answered]
+        answered = self._answered
+        return [c.id for c in self.messages[index].tool_calls if answered.get(c.id, -1) < index]
 
     # ----------------------------------------------------------------- ingest
     def add(
@@ -382,14 +386,14 @@ class MessageStore:
             staged = stage.call_owner.get(call_id)
             return staged if staged is not None else self._call_owner.get(call_id)
 
-        def is_answered(pair: tuple[int, str]) -> bool:
-            return pair in stage.answered or pair in self._answered
+        def is_answered(owner: int, call_id: str) -> bool:
+            return stage.answered.get(call_id, -1) >= owner or self._answered.get(call_id, -1) >= owner
 
         seen: set[str] = set()
         for call in calls:
             owner = owner_of(call["id"])
             # ids may be reused once the earlier call was answered (τ-bench runs do this)
-            if call["id"] in seen or (owner is not None and not is_answered((owner, call["id"]))):
+            if call["id"] in seen or (owner is not None and not is_answered(owner, call["id"])):
                 raise InvalidMessageError(
                     f"duplicate tool call id {call['id']!r} (the earlier call with this id has no result yet)"
                     if call["id"] not in seen
@@ -412,7 +416,7 @@ class MessageStore:
                 excluded_reason = "tool message without tool_call_id"
             elif call_owner is None:
                 excluded_reason = f"tool message answers {tool_call_id!r}, which no earlier assistant message called"
-            elif is_answered((call_owner, tool_call_id)):
+            elif is_answered(call_owner, tool_call_id):
                 excluded_reason = f"second result for tool call {tool_call_id!r}"
             elif stage.block_owner != call_owner:
                 excluded_reason = f"tool result for {tool_call_id!r} does not directly follow its assistant message"
@@ -476,7 +480,7 @@ class MessageStore:
         for call in calls:
             stage.call_owner[call["id"]] = index
         if parent_index is not None and isinstance(tool_call_id, str):
-            stage.answered.add((parent_index, tool_call_id))
+            stage.answered[tool_call_id] = parent_index
         return _Draft(
             fields=fields,
             parent_index=parent_index,
@@ -508,6 +512,8 @@ class MessageStore:
             same_text = None
         else:
             terms, idents, same_text = rows
+            if same_text == fields["content_hash"]:
+                fields["content_hash"] = same_text  # the same content again: one string for both
         references = self._references(idents, draft.parent_index)
         if references:
             fields["references"] = tuple(references)
@@ -528,7 +534,7 @@ class MessageStore:
             self._pending.add(index)
         parent_index = draft.parent_index
         if parent_index is not None and stored.tool_call_id is not None:
-            self._answered.add((parent_index, stored.tool_call_id))
+            self._answered[stored.tool_call_id] = parent_index
             if not self.unanswered_calls(parent_index):
                 self._pending.discard(parent_index)
             self._union(index, parent_index)

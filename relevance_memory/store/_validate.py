@@ -267,7 +267,7 @@ class _Stage:
     ids: list[str] = field(default_factory=list)
     id_set: set[str] = field(default_factory=set)
     call_owner: dict[str, int] = field(default_factory=dict)
-    answered: set[tuple[int, str]] = field(default_factory=set)
+    answered: dict[str, int] = field(default_factory=dict)  # tool_call_id → latest answered owner
 
 
 @dataclass(slots=True)
