@@ -63,7 +63,7 @@ from typing import Any, Literal
 from .._config import EPISODE_GAP_S
 from .._exceptions import ConfigError, InvalidMessageError
 from .._models import ROLES, Message, MessageType, ToolCall, content_hash, content_text, trusted
-from .._text import has_constraint, identifiers, lexical_terms
+from .._text import distinct_terms, has_constraint, identifiers
 from .._tokenizer import TokenCounter
 from ..scoring._embedding import VectorIndex
 from ._supersede import SupersedeDetector, SupersedeItem, SupersedeLink
@@ -95,7 +95,7 @@ shares its vector (:meth:`VectorIndex.share`) rather than embedding the text aga
 
 def _text_rows(text: str) -> tuple[tuple[str, ...], tuple[str, ...]]:
     """A message text's distinct lexical terms (first-seen order) and its identifiers (sorted)."""
-    return tuple(dict.fromkeys(lexical_terms(text))), tuple(sorted(identifiers(text)))
+    return distinct_terms(text), tuple(sorted(identifiers(text)))
 
 
 class MessageStore:
