@@ -116,7 +116,7 @@ _META = "\u2581"
 """SentencePiece's word marker (``▁``), what such tokenizers' normalizer turns spaces into."""
 _SEGMENT_CACHE = 200_000
 """Pieces without a digit whose token ids :class:`StaticEmbedder` memoises (≈20 MB at most)."""
-_NUMBERED_CACHE = 4096
+_NUMBERED_CACHE = 1024
 """Pieces with a digit whose token ids :class:`StaticEmbedder` memoises (the latest, about)."""
 _DIGIT = re.compile(r"\d")
 

@@ -89,8 +89,9 @@ the store's lock for about a second, not five)."""
 
 _ROWS_MEMO = 256
 """Texts (by a 16-byte digest) whose lexical terms and identifiers ingest memoises (an agent reads the same file,
-runs the same command, gets the same output again), with the content hash of a message of that text: a repeat
-shares its vector (:meth:`VectorIndex.share`) rather than embedding the text again. Only speed depends on it."""
+runs the same command, gets the same output again) by the index of a message of that text: a repeat reads that
+message's rows, and shares its vector (:meth:`VectorIndex.share`) rather than embedding the text again. Only
+speed depends on it."""
 
 
 def _text_rows(text: str) -> tuple[tuple[str, ...], tuple[str, ...]]:
@@ -187,8 +188,8 @@ class MessageStore:
         self._lock = threading.RLock()
         self.vectors = vectors
         self._pending_vectors: list[tuple[str, str]] = []
-        # text digest → (terms, identifiers, content hash of a message with this text: its vector is the text's)
-        self._rows_memo: dict[bytes, tuple[tuple[str, ...], tuple[str, ...], str]] = {}
+        # text digest → index of a message with this text (its terms, identifiers and vector are the text's)
+        self._rows_memo: dict[bytes, int] = {}
         self._detector = SupersedeDetector() if supersede else None
         self.superseded_by: dict[str, SupersedeLink] = {}
         self.supersedes: dict[str, list[str]] = {}
@@ -503,15 +504,16 @@ class MessageStore:
         calls: tuple[ToolCall, ...] = fields["tool_calls"]
         text_for_refs = content_text(fields["content"]) + "".join(f"\n{c.name}({c.arguments})" for c in calls)
         memo_key = hashlib.blake2b(text_for_refs.encode("utf-8", "surrogatepass"), digest_size=16).digest()  # not the text: it may be long
-        rows = self._rows_memo.get(memo_key)
-        if rows is None:
+        earlier = self._rows_memo.get(memo_key)
+        if earlier is None:
             terms, idents = _text_rows(text_for_refs)
             if len(self._rows_memo) >= _ROWS_MEMO:
                 self._rows_memo.clear()  # bounded; only speed depends on it
-            self._rows_memo[memo_key] = (terms, idents, fields["content_hash"])
+            self._rows_memo[memo_key] = index
             same_text = None
-        else:
-            terms, idents, same_text = rows
+        else:  # the rows and the content hash of the earlier message with this text
+            terms, idents = self.terms.row(earlier), self.idents.row(earlier)
+            same_text = self.messages[earlier].content_hash
             if same_text == fields["content_hash"]:
                 fields["content_hash"] = same_text  # the same content again: one string for both
         references = self._references(idents, draft.parent_index)
