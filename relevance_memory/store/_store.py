@@ -64,7 +64,7 @@ from .._config import EPISODE_GAP_S
 from .._exceptions import ConfigError, InvalidMessageError
 from .._models import ROLES, Message, MessageType, ToolCall, content_hash, content_text, trusted
 from .._text import distinct_terms, has_constraint, identifiers
-from .._tokenizer import TokenCounter
+from .._tokenizer import TiktokenCounter, TokenCounter
 from ..scoring._embedding import VectorIndex
 from ._supersede import SupersedeDetector, SupersedeItem, SupersedeLink
 from ._validate import (
@@ -92,6 +92,10 @@ _ROWS_MEMO = 256
 runs the same command, gets the same output again) by the index of a message of that text: a repeat reads that
 message's rows, and shares its vector (:meth:`VectorIndex.share`) rather than embedding the text again. Only
 speed depends on it."""
+
+
+_COUNT_MEMO = 256
+"""Messages (by role, content, name and calls) whose token counts ingest memoises."""
 
 
 def _text_rows(text: str) -> tuple[tuple[str, ...], tuple[str, ...]]:
@@ -191,6 +195,8 @@ class MessageStore:
         # text digest → index of a message with this text (its terms, identifiers and vector are the text's)
         self._rows_memo: dict[bytes, int] = {}
         self._detector = SupersedeDetector() if supersede else None
+        # (role, content, name, *calls) → tokens, for the package's counter (its count reads only these)
+        self._count_memo: dict[tuple[Any, ...], int] | None = {} if type(counter) is TiktokenCounter else None
         self.superseded_by: dict[str, SupersedeLink] = {}
         self.supersedes: dict[str, list[str]] = {}
 
@@ -455,7 +461,7 @@ class MessageStore:
             "id": message_id, "index": index, "role": role, "content": content,
             "tool_calls": tuple(trusted(ToolCall, dict(c)) for c in calls),
             "tool_call_id": tool_call_id if isinstance(tool_call_id, str) else None,
-            "name": name, "msg_type": kind, "step": step, "token_count": self._counter.count_message(message),
+            "name": name, "msg_type": kind, "step": step, "token_count": self._count(message, role, content, name, calls),
             "trace_id": meta.get("trace_id"), "chain_id": "", "parent_id": parent_id,
             "producer": meta.get("producer"), "scope": meta.get("scope") or "private",
             "timestamp": given or replayed or (self._clock() if self._clock else None),
@@ -490,6 +496,23 @@ class MessageStore:
             block_owner=block_owner,
             clock_stamped=given is None and (replayed is not None or self._clock is not None),
         )
+
+    def _count(self, message: Mapping[str, Any], role: str, content: Any, name: str | None,
+               calls: list[dict[str, Any]]) -> int:
+        """Tokens of a validated message; with the package's own counter, a message of the same
+        role, string content, name and calls as a recent one has its count (issue 24: an agent
+        runs the same command and gets the same output again; only speed depends on the memo)."""
+        memo = self._count_memo
+        if memo is None or not (content is None or type(content) is str):
+            return self._counter.count_message(message)
+        key = (role, content, name, *[(c["type"], c["name"], c["arguments"]) for c in calls])
+        count = memo.get(key)
+        if count is None:
+            count = self._counter.count_message(message)
+            if len(memo) >= _COUNT_MEMO:
+                memo.clear()  # bounded
+            memo[key] = count
+        return count
 
     def _commit(self, draft: _Draft) -> Message:
         """Apply a checked draft (called with the lock held, in batch order; cannot fail).

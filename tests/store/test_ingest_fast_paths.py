@@ -143,3 +143,33 @@ def test_a_repeated_call_shares_the_vector_of_its_text() -> None:
     assert embedder.texts == ["list the files", '\nbash({"command": "ls"})', "a.py b.py"]  # ... one text embedded once
     expected = quantize(embedder.embed(['\nbash({"command": "ls"})']))[0].tolist()
     assert all(index.vector(m.content_hash).tolist() == expected for m in calls) and len(index) == 3
+
+
+def test_token_counts_of_repeated_messages_are_the_counters() -> None:
+    """Issue 24: a message of the same role, content, name and calls as a recent one takes its
+    count from the memo; every count is still the counter's own for that message."""
+    from relevance_memory import TiktokenCounter
+    from relevance_memory.store._store import MessageStore
+
+    counter = TiktokenCounter()
+    call = {"id": "c1", "type": "function", "function": {"name": "bash", "arguments": '{"command": "ls -la"}'}}
+    again = {**call, "id": "c2"}
+    other = {**call, "id": "c3", "function": {"name": "bash", "arguments": '{"command": "ls"}'}}
+    batch = [
+        {"role": "user", "content": "list the files, please"},
+        {"role": "user", "content": "list the files, please"},
+        {"role": "user", "content": "list the files, please", "name": "bob"},
+        {"role": "system", "content": "list the files, please"},
+        {"role": "assistant", "content": None, "tool_calls": [call]},
+        {"role": "tool", "tool_call_id": "c1", "content": "a.py b.py"},
+        {"role": "assistant", "content": None, "tool_calls": [again]},
+        {"role": "tool", "tool_call_id": "c2", "content": "a.py b.py"},
+        {"role": "assistant", "content": "ok", "tool_calls": [other]},
+        {"role": "tool", "tool_call_id": "c3", "content": [{"type": "text", "text": "a.py b.py"}]},
+    ]
+    store = MessageStore(counter)
+    store.extend(batch)
+    assert store._count_memo is not None and len(store._count_memo) == 6  # 10 messages, 3 repeats, 1 list content
+    assert [m.token_count for m in store.messages] == [counter.count_message(m) for m in batch]
+    assert store.messages[2].token_count > store.messages[1].token_count == store.messages[0].token_count
+    assert store.messages[8].token_count != store.messages[6].token_count == store.messages[4].token_count
