@@ -171,7 +171,9 @@ class MessageStore:
         self._by_id: dict[str, int] = {}
         self.excluded: dict[str, str] = {}
         self.referenced_by: dict[str, list[str]] = {}
-        self._call_owner: dict[str, int] = {}  # tool_call_id → index of the latest assistant calling it
+        # tool_call_id → index of the latest assistant calling it while the call waits for its result
+        # (then the id's owner is in _answered: one entry per id, not two)
+        self._call_owner: dict[str, int] = {}
         # tool_call_id → index of the latest assistant whose call with that id has a result: a
         # call (index, id) has one when the index is at most that (an id is reused only once the
         # earlier call with it has its result); a dict entry per id, not a tuple per result
@@ -391,7 +393,10 @@ class MessageStore:
 
         def owner_of(call_id: str) -> int | None:
             staged = stage.call_owner.get(call_id)
-            return staged if staged is not None else self._call_owner.get(call_id)
+            if staged is not None:
+                return staged
+            owner = self._call_owner.get(call_id)
+            return owner if owner is not None else self._answered.get(call_id)
 
         def is_answered(owner: int, call_id: str) -> bool:
             return stage.answered.get(call_id, -1) >= owner or self._answered.get(call_id, -1) >= owner
@@ -560,6 +565,8 @@ class MessageStore:
         parent_index = draft.parent_index
         if parent_index is not None and stored.tool_call_id is not None:
             self._answered[stored.tool_call_id] = parent_index
+            if self._call_owner.get(stored.tool_call_id) == parent_index:
+                del self._call_owner[stored.tool_call_id]
             if not self.unanswered_calls(parent_index):
                 self._pending.discard(parent_index)
             self._union(index, parent_index)

@@ -173,3 +173,25 @@ def test_token_counts_of_repeated_messages_are_the_counters() -> None:
     assert [m.token_count for m in store.messages] == [counter.count_message(m) for m in batch]
     assert store.messages[2].token_count > store.messages[1].token_count == store.messages[0].token_count
     assert store.messages[8].token_count != store.messages[6].token_count == store.messages[4].token_count
+
+
+def test_an_answered_call_is_known_by_its_result() -> None:
+    """Issue 24: once a call has its result the store keeps its id once (with the answer); a
+    second result is still named so, and the id may be reused by a later call."""
+    import pytest
+
+    from relevance_memory import InvalidMessageError
+
+    def call(call_id: str) -> dict[str, Any]:
+        return {"role": "assistant", "content": None,
+                "tool_calls": [{"id": call_id, "type": "function", "function": {"name": "ls", "arguments": "{}"}}]}
+
+    memory = RelevanceMemoryManager()
+    memory.extend([{"role": "user", "content": "go"}, call("c1"), {"role": "tool", "tool_call_id": "c1", "content": "a"}])
+    with pytest.raises(InvalidMessageError, match="second result for tool call 'c1'"):
+        memory.add({"role": "tool", "tool_call_id": "c1", "content": "again"})
+    memory.add(call("c1"))
+    assert memory.store.pending_calls == [3] and memory.store.unanswered_calls(3) == ["c1"]
+    assert memory.store.unanswered_calls(1) == []
+    memory.add({"role": "tool", "tool_call_id": "c1", "content": "b"})
+    assert memory.store.pending_calls == [] and memory.messages[4].parent_id == "m3"
