@@ -124,7 +124,8 @@ class MessageStore:
     Attributes:
         messages: every message in arrival order (read-only by convention).
         excluded: message id → reason, for messages kept in the store but never emitted.
-        referenced_by: message id → ids of later messages that reference it.
+        referenced_by: message id → ids of later messages that reference it (a sequence, in
+            order: a tuple while there is one, then a list).
         terms: per message (by index), its distinct lexical terms (for the offline scorer), a
             ``frozenset`` on each read (:class:`StringRows`).
         idents: per message (by index), its identifiers (paths, ids, numbers, code names), a
@@ -170,7 +171,8 @@ class MessageStore:
         self.messages: list[Message] = []
         self._by_id: dict[str, int] = {}
         self.excluded: dict[str, str] = {}
-        self.referenced_by: dict[str, list[str]] = {}
+        # a message referenced once holds a 1-tuple (48 bytes), a list from the second reference on
+        self.referenced_by: dict[str, list[str] | tuple[str, ...]] = {}
         # tool_call_id → index of the latest assistant calling it while the call waits for its result
         # (then the id's owner is in _answered: one entry per id, not two)
         self._call_owner: dict[str, int] = {}
@@ -578,8 +580,15 @@ class MessageStore:
                 self._trace_root[trace_id] = index
         if draft.excluded_reason is not None:
             self.excluded[message_id] = draft.excluded_reason
+        refs_of = self.referenced_by
         for ref in references:
-            self.referenced_by.setdefault(ref, []).append(message_id)
+            held = refs_of.get(ref)
+            if held is None:
+                refs_of[ref] = (message_id,)
+            elif isinstance(held, tuple):
+                refs_of[ref] = [*held, message_id]
+            else:
+                held.append(message_id)
         self._index_identifiers(index, idents)
         if draft.excluded_reason is None:
             self._observe_supersede(stored, text_for_refs, parent_index)
