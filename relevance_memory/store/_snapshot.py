@@ -120,7 +120,7 @@ class _SupersedesView(Mapping[str, Sequence[str]]):
 
     __slots__ = ("_by_id", "_n", "_olders")
 
-    def __init__(self, olders: dict[str, list[str]], by_id: dict[str, int], n: int) -> None:
+    def __init__(self, olders: Mapping[str, Sequence[str]], by_id: dict[str, int], n: int) -> None:
         self._olders, self._by_id, self._n = olders, by_id, n
 
     def __getitem__(self, key: str) -> Sequence[str]:

@@ -142,7 +142,8 @@ class MessageStore:
         doc_freq: term → number of messages containing it (incremental IDF statistics).
         superseded_by: older message id → the :class:`SupersedeLink` to the first newer message
             that superseded it (never deleted; the decision record shows both ends).
-        supersedes: newer message id → ids of the older messages it superseded.
+        supersedes: newer message id → ids of the older messages it superseded (a sequence: a
+            tuple while there is one, then a list).
     """
 
     def __init__(
@@ -202,7 +203,7 @@ class MessageStore:
         # (role, content, name, *calls) → tokens, for the package's counter (its count reads only these)
         self._count_memo: dict[tuple[Any, ...], int] | None = {} if type(counter) is TiktokenCounter else None
         self.superseded_by: dict[str, SupersedeLink] = {}
-        self.supersedes: dict[str, list[str]] = {}
+        self.supersedes: dict[str, list[str] | tuple[str, ...]] = {}  # a 1-tuple, a list from the second on
 
     # ----------------------------------------------------------------- access
     def __len__(self) -> int:
@@ -626,7 +627,13 @@ class MessageStore:
             if link.older in self.superseded_by or link.older in self.excluded:
                 continue
             self.superseded_by[link.older] = link
-            self.supersedes.setdefault(link.newer, []).append(link.older)
+            olders = self.supersedes.get(link.newer)
+            if olders is None:
+                self.supersedes[link.newer] = (link.older,)
+            elif isinstance(olders, tuple):
+                self.supersedes[link.newer] = [*olders, link.older]
+            else:
+                olders.append(link.older)
 
     def _embed_full_batches(self) -> None:
         """Embed pending messages in batches of :data:`VECTOR_BATCH` while a whole batch has
