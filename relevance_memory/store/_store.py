@@ -124,8 +124,7 @@ class MessageStore:
     Attributes:
         messages: every message in arrival order (read-only by convention).
         excluded: message id → reason, for messages kept in the store but never emitted.
-        referenced_by: message id → ids of later messages that reference it (a sequence, in
-            order: a tuple while there is one, then a list).
+        referenced_by: message id → ids of later messages that reference it.
         terms: per message (by index), its distinct lexical terms (for the offline scorer), a
             ``frozenset`` on each read (:class:`StringRows`).
         idents: per message (by index), its identifiers (paths, ids, numbers, code names), a
@@ -142,8 +141,7 @@ class MessageStore:
         doc_freq: term → number of messages containing it (incremental IDF statistics).
         superseded_by: older message id → the :class:`SupersedeLink` to the first newer message
             that superseded it (never deleted; the decision record shows both ends).
-        supersedes: newer message id → ids of the older messages it superseded (a sequence: a
-            tuple while there is one, then a list).
+        supersedes: newer message id → ids of the older messages it superseded.
     """
 
     def __init__(
@@ -172,8 +170,7 @@ class MessageStore:
         self.messages: list[Message] = []
         self._by_id: dict[str, int] = {}
         self.excluded: dict[str, str] = {}
-        # a message referenced once holds a 1-tuple (48 bytes), a list from the second reference on
-        self.referenced_by: dict[str, list[str] | tuple[str, ...]] = {}
+        self.referenced_by: dict[str, list[str]] = {}
         # tool_call_id → index of the latest assistant calling it while the call waits for its result
         # (then the id's owner is in _answered: one entry per id, not two)
         self._call_owner: dict[str, int] = {}
@@ -203,7 +200,7 @@ class MessageStore:
         # (role, content, name, *calls) → tokens, for the package's counter (its count reads only these)
         self._count_memo: dict[tuple[Any, ...], int] | None = {} if type(counter) is TiktokenCounter else None
         self.superseded_by: dict[str, SupersedeLink] = {}
-        self.supersedes: dict[str, list[str] | tuple[str, ...]] = {}  # a 1-tuple, a list from the second on
+        self.supersedes: dict[str, list[str]] = {}
 
     # ----------------------------------------------------------------- access
     def __len__(self) -> int:
@@ -585,9 +582,7 @@ class MessageStore:
         for ref in references:
             held = refs_of.get(ref)
             if held is None:
-                refs_of[ref] = (message_id,)
-            elif isinstance(held, tuple):
-                refs_of[ref] = [*held, message_id]
+                refs_of[ref] = [message_id]  # one slot, not an empty list grown to four
             else:
                 held.append(message_id)
         self._index_identifiers(index, idents)
@@ -629,9 +624,7 @@ class MessageStore:
             self.superseded_by[link.older] = link
             olders = self.supersedes.get(link.newer)
             if olders is None:
-                self.supersedes[link.newer] = (link.older,)
-            elif isinstance(olders, tuple):
-                self.supersedes[link.newer] = [*olders, link.older]
+                self.supersedes[link.newer] = [link.older]  # one slot, not an empty list grown to four
             else:
                 olders.append(link.older)
 
