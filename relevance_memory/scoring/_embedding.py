@@ -119,6 +119,14 @@ _SEGMENT_CACHE = 200_000
 _NUMBERED_CACHE = 1024
 """Pieces with a digit whose token ids :class:`StaticEmbedder` memoises (the latest, about)."""
 _DIGIT = re.compile(r"\d")
+_PACKED = np.dtype("<i4")
+"""How :class:`StaticEmbedder` packs token ids in its memo and batches (little-endian int32)."""
+_PACKED_BYTES = _PACKED.itemsize
+
+
+def _pack(ids: Sequence[int]) -> bytes:
+    """Token ids packed as :data:`_PACKED`."""
+    return np.asarray(ids, dtype=_PACKED).tobytes()
 
 
 def _word_bpe_specials(tokenizer: Any) -> tuple[str, ...] | None:
@@ -191,8 +199,8 @@ class StaticEmbedder:
         self._vocab = int(table.shape[0])
         self._max_chars = max_chars
         self._specials = _word_bpe_specials(tokenizer)
-        self._segments: dict[str, int | tuple[int, ...]] = {}
-        self._numbered: dict[str, int | tuple[int, ...]] = {}
+        self._segments: dict[str, bytes] = {}  # piece → its token ids, packed (:func:`_pack`)
+        self._numbered: dict[str, bytes] = {}
 
     def __getstate__(self) -> dict[str, Any]:
         state = dict(self.__dict__)
@@ -203,7 +211,8 @@ class StaticEmbedder:
     def _token_ids(self, texts: list[str]) -> list[Sequence[int]]:
         """Token ids of each text, as ``tokenizer.encode_batch(add_special_tokens=False)`` gives
         them (:meth:`_batch_ids` cut per text)."""
-        flat, lengths = self._batch_ids(texts)
+        packed, lengths = self._batch_ids(texts)
+        flat = np.frombuffer(packed, dtype=_PACKED).tolist()
         out: list[Sequence[int]] = []
         start = 0
         for length in lengths:
@@ -211,8 +220,9 @@ class StaticEmbedder:
             start += length
         return out
 
-    def _batch_ids(self, texts: list[str]) -> tuple[list[int], list[int]]:
-        """The token ids of every text, one after the other, and each text's number of ids.
+    def _batch_ids(self, texts: list[str]) -> tuple[bytearray, list[int]]:
+        """The token ids of every text, one after the other, packed as int32 (:data:`_PACKED`),
+        and each text's number of ids.
 
         For a SentencePiece-style BPE (:func:`_word_bpe_specials`) a text is cut before each run
         of ``▁`` (no token spans such a cut, so BPE of the whole text is BPE of its pieces) and
@@ -220,26 +230,25 @@ class StaticEmbedder:
         (the tokenizer runs BPE over the whole text as one word: ≈0.1–0.3 ms per message). The
         pieces are the text's words split at single spaces (a run of ``k`` spaces before a word
         is its piece's ``k + 1`` leading ``▁``); the memo holds a one-``▁`` piece by its word
-        alone (one byte a character for ASCII, not two) and a one-token piece as an ``int``, not
-        a tuple (issue 24: the memo was a third of ingest's memory on a history of new words).
-        Texts holding ``▁`` or a special token's string, and other tokenizers, take the
-        tokenizer itself."""
+        alone (one byte a character for ASCII, not two) and its ids packed in a ``bytes`` (4
+        bytes an id, no int objects; issue 24: the memo was a third of ingest's memory on a
+        history of new words). Texts holding ``▁`` or a special token's string, and other
+        tokenizers, take the tokenizer itself."""
         specials = self._specials
-        flat: list[int] = []
+        packed = bytearray()
         lengths: list[int] = []
         if specials is None:
             for enc in self._tokenizer.encode_batch(texts, add_special_tokens=False):
-                flat.extend(enc.ids)
+                packed += _pack(enc.ids)
                 lengths.append(len(enc.ids))
-            return flat, lengths
-        cache = self._segments
-        get, append, extend = cache.get, flat.append, flat.extend
+            return packed, lengths
+        get = self._segments.get
         for text in texts:
-            before = len(flat)
+            before = len(packed)
             if not text:
                 pass
             elif _META in text or any(special in text for special in specials):
-                extend(self._tokenizer.encode(text, add_special_tokens=False).ids)
+                packed += _pack(self._tokenizer.encode(text, add_special_tokens=False).ids)
             else:
                 run = 0  # ▁ before the next word: the one prepended, then one per space
                 for word in text.split(" "):
@@ -248,35 +257,24 @@ class StaticEmbedder:
                         continue
                     key = word if run == 1 else _META * run + word
                     got = get(key)
-                    if got is None:
-                        got = self._piece_ids(_META * run + word, key)
-                    if type(got) is int:
-                        append(got)
-                    else:
-                        extend(got)  # type: ignore[arg-type]
+                    packed += got if got is not None else self._piece_ids(_META * run + word, key)
                     run = 0
                 if run:  # trailing spaces: a piece of ▁ alone
                     got = get(_META * run)
-                    if got is None:
-                        got = self._piece_ids(_META * run, _META * run)
-                    if type(got) is int:
-                        append(got)
-                    else:
-                        extend(got)  # type: ignore[arg-type]
-            lengths.append(len(flat) - before)
-        return flat, lengths
+                    packed += got if got is not None else self._piece_ids(_META * run, _META * run)
+            lengths.append((len(packed) - before) // _PACKED_BYTES)
+        return packed, lengths
 
-    def _piece_ids(self, piece: str, key: str) -> int | tuple[int, ...]:
-        """BPE of one ``▁``-piece, memoised under ``key`` (:meth:`_batch_ids`): a piece with a
-        digit (a number, an id, a hash: few repeat but nearby) in a small memo of its own, the
-        rest in the large one (issue 24: a history of new numbers filled the large memo)."""
+    def _piece_ids(self, piece: str, key: str) -> bytes:
+        """BPE of one ``▁``-piece, packed, memoised under ``key`` (:meth:`_batch_ids`): a piece
+        with a digit (a number, an id, a hash: few repeat but nearby) in a small memo of its own,
+        the rest in the large one (issue 24: a history of new numbers filled the large memo)."""
         numbered = _DIGIT.search(key) is not None
         cache = self._numbered if numbered else self._segments
         got = cache.get(key)
         if got is not None:
             return got
-        ids = tuple(token.id for token in self._tokenizer.model.tokenize(piece))
-        got = ids[0] if len(ids) == 1 else ids
+        got = _pack([token.id for token in self._tokenizer.model.tokenize(piece)])
         if len(cache) >= (_NUMBERED_CACHE if numbered else _SEGMENT_CACHE):
             cache.clear()  # bounded; only speed depends on it
         cache[key] = got
@@ -316,10 +314,10 @@ class StaticEmbedder:
         out = np.zeros((len(texts), self.dim), dtype=np.float32)
         if not texts:
             return out
-        flat_ids, lengths = self._batch_ids([_clip(t, self._max_chars) for t in texts])
-        if not flat_ids:
+        packed, lengths = self._batch_ids([_clip(t, self._max_chars) for t in texts])
+        if not packed:
             return out
-        flat = np.array(flat_ids, dtype=np.int64)
+        flat = np.frombuffer(packed, dtype=_PACKED).astype(np.int64)
         np.clip(flat, 0, self._vocab - 1, out=flat)  # ids outside the table count as its edge rows
         # each text's distinct ids (ascending) and counts, for the whole batch in one sort
         keys, counts = np.unique(np.repeat(np.arange(len(texts), dtype=np.int64), lengths) * self._vocab + flat,
@@ -656,11 +654,11 @@ class VectorIndex:
 
     Args:
         embedder: computes the vectors; its ``version`` is the index's ``version``.
-        chunk_rows: rows per chunk (1,024: 256 KB at 256 dimensions, allocated whole; a
+        chunk_rows: rows per chunk (256: 64 KB at 256 dimensions, allocated whole; a
             history of few distinct texts does not hold a megabyte it never fills).
     """
 
-    def __init__(self, embedder: Embedder, *, chunk_rows: int = 1024) -> None:
+    def __init__(self, embedder: Embedder, *, chunk_rows: int = 256) -> None:
         self.embedder = embedder
         self.dim = embedder.dim
         self.version = embedder.version
