@@ -55,6 +55,7 @@ from __future__ import annotations
 import hashlib
 import math
 import threading
+from array import array
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from datetime import datetime, timezone
@@ -179,7 +180,7 @@ class MessageStore:
         # earlier call with it has its result); a dict entry per id, not a tuple per result
         self._answered: dict[str, int] = {}
         self._pending: set[int] = set()  # assistant indices with a call still unanswered
-        self._parent: list[int] = []  # union-find over indices (trace chains)
+        self._parent = array("i")  # union-find over indices (trace chains): 4 bytes a message, not a list slot
         self._trace_root: dict[str, int] = {}
         # identifier → index of the one message holding it, or the indices of the first
         # reference_max_df + 1 holding it (most identifiers have one holder: no list for them)
