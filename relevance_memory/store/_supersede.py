@@ -65,6 +65,8 @@ __all__ = [
 
 SupersedeKind = Literal["tool_call", "resource", "fact"]
 
+_MAX_LABELS = 4096
+"""Link keys :class:`SupersedeDetector` shares one string for (the latest, about)."""
 _MAX_LIVE_PER_KEY = 64
 """Live (not yet superseded) entries kept per tool call, file or fact attribute (bounds memory)."""
 
@@ -223,6 +225,7 @@ class SupersedeDetector:
     fact_roles: frozenset[str] = frozenset({"user"})
     max_keys: int = 50_000
     _calls: OrderedDict[bytes, list[str | int]] = field(default_factory=OrderedDict)  # [hash, id, step, id, step, …]
+    _labels: dict[str, str] = field(default_factory=dict)  # a link key → its one string (bounded)
     _views: OrderedDict[str, list[_LiveView]] = field(default_factory=OrderedDict)
     _facts: OrderedDict[tuple[str, str, str], deque[_LiveFact]] = field(default_factory=OrderedDict)
     _edited: OrderedDict[str, str] = field(default_factory=OrderedDict)  # file → id of its newest edit
@@ -305,7 +308,7 @@ class SupersedeDetector:
             shown = args if len(args) <= 120 else args[:117] + "…"
             for n in range(1, len(live), 2):
                 links.append(SupersedeLink(
-                    cast(str, live[n]), item.id, "tool_call", f"{name} {shown}",
+                    cast(str, live[n]), item.id, "tool_call", self._label(f"{name} {shown}"),
                     f"the same call ({name} {shown}) returned a newer result at step {item.step}",
                     older_step=cast(int, live[n + 1]), newer_step=item.step,
                 ))
@@ -315,6 +318,17 @@ class SupersedeDetector:
                 if not view.write:
                     links.extend(self._observe_view(item.id, item.step, view, item.content_hash))
         return links
+
+    def _label(self, key: str) -> str:
+        """``key`` as the one string every link of that key holds (a call or a file superseded
+        again and again: one key string, not one per link; issue 24). Bounded; equal either way."""
+        labels = self._labels
+        got = labels.get(key)
+        if got is None:
+            if len(labels) >= _MAX_LABELS:
+                labels.clear()
+            labels[key] = got = key
+        return got
 
     def _observe_writes(self, item: SupersedeItem) -> list[SupersedeLink]:
         links: list[SupersedeLink] = []
@@ -340,7 +354,7 @@ class SupersedeDetector:
             if older.item_id != item_id and view.contains(older.view) and older.content_hash != content_hash:
                 verb = "written whole" if view.write else "shown again"
                 links.append(SupersedeLink(
-                    older.item_id, item_id, "resource", f"file {older.view.label}",
+                    older.item_id, item_id, "resource", self._label(f"file {older.view.label}"),
                     f"file {older.view.label} {verb} at step {step} ({view.label})",
                     older_step=older.step, newer_step=step,
                 ))
