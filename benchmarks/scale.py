@@ -160,6 +160,8 @@ def child_ours(kind: str, n: int, args: argparse.Namespace) -> dict[str, Any]:
     row: dict[str, Any] = {**tiktoken, "messages": len(history), "ingest_s": wall, "ingest_cpu_s": cpu,
                            "rss_per_message_b": (rss_bytes() - before) / (len(history) - 2),
                            "history_tokens": sum(m.token_count for m in memory.messages)}
+    if args.only == "ingest":
+        return row
     wall, cpu, built = timed(memory.build_context)
     row.update(first_build_s=wall, first_build_cpu_s=cpu, first_build_mode=built.record.mode)
     if args.gc_freeze:  # the caller's choice after a large ingest: the history's objects leave the collector's scans
@@ -232,11 +234,14 @@ def child_tracemalloc(kind: str, n: int, args: argparse.Namespace) -> dict[str, 
     memory.store.message_vectors()
     gc.collect()
     after_ingest = tracemalloc.get_traced_memory()[0]
+    count = len(history) - 2
+    if args.only == "ingest":
+        tracemalloc.stop()
+        return {"py_per_message_b": (after_ingest - start) / count}
     memory.build_context()
     gc.collect()
     after_build = tracemalloc.get_traced_memory()[0]
     tracemalloc.stop()
-    count = len(history) - 2
     return {"py_per_message_b": (after_ingest - start) / count, "py_per_message_after_build_b": (after_build - start) / count}
 
 
@@ -292,6 +297,20 @@ def machine() -> dict[str, Any]:
             "platform": platform.platform(), "load_before": os.getloadavg()}
 
 
+def summarise_ingest(row: dict[str, Any]) -> str:
+    """The ingest and memory lines of :func:`summarise` (``--only ingest``)."""
+    tok_msg = row["tiktoken_s"] / row["messages"]
+    ours_msg = row["ingest_s"] / row["messages"]
+    return "\n".join([
+        f"{row['kind']:>8} {row['messages']:>9,} msgs {row['history_tokens']:>12,} tok",
+        f"  ingest {row['ingest_s']:.2f} s ({1e3 * ours_msg:.3f} ms/msg; {ours_msg / tok_msg:.1f}x tiktoken "
+        f"{1e3 * tok_msg:.3f} ms/msg; cpu {row['ingest_cpu_s'] / row['tiktoken_cpu_s']:.2f}x: "
+        f"{1e3 * row['ingest_cpu_s'] / row['messages']:.3f} vs {1e3 * row['tiktoken_cpu_s'] / row['messages']:.3f} ms/msg)",
+        f"  memory {row['rss_per_message_b'] / 1024:.2f} KiB RSS/msg"
+        + (f", {row['py_per_message_b'] / 1024:.2f} KiB Python/msg" if "py_per_message_b" in row else ""),
+    ])
+
+
 def summarise(row: dict[str, Any]) -> str:
     tok_msg = row["tiktoken_s"] / row["messages"]
     ours_msg = row["ingest_s"] / row["messages"]
@@ -339,6 +358,8 @@ def main() -> int:
     parser.add_argument("--trace-max", type=int, default=100_000, help="tracemalloc pass up to this many messages")
     parser.add_argument("--gc-freeze", action="store_true",
                         help="gc.freeze() after the ingest and first build (what a caller holding a large history may do)")
+    parser.add_argument("--only", choices=["ingest"], default=None,
+                        help="ingest only: tiktoken, ingest and its memory (no baselines, builds, appends or compaction)")
     parser.add_argument("--out", type=Path, default=None)
     parser.add_argument("--child", default=None, help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -347,20 +368,22 @@ def main() -> int:
         print(json.dumps(CHILDREN[role](kind, int(n), args)))
         return 0
     argv = [f"--budget={args.budget}", f"--steps={args.steps}", f"--max-chars={args.max_chars}", f"--trace-max={args.trace_max}",
-            *(["--gc-freeze"] if args.gc_freeze else [])]
+            *(["--gc-freeze"] if args.gc_freeze else []), *([f"--only={args.only}"] if args.only else [])]
     info = machine()
     print(f"machine: {info['cpu']}, {info['cores']} cores, Python {info['python']}, load {info['load_before']}", flush=True)
     rows = []
     for kind in args.kinds.split(","):
         for n in (int(s) for s in args.sizes.split(",")):
             row: dict[str, Any] = {"kind": kind, "load_before": os.getloadavg()}
-            row.update(run_child("baselines", kind, n, argv))
+            if args.only is None:
+                row.update(run_child("baselines", kind, n, argv))
             row.update(run_child("ours", kind, n, argv))
             if n <= args.trace_max:
                 row.update(run_child("tracemalloc", kind, n, argv))
             row["load_after"] = os.getloadavg()
             rows.append(row)
-            print(summarise(row), f"\n  load {row['load_before']} -> {row['load_after']}", flush=True)
+            text = summarise_ingest(row) if args.only == "ingest" else summarise(row)
+            print(text, f"\n  load {row['load_before']} -> {row['load_after']}", flush=True)
             if args.out:  # after every row: a long run stopped midway keeps what it measured
                 write(args, info, rows)
     info["load_after"] = os.getloadavg()

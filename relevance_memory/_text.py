@@ -6,12 +6,14 @@ Used by ingest (reference detection, message typing) and by the offline scorer.
 from __future__ import annotations
 
 import re
+from itertools import repeat
 
 __all__ = [
     "CONSTRAINT_RE",
     "ERROR_RE",
     "asks_when",
     "code_names",
+    "distinct_terms",
     "has_constraint",
     "has_time_expression",
     "identifiers",
@@ -93,6 +95,23 @@ def lexical_terms(text: str) -> list[str]:
         elif term not in STOPWORDS and (len(term) > 1 or term.isdigit()):
             out.append(term)
     return out
+
+
+_ASCII_DROPPED = STOPWORDS | frozenset("abcdefghijklmnopqrstuvwxyz")
+"""What :func:`lexical_terms` leaves out of lower-cased ASCII text: stopwords and one-letter
+terms (a term of ``[a-z0-9]+(?:'[a-z]+)?`` of one character is a letter or a digit)."""
+
+
+def distinct_terms(text: str) -> tuple[str, ...]:
+    """``tuple(dict.fromkeys(lexical_terms(text)))``: each term once, first-seen order, the
+    ASCII case deduplicated before it is filtered (issue 24: ingest reads every message's terms)."""
+    lowered = text.lower()
+    if lowered.isascii():
+        seen = dict.fromkeys(_TERM_ASCII_RE.findall(lowered))
+        for dropped in _ASCII_DROPPED.intersection(seen):
+            del seen[dropped]
+        return tuple(seen)
+    return tuple(dict.fromkeys(lexical_terms(text)))
 
 
 _WHEN_RE = re.compile(
@@ -186,16 +205,23 @@ def identifiers(text: str) -> set[str]:
     Returns a set: its iteration order changes with ``PYTHONHASHSEED``, so never let it
     reach a context or a record unsorted (same input → same bytes, issue 11).
     """
-    found: set[str] = set()
     memo = _IDENT_MEMO
     tokens = (_TOKEN_ASCII_RE if text.isascii() else _TOKEN_RE).findall(text)
-    for raw in dict.fromkeys(tokens):  # first occurrences, in order (deterministic)
+    distinct = list(dict.fromkeys(tokens))  # first occurrences, in order (deterministic)
+    if len(distinct) <= _ALL_AT_ONCE:  # a message's worth: every token's memo entry in one pass
+        known = list(map(memo.get, distinct, repeat(_UNSEEN, len(distinct))))
+        if _UNSEEN in known:
+            for n, token in enumerate(known):
+                if token is _UNSEEN:
+                    known[n] = _remember(memo, distinct[n])
+        found: set[str] = set(filter(None, known))
+        if len(found) <= _MAX_IDENTS:
+            return found
+    found = set()  # the first identifiers, in order, up to the cap (a huge output stops early)
+    for raw in distinct:
         token = memo.get(raw, _UNSEEN)
         if token is _UNSEEN:
-            token = _identifier(raw)
-            if len(memo) >= _IDENT_MEMO_MAX:
-                memo.clear()  # bounded; only speed depends on it
-            memo[raw] = token
+            token = _remember(memo, raw)
         if token is not None:
             found.add(token)
             if len(found) >= _MAX_IDENTS:
@@ -203,6 +229,16 @@ def identifiers(text: str) -> set[str]:
     return found
 
 
+def _remember(memo: dict[str, str | None], raw: str) -> str | None:
+    token = _identifier(raw)
+    if len(memo) >= _IDENT_MEMO_MAX:
+        memo.clear()  # bounded; only speed depends on it
+    memo[raw] = token
+    return token
+
+
+_ALL_AT_ONCE = 1000
+"""Distinct tokens up to which :func:`identifiers` reads all of a text's memo entries at once."""
 _IDENT_MEMO: dict[str, str | None] = {}
 """Raw token → the identifier it is (stripped), or ``None``: tokens repeat across messages, and
 the checks are several regular expressions each (issue 24)."""

@@ -35,7 +35,6 @@ import gzip
 import hashlib
 import importlib.metadata
 import importlib.util
-import itertools
 import json
 import math
 import re
@@ -115,9 +114,19 @@ def _unit_row(out: FloatArray, row: int, total: npt.NDArray[np.float64]) -> None
 
 _META = "\u2581"
 """SentencePiece's word marker (``▁``), what such tokenizers' normalizer turns spaces into."""
-_PIECE = re.compile("\u2581+[^\u2581]*")
 _SEGMENT_CACHE = 200_000
-"""Pieces whose token ids :class:`StaticEmbedder` memoises (≈30 MB at most)."""
+"""Pieces without a digit whose token ids :class:`StaticEmbedder` memoises (≈20 MB at most)."""
+_NUMBERED_CACHE = 1024
+"""Pieces with a digit whose token ids :class:`StaticEmbedder` memoises (the latest, about)."""
+_DIGIT = re.compile(r"\d")
+_PACKED = np.dtype("<i4")
+"""How :class:`StaticEmbedder` packs token ids in its memo and batches (little-endian int32)."""
+_PACKED_BYTES = _PACKED.itemsize
+
+
+def _pack(ids: Sequence[int]) -> bytes:
+    """Token ids packed as :data:`_PACKED`."""
+    return np.asarray(ids, dtype=_PACKED).tobytes()
 
 
 def _word_bpe_specials(tokenizer: Any) -> tuple[str, ...] | None:
@@ -190,44 +199,86 @@ class StaticEmbedder:
         self._vocab = int(table.shape[0])
         self._max_chars = max_chars
         self._specials = _word_bpe_specials(tokenizer)
-        self._segments: dict[str, tuple[int, ...]] = {}
+        self._segments: dict[str, bytes] = {}  # piece → its token ids, packed (:func:`_pack`)
+        self._numbered: dict[str, bytes] = {}
 
     def __getstate__(self) -> dict[str, Any]:
         state = dict(self.__dict__)
-        state["_segments"] = {}  # a cache: rebuilt on use
+        state["_segments"] = {}  # caches: rebuilt on use
+        state["_numbered"] = {}
         return state
 
     def _token_ids(self, texts: list[str]) -> list[Sequence[int]]:
         """Token ids of each text, as ``tokenizer.encode_batch(add_special_tokens=False)`` gives
-        them. For a SentencePiece-style BPE (:func:`_word_bpe_specials`) a text is cut before
-        each run of ``▁`` (no token spans such a cut, so BPE of the whole text is BPE of its
-        pieces) and each piece's ids are memoised: a word seen before costs a dict lookup, not
-        a BPE pass (the tokenizer runs BPE over the whole text as one word: ≈0.1–0.3 ms per
-        message). Texts holding a special token's string, and other tokenizers, take
-        ``encode_batch``."""
-        specials = self._specials
-        if specials is None:
-            return [enc.ids for enc in self._tokenizer.encode_batch(texts, add_special_tokens=False)]
-        model, cache = self._tokenizer.model, self._segments
+        them (:meth:`_batch_ids` cut per text)."""
+        packed, lengths = self._batch_ids(texts)
+        flat = np.frombuffer(packed, dtype=_PACKED).tolist()
         out: list[Sequence[int]] = []
-        for text in texts:
-            if not text:
-                out.append(())
-                continue
-            if any(special in text for special in specials):
-                out.append(self._tokenizer.encode(text, add_special_tokens=False).ids)
-                continue
-            ids: list[int] = []
-            for piece in _PIECE.findall(_META + text.replace(" ", _META)):
-                got = cache.get(piece)
-                if got is None:
-                    got = tuple(token.id for token in model.tokenize(piece))
-                    if len(cache) >= _SEGMENT_CACHE:
-                        cache.clear()  # bounded; only speed depends on it
-                    cache[piece] = got
-                ids.extend(got)
-            out.append(ids)
+        start = 0
+        for length in lengths:
+            out.append(flat[start : start + length])
+            start += length
         return out
+
+    def _batch_ids(self, texts: list[str]) -> tuple[bytearray, list[int]]:
+        """The token ids of every text, one after the other, packed as int32 (:data:`_PACKED`),
+        and each text's number of ids.
+
+        For a SentencePiece-style BPE (:func:`_word_bpe_specials`) a text is cut before each run
+        of ``▁`` (no token spans such a cut, so BPE of the whole text is BPE of its pieces) and
+        each piece's ids are memoised: a word seen before costs a dict lookup, not a BPE pass
+        (the tokenizer runs BPE over the whole text as one word: ≈0.1–0.3 ms per message). The
+        pieces are the text's words split at single spaces (a run of ``k`` spaces before a word
+        is its piece's ``k + 1`` leading ``▁``); the memo holds a one-``▁`` piece by its word
+        alone (one byte a character for ASCII, not two) and its ids packed in a ``bytes`` (4
+        bytes an id, no int objects; issue 24: the memo was a third of ingest's memory on a
+        history of new words). Texts holding ``▁`` or a special token's string, and other
+        tokenizers, take the tokenizer itself."""
+        specials = self._specials
+        packed = bytearray()
+        lengths: list[int] = []
+        if specials is None:
+            for enc in self._tokenizer.encode_batch(texts, add_special_tokens=False):
+                packed += _pack(enc.ids)
+                lengths.append(len(enc.ids))
+            return packed, lengths
+        get = self._segments.get
+        for text in texts:
+            before = len(packed)
+            if not text:
+                pass
+            elif _META in text or any(special in text for special in specials):
+                packed += _pack(self._tokenizer.encode(text, add_special_tokens=False).ids)
+            else:
+                run = 0  # ▁ before the next word: the one prepended, then one per space
+                for word in text.split(" "):
+                    run += 1
+                    if not word:
+                        continue
+                    key = word if run == 1 else _META * run + word
+                    got = get(key)
+                    packed += got if got is not None else self._piece_ids(_META * run + word, key)
+                    run = 0
+                if run:  # trailing spaces: a piece of ▁ alone
+                    got = get(_META * run)
+                    packed += got if got is not None else self._piece_ids(_META * run, _META * run)
+            lengths.append((len(packed) - before) // _PACKED_BYTES)
+        return packed, lengths
+
+    def _piece_ids(self, piece: str, key: str) -> bytes:
+        """BPE of one ``▁``-piece, packed, memoised under ``key`` (:meth:`_batch_ids`): a piece
+        with a digit (a number, an id, a hash: few repeat but nearby) in a small memo of its own,
+        the rest in the large one (issue 24: a history of new numbers filled the large memo)."""
+        numbered = _DIGIT.search(key) is not None
+        cache = self._numbered if numbered else self._segments
+        got = cache.get(key)
+        if got is not None:
+            return got
+        got = _pack([token.id for token in self._tokenizer.model.tokenize(piece)])
+        if len(cache) >= (_NUMBERED_CACHE if numbered else _SEGMENT_CACHE):
+            cache.clear()  # bounded; only speed depends on it
+        cache[key] = got
+        return got
 
     @classmethod
     def from_files(
@@ -263,27 +314,25 @@ class StaticEmbedder:
         out = np.zeros((len(texts), self.dim), dtype=np.float32)
         if not texts:
             return out
-        clipped = [_clip(t, self._max_chars) for t in texts]
-        token_ids = self._token_ids(clipped)
-        lengths = [len(ids) for ids in token_ids]
-        flat = np.fromiter(itertools.chain.from_iterable(token_ids), dtype=np.int64, count=sum(lengths))
-        if flat.size == 0:
+        packed, lengths = self._batch_ids([_clip(t, self._max_chars) for t in texts])
+        if not packed:
             return out
+        flat = np.frombuffer(packed, dtype=_PACKED).astype(np.int64)
         np.clip(flat, 0, self._vocab - 1, out=flat)  # ids outside the table count as its edge rows
         # each text's distinct ids (ascending) and counts, for the whole batch in one sort
         keys, counts = np.unique(np.repeat(np.arange(len(texts), dtype=np.int64), lengths) * self._vocab + flat,
                                  return_counts=True)
         owner, ids = np.divmod(keys, self._vocab)
-        bounds = np.searchsorted(owner, np.arange(len(texts) + 1)).tolist()
+        bounds = np.searchsorted(owner, np.arange(len(texts) + 1))
+        edges = bounds.tolist()
         weights = counts.astype(np.float64)
         table = self._table
         totals = np.zeros((len(texts), self.dim), dtype=np.float64)
         for row in range(len(texts)):
-            a, b = bounds[row], bounds[row + 1]
+            a, b = edges[row], edges[row + 1]
             if a < b:
-                rows = table[ids[a:b]].astype(np.float64)
-                rows *= weights[a:b, None]
-                totals[row] = np.add.reduce(rows, axis=0)
+                # float32 rows times float64 counts: each row made float64 exactly, then scaled
+                totals[row] = np.add.reduce(table[ids[a:b]] * weights[a:b, None], axis=0)
         norms = np.sqrt(np.add.reduce(totals * totals, axis=1))
         live = norms > 0.0
         out[live] = (totals[live] / norms[live][:, None]).astype(np.float32)
@@ -598,16 +647,18 @@ def cosine_scores(query: Int8Array, rows: Int8Array) -> npt.NDArray[np.float64]:
 class VectorIndex:
     """Quantised vectors keyed by content hash, computed once (append-only, bounded memory).
 
-    One int8 row per distinct key in fixed-size chunks (no copying as it grows): at 256
+    One int8 row per distinct text in fixed-size chunks (no copying as it grows): at 256
     dimensions a message costs 256 bytes plus its key in a dict (~100 bytes), so 100k
-    messages hold ~35 MB. Rows are never recomputed or removed.
+    messages hold ~35 MB; keys of the same text share a row (:meth:`share`). Rows are never
+    recomputed or removed.
 
     Args:
         embedder: computes the vectors; its ``version`` is the index's ``version``.
-        chunk_rows: rows per chunk.
+        chunk_rows: rows per chunk (256: 64 KB at 256 dimensions, allocated whole; a
+            history of few distinct texts does not hold a megabyte it never fills).
     """
 
-    def __init__(self, embedder: Embedder, *, chunk_rows: int = 4096) -> None:
+    def __init__(self, embedder: Embedder, *, chunk_rows: int = 256) -> None:
         self.embedder = embedder
         self.dim = embedder.dim
         self.version = embedder.version
@@ -632,30 +683,52 @@ class VectorIndex:
 
         Args:
             items: ``(key, text)`` pairs; a key already stored (or repeated in ``items``)
-                is skipped, so equal content is embedded once.
+                is skipped, so equal content is embedded once; keys of the same text share
+                its row (:meth:`share`).
 
         Returns:
             How many new vectors were computed.
         """
-        fresh: dict[str, str] = {}
+        fresh: dict[str, str] = {}  # text → its first new key
+        same: dict[str, str] = {}  # a later new key of a text → the first
+        taken: set[str] = set()
+        rows = self._rows
         for key, text in items:
-            if key not in self._rows and key not in fresh:
-                fresh[key] = text
+            if key in rows or key in taken:
+                continue
+            taken.add(key)
+            first = fresh.setdefault(text, key)
+            if first != key:
+                same[key] = first
         if not fresh:
             return 0
-        vectors = quantize(self.embedder.embed(list(fresh.values())))
+        vectors = quantize(self.embedder.embed(list(fresh)))
         if vectors.shape != (len(fresh), self.dim):
             raise ConfigError(
                 f"embedder {self.embedder.name} returned shape {vectors.shape}, expected {(len(fresh), self.dim)}"
             )
-        for key, vector in zip(fresh, vectors, strict=True):
+        for key, vector in zip(fresh.values(), vectors, strict=True):
             chunk, offset = divmod(self._count, self._chunk_rows)
             if chunk == len(self._chunks):
                 self._chunks.append(np.zeros((self._chunk_rows, self.dim), dtype=np.int8))
             self._chunks[chunk][offset] = vector
-            self._rows[key] = self._count
+            rows[key] = self._count
             self._count += 1
+        for key, first in same.items():
+            rows.setdefault(key, rows[first])
         return len(fresh)
+
+    def share(self, key: str, stored: str) -> bool:
+        """Give ``key`` the row of ``stored``, the key of the same text (an embedder's row is
+        a function of the text alone, so this is the row embedding it would give), without
+        embedding it again: an agent's repeated call (a new call id, so a new content hash)
+        costs a dict entry, not a vector (issue 24). Returns ``False``, changing nothing, when
+        ``stored`` has no row yet or ``key`` has one."""
+        row = self._rows.get(stored)
+        if row is None or key in self._rows:
+            return False
+        self._rows[key] = row
+        return True
 
     def vector(self, key: str) -> Int8Array:
         """The stored row of ``key``. Raises ``KeyError`` naming the key."""

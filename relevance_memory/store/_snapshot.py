@@ -49,10 +49,10 @@ class _RefsView(Mapping[str, Sequence[str]]):
 
     __slots__ = ("_by_id", "_n", "_refs")
 
-    def __init__(self, refs: dict[str, list[str]], by_id: dict[str, int], n: int) -> None:
+    def __init__(self, refs: Mapping[str, Sequence[str]], by_id: dict[str, int], n: int) -> None:
         self._refs, self._by_id, self._n = refs, by_id, n
 
-    def _visible(self, ids: list[str]) -> list[str]:
+    def _visible(self, ids: Sequence[str]) -> list[str]:
         by_id, n = self._by_id, self._n
         if not ids or by_id.get(ids[-1], n) < n:  # appended in index order: the common case is "all"
             return list(ids)
@@ -120,7 +120,7 @@ class _SupersedesView(Mapping[str, Sequence[str]]):
 
     __slots__ = ("_by_id", "_n", "_olders")
 
-    def __init__(self, olders: dict[str, list[str]], by_id: dict[str, int], n: int) -> None:
+    def __init__(self, olders: Mapping[str, Sequence[str]], by_id: dict[str, int], n: int) -> None:
         self._olders, self._by_id, self._n = olders, by_id, n
 
     def __getitem__(self, key: str) -> Sequence[str]:

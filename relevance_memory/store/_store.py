@@ -55,6 +55,7 @@ from __future__ import annotations
 import hashlib
 import math
 import threading
+from array import array
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from datetime import datetime, timezone
@@ -63,8 +64,8 @@ from typing import Any, Literal
 from .._config import EPISODE_GAP_S
 from .._exceptions import ConfigError, InvalidMessageError
 from .._models import ROLES, Message, MessageType, ToolCall, content_hash, content_text, trusted
-from .._text import has_constraint, identifiers, lexical_terms
-from .._tokenizer import TokenCounter
+from .._text import distinct_terms, has_constraint, identifiers
+from .._tokenizer import TiktokenCounter, TokenCounter
 from ..scoring._embedding import VectorIndex
 from ._supersede import SupersedeDetector, SupersedeItem, SupersedeLink
 from ._validate import (
@@ -89,12 +90,18 @@ the store's lock for about a second, not five)."""
 
 _ROWS_MEMO = 256
 """Texts (by a 16-byte digest) whose lexical terms and identifiers ingest memoises (an agent reads the same file,
-runs the same command, gets the same output again); only speed depends on it."""
+runs the same command, gets the same output again) by the index of a message of that text: a repeat reads that
+message's rows, and shares its vector (:meth:`VectorIndex.share`) rather than embedding the text again. Only
+speed depends on it."""
+
+
+_COUNT_MEMO = 256
+"""Messages (by role, content, name and calls) whose token counts ingest memoises."""
 
 
 def _text_rows(text: str) -> tuple[tuple[str, ...], tuple[str, ...]]:
     """A message text's distinct lexical terms (first-seen order) and its identifiers (sorted)."""
-    return tuple(dict.fromkeys(lexical_terms(text))), tuple(sorted(identifiers(text)))
+    return distinct_terms(text), tuple(sorted(identifiers(text)))
 
 
 class MessageStore:
@@ -165,10 +172,15 @@ class MessageStore:
         self._by_id: dict[str, int] = {}
         self.excluded: dict[str, str] = {}
         self.referenced_by: dict[str, list[str]] = {}
-        self._call_owner: dict[str, int] = {}  # tool_call_id → index of the latest assistant calling it
-        self._answered: set[tuple[int, str]] = set()  # (assistant index, tool_call_id) with a result
+        # tool_call_id → index of the latest assistant calling it while the call waits for its result
+        # (then the id's owner is in _answered: one entry per id, not two)
+        self._call_owner: dict[str, int] = {}
+        # tool_call_id → index of the latest assistant whose call with that id has a result: a
+        # call (index, id) has one when the index is at most that (an id is reused only once the
+        # earlier call with it has its result); a dict entry per id, not a tuple per result
+        self._answered: dict[str, int] = {}
         self._pending: set[int] = set()  # assistant indices with a call still unanswered
-        self._parent: list[int] = []  # union-find over indices (trace chains)
+        self._parent = array("i")  # union-find over indices (trace chains): 4 bytes a message, not a list slot
         self._trace_root: dict[str, int] = {}
         # identifier → index of the one message holding it, or the indices of the first
         # reference_max_df + 1 holding it (most identifiers have one holder: no list for them)
@@ -183,8 +195,11 @@ class MessageStore:
         self._lock = threading.RLock()
         self.vectors = vectors
         self._pending_vectors: list[tuple[str, str]] = []
-        self._rows_memo: dict[bytes, tuple[tuple[str, ...], tuple[str, ...]]] = {}  # text digest → (terms, identifiers)
+        # text digest → index of a message with this text (its terms, identifiers and vector are the text's)
+        self._rows_memo: dict[bytes, int] = {}
         self._detector = SupersedeDetector() if supersede else None
+        # (role, content, name, *calls) → tokens, for the package's counter (its count reads only these)
+        self._count_memo: dict[tuple[Any, ...], int] | None = {} if type(counter) is TiktokenCounter else None
         self.superseded_by: dict[str, SupersedeLink] = {}
         self.supersedes: dict[str, list[str]] = {}
 
@@ -250,7 +265,8 @@ class MessageStore:
 
     def unanswered_calls(self, index: int) -> list[str]:
         """Tool call ids of the assistant message at ``index`` that have no result yet."""
-        return [c.id for c in self.messages[index].tool_calls if (index, c.id) not in self._answered]
+        answered = self._answered
+        return [c.id for c in self.messages[index].tool_calls if answered.get(c.id, -1) < index]
 
     # ----------------------------------------------------------------- ingest
     def add(
@@ -378,16 +394,19 @@ class MessageStore:
 
         def owner_of(call_id: str) -> int | None:
             staged = stage.call_owner.get(call_id)
-            return staged if staged is not None else self._call_owner.get(call_id)
+            if staged is not None:
+                return staged
+            owner = self._call_owner.get(call_id)
+            return owner if owner is not None else self._answered.get(call_id)
 
-        def is_answered(pair: tuple[int, str]) -> bool:
-            return pair in stage.answered or pair in self._answered
+        def is_answered(owner: int, call_id: str) -> bool:
+            return stage.answered.get(call_id, -1) >= owner or self._answered.get(call_id, -1) >= owner
 
         seen: set[str] = set()
         for call in calls:
             owner = owner_of(call["id"])
             # ids may be reused once the earlier call was answered (τ-bench runs do this)
-            if call["id"] in seen or (owner is not None and not is_answered((owner, call["id"]))):
+            if call["id"] in seen or (owner is not None and not is_answered(owner, call["id"])):
                 raise InvalidMessageError(
                     f"duplicate tool call id {call['id']!r} (the earlier call with this id has no result yet)"
                     if call["id"] not in seen
@@ -410,7 +429,7 @@ class MessageStore:
                 excluded_reason = "tool message without tool_call_id"
             elif call_owner is None:
                 excluded_reason = f"tool message answers {tool_call_id!r}, which no earlier assistant message called"
-            elif is_answered((call_owner, tool_call_id)):
+            elif is_answered(call_owner, tool_call_id):
                 excluded_reason = f"second result for tool call {tool_call_id!r}"
             elif stage.block_owner != call_owner:
                 excluded_reason = f"tool result for {tool_call_id!r} does not directly follow its assistant message"
@@ -448,7 +467,7 @@ class MessageStore:
             "id": message_id, "index": index, "role": role, "content": content,
             "tool_calls": tuple(trusted(ToolCall, dict(c)) for c in calls),
             "tool_call_id": tool_call_id if isinstance(tool_call_id, str) else None,
-            "name": name, "msg_type": kind, "step": step, "token_count": self._counter.count_message(message),
+            "name": name, "msg_type": kind, "step": step, "token_count": self._count(message, role, content, name, calls),
             "trace_id": meta.get("trace_id"), "chain_id": "", "parent_id": parent_id,
             "producer": meta.get("producer"), "scope": meta.get("scope") or "private",
             "timestamp": given or replayed or (self._clock() if self._clock else None),
@@ -474,7 +493,7 @@ class MessageStore:
         for call in calls:
             stage.call_owner[call["id"]] = index
         if parent_index is not None and isinstance(tool_call_id, str):
-            stage.answered.add((parent_index, tool_call_id))
+            stage.answered[tool_call_id] = parent_index
         return _Draft(
             fields=fields,
             parent_index=parent_index,
@@ -483,6 +502,23 @@ class MessageStore:
             block_owner=block_owner,
             clock_stamped=given is None and (replayed is not None or self._clock is not None),
         )
+
+    def _count(self, message: Mapping[str, Any], role: str, content: Any, name: str | None,
+               calls: list[dict[str, Any]]) -> int:
+        """Tokens of a validated message; with the package's own counter, a message of the same
+        role, string content, name and calls as a recent one has its count (issue 24: an agent
+        runs the same command and gets the same output again; only speed depends on the memo)."""
+        memo = self._count_memo
+        if memo is None or not (content is None or type(content) is str):
+            return self._counter.count_message(message)
+        key = (role, content, name, *[(c["type"], c["name"], c["arguments"]) for c in calls])
+        count = memo.get(key)
+        if count is None:
+            count = self._counter.count_message(message)
+            if len(memo) >= _COUNT_MEMO:
+                memo.clear()  # bounded
+            memo[key] = count
+        return count
 
     def _commit(self, draft: _Draft) -> Message:
         """Apply a checked draft (called with the lock held, in batch order; cannot fail).
@@ -497,13 +533,18 @@ class MessageStore:
         calls: tuple[ToolCall, ...] = fields["tool_calls"]
         text_for_refs = content_text(fields["content"]) + "".join(f"\n{c.name}({c.arguments})" for c in calls)
         memo_key = hashlib.blake2b(text_for_refs.encode("utf-8", "surrogatepass"), digest_size=16).digest()  # not the text: it may be long
-        rows = self._rows_memo.get(memo_key)
-        if rows is None:
-            rows = _text_rows(text_for_refs)
+        earlier = self._rows_memo.get(memo_key)
+        if earlier is None:
+            terms, idents = _text_rows(text_for_refs)
             if len(self._rows_memo) >= _ROWS_MEMO:
                 self._rows_memo.clear()  # bounded; only speed depends on it
-            self._rows_memo[memo_key] = rows
-        terms, idents = rows
+            self._rows_memo[memo_key] = index
+            same_text = None
+        else:  # the rows and the content hash of the earlier message with this text
+            terms, idents = self.terms.row(earlier), self.idents.row(earlier)
+            same_text = self.messages[earlier].content_hash
+            if same_text == fields["content_hash"]:
+                fields["content_hash"] = same_text  # the same content again: one string for both
         references = self._references(idents, draft.parent_index)
         if references:
             fields["references"] = tuple(references)
@@ -524,7 +565,9 @@ class MessageStore:
             self._pending.add(index)
         parent_index = draft.parent_index
         if parent_index is not None and stored.tool_call_id is not None:
-            self._answered.add((parent_index, stored.tool_call_id))
+            self._answered[stored.tool_call_id] = parent_index
+            if self._call_owner.get(stored.tool_call_id) == parent_index:
+                del self._call_owner[stored.tool_call_id]
             if not self.unanswered_calls(parent_index):
                 self._pending.discard(parent_index)
             self._union(index, parent_index)
@@ -536,12 +579,20 @@ class MessageStore:
                 self._trace_root[trace_id] = index
         if draft.excluded_reason is not None:
             self.excluded[message_id] = draft.excluded_reason
+        refs_of = self.referenced_by
         for ref in references:
-            self.referenced_by.setdefault(ref, []).append(message_id)
+            held = refs_of.get(ref)
+            if held is None:
+                refs_of[ref] = [message_id]  # one slot, not an empty list grown to four
+            else:
+                held.append(message_id)
         self._index_identifiers(index, idents)
         if draft.excluded_reason is None:
             self._observe_supersede(stored, text_for_refs, parent_index)
-        if self.vectors is not None and stored.content_hash not in self.vectors:
+        vectors = self.vectors
+        # the same text as a recent message (a repeated call: a new call id, a new hash) takes its row
+        if vectors is not None and stored.content_hash not in vectors and (
+                same_text is None or not vectors.share(stored.content_hash, same_text)):
             self._pending_vectors.append((stored.content_hash, text_for_refs))
         self._step = draft.next_step
         self._tool_block_owner = draft.block_owner
@@ -572,7 +623,11 @@ class MessageStore:
             if link.older in self.superseded_by or link.older in self.excluded:
                 continue
             self.superseded_by[link.older] = link
-            self.supersedes.setdefault(link.newer, []).append(link.older)
+            olders = self.supersedes.get(link.newer)
+            if olders is None:
+                self.supersedes[link.newer] = [link.older]  # one slot, not an empty list grown to four
+            else:
+                olders.append(link.older)
 
     def _embed_full_batches(self) -> None:
         """Embed pending messages in batches of :data:`VECTOR_BATCH` while a whole batch has

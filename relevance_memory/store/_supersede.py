@@ -38,7 +38,7 @@ from collections import OrderedDict, deque
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import lru_cache
-from typing import Literal
+from typing import Literal, cast
 
 from .._models import Message, content_text
 from ._supersede_facts import FACT_MIN_OVERLAP as FACT_MIN_OVERLAP
@@ -65,6 +65,8 @@ __all__ = [
 
 SupersedeKind = Literal["tool_call", "resource", "fact"]
 
+_MAX_LABELS = 4096
+"""Link keys :class:`SupersedeDetector` shares one string for (the latest, about)."""
 _MAX_LIVE_PER_KEY = 64
 """Live (not yet superseded) entries kept per tool call, file or fact attribute (bounds memory)."""
 
@@ -189,7 +191,7 @@ def parse_call(arguments: str) -> ParsedCall:
     return ParsedCall(canonical, views, tuple(sorted(_edited_paths(command, views))))
 
 
-@dataclass
+@dataclass(slots=True)
 class _LiveFact:
     item_id: str
     step: int
@@ -198,7 +200,7 @@ class _LiveFact:
 
 
 # --------------------------------------------------------------------------- detector
-@dataclass
+@dataclass(slots=True)
 class _LiveView:
     item_id: str
     step: int
@@ -222,7 +224,8 @@ class SupersedeDetector:
 
     fact_roles: frozenset[str] = frozenset({"user"})
     max_keys: int = 50_000
-    _calls: OrderedDict[bytes, list[tuple[str, int, str]]] = field(default_factory=OrderedDict)
+    _calls: OrderedDict[bytes, list[str | int]] = field(default_factory=OrderedDict)  # [hash, id, step, id, step, …]
+    _labels: dict[str, str] = field(default_factory=dict)  # a link key → its one string (bounded)
     _views: OrderedDict[str, list[_LiveView]] = field(default_factory=OrderedDict)
     _facts: OrderedDict[tuple[str, str, str], deque[_LiveFact]] = field(default_factory=OrderedDict)
     _edited: OrderedDict[str, str] = field(default_factory=OrderedDict)  # file → id of its newest edit
@@ -253,7 +256,7 @@ class SupersedeDetector:
         that edited it (the assistant message whose tool call made the edit)."""
         return dict(self._edited)
 
-    def _touch(self, table: OrderedDict[str, list[_LiveView]] | OrderedDict[bytes, list[tuple[str, int, str]]] | OrderedDict[tuple[str, str, str], deque[_LiveFact]], key: object) -> None:
+    def _touch(self, table: OrderedDict[str, list[_LiveView]] | OrderedDict[bytes, list[str | int]] | OrderedDict[tuple[str, str, str], deque[_LiveFact]], key: object) -> None:
         table.move_to_end(key)  # type: ignore[arg-type]
         while len(table) > self.max_keys:
             table.popitem(last=False)
@@ -287,26 +290,45 @@ class SupersedeDetector:
         # whole arguments (a heredoc may be kilobytes)
         key = hashlib.blake2b(f"{name} {args}".encode("utf-8", "surrogatepass"), digest_size=16).digest()
         links: list[SupersedeLink] = []
-        live = self._calls.setdefault(key, [])
-        self._touch(self._calls, key)
-        shown = args if len(args) <= 120 else args[:117] + "…"
-        kept: list[tuple[str, int, str]] = []
-        for older_id, older_step, older_hash in live:
-            if older_hash == item.content_hash:
-                kept.append((older_id, older_step, older_hash))  # identical repeat: nothing changes
-                continue
-            links.append(SupersedeLink(
-                older_id, item.id, "tool_call", f"{name} {shown}",
-                f"the same call ({name} {shown}) returned a newer result at step {item.step}",
-                older_step=older_step, newer_step=item.step,
-            ))
-        kept.append((item.id, item.step, item.content_hash))
-        self._calls[key] = kept[-_MAX_LIVE_PER_KEY:]
+        calls = self._calls
+        live = calls.get(key)
+        # a call's live results all have one content hash (a result of another hash supersedes
+        # them all), kept flat: [hash, id, step, id, step, …] — a repeat of the same result is an
+        # append, not a pass over the live results (issue 24)
+        if live is None:
+            calls[key] = [item.content_hash, item.id, item.step]
+            self._touch(calls, key)
+        elif live[0] == item.content_hash:  # identical repeats: nothing changes
+            calls.move_to_end(key)
+            live += (item.id, item.step)
+            if len(live) > 1 + 2 * _MAX_LIVE_PER_KEY:
+                del live[1:3]
+        else:
+            calls.move_to_end(key)
+            shown = args if len(args) <= 120 else args[:117] + "…"
+            for n in range(1, len(live), 2):
+                links.append(SupersedeLink(
+                    cast(str, live[n]), item.id, "tool_call", self._label(f"{name} {shown}"),
+                    f"the same call ({name} {shown}) returned a newer result at step {item.step}",
+                    older_step=cast(int, live[n + 1]), newer_step=item.step,
+                ))
+            calls[key] = [item.content_hash, item.id, item.step]
         if parsed.views and not _failed(item.text):
             for view in parsed.views:
                 if not view.write:
                     links.extend(self._observe_view(item.id, item.step, view, item.content_hash))
         return links
+
+    def _label(self, key: str) -> str:
+        """``key`` as the one string every link of that key holds (a call or a file superseded
+        again and again: one key string, not one per link; issue 24). Bounded; equal either way."""
+        labels = self._labels
+        got = labels.get(key)
+        if got is None:
+            if len(labels) >= _MAX_LABELS:
+                labels.clear()
+            labels[key] = got = key
+        return got
 
     def _observe_writes(self, item: SupersedeItem) -> list[SupersedeLink]:
         links: list[SupersedeLink] = []
@@ -332,7 +354,7 @@ class SupersedeDetector:
             if older.item_id != item_id and view.contains(older.view) and older.content_hash != content_hash:
                 verb = "written whole" if view.write else "shown again"
                 links.append(SupersedeLink(
-                    older.item_id, item_id, "resource", f"file {older.view.label}",
+                    older.item_id, item_id, "resource", self._label(f"file {older.view.label}"),
                     f"file {older.view.label} {verb} at step {step} ({view.label})",
                     older_step=older.step, newer_step=step,
                 ))

@@ -73,11 +73,16 @@ def _checked_types(fields: Mapping[str, Any]) -> bool:
     )
 
 
+_SHORT_CODES = 65_536
+"""Vocabulary numbers :class:`StringRows` keeps in two bytes each."""
+
+
 class StringRows(Sequence[frozenset[str]]):
     """Per message (by index), a set of strings — its lexical terms, or its identifiers —
     kept compact: each distinct string once in a vocabulary, and every row's strings as
-    vocabulary numbers in one flat ``array`` (4 bytes a string, 4 a row for its end; a tuple
-    per message cost 40 bytes plus 8 a string). Read as a ``frozenset`` (a new one per read).
+    vocabulary numbers in one flat ``array`` (2 bytes a string while the vocabulary has fewer
+    than 65,536 strings, then 4; 4 bytes a row for its end; a tuple per message cost 40 bytes
+    plus 8 a string). Read as a ``frozenset`` (a new one per read).
     Append-only; a row keeps its strings' first-seen order."""
 
     __slots__ = ("_codes", "_ends", "_number", "_vocabulary")
@@ -85,7 +90,7 @@ class StringRows(Sequence[frozenset[str]]):
     def __init__(self) -> None:
         self._vocabulary: list[str] = []
         self._number: dict[str, int] = {}
-        self._codes = array("I")
+        self._codes = array("H")  # widened to "I" when the vocabulary outgrows it
         self._ends = array("I")
 
     def append(self, row: Sequence[str]) -> None:
@@ -100,6 +105,8 @@ class StringRows(Sequence[frozenset[str]]):
                     if code is None:
                         code = codes[n] = number[text] = len(vocabulary)
                         vocabulary.append(text)
+            if len(vocabulary) > _SHORT_CODES and self._codes.typecode == "H":
+                self._codes = array("I", self._codes)
         self._codes.extend(codes)  # type: ignore[arg-type]  # no None is left
         self._ends.append(len(self._codes))
 
@@ -267,7 +274,7 @@ class _Stage:
     ids: list[str] = field(default_factory=list)
     id_set: set[str] = field(default_factory=set)
     call_owner: dict[str, int] = field(default_factory=dict)
-    answered: set[tuple[int, str]] = field(default_factory=set)
+    answered: dict[str, int] = field(default_factory=dict)  # tool_call_id → latest answered owner
 
 
 @dataclass(slots=True)

@@ -135,6 +135,33 @@ def test_similarity_scores_each_stored_row_once_and_gives_the_bits_of_a_row_copy
         assert got.dtype == np.float64 and got.tobytes() == want.tobytes()
 
 
+def test_vector_index_keys_of_one_text_share_its_row() -> None:
+    """Issue 24: an agent's repeated call has a new call id, so a new content hash, and the same
+    text: its key gets the text's row (embedded once), in one batch or later by ``share``."""
+    calls: list[list[str]] = []
+
+    class Counting:
+        name, version, dim = "tiny", "tiny-1", 4
+
+        def __init__(self) -> None:
+            self.inner = tiny_embedder()
+
+        def embed(self, texts: list[str]) -> np.ndarray:
+            calls.append(list(texts))
+            return self.inner.embed(texts)
+
+    index = VectorIndex(Counting(), chunk_rows=2)
+    assert index.add([("h1", "power bank"), ("h2", "power bank"), ("h3", "sunny weather"), ("h1", "sunny")]) == 2
+    assert calls == [["power bank", "sunny weather"]] and len(index) == 2
+    alone = quantize(tiny_embedder().embed(["power bank", "sunny weather"]))
+    assert index.vector("h2").tolist() == index.vector("h1").tolist() == alone[0].tolist()
+    assert index.vector("h3").tolist() == alone[1].tolist()
+    assert index.share("h4", "h3") and index.vector("h4").tolist() == alone[1].tolist()
+    assert not index.share("h5", "h9") and "h5" not in index  # nothing stored under h9
+    assert not index.share("h1", "h3") and index.vector("h1").tolist() == alone[0].tolist()  # h1 keeps its row
+    assert len(index) == 2 and len(calls) == 1
+
+
 # ----------------------------------------------------------------- the default model
 @pytest.fixture(scope="module")
 def wordllama() -> Embedder:

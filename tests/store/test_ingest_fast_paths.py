@@ -107,3 +107,91 @@ def test_a_failing_embedder_stores_the_whole_batch_then_raises_and_keeps_the_res
     index = store.message_vectors()
     assert index is not None and all(m.content_hash in index for m in store.messages)
     assert embedder.calls == [8, 8, 8, 8, 6]  # the failed batch again, then the rest, a batch at a time
+
+
+def test_a_repeated_call_shares_the_vector_of_its_text() -> None:
+    """Issue 24: the same call again (a new call id: a new content hash) is not embedded again;
+    its key has the row of its text, the row embedding it gives."""
+    import numpy as np
+
+    from relevance_memory import TiktokenCounter
+    from relevance_memory.scoring._embedding import VectorIndex, quantize
+    from relevance_memory.store._store import MessageStore
+
+    class Recording:
+        name, version, dim, batch_size = "recording", "1", 4, 2
+
+        def __init__(self) -> None:
+            self.texts: list[str] = []
+
+        def embed(self, texts: list[str]) -> Any:
+            self.texts.extend(texts)
+            return np.array([[len(t), t.count("l"), 1.0, 0.0] for t in texts], dtype=np.float32)
+
+    def step(n: int) -> list[dict[str, Any]]:
+        call = {"id": f"c{n}", "type": "function", "function": {"name": "bash", "arguments": '{"command": "ls"}'}}
+        return [{"role": "assistant", "content": None, "tool_calls": [call]},
+                {"role": "tool", "tool_call_id": f"c{n}", "content": "a.py b.py"}]
+
+    embedder = Recording()
+    store = MessageStore(TiktokenCounter(), vectors=VectorIndex(embedder))  # type: ignore[arg-type]
+    store.extend([{"role": "user", "content": "list the files"}, *step(1), *step(2), *step(3)])
+    index = store.message_vectors()
+    assert index is not None
+    calls = [m for m in store.messages if m.tool_calls]
+    assert len({m.content_hash for m in calls}) == 3  # three keys ...
+    assert embedder.texts == ["list the files", '\nbash({"command": "ls"})', "a.py b.py"]  # ... one text embedded once
+    expected = quantize(embedder.embed(['\nbash({"command": "ls"})']))[0].tolist()
+    assert all(index.vector(m.content_hash).tolist() == expected for m in calls) and len(index) == 3
+
+
+def test_token_counts_of_repeated_messages_are_the_counters() -> None:
+    """Issue 24: a message of the same role, content, name and calls as a recent one takes its
+    count from the memo; every count is still the counter's own for that message."""
+    from relevance_memory import TiktokenCounter
+    from relevance_memory.store._store import MessageStore
+
+    counter = TiktokenCounter()
+    call = {"id": "c1", "type": "function", "function": {"name": "bash", "arguments": '{"command": "ls -la"}'}}
+    again = {**call, "id": "c2"}
+    other = {**call, "id": "c3", "function": {"name": "bash", "arguments": '{"command": "ls"}'}}
+    batch = [
+        {"role": "user", "content": "list the files, please"},
+        {"role": "user", "content": "list the files, please"},
+        {"role": "user", "content": "list the files, please", "name": "bob"},
+        {"role": "system", "content": "list the files, please"},
+        {"role": "assistant", "content": None, "tool_calls": [call]},
+        {"role": "tool", "tool_call_id": "c1", "content": "a.py b.py"},
+        {"role": "assistant", "content": None, "tool_calls": [again]},
+        {"role": "tool", "tool_call_id": "c2", "content": "a.py b.py"},
+        {"role": "assistant", "content": "ok", "tool_calls": [other]},
+        {"role": "tool", "tool_call_id": "c3", "content": [{"type": "text", "text": "a.py b.py"}]},
+    ]
+    store = MessageStore(counter)
+    store.extend(batch)
+    assert store._count_memo is not None and len(store._count_memo) == 6  # 10 messages, 3 repeats, 1 list content
+    assert [m.token_count for m in store.messages] == [counter.count_message(m) for m in batch]
+    assert store.messages[2].token_count > store.messages[1].token_count == store.messages[0].token_count
+    assert store.messages[8].token_count != store.messages[6].token_count == store.messages[4].token_count
+
+
+def test_an_answered_call_is_known_by_its_result() -> None:
+    """Issue 24: once a call has its result the store keeps its id once (with the answer); a
+    second result is still named so, and the id may be reused by a later call."""
+    import pytest
+
+    from relevance_memory import InvalidMessageError
+
+    def call(call_id: str) -> dict[str, Any]:
+        return {"role": "assistant", "content": None,
+                "tool_calls": [{"id": call_id, "type": "function", "function": {"name": "ls", "arguments": "{}"}}]}
+
+    memory = RelevanceMemoryManager()
+    memory.extend([{"role": "user", "content": "go"}, call("c1"), {"role": "tool", "tool_call_id": "c1", "content": "a"}])
+    with pytest.raises(InvalidMessageError, match="second result for tool call 'c1'"):
+        memory.add({"role": "tool", "tool_call_id": "c1", "content": "again"})
+    memory.add(call("c1"))
+    assert memory.store.pending_calls == [3] and memory.store.unanswered_calls(3) == ["c1"]
+    assert memory.store.unanswered_calls(1) == []
+    memory.add({"role": "tool", "tool_call_id": "c1", "content": "b"})
+    assert memory.store.pending_calls == [] and memory.messages[4].parent_id == "m3"
