@@ -8,6 +8,8 @@ from __future__ import annotations
 import re
 from itertools import repeat
 
+from ._memo import remember
+
 __all__ = [
     "CONSTRAINT_RE",
     "ERROR_RE",
@@ -230,11 +232,7 @@ def identifiers(text: str) -> set[str]:
 
 
 def _remember(memo: dict[str, str | None], raw: str) -> str | None:
-    token = _identifier(raw)
-    if len(memo) >= _IDENT_MEMO_MAX:
-        memo.clear()  # bounded; only speed depends on it
-    memo[raw] = token
-    return token
+    return remember(memo, raw, _identifier(raw), _IDENT_MEMO_MAX)
 
 
 _ALL_AT_ONCE = 1000
@@ -295,10 +293,7 @@ def code_names(text: str, *, min_chars: int = 4) -> list[str]:
             continue
         verdict = verdicts.get(token)
         if verdict is None:
-            verdict = _is_code_name(token)
-            if len(verdicts) >= _NAME_VERDICTS_MAX:
-                verdicts.clear()
-            verdicts[token] = verdict
+            verdict = remember(verdicts, token, _is_code_name(token), _NAME_VERDICTS_MAX)
         if verdict:
             found[token] = None
     return list(found)

@@ -91,26 +91,26 @@ class _CellTable(dict):  # type: ignore[type-arg]
     (whoever writes: the field, or a board memory loading its cells), and keeps the ids of
     the cells ever written scored or at least ``prefilter_pass`` strong (``notable``)."""
 
-    __slots__ = ("_passing", "notable", "ranking")
+    __slots__ = ("config", "notable", "ranking")
 
-    def __init__(self, ranking: StrengthRanking) -> None:
+    def __init__(self, config: PheromoneConfig) -> None:
         super().__init__()
-        self.ranking = ranking
+        self.config = config
+        self.ranking = StrengthRanking(config)
         self.notable: set[str] = set()
-        self._passing = ranking._config.prefilter_pass  # same package: the field's config
 
     def __setitem__(self, key: str, value: Cell) -> None:
         dict.__setitem__(self, key, value)
         self.ranking.written(key)
-        if value.latest_score is not None or value.strength >= self._passing:
+        if value.latest_score is not None or value.strength >= self.config.prefilter_pass:
             self.notable.add(key)
 
     def __reduce__(self) -> tuple[object, ...]:
-        return (_restore_table, (self.ranking._config, dict(self)))
+        return (_restore_table, (self.config, dict(self)))
 
 
 def _restore_table(config: PheromoneConfig, cells: dict[str, Cell]) -> _CellTable:
-    table = _CellTable(StrengthRanking(config))
+    table = _CellTable(config)
     for key, value in cells.items():
         table[key] = value
     return table
@@ -142,7 +142,7 @@ class PheromoneField:
     _observed: int = 0
 
     def __post_init__(self) -> None:
-        table = _CellTable(StrengthRanking(self.config))
+        table = _CellTable(self.config)
         for key, value in self._cells.items():
             table[key] = value
         self._cells = table

@@ -124,11 +124,6 @@ def _forgotten(state: BuildState, seams: Seams) -> dict[int, str]:
     forgotten: dict[int, str] = {}
     ids = [m.id for m in store.messages]  # one pass: each index of a snapshot view is a Python call
     is_forgotten = _forgetting(seams, goal.final, goal.effective_subtask)
-    field = seams.pheromone
-    notable = field.notable_ids() if _plain(field, ("forgotten_for",)) else None
-    if notable is not None:  # only a scored cell can be forgotten: one set lookup for the others
-        scored, forgets = notable.__contains__, is_forgotten
-        is_forgotten = lambda mid: scored(mid) and forgets(mid)  # noqa: E731
     referenced_by = store.referenced_by
     for root, chain in part.candidates.items():
         if (
@@ -142,13 +137,17 @@ def _forgotten(state: BuildState, seams: Seams) -> dict[int, str]:
 
 def _forgetting(seams: Seams, final: str, subtask: str) -> Callable[[str], bool]:
     """``forgotten_for`` of the pheromone memory for ``(final, subtask)`` by message id; a
-    plain :class:`~relevance_memory.pheromone._field.PheromoneField` read cell by cell."""
+    plain :class:`~relevance_memory.pheromone._field.PheromoneField` read cell by cell, and only
+    for its notable cells (a cell never scored cannot be forgotten: one set lookup for the others)."""
     field = seams.pheromone
-    if not isinstance(field, PheromoneField) or type(field).forgotten_for is not PheromoneField.forgotten_for:
+    if not _plain(field, ("forgotten_for",)):
         return lambda mid: field.forgotten_for(mid, final, subtask)
     cell_of, tick, pconfig = field.cell, field.tick, field.config
+    notable = field.notable_ids()
 
     def forgotten(mid: str) -> bool:
+        if notable is not None and mid not in notable:
+            return False
         cell = cell_of(mid)
         return forgotten_for(cell, tick, pconfig, final, subtask) if cell else False
 
@@ -217,38 +216,40 @@ def _always_pass(
 ) -> set[int]:
     """Candidate roots that pass the prefilter whatever their rank: the task statement's, a
     user instruction's, and those with a member the pheromone memory lets through
-    (:func:`_memory_passes`). A plain field is asked only about its notable cells
-    (:meth:`~relevance_memory.pheromone._field.PheromoneField.notable_ids`, the only ones that
-    can pass), so the cost follows the scored messages, not the history (issue 24)."""
-    store, config = seams.store, seams.config
+    (:func:`_memory_passes`, asked only about :func:`_memory_candidates`)."""
+    store = seams.store
     messages = store.messages[0:len(store)]  # one list: each index of a snapshot view is a Python call
-    remembered = _memory_passes(seams, final, subtask) if config.pheromone.enabled else None
-    field = seams.pheromone
-    notable = field.notable_ids() if remembered is not None and _plain(field, _PASS_READS) else None
-    if (
-        remembered is not None
-        and (notable is None or config.core_score <= 0 or config.pheromone.prefilter_pass <= 0.0
-             or field.config.prefilter_pass > config.pheromone.prefilter_pass)
-    ):
-        return {
-            r
-            for r, members in ranked.items()
-            if r == task_root
-            or any(messages[i].msg_type == "user_instruction" for i in members)
-            or any(remembered(messages[i]) for i in members)
-        }
     root_of = {i: r for r, members in ranked.items() for i in members}
     always: set[int] = {task_root} if task_root is not None and task_root in ranked else set()
     always.update(root_of[m.index] for m in messages if m.msg_type == "user_instruction" and m.index in root_of)
-    if remembered is not None and notable is not None:
-        for mid in notable:
-            try:
-                i = store.get(mid).index
-            except KeyError:  # a cell of a message this store does not hold (a board's)
-                continue
-            if i in root_of and root_of[i] not in always and remembered(messages[i]):
+    if seams.config.pheromone.enabled:
+        remembered = _memory_passes(seams, final, subtask)
+        for i in _memory_candidates(seams, root_of):
+            if root_of[i] not in always and remembered(messages[i]):
                 always.add(root_of[i])
     return always
+
+
+def _memory_candidates(seams: Seams, members: Collection[int]) -> Collection[int]:
+    """The indices among ``members`` the pheromone memory may let through the prefilter: of a
+    plain field, only those of its notable cells
+    (:meth:`~relevance_memory.pheromone._field.PheromoneField.notable_ids`: a score or
+    ``prefilter_pass`` strength is needed to pass), so the cost follows the scored messages,
+    not the history (issue 24); otherwise all of them."""
+    config, field, store = seams.config, seams.pheromone, seams.store
+    notable = field.notable_ids() if _plain(field, _PASS_READS) else None
+    if (notable is None or config.core_score <= 0 or config.pheromone.prefilter_pass <= 0.0
+            or field.config.prefilter_pass > config.pheromone.prefilter_pass):
+        return members
+    out: list[int] = []
+    for mid in notable:
+        try:
+            i = store.get(mid).index
+        except KeyError:  # a cell of a message this store does not hold (a board's)
+            continue
+        if i in members:
+            out.append(i)
+    return out
 
 
 def _memory_passes(seams: Seams, final: str, subtask: str) -> Callable[[Message], bool]:

@@ -84,7 +84,8 @@ def _tool_name(seams: Seams, message: Message) -> str:
 def _item(seams: Seams, message: Message, newest: dict[str, SupersedeLink]) -> SummaryItem:
     """An archived message as the summarizer sees it (``newest``: :func:`_superseded_note`'s memo);
     what does not change is made once per memory (:class:`~relevance_memory.summary._pyramid.SummaryItems`)."""
-    item = seams.summary_items.get(message.id, message.content_hash, lambda: SummaryItem(
+    memo = seams.summary_items
+    item = memo.get(message.id, message.content_hash) or memo.put(SummaryItem(
         id=message.id,
         role=message.role,
         msg_type=message.msg_type.value,

@@ -49,6 +49,7 @@ import numpy.typing as npt
 
 from .._config import EmbedderName
 from .._exceptions import ConfigError
+from .._memo import remember
 
 __all__ = [
     "DEFAULT_EMBEDDER",
@@ -275,10 +276,7 @@ class StaticEmbedder:
         if got is not None:
             return got
         got = _pack([token.id for token in self._tokenizer.model.tokenize(piece)])
-        if len(cache) >= (_NUMBERED_CACHE if numbered else _SEGMENT_CACHE):
-            cache.clear()  # bounded; only speed depends on it
-        cache[key] = got
-        return got
+        return remember(cache, key, got, _NUMBERED_CACHE if numbered else _SEGMENT_CACHE)
 
     @classmethod
     def from_files(

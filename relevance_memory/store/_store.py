@@ -63,6 +63,7 @@ from typing import Any, Literal
 
 from .._config import EPISODE_GAP_S
 from .._exceptions import ConfigError, InvalidMessageError
+from .._memo import remember
 from .._models import ROLES, Message, MessageType, ToolCall, content_hash, content_text, trusted
 from .._text import distinct_terms, has_constraint, identifiers
 from .._tokenizer import TiktokenCounter, TokenCounter
@@ -513,12 +514,7 @@ class MessageStore:
             return self._counter.count_message(message)
         key = (role, content, name, *[(c["type"], c["name"], c["arguments"]) for c in calls])
         count = memo.get(key)
-        if count is None:
-            count = self._counter.count_message(message)
-            if len(memo) >= _COUNT_MEMO:
-                memo.clear()  # bounded
-            memo[key] = count
-        return count
+        return count if count is not None else remember(memo, key, self._counter.count_message(message), _COUNT_MEMO)
 
     def _commit(self, draft: _Draft) -> Message:
         """Apply a checked draft (called with the lock held, in batch order; cannot fail).
@@ -536,9 +532,7 @@ class MessageStore:
         earlier = self._rows_memo.get(memo_key)
         if earlier is None:
             terms, idents = _text_rows(text_for_refs)
-            if len(self._rows_memo) >= _ROWS_MEMO:
-                self._rows_memo.clear()  # bounded; only speed depends on it
-            self._rows_memo[memo_key] = index
+            remember(self._rows_memo, memo_key, index, _ROWS_MEMO)
             same_text = None
         else:  # the rows and the content hash of the earlier message with this text
             terms, idents = self.terms.row(earlier), self.idents.row(earlier)

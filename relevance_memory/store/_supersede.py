@@ -40,6 +40,7 @@ from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import Literal, cast
 
+from .._memo import remember
 from .._models import Message, content_text
 from ._supersede_facts import FACT_MIN_OVERLAP as FACT_MIN_OVERLAP
 from ._supersede_facts import FACT_MIN_SHARED as FACT_MIN_SHARED
@@ -322,13 +323,8 @@ class SupersedeDetector:
     def _label(self, key: str) -> str:
         """``key`` as the one string every link of that key holds (a call or a file superseded
         again and again: one key string, not one per link; issue 24). Bounded; equal either way."""
-        labels = self._labels
-        got = labels.get(key)
-        if got is None:
-            if len(labels) >= _MAX_LABELS:
-                labels.clear()
-            labels[key] = got = key
-        return got
+        got = self._labels.get(key)
+        return got if got is not None else remember(self._labels, key, key, _MAX_LABELS)
 
     def _observe_writes(self, item: SupersedeItem) -> list[SupersedeLink]:
         links: list[SupersedeLink] = []

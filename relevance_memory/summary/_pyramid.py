@@ -17,6 +17,7 @@ from typing import Any, Protocol, runtime_checkable
 from pydantic import BaseModel, Field
 
 from .._markers import SUMMARY_MARKER
+from .._memo import remember
 from .._text import has_constraint
 from ._extract import _NOTE_RE, _left_out_note, _value_rank, is_question
 
@@ -72,20 +73,14 @@ class SummaryItems:
         self._data: dict[str, SummaryItem] = {}
         self._maxsize = maxsize
 
-    def get(self, message_id: str, content_hash: str, make: Callable[[], SummaryItem]) -> SummaryItem:
-        """The memoised item of ``message_id``, or ``make()``'s (memoised when its content hash
-        is ``content_hash``)."""
+    def get(self, message_id: str, content_hash: str) -> SummaryItem | None:
+        """The memoised item of ``message_id`` if it was made from content ``content_hash``."""
         found = self._data.get(message_id)
-        if found is not None and found.content_hash == content_hash:
-            return found
-        made = make()
-        if len(self._data) >= self._maxsize:
-            self._data.clear()
-        self._data[message_id] = made
-        return made
+        return found if found is not None and found.content_hash == content_hash else None
 
-    def __len__(self) -> int:
-        return len(self._data)
+    def put(self, item: SummaryItem) -> SummaryItem:
+        """Memoise ``item`` under its id; returns it."""
+        return remember(self._data, item.id, item, self._maxsize)
 
 
 class SummaryDraft(BaseModel):

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import hashlib
 import pickle
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -96,20 +97,23 @@ def test_quantize_and_exact_cosines() -> None:
     assert quantize(np.zeros((1, 4))).tolist() == [[0, 0, 0, 0]]
 
 
+class Counting:
+    """The tiny embedder, telling ``seen`` of every batch it embeds."""
+
+    name, version, dim = "tiny", "tiny-1", 4
+
+    def __init__(self, seen: Callable[[list[str]], None]) -> None:
+        self.inner = tiny_embedder()
+        self.seen = seen
+
+    def embed(self, texts: list[str]) -> np.ndarray:
+        self.seen(texts)
+        return self.inner.embed(texts)
+
+
 def test_vector_index_embeds_each_key_once_and_grows_in_chunks() -> None:
     calls: list[int] = []
-
-    class Counting:
-        name, version, dim = "tiny", "tiny-1", 4
-
-        def __init__(self) -> None:
-            self.inner = tiny_embedder()
-
-        def embed(self, texts: list[str]) -> np.ndarray:
-            calls.append(len(texts))
-            return self.inner.embed(texts)
-
-    index = VectorIndex(Counting(), chunk_rows=2)
+    index = VectorIndex(Counting(lambda texts: calls.append(len(texts))), chunk_rows=2)
     assert index.add([("h1", "power bank"), ("h2", "battery phone"), ("h1", "power bank")]) == 2
     assert index.add([("h2", "battery phone"), ("h3", "sunny weather")]) == 1
     assert calls == [2, 1] and len(index) == 3 and "h3" in index
@@ -139,18 +143,7 @@ def test_vector_index_keys_of_one_text_share_its_row() -> None:
     """Issue 24: an agent's repeated call has a new call id, so a new content hash, and the same
     text: its key gets the text's row (embedded once), in one batch or later by ``share``."""
     calls: list[list[str]] = []
-
-    class Counting:
-        name, version, dim = "tiny", "tiny-1", 4
-
-        def __init__(self) -> None:
-            self.inner = tiny_embedder()
-
-        def embed(self, texts: list[str]) -> np.ndarray:
-            calls.append(list(texts))
-            return self.inner.embed(texts)
-
-    index = VectorIndex(Counting(), chunk_rows=2)
+    index = VectorIndex(Counting(lambda texts: calls.append(list(texts))), chunk_rows=2)
     assert index.add([("h1", "power bank"), ("h2", "power bank"), ("h3", "sunny weather"), ("h1", "sunny")]) == 2
     assert calls == [["power bank", "sunny weather"]] and len(index) == 2
     alone = quantize(tiny_embedder().embed(["power bank", "sunny weather"]))
