@@ -124,7 +124,11 @@ def thaw(value: Any) -> Any:
     if kind is str or value is None:
         return value
     if kind is FrozenDict or kind is dict:  # the common cases first: no ABC check
-        return {k: v if type(v) is str else thaw(v) for k, v in value.items()}
+        copy = dict(value)  # one C copy; then only the values that are not strings (or None)
+        for k, v in copy.items():
+            if type(v) is not str and v is not None:
+                copy[k] = thaw(v)
+        return copy
     if kind is FrozenList or kind is list:
         return [thaw(v) for v in value]
     if isinstance(value, Mapping):

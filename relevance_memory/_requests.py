@@ -25,6 +25,7 @@ import hashlib
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import Literal
 
 from ._exceptions import ConfigError
 from ._models import Message, TaskGoal, content_text, user_authored
@@ -189,6 +190,8 @@ class GoalTracker:
         self.notices = NoticeIndex()  # user messages by notice key: repeated harness notices
         self._said: list[int] = []  # indices of the user's own messages, grown with the store (O(new))
         self._said_read = 0  # how much of the store ``_said`` has read
+        self._made: TaskGoal | None = None  # the last goal made (frozen): given again while its fields hold
+        self._first_text: tuple[int, str] | None = None  # the first user message's index and stripped text
 
     def set(self, final: str | None, subtask: str | None) -> None:
         """Set the final goal and/or the subtask (stripped); ``None`` leaves a layer as it is.
@@ -207,16 +210,25 @@ class GoalTracker:
     def goal(self, messages: Sequence[Message], first_user: int | None) -> TaskGoal:
         """The goal in force over the stored ``messages`` (``first_user``: the first user message's index)."""
         if self.final:
-            return TaskGoal(final=self.final, subtask=self.subtask, source="explicit")
+            return self._goal(self.final, "explicit")
         if first_user is None:
-            return TaskGoal(final="", subtask=self.subtask, source="none")
-        text = content_text(messages[first_user].content).strip()
+            return self._goal("", "none")
+        if self._first_text is None or self._first_text[0] != first_user:  # stored messages never change
+            self._first_text = (first_user, content_text(messages[first_user].content).strip())
+        text = self._first_text[1]
         said = self._user_messages(messages, first_user)
         if (is_opener(text) or self.notices.agent_run) and self._user_spoke_again(messages, said):
             # a chat-style agent: the goal follows the user's requests (SPEC §11)
             final = goal_from_requests([messages[i] for i in said], 0, self.notices)
-            return TaskGoal(final=final, subtask=self.subtask, source="user_requests")
-        return TaskGoal(final=text, subtask=self.subtask, source="first_user_message")
+            return self._goal(final, "user_requests")
+        return self._goal(text, "first_user_message")
+
+    def _goal(self, final: str, source: Literal["explicit", "first_user_message", "user_requests", "none"]) -> TaskGoal:
+        """``TaskGoal(final, self.subtask, source)``: the last one made when equal (it is frozen)."""
+        made = self._made
+        if made is None or made.final != final or made.subtask != self.subtask or made.source != source:
+            made = self._made = TaskGoal(final=final, subtask=self.subtask, source=source)
+        return made
 
     def _user_messages(self, messages: Sequence[Message], first: int) -> list[int]:
         """Indices of the user's own messages from the first user message on (the store is read

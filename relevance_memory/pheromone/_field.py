@@ -322,16 +322,20 @@ class PheromoneField:
             message id → effective deposit actually added (strength units).
         """
         added: dict[str, float] = {}
+        written = False
         for message_id, score in scores.items():
             cell = self._cells.get(message_id)
             if cell is None:
                 continue
             self._cells[message_id], amount = deposit(cell, self.tick, self.config, score, subtask, goal)
+            written = True
             if amount is not None:
                 added[message_id] = amount
         cells = self._cells
-        if added and len(cells) > HISTORY_FULL_MAX and isinstance(cells, _CellTable):
-            cells.ranking.prepare(cells, self.tick, self.config.history_top_n)  # a refill here, not in an append
+        if written and len(cells) > HISTORY_FULL_MAX and isinstance(cells, _CellTable):
+            # every write (a repeat deposit too: it records the latest score) is ranked here,
+            # in the build that deposited, not in the next append's top()
+            cells.ranking.prepare(cells, self.tick, self.config.history_top_n)
         return added
 
     def advance(self, ticks: int = 1) -> None:

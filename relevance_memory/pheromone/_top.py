@@ -28,10 +28,10 @@ from __future__ import annotations
 import bisect
 import heapq
 import math
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 
 from .._config import PheromoneConfig
-from ._math import Cell, rate_of, settled_strength
+from ._math import Cell, rate_of, strength_reader
 
 __all__ = ["StrengthRanking"]
 
@@ -160,8 +160,9 @@ class StrengthRanking:
         self._take_writes(cells, tick, cap)
         # merge the groups, strongest first: each group's list is in strength order at any
         # tick, so only its next run of (near-)equal keys needs an exact strength
+        strength = strength_reader(config, tick)
         heap: list[tuple[float, int, str, int]] = [
-            (-settled_strength(cells[m], tick, config), cells[m].born_tick, m, -1) for m in self._young
+            (-strength(cells[m]), cells[m].born_tick, m, -1) for m in self._young
         ]
         runs: list[tuple[list[Entry], list[int]]] = []  # per group: its entries, [next position, pushed left]
         for group, entries in list(self._lists.items()):
@@ -169,7 +170,7 @@ class StrengthRanking:
                 self._refill(group, cells, tick, cap)
                 entries = self._lists[group]
             runs.append((entries, [0, 0]))
-            self._push_run(heap, runs, len(runs) - 1, cells, tick)
+            self._push_run(heap, runs, len(runs) - 1, cells, strength)
         heapq.heapify(heap)
         out: list[tuple[str, float]] = []
         while heap and len(out) < n:
@@ -179,13 +180,15 @@ class StrengthRanking:
                 state = runs[slot][1]
                 state[1] -= 1
                 if state[1] == 0:
-                    self._push_run(heap, runs, slot, cells, tick, heappush=True)
+                    self._push_run(heap, runs, slot, cells, strength, heappush=True)
         return out
 
     def _push_run(self, heap: list[tuple[float, int, str, int]], runs: list[tuple[list[Entry], list[int]]],
-                  slot: int, cells: Mapping[str, Cell], tick: int, *, heappush: bool = False) -> None:
+                  slot: int, cells: Mapping[str, Cell], strength: Callable[[Cell], float], *,
+                  heappush: bool = False) -> None:
         """Put the next run of a group's entries — the next one and those whose key is within
-        :data:`_TIE` of it — on the heap with their exact strengths."""
+        :data:`_TIE` of it — on the heap with their exact strengths (``strength``: a cell's
+        at the tick asked, :func:`~relevance_memory.pheromone._math.strength_reader`)."""
         entries, state = runs[slot]
         start = state[0]
         if start >= len(entries):
@@ -193,9 +196,8 @@ class StrengthRanking:
         first = entries[start][0]
         last = first + _TIE * max(1.0, abs(first)) if math.isfinite(first) else first
         stop = bisect.bisect_right(entries, (last, math.inf, "\U0010ffff"), lo=start)
-        config = self._config
         for _key, born, message_id in entries[start:stop]:
-            item = (-settled_strength(cells[message_id], tick, config), born, message_id, slot)
+            item = (-strength(cells[message_id]), born, message_id, slot)
             if heappush:
                 heapq.heappush(heap, item)
             else:

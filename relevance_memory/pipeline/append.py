@@ -238,8 +238,12 @@ def _history_tokens(previous: PrefixState, store: StoreView) -> tuple[int, int]:
     return total, len(store)
 
 
-def append(previous: PrefixState, step: BuildStep, seams: Seams, *, goal: TaskGoal, build_number: int) -> BuiltContext:
-    """An appended build: the previous context byte for byte plus ``step.plan``'s messages.
+def append(
+    previous: PrefixState, step: BuildStep, seams: Seams, *, goal: TaskGoal, build_number: int, budget: int
+) -> tuple[BuiltContext, PrefixState]:
+    """An appended build: the previous context byte for byte plus ``step.plan``'s messages,
+    and the prefix state after it (what :func:`remember` gives for a pipeline build;
+    ``budget``: the build's budget, tokens).
 
     Costs O(new messages) plus a copy of the context (the caller's own plain dicts); the
     decision record's per-message list is built on first use
@@ -265,7 +269,7 @@ def append(previous: PrefixState, step: BuildStep, seams: Seams, *, goal: TaskGo
         )
     prefix = previous.tokens - REPLY_PRIMING_TOKENS
     base = previous.base
-    history, _ = _history_tokens(previous, store)
+    history, counted = _history_tokens(previous, store)
     held = set(steps.held_back)
     appended = (*previous.appended, *steps.indices)
     skipped = (*previous.skipped, *steps.skipped)
@@ -318,7 +322,20 @@ def append(previous: PrefixState, step: BuildStep, seams: Seams, *, goal: TaskGo
     renditions = {**previous.renditions, **step.renditions}
     record.defer_messages(_lazy_decisions(base, previous.base_length, store, appended, skipped, held, strengths,
                                           renditions))
-    return BuiltContext(messages=messages, record=record, sources=tuple(sources))
+    built = BuiltContext(messages=messages, record=record, sources=tuple(sources))
+    end = len(messages) - (1 if step.note is not None else 0)
+    new_frozen = [freeze(m) for m in messages[len(previous.messages):end]]  # only the new ones: O(new)
+    state = PrefixState(
+        messages=(*previous.messages, *new_frozen), sources=tuple(sources[:end]),
+        tokens=tokens - step.note_tokens, sent_tokens=tokens, note=step.note,
+        next_index=steps.next_index, final_goal=goal.key, budget=budget, base=base,
+        base_length=previous.base_length, appended=appended, skipped=skipped, appended_tokens=appended_tokens,
+        history_tokens=history, counted=counted, appended_ids=(*previous.appended_ids, *record.appended_ids),
+        appended_roots=roots, appended_steps=steps_seen, last_build_id=build_id, restore_tool=previous.restore_tool,
+        renditions={**previous.renditions, **{i: r for i, r in step.renditions.items() if i in steps.indices}},
+        summaries=previous.summaries,
+    )
+    return built, state
 
 
 def _appended_breakdown(
@@ -472,30 +489,12 @@ def remember(
     final_goal: str,
     budget: int,
 ) -> PrefixState:
-    """The prefix state after ``built``; for a pipeline build, also fills the record's
-    prefix accounting against the previous request (``prefix_tokens``, ``cacheable_tokens``).
+    """The prefix state after the pipeline build ``built`` (an appended build makes its own:
+    :func:`append`); also fills the record's prefix accounting against the previous request
+    (``prefix_tokens``, ``cacheable_tokens``).
     """
     store, policy = seams.store, seams.config.cache_policy
     record = built.record
-    if record.mode == "appended":
-        assert previous is not None and step.plan is not None
-        history, counted = _history_tokens(previous, store)
-        end = len(built.messages) - (1 if step.note is not None else 0)
-        new = [freeze(m) for m in built.messages[len(previous.messages):end]]  # only the new ones: O(new)
-        return PrefixState(
-            messages=(*previous.messages, *new), sources=tuple(built.sources[:end]),
-            tokens=record.tokens_after - step.note_tokens, sent_tokens=record.tokens_after, note=step.note,
-            next_index=step.plan.next_index, final_goal=final_goal, budget=budget, base=previous.base,
-            base_length=previous.base_length, appended=(*previous.appended, *step.plan.indices),
-            skipped=(*previous.skipped, *step.plan.skipped),
-            appended_tokens=previous.appended_tokens + step.plan.tokens, history_tokens=history, counted=counted,
-            appended_ids=(*previous.appended_ids, *record.appended_ids),
-            appended_roots=_appended_chains(previous, step.plan.indices, store)[0],
-            appended_steps=previous.appended_steps | {store[i].step for i in step.plan.indices},
-            last_build_id=record.build_id, restore_tool=previous.restore_tool,
-            renditions={**previous.renditions, **{i: r for i, r in step.renditions.items() if i in step.plan.indices}},
-            summaries=previous.summaries,
-        )
     counter = seams.tokenizer
     if previous is not None:
         prefix = shared_prefix_tokens(

@@ -197,8 +197,8 @@ def _steps(
     if step.decision.mode == "appended":
         assert previous is not None
         pheromone_stage.observe(seams)  # O(new): the memory takes in what arrived
-        built = append(previous, step, seams, goal=goal, build_number=number)
-        return _remember(previous, built, step, seams, goal, budget, number)
+        built, prefix = append(previous, step, seams, goal=goal, build_number=number, budget=budget)
+        return Outcome(built, Cycle(prefix, number))
     target = step.decision.target
     target, limit = (target, budget) if step.decision.mode == "compacted" and target < budget else (budget, None)
     grew = ""

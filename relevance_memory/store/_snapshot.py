@@ -42,6 +42,12 @@ class _Prefix(Sequence[Any]):
     def __iter__(self) -> Iterator[Any]:
         return itertools.islice(self._items, self._n)  # C speed; stops at the snapshot's length
 
+    def __reversed__(self) -> Iterator[Any]:
+        """Newest first, from the snapshot's last item: C speed, O(items read) (the
+        inherited one indexes item by item through :meth:`__getitem__`)."""
+        backwards = reversed(self._items)  # starts at the list's end as of now
+        return itertools.islice(backwards, backwards.__length_hint__() - self._n, None)  # skip what came after
+
 
 class _RefsView(Mapping[str, Sequence[str]]):
     """``referenced_by`` as it was when the snapshot was taken: only referencing messages

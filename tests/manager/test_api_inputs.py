@@ -73,3 +73,22 @@ def test_a_config_survives_its_own_json_text() -> None:
     again = MemoryConfig.model_validate_json(text)
     assert again == config
     assert again.pheromone.half_life_steps["system"] == float("inf")
+
+
+def test_the_goal_in_force_is_made_again_only_when_it_changes() -> None:
+    """Each build reads the goal; an unchanged one is the same (frozen) object, a changed
+    subtask or final goal a new one with the new text."""
+    memory = RelevanceMemoryManager(max_input_tokens=4000)
+    memory.add({"role": "user", "content": "Fix the failing date parser test."})
+    first = memory.goal
+    assert memory.goal is first and first.final == "Fix the failing date parser test."
+    assert first.source == "first_user_message"
+    memory.add({"role": "assistant", "content": "Looking at it."})
+    assert memory.goal is first
+    memory.set_goal(subtask="read parser.py")
+    second = memory.goal
+    assert second is not first and second.subtask == "read parser.py" and second.final == first.final
+    memory.set_goal(final="Ship the parser fix")
+    third = memory.goal
+    assert (third.final, third.subtask, third.source) == ("Ship the parser fix", "read parser.py", "explicit")
+    assert memory.goal is third

@@ -9,7 +9,7 @@ from hypothesis import strategies as st
 from relevance_memory._config import PheromoneConfig
 from relevance_memory._models import Message, MessageType
 from relevance_memory.pheromone._field import HISTORY_FULL_MAX, PheromoneField
-from relevance_memory.pheromone._math import settled_strength
+from relevance_memory.pheromone._math import settled_strength, strength_reader
 from relevance_memory.pheromone._top import StrengthRanking
 
 TYPES = [("tool_result", "tool"), ("assistant_reasoning", "assistant"), ("user_chat", "user"),
@@ -62,6 +62,9 @@ def test_ranking_matches_ranking_every_cell(ops: list[tuple[int | str, ...]], n:
             ranking.written(message_id)
         assert ranking.top(field._cells, field.tick, n) == _brute(field, n)
         assert field._cells.ranking.top(field._cells, field.tick, n) == _brute(field, n)
+        read = strength_reader(config, field.tick)  # the ranking's reader: the same floats, bit for bit
+        assert [read(c) for c in field._cells.values()] == [settled_strength(c, field.tick, config)
+                                                           for c in field._cells.values()]
 
 
 def test_large_field_history_is_ranked_from_the_writes() -> None:
@@ -76,3 +79,23 @@ def test_large_field_history_is_ranked_from_the_writes() -> None:
         entry = field.history[-1]
         assert entry["tick"] == field.tick and entry["messages"] == len(messages)
         assert entry["top"] == {m: round(s, 4) for m, s in _brute(field, 5)}
+
+
+def test_a_repeat_deposit_is_ranked_in_the_build_that_made_it() -> None:
+    """A deposit that adds nothing (the same message and subtask again) still writes the cells
+    (their latest score); the ranking takes those writes in the deposit, so the next append's
+    history entry reads only what that append wrote (issue 24: the first append after each
+    compaction re-ranked ~50 cells)."""
+    field = PheromoneField(PheromoneConfig(history_top_n=5))
+    messages = [_msg(i, i % len(TYPES), ()) for i in range(HISTORY_FULL_MAX + 50)]
+    field.observe(messages)
+    scores = {f"m{i}": 2 + i % 4 for i in range(0, 600, 7)}
+    assert field.deposit(scores, "sub", "goal")  # first time: deposits
+    assert field.deposit(scores, "sub", "goal") == {}  # again: nothing added ...
+    ranking = field._cells.ranking
+    assert ranking._dirty == {}  # ... and nothing left for the next top()
+    entries = len(field.history)
+    messages += [_msg(len(messages) + k, 0, ("m7",)) for k in range(field.config.tick_every)]
+    field.observe(messages)  # a tick: one history entry
+    assert len(field.history) == entries + 1
+    assert field.history[-1]["top"] == {m: round(s, 4) for m, s in _brute(field, 5)}
