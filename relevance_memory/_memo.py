@@ -7,9 +7,9 @@ full it is simply emptied — no per-entry bookkeeping on the hot path.
 
 from __future__ import annotations
 
-from typing import TypeVar
+from typing import Generic, TypeVar
 
-__all__ = ["remember"]
+__all__ = ["TextMemo", "remember"]
 
 K = TypeVar("K")
 V = TypeVar("V")
@@ -22,3 +22,35 @@ def remember(memo: dict[K, V], key: K, value: V, limit: int) -> V:
         memo.clear()
     memo[key] = value
     return value
+
+
+class TextMemo(Generic[V]):
+    """A bounded memo of a pure function of short texts: ``text → value``, emptied when the
+    texts it holds reach ``max_chars`` characters in all; texts longer than ``longest`` are
+    not kept (a long text seldom recurs, and would crowd out the lines and sentences that do).
+
+    Args:
+        longest: the longest text kept (characters).
+        max_chars: the characters of all kept texts together before the memo empties.
+    """
+
+    __slots__ = ("_chars", "_data", "longest", "max_chars")
+
+    def __init__(self, *, longest: int = 2_000, max_chars: int = 4_000_000) -> None:
+        self._data: dict[tuple[str, object], V] = {}
+        self._chars = 0
+        self.longest, self.max_chars = longest, max_chars
+
+    def get(self, text: str, variant: object = None) -> V | None:
+        """The value kept for ``(text, variant)``, or ``None``."""
+        return self._data.get((text, variant))
+
+    def put(self, text: str, value: V, variant: object = None) -> V:
+        """Keep ``value`` for ``(text, variant)`` (unless the text is too long); returns ``value``."""
+        if len(text) <= self.longest:
+            if self._chars + len(text) > self.max_chars:
+                self._data.clear()
+                self._chars = 0
+            self._data[(text, variant)] = value
+            self._chars += len(text)
+        return value

@@ -1,0 +1,55 @@
+"""The summarizer's and excerpts' text memos change nothing but speed (issue 24): a memoised
+answer equals a fresh one, a caller cannot change it, and the memo stays bounded."""
+
+from __future__ import annotations
+
+from relevance_memory import _text
+from relevance_memory._memo import TextMemo
+from relevance_memory.summary import _extract
+
+TEXTS = [
+    "Edit /testbed/django/db/models/query.py: QuerySet.bulk_create ignores batch_size on 2024-03-01.",
+    "total: 41872 rows; price=450 EUR; see ORD-1001 and mia_li_3668",
+    "-rw-r--r-- 1 root root 4096 Mar  1 12:00 setup.py",
+    "drwxr-xr-x  2 root root  4096 Mar  1 12:00 tests",
+    "We must keep the public API. The fix goes in utils/dateparse.py. Ah! 1.",
+    "",
+]
+
+
+def test_memoised_answers_equal_fresh_ones_and_are_copies() -> None:
+    for text in TEXTS:
+        for bare in (False, True):
+            _extract._VALUES._data.clear()
+            fresh = _extract.extract_values(text, bare_numbers=bare)
+            again = _extract.extract_values(text, bare_numbers=bare)
+            assert again == fresh and again is not fresh
+            again.append("changed by a caller")
+            assert _extract.extract_values(text, bare_numbers=bare) == fresh
+        for chars in (3, 4):
+            _text._CODE_NAMES._data.clear()
+            fresh = _text.code_names(text, min_chars=chars)
+            again = _text.code_names(text, min_chars=chars)
+            assert again == fresh and again is not fresh
+            again.clear()
+            assert _text.code_names(text, min_chars=chars) == fresh
+        _extract._SENTENCES._data.clear()
+        fresh = _extract._sentences(text)
+        fresh.append("x")
+        assert _extract._sentences(text) == fresh[:-1]
+        _extract._TABLE_ROWS._data.clear()
+        assert _extract._is_table_row(text) == _extract._is_table_row(text)
+    assert _extract._is_table_row(TEXTS[2]) and not _extract._is_table_row(TEXTS[0])
+    # the variants are kept apart: min_chars=3 finds a name min_chars=4 does not
+    assert _text.code_names("a_b x", min_chars=3) == ["a_b"] and _text.code_names("a_b x", min_chars=4) == []
+
+
+def test_text_memo_is_bounded_by_characters_and_skips_long_texts() -> None:
+    memo: TextMemo[int] = TextMemo(longest=10, max_chars=25)
+    assert memo.put("0123456789", 1) == 1 and memo.get("0123456789") == 1
+    assert memo.put("x" * 11, 2) == 2 and memo.get("x" * 11) is None  # too long: not kept
+    memo.put("abcdefghij", 3)
+    assert memo.get("0123456789") == 1 and memo.get("abcdefghij") == 3
+    memo.put("klmnopqrst", 4)  # 30 characters > 25: emptied first, then kept
+    assert memo.get("0123456789") is None and memo.get("klmnopqrst") == 4
+    assert memo.get("klmnopqrst", variant="other") is None
