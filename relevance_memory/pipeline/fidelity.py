@@ -31,6 +31,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from .._markers import ELIDED_MARKER, EXCERPT_MARKER
+from .._memo import TextMemo
 from .._models import Message, content_text, thaw
 from .._text import ERROR_RE, code_names
 from .._tokenizer import TokenCounter
@@ -149,10 +150,26 @@ def excerpt_text(
     Returns:
         ``(excerpt, lines kept, lines in all)``.
     """
+    names = keep if isinstance(keep, frozenset) else frozenset(keep)
+    if type(counter).__hash__ is None:  # a counter that cannot key a memo: cut afresh
+        return _excerpt_text(text, max_tokens, names, counter)
+    variant = (max_tokens, names, counter)
+    known = _EXCERPTS.get(text, variant)
+    if known is not None:
+        return known
+    return _EXCERPTS.put(text, _excerpt_text(text, max_tokens, names, counter), variant)
+
+
+_EXCERPTS: TextMemo[tuple[str, int, int]] = TextMemo(longest=50_000, max_chars=4_000_000)
+"""Memo of :func:`excerpt_text` by text, budget, kept names and counter (an agent reads the
+same file or runs the same command again: each repeat was cut line by line anew)."""
+
+
+def _excerpt_text(text: str, max_tokens: int, keep: frozenset[str], counter: TokenCounter) -> tuple[str, int, int]:
     lines = [_clip_line(line) for line in text.split("\n")]
     costs = counter.count_texts(lines) if lines else []
     gap = counter.count_text("\n…") + 1
-    priority = _priorities(lines, frozenset(keep))
+    priority = _priorities(lines, keep)
     n = len(lines)
     order = sorted(range(n), key=lambda i: (priority[i], 0 if i < n // 2 else 1, i if i < n // 2 else n - i))
     chosen: set[int] = set()

@@ -53,3 +53,27 @@ def test_text_memo_is_bounded_by_characters_and_skips_long_texts() -> None:
     memo.put("klmnopqrst", 4)  # 30 characters > 25: emptied first, then kept
     assert memo.get("0123456789") is None and memo.get("klmnopqrst") == 4
     assert memo.get("klmnopqrst", variant="other") is None
+
+
+def test_excerpts_are_memoised_per_counter_and_equal_fresh_ones() -> None:
+    from relevance_memory._tokenizer import TiktokenCounter
+    from relevance_memory.pipeline import fidelity
+
+    class Unhashable(TiktokenCounter):  # a user's counter with __eq__ and no __hash__
+        def __eq__(self, other: object) -> bool:
+            return isinstance(other, Unhashable)
+
+        __hash__ = None  # type: ignore[assignment]
+
+    text = "\n".join([f"line {i}: value_{i} in mod_{i % 7}.py" for i in range(300)] + ["Traceback: KeyError 'x'"])
+    keep = {"mod_3.py", "value_17"}
+    counter = TiktokenCounter("o200k_base")
+    fidelity._EXCERPTS._data.clear()
+    fresh = fidelity._excerpt_text(text, 120, frozenset(keep), counter)
+    assert fidelity.excerpt_text(text, 120, keep, counter) == fresh  # computed, then kept
+    assert fidelity.excerpt_text(text, 120, keep, counter) == fresh  # from the memo
+    assert fidelity._EXCERPTS.get(text, (120, frozenset(keep), counter)) == fresh
+    assert fidelity.excerpt_text(text, 60, keep, counter) != fresh  # another budget: another excerpt
+    odd = Unhashable("o200k_base")
+    assert fidelity.excerpt_text(text, 120, keep, odd) == fresh  # not memoised, same answer
+    assert "Traceback: KeyError 'x'" in fresh[0] and fresh[1] < fresh[2] == 301
