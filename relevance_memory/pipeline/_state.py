@@ -34,7 +34,7 @@ from ..summary._pyramid import SummaryItems
 from ..summary._summary import PyramidResult, RenderedSummary, Summarizer, SummaryCache
 from ._bm25 import PrefilterIndex
 from ._deposits import DepositLog
-from .fidelity import Rendition, Renditions
+from .fidelity import MIN_ENTRY_CAP, MIN_EXCERPT_TOKENS, Rendition, Renditions
 from .ledger import BudgetLedger
 from .order import OrderPolicy
 
@@ -100,6 +100,9 @@ class StoreView(Protocol):
     def step_count(self) -> int: ...
 
     @property
+    def chain_merges(self) -> int: ...
+
+    @property
     def pending_calls(self) -> list[int]: ...
 
     @property
@@ -151,6 +154,7 @@ class Seams:
             message is cut the same way from build to build.
         notices: user messages by notice key (format notices a harness repeats).
         summary_items: the memo of archived messages as summarizer items (made once per memory).
+        chains: the history's trace chains, grown with the store (:class:`ChainIndex`).
     """
 
     config: MemoryConfig
@@ -172,6 +176,7 @@ class Seams:
     renditions: Renditions = field(default_factory=Renditions)
     notices: NoticeIndex = field(default_factory=NoticeIndex)
     summary_items: SummaryItems = field(default_factory=SummaryItems)
+    chains: ChainIndex = field(default_factory=lambda: ChainIndex())  # defined below
 
 
 # --------------------------------------------------------------------------- outputs
@@ -192,6 +197,83 @@ class Chain:
     def last(self) -> int:
         """Index of the chain's newest message (its recency)."""
         return self.members[-1]
+
+
+class ChainIndex:
+    """The history's trace chains and chain roots, kept across builds (a seam: one per memory).
+
+    What :func:`~relevance_memory.pipeline.partition.group_chains` gives for every stored message (nothing skipped), grown by the
+    messages stored since the last build (issue 24: a compaction grouped the whole history
+    again). It holds because the store is append-only and appending never moves an older
+    message's chain root — except when a new message joins two older chains; the store counts
+    those merges (``chain_merges``) and the index then starts over. Roots are each chain's
+    first (smallest) index, so the chains are in root order, as :func:`~relevance_memory.pipeline.partition.group_chains` orders
+    them. Also keeps the indices of the messages large enough to ever need an excerpt
+    (:func:`~relevance_memory.pipeline.fidelity.entry_renditions`'s caps are at least :data:`~relevance_memory.pipeline.fidelity.MIN_EXCERPT_TOKENS`, and at
+    least :data:`~relevance_memory.pipeline.fidelity.MIN_ENTRY_CAP` when the room allows).
+    """
+
+    def __init__(self) -> None:
+        self._start(0)
+
+    def _start(self, merges: int) -> None:
+        self._n = 0
+        self._merges = merges
+        self.roots: list[int] = []  # index → chain root (a new list after a merge: readers keep theirs)
+        self._members: dict[int, list[int]] = {}
+        self._tokens: dict[int, int] = {}
+        self.chains: dict[int, Chain] = {}  # root → Chain, every stored message
+        self.over_entry_cap: list[int] = []  # indices with more than MIN_ENTRY_CAP tokens, ascending
+        self.over_excerpt_min: list[int] = []  # indices with more than MIN_EXCERPT_TOKENS tokens, ascending
+
+    def update(self, store: StoreView) -> ChainIndex:
+        """Take in the messages stored since the last call (O(new); O(history) after a merge
+        of older chains, or for another, shorter store); returns itself."""
+        n = len(store)
+        if n < self._n or store.chain_merges != self._merges:
+            self._start(store.chain_merges)
+        if n == self._n:
+            return self
+        chain_root, members, tokens, roots = store.chain_root, self._members, self._tokens, self.roots
+        touched: dict[int, None] = {}
+        for message in store.messages[self._n:n]:
+            index, count = message.index, message.token_count
+            root = chain_root(index)
+            roots.append(root)
+            held = members.get(root)
+            if held is None:
+                members[root], tokens[root] = [index], count
+            else:
+                held.append(index)
+                tokens[root] += count
+            touched[root] = None
+            if count > MIN_EXCERPT_TOKENS:
+                self.over_excerpt_min.append(index)
+                if count > MIN_ENTRY_CAP:
+                    self.over_entry_cap.append(index)
+        for root in touched:  # a new root is the newest index: it goes last, in root order
+            self.chains[root] = Chain(root, tuple(members[root]), tokens[root])
+        self._n = n
+        return self
+
+    def without(self, skip: set[int] | frozenset[int], messages: Sequence[Message]) -> dict[int, Chain] | None:
+        """:func:`~relevance_memory.pipeline.partition.group_chains` of the history skipping ``skip`` (O(chains) in C, plus the chains
+        ``skip`` touches), or ``None`` when a skipped root leaves members behind (that chain
+        would be placed by its first member left: :func:`~relevance_memory.pipeline.partition.group_chains` orders it)."""
+        out = dict(self.chains)
+        roots = self.roots
+        for root in {roots[i] for i in skip}:
+            chain = out.get(root)
+            if chain is None:
+                continue
+            kept = tuple(i for i in chain.members if i not in skip)
+            if not kept:
+                del out[root]
+            elif root in skip:
+                return None
+            elif len(kept) != len(chain.members):
+                out[root] = Chain(root, kept, sum(messages[i].token_count for i in kept))
+        return out
 
 
 @dataclass(frozen=True)

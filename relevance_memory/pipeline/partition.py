@@ -14,6 +14,7 @@ The pure split is :func:`split_history`; :func:`partition` is the stage.
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 
@@ -21,9 +22,9 @@ from .._exceptions import ContextOverflowError, InvalidMessageError
 from .._markers import GOAL_BLOCK_MARKER
 from .._models import Message, TaskGoal, content_text, user_authored
 from .._tokenizer import REPLY_PRIMING_TOKENS, TokenCounter
-from ._state import BuildState, Chain, Partitioned, Seams, StoreView
+from ._state import BuildState, Chain, ChainIndex, Partitioned, Seams, StoreView
 from .assemble import subtask_note
-from .fidelity import Rendition, entry_renditions, fit_chain
+from .fidelity import MIN_ENTRY_CAP, MIN_EXCERPT_TOKENS, Rendition, entry_renditions, fit_chain
 from .ledger import BudgetLedger, Purpose
 
 __all__ = [
@@ -31,6 +32,7 @@ __all__ = [
     "GOAL_POINTER",
     "GOAL_POINTER_EXCERPT",
     "Chain",
+    "ChainIndex",
     "Split",
     "clip_to_tokens",
     "goal_block_text",
@@ -92,6 +94,8 @@ class Split:
         working: chain roots of the rest of working memory, newest first.
         candidates: chain roots of everything older.
         chains: root → :class:`Chain` for every non-pinned, non-excluded message.
+        root_order: whether ``chains`` are in ascending root order (each chain placed by its
+            root; not so when a skipped root left members, placed by the first one left).
     """
 
     pinned: list[int]
@@ -99,6 +103,7 @@ class Split:
     working: list[int]
     candidates: list[int]
     chains: dict[int, Chain]
+    root_order: bool = False
 
 
 def split_history(
@@ -109,15 +114,25 @@ def split_history(
     step_count: int,
     excluded: set[int],
     newest_user: int | None,
+    grouped: ChainIndex | None = None,
 ) -> Split:
     """Split the history into pinned prompt, working memory and candidates (pure).
 
     Working memory is every chain with a member in the last ``keep_recent`` steps
     (so an unfinished chain is never split); the newest user message's chain is always
-    forced in (SPEC §9).
+    forced in (SPEC §9). ``grouped``: the memory's :class:`ChainIndex`, up to date with
+    ``messages`` (a store's, whose step ``-1`` messages lead it): the chains are taken from
+    it instead of grouping every message again.
     """
-    pinned = [m.index for m in messages if m.step == -1 and m.index not in excluded]
-    chains = group_chains(messages, roots, excluded | set(pinned))
+    from_index: dict[int, Chain] | None = None
+    if grouped is None:
+        pinned = [m.index for m in messages if m.step == -1 and m.index not in excluded]
+        chains = group_chains(messages, roots, excluded | set(pinned))
+    else:  # the pinned prompt leads the store: read only it
+        pinned = [m.index for m in itertools.takewhile(lambda m: m.step == -1, messages) if m.index not in excluded]
+        skip = excluded | set(pinned)
+        from_index = grouped.without(skip, messages)
+        chains = from_index if from_index is not None else group_chains(messages, roots, skip)
     first_recent_step = step_count - keep_recent
     working_roots: set[int] = set()
     newest_step_root: int | None = None
@@ -138,7 +153,8 @@ def split_history(
     working = sorted((r for r in working_roots if r not in forced), key=lambda r: -chains[r].last)
     taken = set(forced) | working_roots
     candidates = [r for r in chains if r not in taken]
-    return Split(pinned=pinned, forced=forced, working=working, candidates=candidates, chains=chains)
+    return Split(pinned=pinned, forced=forced, working=working, candidates=candidates, chains=chains,
+                 root_order=from_index is not None)
 
 
 def excluded_messages(store: StoreView, on_invalid: str) -> dict[int, str]:
@@ -292,7 +308,8 @@ def partition(state: BuildState, seams: Seams) -> Partitioned:
     """
     store, config, goal, budget = seams.store, seams.config, state.goal, state.budget
     excluded = excluded_messages(store, config.on_invalid)
-    roots = [store.chain_root(i) for i in range(len(store))]
+    grouped = seams.chains.update(store)  # the chains and roots, grown by what arrived (O(new))
+    roots = grouped.roots
     messages = store.messages[0:len(store)]  # one list: each index of a snapshot view is a Python call
     newest_user = next(
         (m.index for m in reversed(messages) if m.role == "user" and m.index not in excluded), None
@@ -304,6 +321,7 @@ def partition(state: BuildState, seams: Seams) -> Partitioned:
         step_count=store.step_count,
         excluded=set(excluded),
         newest_user=newest_user,
+        grouped=grouped,
     )
     chains = split.chains
     pinned_tokens = sum(store[i].token_count for i in split.pinned)
@@ -324,8 +342,15 @@ def partition(state: BuildState, seams: Seams) -> Partitioned:
     goal_terms = f"{goal.final}\n{goal.subtask}"
     newest_user_tokens = store[newest_user].token_count if newest_user is not None else 0
     room = whole - REPLY_PRIMING_TOKENS - pinned_tokens
+    # only a message above the least cap can be cut; asked in chain order, as the chains list them
+    least = MIN_ENTRY_CAP if room - newest_user_tokens >= MIN_ENTRY_CAP else MIN_EXCERPT_TOKENS
+    large = grouped.over_entry_cap if least == MIN_ENTRY_CAP else grouped.over_excerpt_min
+    skip = excluded.keys() | set(split.pinned)
+    asked = sorted((i for i in large if i not in skip), key=lambda i: (roots[i], i))
+    if not split.root_order:
+        asked = [i for c in chains.values() for i in c.members]
     renditions: dict[int, Rendition] = entry_renditions(
-        messages, [i for c in chains.values() for i in c.members], budget=whole,
+        messages, asked, budget=whole,
         share=config.excerpt_share, goal_text=goal_terms, memo=seams.renditions, counter=seams.tokenizer,
         room=max(1, room - newest_user_tokens),
     )

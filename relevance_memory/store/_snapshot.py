@@ -176,6 +176,7 @@ class StoreSnapshot:
             self.doc_freq: Mapping[str, int] = store.doc_freq
             self.first_user_index: int | None = store.first_user_index
             self.step_count: int = store.step_count
+            self.chain_merges: int = store.chain_merges
             self._unanswered = {i: store.unanswered_calls(i) for i in store.pending_calls}
             self.pending_calls: list[int] = sorted(self._unanswered)
             self.superseded_by: Mapping[str, SupersedeLink] = _LinkView(store.superseded_by, store._by_id, n)

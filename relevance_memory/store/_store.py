@@ -181,6 +181,7 @@ class MessageStore:
         # earlier call with it has its result); a dict entry per id, not a tuple per result
         self._answered: dict[str, int] = {}
         self._pending: set[int] = set()  # assistant indices with a call still unanswered
+        self._chain_merges = 0
         self._parent = array("i")  # union-find over indices (trace chains): 4 bytes a message, not a list slot
         self._trace_root: dict[str, int] = {}
         # identifier → index of the one message holding it, or the indices of the first
@@ -254,10 +255,21 @@ class MessageStore:
         return root
 
     def _union(self, a: int, b: int) -> None:
+        """Join the chain of the new message ``a`` to that of the older ``b`` (the older root
+        stays the root). When ``a`` had already joined another older chain, two older chains
+        merge and one of their roots moves: :attr:`chain_merges` counts that."""
         ra, rb = self.chain_root(a), self.chain_root(b)
         if ra != rb:
             lo, hi = min(ra, rb), max(ra, rb)
             self._parent[hi] = lo
+            if hi != a:
+                self._chain_merges += 1
+
+    @property
+    def chain_merges(self) -> int:
+        """How many times a new message joined two older chains, moving an older message's
+        chain root (otherwise appending never moves one: what per-memory chain indexes rely on)."""
+        return self._chain_merges
 
     @property
     def pending_calls(self) -> list[int]:

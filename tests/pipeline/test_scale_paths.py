@@ -92,3 +92,58 @@ def test_a_chat_with_forgetting_builds_as_the_full_pass_would(monkeypatch: pytes
     assert any("forgotten: strength" in r for r in fast) and any("prefiltered out" in r for r in fast)
     monkeypatch.setattr(PheromoneField, "notable_ids", lambda self: None)
     assert chat_run() == fast
+
+
+def test_the_chain_index_builds_as_grouping_every_message_would(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The memory's chain index (grown build by build) gives the contexts and records that
+    grouping the whole history in every build gave (issue 24), excerpts included."""
+    fast = run(excerpt_share=1 / 64)
+    assert any('"fidelity":"excerpt"' in r for r in fast)
+    split = partition_module.split_history
+
+    def every_message(*args: Any, grouped: Any = None, **kwargs: Any) -> Any:
+        return split(*args, **kwargs)  # no index: group every message, ask every member
+
+    monkeypatch.setattr(partition_module, "split_history", every_message)
+    assert run(excerpt_share=1 / 64) == fast
+
+
+def test_the_chain_index_follows_merges_exclusions_and_pending_calls() -> None:
+    """Grown message by message — a pinned prompt, trace chains that later merge, an orphan
+    tool result, a call still waiting for its result — the index and its skip view equal a
+    grouping of the whole store at every length."""
+    from relevance_memory.pipeline._state import ChainIndex
+    from relevance_memory.pipeline.partition import excluded_messages
+    from relevance_memory.store._snapshot import StoreSnapshot
+
+    memory = RelevanceMemoryManager(max_input_tokens=3000, on_invalid="repair")
+    index = ChainIndex()
+    adds: list[tuple[dict[str, Any], dict[str, Any]]] = [
+        ({"role": "system", "content": "You are a coding agent."}, {}),
+        ({"role": "user", "content": "Fix the parser; keep the API."}, {"trace_id": "a"}),
+        ({"role": "assistant", "content": "Plan A."}, {"trace_id": "b"}),
+        ({"role": "tool", "content": "orphan", "tool_call_id": "nobody"}, {}),
+        ({"role": "assistant", "content": None,
+          "tool_calls": [{"id": "c1", "type": "function", "function": {"name": "ls", "arguments": "{}"}}]}, {"trace_id": "a"}),
+        ({"role": "tool", "content": "a.py b.py", "tool_call_id": "c1"}, {"trace_id": "b"}),  # merges a and b
+        ({"role": "user", "content": "And the tests."}, {}),
+        ({"role": "assistant", "content": None,
+          "tool_calls": [{"id": "c2", "type": "function", "function": {"name": "cat", "arguments": "{}"}}]}, {}),
+    ]
+    merges = []
+    for message, meta in adds:
+        memory.add(message, **meta)
+        store = StoreSnapshot(memory.store)
+        index.update(store)
+        merges.append(store.chain_merges)
+        messages = list(store.messages)
+        roots = [store.chain_root(i) for i in range(len(store))]
+        assert index.roots == roots
+        assert index.chains == partition_module.group_chains(messages, roots)
+        excluded = set(excluded_messages(store, "repair"))
+        for skip in (excluded, excluded | {0}, set(range(len(store)))):
+            assert index.without(skip, messages) in (None, partition_module.group_chains(messages, roots, skip))
+        assert index.without(excluded | {0}, messages) == partition_module.group_chains(messages, roots, excluded | {0})
+        assert index.over_entry_cap == [m.index for m in messages if m.token_count > 256]
+    assert merges[-1] == 1 and merges[4] == 0  # the tool result of trace b joined chain a: one merge
+    assert 7 in set(excluded_messages(StoreSnapshot(memory.store), "repair"))  # the waiting call is skipped
