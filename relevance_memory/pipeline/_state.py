@@ -225,6 +225,7 @@ class ChainIndex:
         self.chains: dict[int, Chain] = {}  # root → Chain, every stored message
         self.over_entry_cap: list[int] = []  # indices with more than MIN_ENTRY_CAP tokens, ascending
         self.over_excerpt_min: list[int] = []  # indices with more than MIN_EXCERPT_TOKENS tokens, ascending
+        self.user_role: list[int] = []  # indices of messages with role "user", ascending
 
     def update(self, store: StoreView) -> ChainIndex:
         """Take in the messages stored since the last call (O(new); O(history) after a merge
@@ -247,6 +248,8 @@ class ChainIndex:
                 held.append(index)
                 tokens[root] += count
             touched[root] = None
+            if message.role == "user":
+                self.user_role.append(index)
             if count > MIN_EXCERPT_TOKENS:
                 self.over_excerpt_min.append(index)
                 if count > MIN_ENTRY_CAP:
@@ -255,6 +258,10 @@ class ChainIndex:
             self.chains[root] = Chain(root, tuple(members[root]), tokens[root])
         self._n = n
         return self
+
+    def covers(self, store: StoreView) -> bool:
+        """Whether the index holds exactly ``store``'s messages (updated for it, nothing since)."""
+        return self._n == len(store) and self._merges == store.chain_merges
 
     def without(self, skip: set[int] | frozenset[int], messages: Sequence[Message]) -> dict[int, Chain] | None:
         """:func:`~relevance_memory.pipeline.partition.group_chains` of the history skipping ``skip`` (O(chains) in C, plus the chains

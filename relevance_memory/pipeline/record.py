@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import functools
 import hashlib
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -114,7 +114,11 @@ def _decisions(
                 "note": "; ".join(n for n in (found.note, note) if n)}
 
     decisions: list[MessageDecision] = []
-    for message in store.messages:
+    asked: Iterable[Message] = store.messages
+    if users_only and seams.chains.covers(store):  # the user-role messages only, not every message
+        messages = store.messages
+        asked = [messages[i] for i in seams.chains.user_role]
+    for message in asked:
         if users_only and not user_authored(message.role, message.msg_type.value):
             continue
         i = message.index

@@ -147,3 +147,22 @@ def test_the_chain_index_follows_merges_exclusions_and_pending_calls() -> None:
         assert index.over_entry_cap == [m.index for m in messages if m.token_count > 256]
     assert merges[-1] == 1 and merges[4] == 0  # the tool result of trace b joined chain a: one merge
     assert 7 in set(excluded_messages(StoreSnapshot(memory.store), "repair"))  # the waiting call is skipped
+
+
+def test_a_records_user_decisions_are_its_decisions_about_what_users_wrote() -> None:
+    """A compaction reads only the user's messages' decisions (from the chain index's user-role
+    messages); they equal those of the whole per-message list, also when asked after later builds."""
+    from relevance_memory._models import user_authored
+
+    memory = RelevanceMemoryManager(max_input_tokens=3000, keep_recent=2)
+    messages = load_transcript(FIXTURE).messages
+    memory.extend(messages[:60])
+    memory.add({"role": "user", "content": "Also keep the migration reversible."})
+    first = memory.build_context(compact=True).record
+    early = first.user_decisions()  # before the per-message list is built
+    memory.extend(messages[60:90])
+    memory.build_context(compact=True)
+    later = first.user_decisions()  # after the index grew past this build's history
+    whole = [d for d in first.messages if user_authored(d.role, d.msg_type)]
+    assert len(whole) >= 2 and [d.model_dump() for d in early] == [d.model_dump() for d in whole]
+    assert [d.model_dump() for d in later] == [d.model_dump() for d in whole]
