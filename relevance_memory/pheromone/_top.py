@@ -39,6 +39,10 @@ SPARE = 4
 """Each group keeps up to ``SPARE × N`` best entries, so that lowered or departed members
 seldom force a refill from every cell."""
 
+REBUILD_MIN_WRITES = 4096
+"""From how many writes at once (and a quarter of the cells) the ranking is rebuilt from every
+cell in one pass instead of placing each write (:meth:`StrengthRanking._rebuild`)."""
+
 _TIE = 1e-9
 """Keys closer than this (relative) to a group's N-th are candidates too (float keys of
 strengths that tie exactly may differ in the last bits)."""
@@ -109,6 +113,46 @@ class StrengthRanking:
             del self._where[dropped[2]]
             self._exhaustive[group] = False
 
+    def _rebuild(self, cells: Mapping[str, Cell], tick: int, cap: int) -> None:
+        """Every group's list and the young cells from every cell, in one pass: cheaper than
+        placing the writes one by one when they are a large share of the cells (a history
+        ingested at once, read by its first build). The lists then hold each group's best
+        ``cap`` mature members, which the invariant of :meth:`_place` allows."""
+        config = self._config
+        protect, exempt = config.protect_ticks, config.exempt_score
+        log_keep = {kind: math.log(1.0 - rate_of(config, kind)) for kind in config.half_life_steps}
+        members: dict[Group, list[Entry]] = {}
+        young: dict[str, None] = {}
+        log = math.log
+        for message_id, cell in cells.items():
+            born = cell.born_tick
+            if born + protect > tick:
+                young[message_id] = None
+                continue
+            # _group_key, inlined (the same floats: the same expressions)
+            strength = cell.strength
+            if cell.latest_score is not None and cell.latest_score >= exempt:
+                group, key = (cell.kind, True), strength
+            elif strength <= 0.0:
+                group, key = (cell.kind, False), -math.inf
+            else:
+                start = max(cell.at_tick, born + protect)
+                group, key = (cell.kind, False), log(strength) - start * log_keep[cell.kind]
+            entry = (-key, born, message_id)
+            held = members.get(group)
+            if held is None:
+                members[group] = [entry]
+            else:
+                held.append(entry)
+        self._young = young
+        self._lists, self._exhaustive, self._where = {}, {}, {}
+        for group, entries in members.items():
+            best = heapq.nsmallest(cap, entries)
+            self._lists[group] = best
+            self._exhaustive[group] = len(entries) <= cap
+            for entry in best:
+                self._where[entry[2]] = (group, entry)
+
     def _refill(self, group: Group, cells: Mapping[str, Cell], tick: int, cap: int) -> None:
         """The group's list from every cell (O(cells); see the module doc for when)."""
         for entry in self._lists.get(group, ()):
@@ -138,6 +182,9 @@ class StrengthRanking:
 
     def _take_writes(self, cells: Mapping[str, Cell], tick: int, cap: int) -> None:
         dirty, self._dirty = self._dirty, {}
+        if len(dirty) > max(REBUILD_MIN_WRITES, len(cells) // 4):
+            self._rebuild(cells, tick, cap)
+            return
         for message_id in dirty:
             cell = cells.get(message_id)
             self._drop(message_id)

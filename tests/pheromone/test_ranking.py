@@ -8,6 +8,7 @@ from hypothesis import strategies as st
 
 from relevance_memory._config import PheromoneConfig
 from relevance_memory._models import Message, MessageType
+from relevance_memory.pheromone import _top
 from relevance_memory.pheromone._field import HISTORY_FULL_MAX, PheromoneField
 from relevance_memory.pheromone._math import settled_strength, strength_reader
 from relevance_memory.pheromone._top import StrengthRanking
@@ -42,6 +43,33 @@ def _brute(field: PheromoneField, n: int) -> list[tuple[str, float]]:
     n=st.integers(1, 6),
 )
 def test_ranking_matches_ranking_every_cell(ops: list[tuple[int | str, ...]], n: int) -> None:
+    _check_ranking(ops, n)
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    ops=st.lists(
+        st.one_of(
+            st.tuples(st.just("grow"), st.integers(1, 40), st.integers(0, 4)),
+            st.tuples(st.just("score"), st.integers(0, 10_000), st.integers(1, 5), st.integers(0, 3)),
+            st.tuples(st.just("wait"), st.integers(0, 6), st.just(0)),
+        ),
+        min_size=1, max_size=40,
+    ),
+    n=st.integers(1, 6),
+)
+def test_ranking_rebuilt_from_every_cell_matches_too(ops: list[tuple[int | str, ...]], n: int) -> None:
+    """With the one-pass rebuild taken whenever the writes are a quarter of the cells (at scale:
+    a history ingested at once), the ranking is still exact."""
+    saved = _top.REBUILD_MIN_WRITES
+    _top.REBUILD_MIN_WRITES = 1
+    try:
+        _check_ranking(ops, n)
+    finally:
+        _top.REBUILD_MIN_WRITES = saved
+
+
+def _check_ranking(ops: list[tuple[int | str, ...]], n: int) -> None:
     config = PheromoneConfig(tick_every=2, protect_ticks=2, history_top_n=n)
     field = PheromoneField(config)
     ranking = StrengthRanking(config)  # a second ranking, told of every write, asked after every op
@@ -99,3 +127,17 @@ def test_a_repeat_deposit_is_ranked_in_the_build_that_made_it() -> None:
     field.observe(messages)  # a tick: one history entry
     assert len(field.history) == entries + 1
     assert field.history[-1]["top"] == {m: round(s, 4) for m, s in _brute(field, 5)}
+
+
+def test_a_history_ingested_at_once_is_ranked_in_one_pass() -> None:
+    """The first read after thousands of new cells rebuilds the ranking from every cell; it and
+    the later reads (a few writes each) equal ranking every cell."""
+    field = PheromoneField(PheromoneConfig(history_top_n=8))
+    messages = [_msg(i, i % len(TYPES), (f"m{i - 5}", f"m{i // 3}") if i >= 5 else ()) for i in range(_top.REBUILD_MIN_WRITES + 2000)]
+    field.observe(messages)  # one history entry: every cell written since the last read
+    assert field.history[-1]["top"] == {m: round(s, 4) for m, s in _brute(field, 8)}
+    field.deposit({f"m{i}": 1 + i % 5 for i in range(0, 3000, 13)}, "sub", "goal")
+    for _ in range(3):
+        messages += [_msg(len(messages) + k, k % len(TYPES), (f"m{k * 31}",)) for k in range(field.config.tick_every)]
+        field.observe(messages)
+        assert field.history[-1]["top"] == {m: round(s, 4) for m, s in _brute(field, 8)}
