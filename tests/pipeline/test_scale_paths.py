@@ -180,11 +180,13 @@ def summarise_archive_by_every_message(
 def full_passes(monkeypatch: pytest.MonkeyPatch) -> None:
     """Issue 24 item 3's shortcuts swapped for the passes they replace: the archive summarised by
     walking every message and looking up its chain root (:func:`summarise_archive_by_every_message`),
-    each archived message made into an item through ``_item`` with its supersede fields made again, the BM25 scores of every chunk computed for every query, and
+    each archived message made into an item through ``_item`` with its supersede fields made again,
+    every summary read from its first item (no memoised fold), the BM25 scores of every chunk computed for every query, and
     the prefilter's chain ranking in Python."""
     from relevance_memory.pipeline import _bm25
     from relevance_memory.pipeline import prefilter as prefilter_module
     from relevance_memory.pipeline import summarise as summarise_module
+    from relevance_memory.summary import _summary as summary_module
     from relevance_memory.summary._pyramid import SummaryItems
 
     def ranked_in_python(chains: Any, doc_scores: Any, *, top_n: int, always: Any, tokens: Any = None,
@@ -205,6 +207,7 @@ def full_passes(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(SummaryItems, "marked", lambda self, item, superseded, supersedes: replace(
         item, superseded=superseded, supersedes=supersedes))
     monkeypatch.setattr(_bm25, "QUERY_MEMO", 0)
+    monkeypatch.setattr(summary_module, "FOLD_MEMO", 0)
     monkeypatch.setattr(prefilter_module, "prefilter_chains", ranked_in_python)
 
 
@@ -252,3 +255,23 @@ def test_the_supersede_run_carries_and_resummarises_its_archive(budget: int) -> 
     assert any(set(a) & set(b) for a, b in pairwise(summaries))
     assert any(b and a and b[0] not in a and b[0].split(",")[1] != a[0].split(",")[1] for a, b in pairwise(summaries))
     assert any("L2 global" in s for c in summaries for s in c) == (budget == 700)
+
+
+@pytest.mark.parametrize("budget", [1000, 700])
+def test_a_resumed_summary_fold_summarises_as_a_fresh_read(monkeypatch: pytest.MonkeyPatch, budget: int) -> None:
+    from relevance_memory.summary import _summary as summary_module
+
+    monkeypatch.setattr(summary_module, "FOLD_MIN_ITEMS", 8)  # the run's archives are small
+    resumed: list[int] = []
+    read = summary_module.OfflineSummarizer._resume
+
+    def counted(self: Any, items: Any, agentic: bool) -> Any:
+        fold = read(self, items, agentic)
+        resumed.append(len(fold.items))
+        return fold
+
+    monkeypatch.setattr(summary_module.OfflineSummarizer, "_resume", counted)
+    fast = supersede_run(budget)
+    assert max(resumed) >= 40  # whole archives read again from a memoised prefix
+    monkeypatch.setattr(summary_module, "FOLD_MEMO", 0)
+    assert supersede_run(budget) == fast
