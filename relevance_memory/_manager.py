@@ -24,6 +24,7 @@ from .pheromone._field import PheromoneField
 from .pipeline import BuiltContext, Seams, cycle
 from .pipeline._bm25 import PrefilterIndex
 from .pipeline._deposits import DepositLog
+from .pipeline._state import ChainGroups
 from .pipeline.append import PrefixState
 from .pipeline.fidelity import Renditions
 from .pipeline.order import DEFAULT_ORDER, OrderPolicy
@@ -129,6 +130,7 @@ class RelevanceMemoryManager:
         self._prefilter_index = PrefilterIndex()
         self._renditions = Renditions()  # excerpts and elided outputs, the same bytes from build to build
         self._summary_items = SummaryItems()  # archived messages as summarizer items, made once
+        self._chain_groups = ChainGroups()  # the store's trace chains, grown with it
         self._goal = GoalTracker()  # the goal set, else formed from the user's messages
         self.order: OrderPolicy = order or DEFAULT_ORDER
         self.tokenizer: TokenCounter = tokenizer or TiktokenCounter(
@@ -465,7 +467,7 @@ class RelevanceMemoryManager:
             score_cache=self._history_scores if capabilities.context_dependent else self.score_cache,
             pheromone=self.pheromone, deposit_log=self._deposits, prefilter_index=self._prefilter_index,
             summarizer=self.summarizer, summary_cache=self.summary_cache, renditions=self._renditions,
-            summary_items=self._summary_items,
+            summary_items=self._summary_items, chain_groups=self._chain_groups,
             approximations=self.approximations, restore_tool=self.restore_tool_offered, notices=self._goal.notices,
         )
 

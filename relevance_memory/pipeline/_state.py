@@ -151,6 +151,7 @@ class Seams:
             message is cut the same way from build to build.
         notices: user messages by notice key (format notices a harness repeats).
         summary_items: the memo of archived messages as summarizer items (made once per memory).
+        chain_groups: the memo of the store's trace chains (:class:`ChainGroups`, grown with the store).
     """
 
     config: MemoryConfig
@@ -172,6 +173,7 @@ class Seams:
     renditions: Renditions = field(default_factory=Renditions)
     notices: NoticeIndex = field(default_factory=NoticeIndex)
     summary_items: SummaryItems = field(default_factory=SummaryItems)
+    chain_groups: ChainGroups = field(default_factory=lambda: ChainGroups())
 
 
 # --------------------------------------------------------------------------- outputs
@@ -192,6 +194,50 @@ class Chain:
     def last(self) -> int:
         """Index of the chain's newest message (its recency)."""
         return self.members[-1]
+
+
+class ChainGroups:
+    """Memo of :func:`~relevance_memory.pipeline.partition.group_chains` over an append-only store (a seam: one per memory, issue 24):
+    the previous grouping, its roots and what it skipped. A later grouping whose older messages
+    keep their roots and skips is the previous one extended by the messages appended since: a
+    new message starts a chain or joins one (that chain is made again), every other
+    :class:`Chain` is the same object — the order of the chains is their roots' first
+    appearance either way, so the result equals a grouping from scratch."""
+
+    def __init__(self) -> None:
+        self._n = 0
+        self._roots: list[int] = []
+        self._skip: frozenset[int] = frozenset()
+        self._members: dict[int, list[int]] = {}
+        self._chains: dict[int, Chain] = {}
+        self._ends: tuple[Message | None, Message | None] = (None, None)  # the store's first and last message
+
+    def group(self, messages: Sequence[Message], roots: Sequence[int], skip: set[int] | frozenset[int]) -> dict[int, Chain]:
+        """:func:`~relevance_memory.pipeline.partition.group_chains` of ``messages`` (all of the
+        store, index order) without token overrides."""
+        n, old = len(messages), self._n
+        if not (old <= n and (old == 0 or (messages[0] is self._ends[0] and messages[old - 1] is self._ends[1]))
+                and frozenset(i for i in skip if i < old) == self._skip and list(roots[:old]) == self._roots):
+            old = 0
+            self._members, self._chains = {}, {}
+        members, changed = self._members, []
+        for i in range(old, n):
+            if i in skip:
+                continue
+            root = roots[i]
+            group = members.get(root)
+            if group is None:
+                members[root] = [i]
+            else:
+                group.append(i)
+            changed.append(root)
+        chains = dict(self._chains)
+        for root in dict.fromkeys(changed):
+            idx = members[root]
+            chains[root] = Chain(root, tuple(idx), sum(messages[i].token_count for i in idx))
+        self._n, self._roots, self._skip, self._chains = n, list(roots[:n]), frozenset(skip), chains
+        self._ends = (messages[0], messages[n - 1]) if n else (None, None)
+        return dict(chains)
 
 
 @dataclass(frozen=True)

@@ -21,7 +21,7 @@ from .._exceptions import ContextOverflowError, InvalidMessageError
 from .._markers import GOAL_BLOCK_MARKER
 from .._models import Message, TaskGoal, content_text, user_authored
 from .._tokenizer import REPLY_PRIMING_TOKENS, TokenCounter
-from ._state import BuildState, Chain, Partitioned, Seams, StoreView
+from ._state import BuildState, Chain, ChainGroups, Partitioned, Seams, StoreView
 from .assemble import subtask_note
 from .fidelity import Rendition, entry_renditions, fit_chain
 from .ledger import BudgetLedger, Purpose
@@ -31,6 +31,7 @@ __all__ = [
     "GOAL_POINTER",
     "GOAL_POINTER_EXCERPT",
     "Chain",
+    "ChainGroups",
     "Split",
     "clip_to_tokens",
     "goal_block_text",
@@ -49,9 +50,13 @@ def group_chains(
     roots: Sequence[int],
     skip: set[int] | frozenset[int] = frozenset(),
     tokens: Mapping[int, int] | None = None,
+    memo: ChainGroups | None = None,
 ) -> dict[int, Chain]:
     """Group message indices by chain root, skipping ``skip``; returns root → :class:`Chain`.
-    A chain's tokens are its members' (``tokens`` overrides some, e.g. with their excerpts)."""
+    A chain's tokens are its members' (``tokens`` overrides some, e.g. with their excerpts).
+    ``memo`` (without ``tokens``): extend the previous grouping of the same store (:class:`ChainGroups`)."""
+    if memo is not None and not tokens:
+        return memo.group(messages, roots, skip)
     members: dict[int, list[int]] = {}
     for message in messages:
         if message.index in skip:
@@ -109,15 +114,16 @@ def split_history(
     step_count: int,
     excluded: set[int],
     newest_user: int | None,
+    memo: ChainGroups | None = None,
 ) -> Split:
     """Split the history into pinned prompt, working memory and candidates (pure).
 
     Working memory is every chain with a member in the last ``keep_recent`` steps
     (so an unfinished chain is never split); the newest user message's chain is always
-    forced in (SPEC §9).
+    forced in (SPEC §9). ``memo``: :func:`group_chains`' (``messages`` is then the whole store).
     """
     pinned = [m.index for m in messages if m.step == -1 and m.index not in excluded]
-    chains = group_chains(messages, roots, excluded | set(pinned))
+    chains = group_chains(messages, roots, excluded | set(pinned), memo=memo)
     first_recent_step = step_count - keep_recent
     working_roots: set[int] = set()
     newest_step_root: int | None = None
@@ -304,6 +310,7 @@ def partition(state: BuildState, seams: Seams) -> Partitioned:
         step_count=store.step_count,
         excluded=set(excluded),
         newest_user=newest_user,
+        memo=seams.chain_groups,
     )
     chains = split.chains
     pinned_tokens = sum(store[i].token_count for i in split.pinned)

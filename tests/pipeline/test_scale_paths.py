@@ -181,7 +181,7 @@ def full_passes(monkeypatch: pytest.MonkeyPatch) -> None:
     """Issue 24 item 3's shortcuts swapped for the passes they replace: the archive summarised by
     walking every message and looking up its chain root (:func:`summarise_archive_by_every_message`),
     each archived message made into an item through ``_item`` with its supersede fields made again,
-    every summary read from its first item (no memoised fold), the BM25 scores of every chunk computed for every query, and
+    every summary read from its first item (no memoised fold), the chains grouped from scratch, the BM25 scores of every chunk computed for every query, and
     the prefilter's chain ranking in Python."""
     from relevance_memory.pipeline import _bm25
     from relevance_memory.pipeline import prefilter as prefilter_module
@@ -206,6 +206,8 @@ def full_passes(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(summarise_module, "summarise_archive", summarise_archive_by_every_message)
     monkeypatch.setattr(SummaryItems, "marked", lambda self, item, superseded, supersedes: replace(
         item, superseded=superseded, supersedes=supersedes))
+    monkeypatch.setattr(partition_module.ChainGroups, "group",
+                        lambda self, messages, roots, skip: partition_module.group_chains(messages, roots, skip))
     monkeypatch.setattr(_bm25, "QUERY_MEMO", 0)
     monkeypatch.setattr(summary_module, "FOLD_MEMO", 0)
     monkeypatch.setattr(prefilter_module, "prefilter_chains", ranked_in_python)
@@ -275,3 +277,27 @@ def test_a_resumed_summary_fold_summarises_as_a_fresh_read(monkeypatch: pytest.M
     assert max(resumed) >= 40  # whole archives read again from a memoised prefix
     monkeypatch.setattr(summary_module, "FOLD_MEMO", 0)
     assert supersede_run(budget) == fast
+
+
+def test_chain_groups_grown_with_the_store_equal_a_grouping_from_scratch() -> None:
+    import random
+    from types import SimpleNamespace
+
+    rng = random.Random(7)
+    messages: list[Any] = []
+    roots: list[int] = []
+    memo = partition_module.ChainGroups()
+    for build in range(60):
+        for _ in range(rng.randrange(0, 6)):  # appended: a new chain, or a member of an older one
+            i = len(messages)
+            messages.append(SimpleNamespace(index=i, token_count=rng.randrange(1, 50)))
+            roots.append(i if not i or rng.random() < 0.4 else roots[rng.randrange(max(0, i - 8), i)])
+        if build % 17 == 16 and len(roots) > 3:  # a message joining two older chains: their roots move
+            a, b = sorted(rng.sample(sorted(set(roots)), 2))
+            roots[:] = [a if r == b else r for r in roots]
+        skip = {i for i in range(len(messages)) if rng.random() < 0.05} if build % 9 == 8 else {0}
+        grown = memo.group(messages, roots, skip)
+        scratch = partition_module.group_chains(messages, roots, skip)
+        assert grown == scratch and list(grown) == list(scratch)
+    other: list[Any] = [SimpleNamespace(index=m.index, token_count=m.token_count + 1) for m in messages]  # another store
+    assert memo.group(other, roots, {0}) == partition_module.group_chains(other, roots, {0})
