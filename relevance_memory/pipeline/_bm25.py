@@ -13,10 +13,15 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-__all__ = ["CHUNK_SIZE", "ChunkedBM25", "PrefilterIndex"]
+import numpy as np
+import numpy.typing as npt
+
+__all__ = ["CHUNK_SIZE", "QUERY_MEMO", "ChunkedBM25", "PrefilterIndex"]
 
 CHUNK_SIZE = 256
 """Messages per BM25 index chunk (≈ 15 ms to index on one core)."""
+QUERY_MEMO = 4
+"""Queries whose scores over the full chunks :class:`ChunkedBM25` keeps (the goal's, the recent steps')."""
 
 
 @dataclass
@@ -39,6 +44,7 @@ class ChunkedBM25:
     chunk_size: int = CHUNK_SIZE
     index_builds: int = 0
     _chunks: list[_Chunk] = field(default_factory=list)
+    _query_memo: dict[tuple[str, ...], list[npt.NDArray[np.float64] | None]] = field(default_factory=dict, repr=False)
 
     def _ensure(self, docs: Sequence[Sequence[str]]) -> None:
         import bm25s
@@ -65,15 +71,31 @@ class ChunkedBM25:
 
         ``docs`` must be the same append-only list on every call (earlier entries unchanged).
         """
+        return self.score_array(docs, query).tolist()  # type: ignore[no-any-return]
+
+    def score_array(self, docs: Sequence[Sequence[str]], query: Sequence[str]) -> npt.NDArray[np.float64]:
+        """:meth:`scores` as a float64 array (the same values). A full chunk never changes, so
+        its scores for a query are kept (the last :data:`QUERY_MEMO` queries): a build asking
+        what an earlier one asked scores only the chunks added since (issue 24)."""
         self._ensure(docs)
-        out: list[float] = [0.0] * len(docs)
-        for chunk in self._chunks:
-            terms = [t for t in dict.fromkeys(query) if t in chunk.vocab]
-            if not terms:
-                continue
-            values = chunk.retriever.get_scores(terms)
-            for k in range(chunk.size):
-                out[chunk.start + k] = float(values[k])
+        out = np.zeros(len(docs), dtype=np.float64)
+        terms_of = tuple(dict.fromkeys(query))
+        known = self._query_memo.pop(terms_of, None)
+        if known is None:
+            known = []
+        self._query_memo[terms_of] = known  # most recently used last
+        while len(self._query_memo) > QUERY_MEMO:
+            self._query_memo.pop(next(iter(self._query_memo)))
+        for n, chunk in enumerate(self._chunks):
+            if n < len(known):
+                values = known[n]
+            else:
+                terms = [t for t in terms_of if t in chunk.vocab]
+                values = chunk.retriever.get_scores(terms).astype(np.float64) if terms else None
+                if chunk.size == self.chunk_size and n == len(known):
+                    known.append(values)  # a full chunk: indexed once, scored once per query
+            if values is not None:
+                out[chunk.start:chunk.start + chunk.size] = values[:chunk.size]
         return out
 
 
@@ -91,6 +113,10 @@ class PrefilterIndex:
 
     def scores(self, terms: Sequence[frozenset[str]], query: Sequence[str]) -> list[float]:
         """BM25 score of every message for ``query``; ``terms`` is the store's per-message terms."""
+        return self.score_array(terms, query).tolist()  # type: ignore[no-any-return]
+
+    def score_array(self, terms: Sequence[frozenset[str]], query: Sequence[str]) -> npt.NDArray[np.float64]:
+        """:meth:`scores` as a float64 array (:meth:`ChunkedBM25.score_array`)."""
         for i in range(len(self.docs), len(terms)):
             self.docs.append(list(terms[i]))
-        return self.bm25.scores(self.docs, query)
+        return self.bm25.score_array(self.docs, query)

@@ -23,10 +23,12 @@ The BM25 index itself lives in :mod:`._bm25` (built in chunks, grown with the st
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
+import numpy.typing as npt
 
 from .._config import LOCAL_PREFILTER_MIN
 from .._models import Message, user_authored
@@ -59,7 +61,7 @@ class PrefilterResult:
 
 def prefilter_chains(
     chains: Mapping[int, Sequence[int]],
-    doc_scores: Sequence[float],
+    doc_scores: Sequence[float] | npt.NDArray[np.float64],
     *,
     top_n: int,
     always: Collection[int],
@@ -81,20 +83,36 @@ def prefilter_chains(
     Returns:
         A :class:`PrefilterResult`; ties in BM25 go to the newer chain.
     """
-    best = {root: max(doc_scores[i] for i in members) for root, members in chains.items()}
+    roots = list(chains)
+    if not roots:
+        return PrefilterResult(admitted=[], rejected={})
+    # with numpy (the same floats: a maximum and an order, no arithmetic): a chain's best score
+    # and its newest member, each chain's members one segment of ``flat``
+    groups = list(chains.values())
+    sizes = np.fromiter(map(len, groups), dtype=np.int64, count=len(groups))
+    flat = np.fromiter(itertools.chain.from_iterable(groups), dtype=np.int64, count=int(sizes.sum()))
+    starts = np.zeros(len(groups), dtype=np.int64)
+    np.cumsum(sizes[:-1], out=starts[1:])
+    best_of = np.maximum.reduceat(np.asarray(doc_scores, dtype=np.float64)[flat], starts)
+    newest = np.maximum.reduceat(flat, starts)
+    best = best_of.tolist()
+    counts = sizes.tolist()
+    sized = tokens or {}
     # every chain consumes the quota in rank order, always-pass ones included, so the
-    # admitted set does not slide when more chains become always-pass between builds
+    # admitted set does not slide when more chains become always-pass between builds;
+    # best score first, then the newer chain (a stable sort, as ``sorted`` by that key)
     admitted: list[int] = []
     room = top_n
     rejected: dict[int, float] = {}
     held = 0
-    for root in sorted(chains, key=lambda r: (-best[r], -max(chains[r]))):
+    for k in np.lexsort((-newest, -best_of)).tolist():
+        root = roots[k]
         if room > 0 or root in always or held < min_tokens:
             admitted.append(root)
         else:
-            rejected[root] = best[root]
-        room -= len(chains[root])
-        held += (tokens or {}).get(root, 0)
+            rejected[root] = best[k]
+        room -= counts[k]
+        held += sized.get(root, 0)
     return PrefilterResult(admitted=sorted(admitted), rejected=rejected)
 
 
@@ -183,10 +201,11 @@ def _bm25_rejected(state: BuildState, seams: Seams) -> dict[int, float]:
         t for t in _query([store[i].text for r in part.recent for i in part.chains[r].members]) if t not in in_goal
     ]
     index = seams.prefilter_index
-    doc_scores = index.scores(store.terms, goal_query) if goal_query else [0.0] * len(store)
+    # float64 arrays: the same per-message arithmetic as Python floats (one product, one sum)
+    doc_scores: Sequence[float] | npt.NDArray[np.float64] = (
+        index.score_array(store.terms, goal_query) if goal_query else np.zeros(len(store), dtype=np.float64))
     if recent_query:
-        recent_scores = index.scores(store.terms, recent_query)
-        doc_scores = [g + PREFILTER_RECENT_WEIGHT * r for g, r in zip(doc_scores, recent_scores, strict=True)]
+        doc_scores = doc_scores + PREFILTER_RECENT_WEIGHT * index.score_array(store.terms, recent_query)
     cosines = goal_cosines(state, seams)
     if cosines is not None:
         doc_scores = rrf_fuse(doc_scores, cosines)

@@ -24,7 +24,6 @@ room last.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import replace
 
 from .._models import Message, RelevanceScore, content_text, user_authored
 from ..scoring._scorer import REQUEST_REASON
@@ -101,7 +100,35 @@ def _item(seams: Seams, message: Message, newest: dict[str, SupersedeLink]) -> S
     superseded = _superseded_note(seams, message, newest)
     supersedes = any(store.superseded_by[o].kind == "fact" for o in store.supersedes.get(message.id, ())
                      if o in store.superseded_by)
-    return replace(item, superseded=superseded, supersedes=supersedes) if superseded or supersedes else item
+    return memo.marked(item, superseded, supersedes) if superseded or supersedes else item
+
+
+def _linked(seams: Seams) -> frozenset[str]:
+    """Ids of the messages :func:`_item` marks (superseded, or restating a superseded fact): every
+    other archived message is its memoised item as is (O(links), not O(history))."""
+    if not seams.config.supersede:
+        return frozenset()
+    store = seams.store
+    return frozenset(store.superseded_by).union(store.supersedes)
+
+
+def _archive(
+    seams: Seams, part: Partitioned, kept_roots: set[int] | frozenset[int], repeats: Mapping[int, int] | None
+) -> tuple[list[int], list[int]]:
+    """``(archived, kept)``: indices of the archived messages and of those kept with their chain,
+    each in store order. Read from the partition's chains (every message neither pinned nor
+    excluded, under its chain root), so no message's root is looked up again; a repeat is
+    neither (SPEC §3 step 7: its newer copy is kept)."""
+    archived: list[int] = []
+    kept: list[int] = []
+    for root, chain in part.chains.items():
+        (kept if root in kept_roots else archived).extend(chain.members)
+    if repeats:
+        archived = [i for i in archived if i not in repeats]
+        kept = [i for i in kept if i not in repeats]
+    archived.sort()
+    kept.sort()
+    return archived, kept
 
 
 def summarise_archive(
@@ -123,40 +150,56 @@ def summarise_archive(
     summarised anew, after them; when that does not fit ``cap``, everything is summarised afresh
     (the pyramid merges into one level-2 summary, which the next compaction carries in turn).
 
+    Proportional to what changed (issue 24): the archive is read from the partition's chains, and
+    an archived message no supersede link touches is its memoised item (a dict hit), so only the
+    linked ones pay for :func:`_item`.
+
     Returns:
         The pyramid and the user messages scored ≥ ``core_score`` that had to be summarised
         (SPEC §7 wants them verbatim; when they cannot fit, their values in a summary beat
         dropping them, and the pyramid's warnings say so).
     """
     store, config = seams.store, seams.config
-    archived_ids = {
-        m.id for m in store.messages
-        if m.index not in part.excluded and m.index not in part.pinned and not (repeats and m.index in repeats)
-        and store.chain_root(m.index) not in kept_roots
-    }
+    messages = store.messages[0:len(store)]  # one list: each index of a snapshot view is a Python call
+    archived, kept = _archive(seams, part, kept_roots, repeats)
+    archived_ids = {messages[i].id for i in archived}
     newest: dict[str, SupersedeLink] = {}  # one walk per supersede chain in this build
-    items: dict[int, SummaryItem] = {}
-    reused = [s for s in carried if s.level > 0 and set(s.covered_ids) <= archived_ids and _marks_hold(seams, s, newest)]
+    linked = _linked(seams)
+    memo = seams.summary_items
+
+    def item_of(message: Message) -> SummaryItem:
+        if message.id in linked:
+            return _item(seams, message, newest)
+        return memo.get(message.id, message.content_hash) or _item(seams, message, newest)
+
+    reused = [s for s in carried if s.level > 0 and set(s.covered_ids) <= archived_ids
+              and _marks_hold(seams, s, newest, linked)]
     already = {i for s in reused for i in s.covered_ids}
+    items: dict[int, SummaryItem] = {}
     runs: list[list[SummaryItem]] = [[]]
     held: set[int] = set()
-    for message in store.messages:
-        i = message.index
-        if i in part.excluded or i in part.pinned or (repeats and i in repeats):
-            continue
-        if store.chain_root(i) in kept_roots or message.id in already:
+    core = config.core_score
+    breaks = iter(kept)  # a kept message between two archived ones ends a run
+    next_break = next(breaks, len(messages))
+    for i in archived:
+        while next_break < i:
+            if runs[-1]:
+                runs.append([])
+            next_break = next(breaks, len(messages))
+        message = messages[i]
+        if message.id in already:
             if runs[-1]:
                 runs.append([])
             continue
         score = scores.get(i)
         if (
-            user_authored(message.role, message.msg_type.value) and score is not None
-            and score.score >= config.core_score
+            score is not None and score.score >= core
+            and user_authored(message.role, message.msg_type.value)
             and message.id not in store.superseded_by  # archived on purpose: a newer value replaces it
         ):
             held.add(i)
-        items[i] = _item(seams, message, newest)
-        runs[-1].append(items[i])
+        items[i] = item = item_of(message)
+        runs[-1].append(item)
     carried_tokens = sum(s.tokens for s in reused)
     pyramid = PyramidResult()
     if reused and carried_tokens <= cap:
@@ -169,12 +212,12 @@ def summarise_archive(
         # re-summarisation never loses a fact an earlier summary kept)
         quoted = held_lines(carried)
         everything: list[list[SummaryItem]] = [[]]
-        for message in store.messages:
-            if message.id not in archived_ids:
-                if everything[-1]:
-                    everything.append([])
-                continue
-            everything[-1].append(items.get(message.index) or _item(seams, message, newest))
+        previous = -2
+        for i in archived:  # a run ends wherever a message is not archived
+            if i != previous + 1 and everything[-1]:
+                everything.append([])
+            previous = i
+            everything[-1].append(items.get(i) or item_of(messages[i]))
         pyramid = build_pyramid(
             [mark_held(run, quoted) for run in everything],
             summarizer=seams.summarizer,
@@ -344,7 +387,9 @@ def _newest_link(
     return link
 
 
-def _marks_hold(seams: Seams, summary: RenderedSummary, newest: dict[str, SupersedeLink]) -> bool:
+def _marks_hold(
+    seams: Seams, summary: RenderedSummary, newest: dict[str, SupersedeLink], linked: frozenset[str] | None = None
+) -> bool:
     """Whether the fact supersede marks ``summary`` was made with are still the current ones
     for the messages it covers (issue 23): a summary made before one of them was superseded (or
     before its newer value was restated again) shows that value as current, so it is not
@@ -357,6 +402,10 @@ def _marks_hold(seams: Seams, summary: RenderedSummary, newest: dict[str, Supers
     store, links = seams.store, seams.store.superseded_by
     made = {i: note for i, note in summary.superseded if not note.startswith(_NEWER_RESULT)}
     for message_id in summary.covered_ids:
+        if linked is not None and message_id not in linked:  # no link (:func:`_linked`): no mark now
+            if made.get(message_id, ""):
+                return False
+            continue
         link = links.get(message_id)
         now = _superseded_note(seams, store.get(message_id), newest) if link is not None and link.kind == "fact" else ""
         if now != made.get(message_id, ""):

@@ -42,6 +42,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 import numpy as np
+import numpy.typing as npt
 
 from .._models import MessageType, RelevanceScore, TaskGoal
 from ._embedding import Embedder, VectorIndex, default_embedder, embedder_unavailable_reason
@@ -143,7 +144,10 @@ class SemanticFusion:
                    if self.unranked_types else ""))
 
 
-def rrf_fuse(lexical: Sequence[float], semantic: Sequence[float], k: int = RRF_K) -> list[float]:
+def rrf_fuse(
+    lexical: Sequence[float] | npt.NDArray[np.float64], semantic: Sequence[float] | npt.NDArray[np.float64],
+    k: int = RRF_K,
+) -> list[float]:
     """Reciprocal-rank fusion (Cormack, Clarke & Büttcher, SIGIR 2009): ``Σ 1 / (k + rank)``
     over the two orders (rank from 1; ties go to the later position, i.e. the newer message).
     A message with lexical score ≤ 0 gets only its semantic term, so every message has a

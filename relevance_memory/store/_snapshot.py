@@ -120,6 +120,10 @@ class _LinkView(Mapping[str, SupersedeLink]):
     def __len__(self) -> int:
         return sum(1 for _ in self)
 
+    def __bool__(self) -> bool:  # the first visible link, not a count of them all (issue 24)
+        by_id, n = self._by_id, self._n
+        return any(by_id.get(link.newer, n) < n for link in list(self._links.values()))
+
 
 class _SupersedesView(Mapping[str, Sequence[str]]):
     """``supersedes`` as it was when the snapshot was taken (newer ids in the snapshot only)."""
@@ -150,6 +154,9 @@ class _SupersedesView(Mapping[str, Sequence[str]]):
 
     def __len__(self) -> int:
         return sum(1 for _ in self)
+
+    def __bool__(self) -> bool:  # the first visible key, not a count of them all (issue 24)
+        return next(iter(self), None) is not None
 
 
 class StoreSnapshot:

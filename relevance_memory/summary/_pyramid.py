@@ -71,6 +71,7 @@ class SummaryItems:
 
     def __init__(self, maxsize: int = 250_000) -> None:
         self._data: dict[str, SummaryItem] = {}
+        self._marked: dict[str, tuple[SummaryItem, str, bool, SummaryItem]] = {}  # base, marks, marked item
         self._maxsize = maxsize
 
     def get(self, message_id: str, content_hash: str) -> SummaryItem | None:
@@ -81,6 +82,17 @@ class SummaryItems:
     def put(self, item: SummaryItem) -> SummaryItem:
         """Memoise ``item`` under its id; returns it."""
         return remember(self._data, item.id, item, self._maxsize)
+
+    def marked(self, item: SummaryItem, superseded: str, supersedes: bool) -> SummaryItem:
+        """``item`` (as :meth:`get` gives it) with its supersede fields, the same object while
+        they stay the same (a summary's cache key and the summarizer's memo read them; making it
+        again for every build cost a ``dataclasses.replace`` per linked message, issue 24)."""
+        found = self._marked.get(item.id)
+        if found is not None and found[0] is item and found[1] == superseded and found[2] == supersedes:
+            return found[3]
+        made = replace(item, superseded=superseded, supersedes=supersedes)
+        remember(self._marked, item.id, (item, superseded, supersedes, made), self._maxsize)
+        return made
 
 
 class SummaryDraft(BaseModel):
@@ -226,8 +238,9 @@ def id_spans(ids: Sequence[str]) -> list[str]:
     return out
 
 
-def _ids_text(ids: Sequence[str], limit: int) -> str:
-    spans = id_spans(ids)
+def _ids_text(ids: Sequence[str], limit: int, spans: Sequence[str] | None = None) -> str:
+    """``ids`` as text, at most ``limit`` spans (``spans``: their :func:`id_spans`, when known)."""
+    spans = id_spans(ids) if spans is None else spans
     if len(spans) <= limit:
         return ", ".join(spans)
     return (f"{', '.join(spans[: limit // 2])}, … {', '.join(spans[-(limit // 2):])} "
@@ -244,8 +257,12 @@ def render_summary(
     prose: str | None = None,
     id_limit: int = 40,
     compact: bool | int = False,
+    spans: Sequence[str] | None = None,
 ) -> dict[str, str]:
     """The summary as an OpenAI chat dict: marked, past tense, ids listed (pure).
+
+    ``spans``: :func:`id_spans` of ``covered_ids`` when the caller has them (a summary trimmed
+    to fit is rendered many times over the same ids).
 
     ``id_limit`` caps the ids written out (0: only the span in the header; the
     decision record's :class:`SummaryRecord` always lists every covered id).
@@ -282,7 +299,7 @@ def render_summary(
     if draft.tools_used:
         lines.append("Tools used: " + "; ".join(draft.tools_used))
     if id_limit > 0:
-        lines.append("Covered ids (restorable): " + _ids_text(list(covered_ids), id_limit))
+        lines.append("Covered ids (restorable): " + _ids_text(covered_ids, id_limit, spans))
     return {"role": role, "content": "\n".join(line for line in lines if line)}
 
 
@@ -340,11 +357,12 @@ def _fit(
     tools = list(draft.tools_used)
     id_limit = 40
     compact = 0
+    spans = id_spans(covered_ids)
     for _ in range(400):
         trimmed = draft.model_copy(update={"tools_used": tools})
         message = render_summary(
             trimmed, level=level, covered_ids=covered_ids, role=role, values=values, prose="\n".join(lines),
-            id_limit=id_limit, compact=compact,
+            id_limit=id_limit, compact=compact, spans=spans,
         )
         tokens = count(message)
         if tokens <= cap:

@@ -82,6 +82,24 @@ def _speaker(item: SummaryItem) -> str:
 _Line = tuple[int, str, str, list[str], int, bool]
 """(priority, dedupe key, rendered line, exact values, estimated tokens, a fact the user stated)."""
 
+FOLD_MIN_ITEMS = 1024
+"""Fewest items whose fold :class:`OfflineSummarizer` memoises (a whole archive, not a phase)."""
+FOLD_MEMO = 4
+"""Folds :class:`OfflineSummarizer` keeps (the newest)."""
+
+
+@dataclass
+class _Fold:
+    """What :meth:`OfflineSummarizer.summarize` has read of ``items`` (oldest first): each dedupe
+    key's newest line, each value's and tool call's newest occurrence, and the next order."""
+
+    items: Sequence[SummaryItem] = ()
+    agentic: bool = False
+    latest: dict[str, tuple[int, int, str, int, bool, bool, bool, bool]] = field(default_factory=dict)
+    values_at: dict[str, tuple[int, int]] = field(default_factory=dict)
+    tools_at: dict[str, int] = field(default_factory=dict)
+    order: int = 0
+
 
 @dataclass
 class OfflineSummarizer:
@@ -135,6 +153,7 @@ class OfflineSummarizer:
     memo_size: int = 500_000
     _memo: dict[tuple[str, str, str, str], list[_Line]] = field(default_factory=dict, repr=False, compare=False)
     _names_memo: dict[tuple[str, str], list[str]] = field(default_factory=dict, repr=False, compare=False)
+    _folds: list[_Fold] = field(default_factory=list, repr=False, compare=False)
 
     def _extract(self, item: SummaryItem) -> list[_Line]:
         """Per message, memoised by (role, tool name, content hash, supersede marks) — what the lines
@@ -195,18 +214,37 @@ class OfflineSummarizer:
                 self._names_memo.pop(next(iter(self._names_memo)))
         return found
 
+    def _resume(self, items: Sequence[SummaryItem], agentic: bool) -> _Fold:
+        """A copy of the longest memoised fold (:class:`_Fold`) of a prefix of ``items`` (the
+        same items, in order), or an empty one."""
+        best: _Fold | None = None
+        for fold in self._folds:
+            done = fold.items
+            if (fold.agentic == agentic and len(done) <= len(items) and (best is None or len(done) > len(best.items))
+                    and all(a is b or a == b for a, b in zip(done, items, strict=False))):
+                best = fold
+        if best is None:
+            return _Fold(agentic=agentic)
+        return _Fold(best.items, agentic, dict(best.latest), dict(best.values_at), dict(best.tools_at), best.order)
+
     def summarize(self, items: Sequence[SummaryItem], *, level: int, max_tokens: int) -> SummaryDraft:
-        """Summarise ``items`` (oldest first); deterministic. See the class docstring."""
-        # dedupe key → (priority, order, line, cost, superseded, said by the user, a fact they
-        # stated, one an earlier summary held)
-        latest: dict[str, tuple[int, int, str, int, bool, bool, bool, bool]] = {}
-        values_at: dict[str, tuple[int, int]] = {}  # value → (line of its newest occurrence, -position in it)
-        tools_at: dict[str, int] = {}
-        order = 0
+        """Summarise ``items`` (oldest first); deterministic. See the class docstring.
+
+        The reading of ``items`` (a fold, oldest first) is resumed from a memoised fold of a
+        prefix of them when there is one (:data:`FOLD_MIN_ITEMS` or more items; the last
+        :data:`FOLD_MEMO` folds): a whole archive summarised again after it grew reads only what
+        is new (issue 24); what follows the fold is the same either way."""
         # an agent's tool traffic: the names it read and ran (paths, code names, line numbers)
         # are what its next steps use again (SPEC §11 action support), newest first
         agentic = self.agent_names and is_agentic(items)
-        for item in items:
+        fold = self._resume(items, agentic) if len(items) >= FOLD_MIN_ITEMS else _Fold(agentic=agentic)
+        # dedupe key → (priority, order, line, cost, superseded, said by the user, a fact they
+        # stated, one an earlier summary held)
+        latest = fold.latest
+        values_at = fold.values_at  # value → (line of its newest occurrence, -position in it)
+        tools_at = fold.tools_at
+        order = fold.order
+        for item in items[len(fold.items):]:
             for name, arguments in item.tool_calls:
                 call = f"{name}({arguments})"
                 call = call if len(call) <= 200 else call[:197] + "…)"
@@ -228,6 +266,9 @@ class OfflineSummarizer:
                     values_at.pop(name, None)
                     values_at[name] = (order, -position)
                 order += 1
+        if len(items) >= FOLD_MIN_ITEMS:
+            made = _Fold(list(items), agentic, latest, values_at, tools_at, order)  # never changed hereafter
+            self._folds = [*self._folds, made][-FOLD_MEMO:] if FOLD_MEMO > 0 else []
         # what the user said (current values) is read first, up to half of the room (issue 23: a
         # name, number or decision the user stated early outlives the agent's newer traffic and
         # their newer questions: what they stated before what they asked); then values and tools

@@ -4,14 +4,19 @@ full passes give, build for build, on a real agent run with scores, subtasks and
 from __future__ import annotations
 
 import json
+from dataclasses import replace
+from itertools import pairwise
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from relevance_memory import RelevanceMemoryManager, load_transcript
+from relevance_memory._models import user_authored
 from relevance_memory.pheromone._field import PheromoneField
 from relevance_memory.pipeline import partition as partition_module
+from relevance_memory.pipeline import summarise as sm
+from relevance_memory.summary._pyramid import PyramidResult, build_pyramid, held_lines, mark_held
 
 FIXTURE = Path(__file__).resolve().parents[2] / "fixtures" / "django__django-15280.json"
 
@@ -166,3 +171,227 @@ def test_a_records_user_decisions_are_its_decisions_about_what_users_wrote() -> 
     whole = [d for d in first.messages if user_authored(d.role, d.msg_type)]
     assert len(whole) >= 2 and [d.model_dump() for d in early] == [d.model_dump() for d in whole]
     assert [d.model_dump() for d in later] == [d.model_dump() for d in whole]
+def summarise_archive_by_every_message(
+    seams: Any, part: Any, scores: Any, kept_roots: Any, cap: int, repeats: Any = None, carried: Any = (),
+) -> tuple[Any, set[int]]:
+    """The archive summarised as before issue 24 item 3: every message walked, each root looked up."""
+    store, config = seams.store, seams.config
+    archived_ids = {
+        m.id for m in store.messages
+        if m.index not in part.excluded and m.index not in part.pinned and not (repeats and m.index in repeats)
+        and store.chain_root(m.index) not in kept_roots
+    }
+    newest: dict[str, Any] = {}  # one walk per supersede chain in this build
+    items: dict[int, Any] = {}
+    reused = [s for s in carried if s.level > 0 and set(s.covered_ids) <= archived_ids and sm._marks_hold(seams, s, newest)]
+    already = {i for s in reused for i in s.covered_ids}
+    runs: list[list[Any]] = [[]]
+    held: set[int] = set()
+    for message in store.messages:
+        i = message.index
+        if i in part.excluded or i in part.pinned or (repeats and i in repeats):
+            continue
+        if store.chain_root(i) in kept_roots or message.id in already:
+            if runs[-1]:
+                runs.append([])
+            continue
+        score = scores.get(i)
+        if (
+            user_authored(message.role, message.msg_type.value) and score is not None
+            and score.score >= config.core_score
+            and message.id not in store.superseded_by  # archived on purpose: a newer value replaces it
+        ):
+            held.add(i)
+        items[i] = sm._item(seams, message, newest)
+        runs[-1].append(items[i])
+    carried_tokens = sum(s.tokens for s in reused)
+    pyramid = PyramidResult()
+    if reused and carried_tokens <= cap:
+        fresh = build_pyramid(runs, summarizer=seams.summarizer, cache=seams.summary_cache,
+                           count=seams.tokenizer.count_message, role=config.context_role, cap=cap - carried_tokens)
+        if not any(runs) or (fresh.summaries and all(x.level == 1 for x in fresh.summaries)):
+            pyramid = PyramidResult(summaries=[*reused, *fresh.summaries], warnings=fresh.warnings)
+    if not pyramid.summaries:  # nothing carried, or it no longer fits: summarise everything afresh
+        # what the carried summaries held of the user's facts is kept first (issue 23: a
+        # re-summarisation never loses a fact an earlier summary kept)
+        quoted = held_lines(carried)
+        everything: list[list[Any]] = [[]]
+        for message in store.messages:
+            if message.id not in archived_ids:
+                if everything[-1]:
+                    everything.append([])
+                continue
+            everything[-1].append(items.get(message.index) or sm._item(seams, message, newest))
+        pyramid = build_pyramid(
+            [mark_held(run, quoted) for run in everything],
+            summarizer=seams.summarizer,
+            cache=seams.summary_cache,
+            count=seams.tokenizer.count_message,
+            role=config.context_role,
+            cap=cap,
+        )
+    if held:
+        covered = pyramid.covered
+        in_summary = [store[i].id for i in sorted(held) if store[i].id in covered]
+        dropped = [store[i].id for i in sorted(held) if store[i].id not in covered]
+        core = config.core_score
+        if in_summary:
+            pyramid.warnings.append(
+                f"{len(in_summary)} user message(s) scored ≥ {core} ({', '.join(in_summary)}) did not fit the "
+                "budget verbatim; they are only in a summary — raise the budget to keep them whole"
+            )
+        if dropped:
+            pyramid.warnings.append(
+                f"{len(dropped)} user message(s) scored ≥ {core} ({', '.join(dropped)}) did not fit the "
+                "budget verbatim nor in a summary; they are out of this context (restorable from the store) "
+                "— raise the budget to keep them"
+            )
+    return pyramid, held
+
+
+def full_passes(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 24 item 3's shortcuts swapped for the passes they replace: the archive summarised by
+    walking every message and looking up its chain root (:func:`summarise_archive_by_every_message`),
+    each archived message made into an item through ``_item`` with its supersede fields made again,
+    every summary read from its first item (no memoised fold), the chains grouped from scratch, the BM25 scores of every chunk computed for every query, and
+    the prefilter's chain ranking in Python."""
+    from relevance_memory.pipeline import _bm25
+    from relevance_memory.pipeline import prefilter as prefilter_module
+    from relevance_memory.pipeline import summarise as summarise_module
+    from relevance_memory.summary import _summary as summary_module
+    from relevance_memory.summary._pyramid import SummaryItems
+
+    def ranked_in_python(chains: Any, doc_scores: Any, *, top_n: int, always: Any, tokens: Any = None,
+                         min_tokens: int = 0) -> Any:
+        best = {root: max(float(doc_scores[i]) for i in members) for root, members in chains.items()}
+        admitted: list[int] = []
+        room, held, rejected = top_n, 0, {}
+        for root in sorted(chains, key=lambda r: (-best[r], -max(chains[r]))):
+            if room > 0 or root in always or held < min_tokens:
+                admitted.append(root)
+            else:
+                rejected[root] = best[root]
+            room -= len(chains[root])
+            held += (tokens or {}).get(root, 0)
+        return prefilter_module.PrefilterResult(admitted=sorted(admitted), rejected=rejected)
+
+    monkeypatch.setattr(summarise_module, "summarise_archive", summarise_archive_by_every_message)
+    monkeypatch.setattr(SummaryItems, "marked", lambda self, item, superseded, supersedes: replace(
+        item, superseded=superseded, supersedes=supersedes))
+    split = partition_module.split_history
+    monkeypatch.setattr(partition_module, "split_history",
+                        lambda *args, grouped=None, **kwargs: split(*args, **kwargs))  # every message grouped
+    monkeypatch.setattr(_bm25, "QUERY_MEMO", 0)
+    monkeypatch.setattr(summary_module, "FOLD_MEMO", 0)
+    monkeypatch.setattr(prefilter_module, "prefilter_chains", ranked_in_python)
+
+
+def supersede_run(budget: int = 1000) -> list[str]:
+    """An agent reading the same files again and again (each newer view supersedes the older
+    ones) and a user restating a fact, compacted every few steps under changing subtasks: the
+    archive grows, carried summaries are reused and, when they no longer fit, summarised again."""
+    memory = RelevanceMemoryManager(max_input_tokens=budget, keep_recent=2, prefilter=True, prefilter_top_n=20)
+    memory.set_goal(final="Fix the failing parser test in src/parser.py where the user lives")
+    out: list[str] = []
+    for step in range(90):
+        if step % 9 == 4:
+            city = ("Lisbon", "Porto", "Faro", "Braga", "Evora")[step // 9 % 5]
+            memory.extend([{"role": "user", "content": f"I live in {city} now, and the tests run there."}])
+        call = {"id": f"c{step}", "type": "function",
+                "function": {"name": "read_file", "arguments": json.dumps({"path": f"src/mod{step % 4}.py"})}}
+        memory.extend([
+            {"role": "assistant", "content": f"Reading module {step % 4} again (step {step}).", "tool_calls": [call]},
+            {"role": "tool", "tool_call_id": f"c{step}",
+             "content": f"def parse_{step % 4}(text):\n    return text.split(',')[{step % 7}]  # version {step // 4}\n"},
+        ])
+        if step % 6 == 5:
+            if step % 12 == 11:
+                memory.set_goal(subtask=f"step {step}: check module {step % 4}")
+            out += seen(memory.build_context(compact=True))
+    return out
+
+
+@pytest.mark.parametrize("runner", [run, chat_run, supersede_run, lambda: supersede_run(700)])
+def test_the_archive_and_prefilter_shortcuts_build_as_the_full_passes_would(
+    monkeypatch: pytest.MonkeyPatch, runner: Any
+) -> None:
+    fast = runner()
+    full_passes(monkeypatch)
+    assert runner() == fast
+
+
+@pytest.mark.parametrize("budget", [1000, 700])
+def test_the_supersede_run_carries_and_resummarises_its_archive(budget: int) -> None:
+    built = supersede_run(budget)
+    contexts = [json.loads(m) for m in built[::2]]
+    summaries = [[x["content"] for x in c if x["content"].startswith("[relevance-memory: summary")] for c in contexts]
+    assert sum(any("since step" in s for s in c) for c in summaries) >= 10  # superseded facts reach the summaries
+    # a summary of the previous compaction carried byte for byte, and the archive summarised afresh
+    assert any(set(a) & set(b) for a, b in pairwise(summaries))
+    assert any(b and a and b[0] not in a and b[0].split(",")[1] != a[0].split(",")[1] for a, b in pairwise(summaries))
+    assert any("L2 global" in s for c in summaries for s in c) == (budget == 700)
+
+
+@pytest.mark.parametrize("budget", [1000, 700])
+def test_a_resumed_summary_fold_summarises_as_a_fresh_read(monkeypatch: pytest.MonkeyPatch, budget: int) -> None:
+    from relevance_memory.summary import _summary as summary_module
+
+    monkeypatch.setattr(summary_module, "FOLD_MIN_ITEMS", 8)  # the run's archives are small
+    resumed: list[int] = []
+    read = summary_module.OfflineSummarizer._resume
+
+    def counted(self: Any, items: Any, agentic: bool) -> Any:
+        fold = read(self, items, agentic)
+        resumed.append(len(fold.items))
+        return fold
+
+    monkeypatch.setattr(summary_module.OfflineSummarizer, "_resume", counted)
+    fast = supersede_run(budget)
+    assert max(resumed) >= 40  # whole archives read again from a memoised prefix
+    monkeypatch.setattr(summary_module, "FOLD_MEMO", 0)
+    assert supersede_run(budget) == fast
+
+
+def test_the_chain_index_grown_with_a_store_equals_a_grouping_from_scratch() -> None:
+    """60 builds of a random store: new chains, members of older ones, merges of two older
+    chains (their roots move; the store counts them) and random skips."""
+    import random
+    from types import SimpleNamespace
+
+    from relevance_memory.pipeline._state import ChainIndex
+
+    class Store:
+        def __init__(self) -> None:
+            self.messages: list[Any] = []
+            self.roots: list[int] = []
+            self.chain_merges = 0
+
+        def __len__(self) -> int:
+            return len(self.messages)
+
+        def chain_root(self, index: int) -> int:
+            return self.roots[index]
+
+    rng = random.Random(7)
+    store, index = Store(), ChainIndex()
+    messages, roots = store.messages, store.roots
+    compared = 0
+    for build in range(60):
+        for _ in range(rng.randrange(0, 6)):  # appended: a new chain, or a member of an older one
+            i = len(messages)
+            messages.append(SimpleNamespace(index=i, token_count=rng.randrange(1, 400), role="assistant"))
+            roots.append(i if not i or rng.random() < 0.4 else roots[rng.randrange(max(0, i - 8), i)])
+        if build % 17 == 16 and len(set(roots)) > 3:  # a message joining two older chains: their roots move
+            a, b = sorted(rng.sample(sorted(set(roots)), 2))
+            roots[:] = [a if r == b else r for r in roots]
+            store.chain_merges += 1
+        skip = {i for i in range(len(messages)) if rng.random() < 0.05} if build % 9 == 8 else set()
+        index.update(store)  # type: ignore[arg-type]
+        assert index.roots == roots
+        grown = index.without(skip, messages)
+        scratch = partition_module.group_chains(messages, roots, skip)
+        if grown is not None:
+            compared += 1
+            assert grown == scratch and list(grown) == list(scratch)
+        assert index.over_entry_cap == [m.index for m in messages if m.token_count > 256]
+    assert compared >= 50

@@ -333,3 +333,25 @@ async def test_async_build_matches_sync_with_summaries() -> None:
     assert sync_built.messages == async_built.messages
     assert [s.covered_ids for s in sync_built.record.summaries] == [s.covered_ids for s in async_built.record.summaries]
     assert sync_built.record.summaries and check_context(async_built.messages) == []
+
+
+def test_a_summary_fold_resumes_only_from_a_prefix_of_the_same_items(monkeypatch: pytest.MonkeyPatch) -> None:
+    from dataclasses import replace as replaced
+
+    from relevance_memory.summary import _summary as summary_module
+    from relevance_memory.summary._summary import OfflineSummarizer
+
+    monkeypatch.setattr(summary_module, "FOLD_MIN_ITEMS", 4)
+    items = [SummaryItem(id=f"m{i}", role=("user", "assistant", "tool")[i % 3], msg_type="user_chat",
+                         text=f"Step {i}: the port is {4000 + i % 5} and src/mod{i % 4}.py was read.",
+                         content_hash=f"h{i}", tool_calls=((("read_file", f'{{"path": "src/mod{i % 4}.py"}}'),) if i % 3 == 1 else ()),
+                         source="read_file", tokens=20) for i in range(40)]
+    marked = [*items[:10], replaced(items[10], superseded="since step 30: port 4004 (port)"), *items[11:]]
+    held = [*items[:21], replaced(items[21], held=("The user said: “Step 21: the port is 4001 and src/mod1.py was read.”",)),
+            *items[22:]]
+    warm = OfflineSummarizer()
+    for sequence in (items[:12], items[:30], items, marked, items[:35], held, items[5:], items):
+        for max_tokens in (60, 400):
+            assert warm.summarize(sequence, level=2, max_tokens=max_tokens) == OfflineSummarizer().summarize(
+                sequence, level=2, max_tokens=max_tokens)
+    assert len(warm._folds) == summary_module.FOLD_MEMO
