@@ -26,8 +26,9 @@
 --
 -- KEYS[1]            the batch marker (a retried batch id is applied once)
 -- KEYS[3j-1 .. 3j+1] scope j's cells hash (its field "" the tick), edges hash, events hash
--- ARGV[1]            MessagePack batch: {{cap or false per scope}, {op...}}; an op is an
---                    array whose first element names it (see _redis._pack_op)
+-- ARGV[1]            MessagePack batch: {{cap or false per scope}, {op...}}: the ops one flat
+--                    array, OPLEN slots an op (padded with false), its first slot the op's
+--                    code (see _redis._pack_op; one table for the batch, not one per op)
 -- The board's config is written into the script on the placeholder line below (RATES, INIT,
 -- DEP, SMAX, RF, EDGE, PROTECT, EXEMPT, KEPT, LEASE, BATCH_TTL: see _redis._config_lua),
 -- numbers as Python's shortest round-trip text, which Lua reads back to the same double.
@@ -47,6 +48,10 @@ local max, min, find, ssub = math.max, math.min, string.find, string.sub
 local mpack, unpack_limit, call = cmsgpack.pack, cmsgpack.unpack_limit, redis.call
 local batch = cmsgpack.unpack(ARGV[1])
 local NONE = false
+local P, OPLEN = batch[2], 8  -- the ops, flat: op i's slots are P[o + 1 .. o + OPLEN], o = OPLEN * (i - 1)
+local NOPS = #P / OPLEN
+-- the op codes (_redis._OP_CODES)
+local DEPOSIT, REINFORCE, ADD, USE, FORGET, ARCHIVE, SUPERSEDE, RESTORE, REPAIR, ADVANCE = 1, 2, 3, 4, 5, 6, 7, 8, 9, 10
 
 local function fmt(x) return string.format('%.17g', x) end
 
@@ -154,10 +159,10 @@ for j, cap in ipairs(batch[1]) do
 end
 
 -- one HMGET per scope: its tick and every cell the batch names (decoded when first used)
-for _, op in ipairs(batch[2]) do
-  if op[1] ~= 'advance' then
-    local ids = wanted[op[2]]
-    if not ids[op[3]] then ids[op[3]] = true; ids[#ids + 1] = op[3] end
+for o = 0, OPLEN * (NOPS - 1), OPLEN do
+  if P[o + 1] ~= ADVANCE then
+    local ids, id = wanted[P[o + 2]], P[o + 3]
+    if not ids[id] then ids[id] = true; ids[#ids + 1] = id end
   end
 end
 for j, ids in ipairs(wanted) do
@@ -180,47 +185,48 @@ local function event(sc, id, agent, op, tick, amount, at)
   if KEPT == 0 then return end
   local list = sc.new_events[id]
   if list == nil then list = {}; sc.new_events[id] = list end
-  list[#list + 1] = '\149' .. mpack(agent, op, tick, amount, at)  -- the array {agent, op, ...}, no table
+  list[#list + 1] = mpack({agent, op, tick, amount, at})  -- one string (mpack(a, b, ...) makes one per value)
 end
 
 local out, amt = {}, {}
-for i, op in ipairs(batch[2]) do
-  local t, sc = op[1], scopes[op[2]]
+for i = 1, NOPS do
+  local o = OPLEN * (i - 1)
+  local t, sc = P[o + 1], scopes[P[o + 2]]
   local tick = sc.tick
   local outcome, amount = nil, 0.0
-  if t == 'advance' then
-    if op[4] ~= NONE then sc.tick = max(tick, op[4]) else sc.tick = tick + op[3] end
+  if t == ADVANCE then
+    if P[o + 4] ~= NONE then sc.tick = max(tick, P[o + 4]) else sc.tick = tick + P[o + 3] end
     sc.ticked = true
     outcome = 'advanced'
   else
-    local id, agent = op[3], op[4]
+    local id, agent = P[o + 3], P[o + 4]
     local c = sc.cache[id]
     local corrupt = c == BAD
     if corrupt or not c then c = nil end
-    if t == 'repair' then
+    if t == REPAIR then
       if c ~= nil then
         outcome = 'readable'
       else
-        local fixed = op[5]
+        local fixed = P[o + 5]
         if not valid(fixed) then return redis.error_reply('repair of ' .. id .. ': not a cell') end
         fixed[NEV], fixed[FORM] = 0, 2  -- what Python writes is form 2
         sc.cache[id] = fixed
         sc.dirty[id] = true
         sc.reset[id] = true  -- the repaired cell's events replace whatever the entry held
         local list = {}
-        if KEPT > 0 then for k, e in ipairs(op[6]) do list[k] = mpack(e) end end
+        if KEPT > 0 then for k, e in ipairs(P[o + 6]) do list[k] = mpack(e) end end
         sc.new_events[id] = list
         outcome = 'repaired'
       end
     elseif corrupt then
       outcome = 'corrupt'
-    elseif t == 'add' then
-      local at = op[5]
+    elseif t == ADD then
+      local at = P[o + 5]
       if c ~= nil then
         outcome = 'exists'
       else
-        local s = op[7] ~= NONE and op[7] or INIT[op[6]]
-        c = {2, op[6], tick, s, tick, 0.0, 0.0, '\n', agent, at, at, 'active', {}, 0, 0, {},
+        local s = P[o + 7] ~= NONE and P[o + 7] or INIT[P[o + 6]]
+        c = {2, P[o + 6], tick, s, tick, 0.0, 0.0, '\n', agent, at, at, 'active', {}, 0, 0, {},
              NONE, NONE, NONE, NONE, NONE, NONE, NONE, NONE, 0}
         event(sc, id, agent, 'add', tick, s, at)
         sc.cache[id] = c
@@ -229,8 +235,8 @@ for i, op in ipairs(batch[2]) do
       end
     elseif c == nil then
       outcome = 'missing'
-    elseif t == 'deposit' then
-      local at, score, sub, goal = op[5], op[6], op[7], op[8]
+    elseif t == DEPOSIT then
+      local at, score, sub, goal = P[o + 5], P[o + 6], P[o + 7], P[o + 8]
       local limit = limit_of(c, sc.cap, agent)
       settle(c, tick)
       local strength, earned, ldep = c[S], c[EARNED], c[LDEP]
@@ -261,11 +267,11 @@ for i, op in ipairs(batch[2]) do
         outcome = 'deposited'
       end
       sc.dirty[id] = true
-    elseif t == 'reinforce' and op[6] ~= NONE and (sc.edge_cache[id .. '\t' .. op[6]] ~= nil
-        or call('HEXISTS', sc.edges, id .. '\t' .. op[6]) == 1) then
+    elseif t == REINFORCE and P[o + 6] ~= NONE and (sc.edge_cache[id .. '\t' .. P[o + 6]] ~= nil
+        or call('HEXISTS', sc.edges, id .. '\t' .. P[o + 6]) == 1) then
       outcome = 'already'  -- once per (item, source)
-    elseif t == 'reinforce' then
-      local at, source, delta = op[5], op[6], op[7]
+    elseif t == REINFORCE then
+      local at, source, delta = P[o + 5], P[o + 6], P[o + 7]
       local limit = limit_of(c, sc.cap, agent)
       settle(c, tick)
       amount = capped(c[S], delta ~= NONE and delta or RF)
@@ -282,16 +288,16 @@ for i, op in ipairs(batch[2]) do
         sc.edge_cache[field] = w + EDGE
       end
       outcome = 'reinforced'
-    elseif t == 'use' then
-      local at, build = op[5], op[6]
+    elseif t == USE then
+      local at, build = P[o + 5], P[o + 6]
       c[USERS][agent] = tick
       if c[FIRST] == NONE then c[FIRST] = {agent, build} end
       c[TOUCHED] = at
       event(sc, id, agent, 'use:' .. build, tick, 0.0, at)
       sc.dirty[id] = true
       outcome = 'used'
-    elseif t == 'forget' or t == 'archive' then
-      local status = (t == 'forget') and 'forgotten' or 'archived'
+    elseif t == FORGET or t == ARCHIVE then
+      local status = (t == FORGET) and 'forgotten' or 'archived'
       if c[STATUS] ~= 'active' then
         outcome = 'conflict:' .. c[STATUS]
       else
@@ -300,26 +306,26 @@ for i, op in ipairs(batch[2]) do
           outcome = 'in_use:' .. h[1]
         else
           c[STATUS], c[STATUSBY] = status, agent
-          event(sc, id, agent, status, tick, 0.0, op[5])
+          event(sc, id, agent, status, tick, 0.0, P[o + 5])
           sc.dirty[id] = true
           outcome = status
         end
       end
-    elseif t == 'supersede' then
+    elseif t == SUPERSEDE then
       if c[STATUS] ~= 'active' then
         outcome = 'conflict:' .. c[STATUS]
       else
-        c[STATUS], c[SUPBY], c[STATUSBY] = 'superseded', op[6], agent
-        event(sc, id, agent, 'superseded:' .. op[6], tick, 0.0, op[5])
+        c[STATUS], c[SUPBY], c[STATUSBY] = 'superseded', P[o + 6], agent
+        event(sc, id, agent, 'superseded:' .. P[o + 6], tick, 0.0, P[o + 5])
         sc.dirty[id] = true
         outcome = 'superseded'
       end
-    elseif t == 'restore' then
+    elseif t == RESTORE then
       if c[STATUS] == 'active' then
         outcome = 'conflict:active'
       else
-        c[STATUS], c[SUPBY], c[STATUSBY], c[TOUCHED] = 'active', NONE, agent, op[5]
-        event(sc, id, agent, 'restored', tick, 0.0, op[5])
+        c[STATUS], c[SUPBY], c[STATUSBY], c[TOUCHED] = 'active', NONE, agent, P[o + 5]
+        event(sc, id, agent, 'restored', tick, 0.0, P[o + 5])
         sc.dirty[id] = true
         outcome = 'restored'
       end

@@ -203,34 +203,43 @@ _NONE = False  # "none" in a MessagePack slot (see _packed)
 _TICK = ""  # the field of a scope's tick in its cells hash (no item id is empty: check_ops)
 
 
-def _pack_op(op: Op, index: Mapping[str, int]) -> list[Any]:
-    """One operation as the Lua script reads it: ``[name, scope number, id, agent, at, ...]``."""
+_OPLEN = 8  # slots per op in the batch's flat op array (_board.lua's OPLEN)
+_PAD = (_NONE,) * _OPLEN
+
+
+def _pack_op(op: Op, index: Mapping[str, int], out: list[Any]) -> None:
+    """Append one operation to the batch's flat op array as the Lua script reads it:
+    ``_OPLEN`` slots, ``[code, scope number, id, agent, at, ...]`` padded with ``False``
+    (the codes: ``_board.lua``'s ``DEPOSIT`` … ``ADVANCE``)."""
     scope = index[op.scope]
     if isinstance(op, Deposit):  # the most frequent, first
         goal = task_key(op.goal)
-        return ["deposit", scope, op.id, op.agent, float(op.at), op.score, task_key(op.subtask),
-                _NONE if goal is None else goal]
+        out += (1, scope, op.id, op.agent, float(op.at), op.score, task_key(op.subtask),
+                _NONE if goal is None else goal)
+        return
     if isinstance(op, Advance):
-        return ["advance", scope, op.ticks, _NONE if op.to is None else op.to]
-    if isinstance(op, Repair):
-        return ["repair", scope, op.id, op.agent, pack_cell(op.cell), pack_events(op.cell)]
-    head = [scope, op.id, op.agent, float(op.at)]
-    if isinstance(op, Reinforce):
-        return ["reinforce", *head, _NONE if op.source is None else op.source,
-                _NONE if op.delta is None else float(op.delta)]
-    if isinstance(op, Add):
-        return ["add", *head, op.kind, _NONE if op.strength is None else float(op.strength)]
-    if isinstance(op, Use):
-        return ["use", *head, op.build]
-    if isinstance(op, Supersede):
-        return ["supersede", *head, op.by]
-    if isinstance(op, Forget):
-        return ["forget", *head]
-    if isinstance(op, Archive):
-        return ["archive", *head]
-    if isinstance(op, Restore):
-        return ["restore", *head]
-    raise TypeError(f"not a board operation: {op!r}")
+        slots: list[Any] = [10, scope, op.ticks, _NONE if op.to is None else op.to]
+    elif isinstance(op, Repair):
+        slots = [9, scope, op.id, op.agent, pack_cell(op.cell), pack_events(op.cell)]
+    elif isinstance(op, Reinforce):
+        slots = [2, scope, op.id, op.agent, float(op.at), _NONE if op.source is None else op.source,
+                 _NONE if op.delta is None else float(op.delta)]
+    elif isinstance(op, Add):
+        slots = [3, scope, op.id, op.agent, float(op.at), op.kind, _NONE if op.strength is None else float(op.strength)]
+    elif isinstance(op, Use):
+        slots = [4, scope, op.id, op.agent, float(op.at), op.build]
+    elif isinstance(op, Forget):
+        slots = [5, scope, op.id, op.agent, float(op.at)]
+    elif isinstance(op, Archive):
+        slots = [6, scope, op.id, op.agent, float(op.at)]
+    elif isinstance(op, Supersede):
+        slots = [7, scope, op.id, op.agent, float(op.at), op.by]
+    elif isinstance(op, Restore):
+        slots = [8, scope, op.id, op.agent, float(op.at)]
+    else:
+        raise TypeError(f"not a board operation: {op!r}")
+    out += slots
+    out += _PAD[len(slots):]
 
 
 class RedisBoard:
@@ -520,7 +529,10 @@ class RedisBoard:
                                                   self.key("events", scope)), _NONE if cap is None else cap)
             keys += got[0]
             caps.append(got[1])
-        payload = self._msgpack.packb([caps, [_pack_op(op, index) for op in ops]])  # a Packer is not thread-safe
+        flat: list[Any] = []
+        for op in ops:
+            _pack_op(op, index, flat)
+        payload = self._msgpack.packb([caps, flat])  # a Packer is not thread-safe
         args = [payload]
         reply = self._call(f"batch {batch_id}", lambda: self._script(keys=keys, args=args))
         data = self._msgpack.unpackb(reply)
