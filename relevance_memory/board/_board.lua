@@ -4,21 +4,25 @@
 -- reinforce, capped_deposit) and relevance_memory/board/_apply.py (step); the board
 -- contract and property tests prove both give bit-identical snapshots.
 --
--- Stored form 2 (see relevance_memory/board/_packed.py): one MessagePack array per cell in
+-- Stored form 3 (see relevance_memory/board/_packed.py): one MessagePack array per cell in
 -- the scope's cells hash, numbers as MessagePack numbers (a double stays a double: exact,
--- no decimal formatting), false for "none". Its first slot is the form, 2: the script
--- decodes the other 24 with unpack_limit from byte 4 straight into a table constructor
--- (a table made at its size at once, no rehash per slot; the constructor's first slot,
--- unpack_limit's offset, is then set back to 2), which costs half of cmsgpack.unpack of
--- the array. The provenance events live apart, in the scope's events hash, each event in
--- a field of its own, "<id>\t<seq>" (seq counts the item's events from 0; the cell's last
--- slot is the next one): the item's events are its newest events_kept seqs. A batch only
--- writes them: one HSET of its new events and one HDEL of the seqs that fell out of the
--- newest events_kept; it never reads an event. (Every string a script reads or makes
--- costs ~2 ns a byte — Redis's Lua hashes all of it — so bytes not read are the saving.)
--- Stored form 1, written before: 24 slots, no form slot, the item's events one blob in
--- the field "<id>"; a batch that writes such a cell moves its newest events_kept into
--- fields of their own, deletes the blob and writes the cell in form 2.
+-- no decimal formatting), false for "none", the task keys as their digests' 12 bytes (the
+-- subtasks one string of them end to end, a key (goal, subtask) one string). Its first
+-- slot is the form, 3: the script decodes the other 24 with unpack_limit from byte 4
+-- straight into a table constructor (a table made at its size at once, no rehash per
+-- slot; the constructor's first slot, unpack_limit's offset, is then set back to the
+-- form), which costs half of cmsgpack.unpack of the array. The provenance events live
+-- apart, in the scope's events hash, each event in a field of its own, "<id>\t<seq>" (seq
+-- counts the item's events from 0; the cell's last slot is the next one): the item's
+-- events are its newest events_kept seqs. A batch only writes them: one HSET of its new
+-- events and one HDEL of the seqs that fell out of the newest events_kept; it never reads
+-- an event. (Every string a script reads or makes costs ~2 ns a byte — Redis's Lua hashes
+-- all of it — so bytes not read or made are the saving: the keys' hex text was nine
+-- tenths of a cell.)
+-- Stored form 2, written before: the task keys as hex text (see upgraded() below); read
+-- into form 3 and written back so. Stored form 1, before it: 24 slots, no form slot, the
+-- item's events one blob in the field "<id>"; a batch that writes such a cell moves its
+-- newest events_kept into fields of their own, deletes the blob and writes it in form 3.
 -- The scope's tick is the cells hash's field "" (no item id is empty), so each scope costs
 -- a batch one HMGET of the tick and the cells it touches, one HSET of those it changed
 -- (and the tick), one HSET of their new events and one HDEL of the oldest. Evaporation is
@@ -61,33 +65,66 @@ local function fmt(x) return string.format('%.17g', x) end
 local FORM, KIND, BORN, S, AT, EARNED, LDEP, SUBS, PRODUCER, CREATED, TOUCHED = 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11
 local STATUS, CONTRIB, NDEP, NRF, USERS, SCORE, GOAL, LKEY, SKEY, PREV = 12, 13, 14, 15, 16, 17, 18, 19, 20, 21
 local SUPBY, STATUSBY, FIRST, NEV = 22, 23, 24, 25
--- FORM: 2 (1: read from form 1, written back as 2); SUBS: the subtask keys, each followed
--- by '\n', after a first '\n' (a membership test is one plain string.find); NEV: the seq
+-- FORM: 3 (1: read from form 1, written back as 3); SUBS: the subtask keys' digests (12
+-- bytes each, see _packed) end to end (a membership test is a plain string.find at a
+-- multiple of 12); GOAL: the goal's digest; LKEY, SKEY: a key (goal, subtask) as one
+-- string, the goal's digest (none: '') then the subtask's (equal keys: equal strings); NEV: the seq
 -- of the item's next event (form 1: how many events its blob holds).
-local HEAD2, HEAD1 = '\220\0\25\2', '\220\0\24'  -- array16 of 25 and the form, 2; array16 of 24
+local HEAD3, HEAD2, HEAD1 = '\220\0\25\3', '\220\0\25\2', '\220\0\24'  -- array16 of 25, the form; array16 of 24
+local DIGEST = 12  -- bytes of a task key's digest
 local DEPOSITED = {'deposit:1', 'deposit:2', 'deposit:3', 'deposit:4', 'deposit:5'}
 
 local function valid(c)  -- inline and on locals: it runs for every cell a batch names
   if type(c) ~= 'table' or #c ~= 25 then return false end
   local form, s, e, l, n = c[FORM], c[S], c[EARNED], c[LDEP], c[NEV]
-  return (form == 2 or form == 1) and RATES[c[KIND]] ~= nil  -- RATES' keys are the kinds, strings
+  return (form == 3 or form == 1) and RATES[c[KIND]] ~= nil  -- RATES' keys are the kinds, strings
     and type(s) == 'number' and s == s and s ~= HUGE and s ~= -HUGE
     and type(e) == 'number' and e == e and e ~= HUGE and e ~= -HUGE
     and type(l) == 'number' and l == l and l ~= HUGE and l ~= -HUGE
-    and type(c[BORN]) == 'number' and type(c[AT]) == 'number' and type(c[SUBS]) == 'string'
+    and type(c[BORN]) == 'number' and type(c[AT]) == 'number'
+    and type(c[SUBS]) == 'string' and #c[SUBS] % DIGEST == 0
     and type(c[CONTRIB]) == 'table' and type(c[USERS]) == 'table'
     and type(n) == 'number' and n >= 0 and n % 1 == 0
 end
 
 local BAD = {}  -- a scope's cache holds per id the cell, false (no such item) or BAD (corrupt)
 
-local function unpacked(raw)  -- the cell's table (form 1: its slots after a first slot 1), or nil
-  if ssub(raw, 1, 4) == HEAD2 then
+-- forms 1 and 2 held the task keys as hex text: a key's 24 hex digits, the subtasks each
+-- followed by '\n' after a first '\n', a key (goal, subtask) an array {goal or '', subtask}
+local function unhex(h)  -- 24 lowercase hex digits → their 12 bytes (an error: not a digest)
+  if type(h) ~= 'string' or #h ~= 24 or find(h, '[^0-9a-f]') then error('not a task key digest') end
+  local b = {}
+  for k = 1, 23, 2 do b[#b + 1] = tonumber(ssub(h, k, k + 1), 16) end
+  return string.char(unpack(b))
+end
+
+local function unhex_key(k)
+  if k == NONE then return NONE end
+  return (k[1] == '' and '' or unhex(k[1])) .. unhex(k[2])
+end
+
+local function upgraded(c)  -- a form-1/2 cell (its table) with its task keys as form 3 holds them
+  local subs = {}
+  for h in string.gmatch(c[SUBS], '[^\n]+') do subs[#subs + 1] = unhex(h) end
+  c[SUBS] = table.concat(subs)
+  if c[GOAL] ~= NONE then c[GOAL] = unhex(c[GOAL]) end
+  c[LKEY], c[SKEY] = unhex_key(c[LKEY]), unhex_key(c[SKEY])
+  return c
+end
+
+local function unpacked(raw)  -- the cell's table (form 1: its slots after a first slot 1), or nil; errors: not a cell
+  local head = ssub(raw, 1, 4)
+  if head == HEAD3 then
     local c = {unpack_limit(raw, 24, 4)}
-    if c[FORM] == -1 then c[FORM] = 2; return c end  -- -1: nothing after the 24 slots
+    if c[FORM] == -1 then c[FORM] = 3; return c end  -- -1: nothing after the 24 slots
     return nil
   end
-  if ssub(raw, 1, 3) == HEAD1 then return {1, unpack(cmsgpack.unpack(raw), 1, 24)} end
+  if head == HEAD2 then  -- form 2: read as form 3 (its events are already in fields of their own)
+    local c = {unpack_limit(raw, 24, 4)}
+    if c[FORM] == -1 then c[FORM] = 3; return upgraded(c) end
+    return nil
+  end
+  if ssub(raw, 1, 3) == HEAD1 then return upgraded({1, unpack(cmsgpack.unpack(raw), 1, 24)}) end
   return nil
 end
 
@@ -136,7 +173,14 @@ local function limit_of(c, cap, agent)
   return max(0.0, cap - (c[CONTRIB][agent] or 0.0))
 end
 
-local function keq(a, b) return a ~= NONE and a[1] == b[1] and a[2] == b[2] end
+local function seen_in(subs, sub)  -- the digest sub is one of subs' (a match at a multiple of 12)
+  local at = find(subs, sub, 1, true)
+  while at ~= nil do
+    if at % DIGEST == 1 then return true end
+    at = find(subs, sub, at + 1, true)
+  end
+  return false
+end
 
 local function holders(c, tick, other_than)
   local out = {}
@@ -209,7 +253,7 @@ for i = 1, NOPS do
       else
         local fixed = P[o + 5]
         if not valid(fixed) then return redis.error_reply('repair of ' .. id .. ': not a cell') end
-        fixed[NEV], fixed[FORM] = 0, 2  -- what Python writes is form 2
+        fixed[NEV], fixed[FORM] = 0, 3  -- what Python writes is form 3
         sc.cache[id] = fixed
         sc.dirty[id] = true
         sc.reset[id] = true  -- the repaired cell's events replace whatever the entry held
@@ -226,7 +270,7 @@ for i = 1, NOPS do
         outcome = 'exists'
       else
         local s = P[o + 7] ~= NONE and P[o + 7] or INIT[P[o + 6]]
-        c = {2, P[o + 6], tick, s, tick, 0.0, 0.0, '\n', agent, at, at, 'active', {}, 0, 0, {},
+        c = {3, P[o + 6], tick, s, tick, 0.0, 0.0, '', agent, at, at, 'active', {}, 0, 0, {},
              NONE, NONE, NONE, NONE, NONE, NONE, NONE, NONE, 0}
         event(sc, id, agent, 'add', tick, s, at)
         sc.cache[id] = c
@@ -246,11 +290,11 @@ for i = 1, NOPS do
         strength = max(0.0, strength - earned)
         earned, ldep = 0.0, 0.0
         lkey, skey, cscore, prev = NONE, NONE, NONE, NONE
-        subs = '\n'
+        subs = ''
       end
-      local key = {goal or '', sub}
-      if not keq(skey, key) then prev, skey = cscore, key end
-      local seen = find(subs, '\n' .. sub .. '\n', 1, true) ~= nil
+      local key = (goal or '') .. sub
+      if skey ~= key then prev, skey = cscore, key end
+      local seen = seen_in(subs, sub)
       c[EARNED], c[LDEP], c[LKEY], c[SKEY], c[SCORE], c[PREV], c[GOAL], c[SUBS] =
         earned, ldep, lkey, skey, score, prev, goal, subs
       if seen then
@@ -260,7 +304,7 @@ for i = 1, NOPS do
         amount = capped(strength, DEP[score])
         if limit ~= nil then amount = min(amount, limit) end
         c[S], c[EARNED], c[LDEP], c[LKEY] = strength + amount, earned + amount, amount, key
-        c[SUBS] = subs .. sub .. '\n'
+        c[SUBS] = subs .. sub
         c[CONTRIB][agent] = (c[CONTRIB][agent] or 0.0) + amount
         c[NDEP], c[TOUCHED] = c[NDEP] + 1, at
         event(sc, id, agent, DEPOSITED[score], tick, amount, at)
@@ -370,7 +414,7 @@ for _, sc in ipairs(scopes) do
       for _, e in ipairs(sc.new_events[id] or {}) do old[#old + 1] = e end
       sc.new_events[id] = old
       sc.reset[id] = true
-      c[NEV], c[FORM] = 0, 2
+      c[NEV], c[FORM] = 0, 3
       dels[#dels + 1] = id
     end
   end

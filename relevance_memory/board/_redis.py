@@ -80,9 +80,17 @@ from ._model import (
     Use,
     check_access,
     is_private,
-    task_key,
 )
-from ._packed import event_fields, pack_cell, pack_events, stored_events, unpack_cell, unpack_events
+from ._packed import (
+    event_fields,
+    pack_cell,
+    pack_events,
+    read_slots,
+    stored_events,
+    task_digest,
+    unpack_cell,
+    unpack_events,
+)
 
 __all__ = ["CALL_BOUND_S", "CONNECT_TIMEOUT_S", "OP_TIMEOUT_S", "BoardRetry", "RedisBoard"]
 
@@ -212,9 +220,9 @@ def _pack_op(op: Op, index: Mapping[str, int], out: list[Any]) -> None:
     ``_OPLEN`` slots, ``[code, scope number, id, agent, at, ...]`` padded with ``False``
     (the codes: ``_board.lua``'s ``DEPOSIT`` … ``ADVANCE``)."""
     scope = index[op.scope]
-    if isinstance(op, Deposit):  # the most frequent, first
-        goal = task_key(op.goal)
-        out += (1, scope, op.id, op.agent, float(op.at), op.score, task_key(op.subtask),
+    if isinstance(op, Deposit):  # the most frequent, first; the task keys as their bytes (_packed)
+        goal = task_digest(op.goal)
+        out += (1, scope, op.id, op.agent, float(op.at), op.score, task_digest(op.subtask),
                 _NONE if goal is None else goal)
         return
     if isinstance(op, Advance):
@@ -440,7 +448,7 @@ class RedisBoard:
                 cell = hit[1]
             else:
                 try:
-                    slots = unpackb(value)
+                    slots = read_slots(unpackb, value)
                     cell = unpack_cell(slots)
                 except ValueError as exc:  # msgpack's own errors are ValueErrors too
                     corrupt.append(item)
@@ -532,7 +540,8 @@ class RedisBoard:
         flat: list[Any] = []
         for op in ops:
             _pack_op(op, index, flat)
-        payload = self._msgpack.packb([caps, flat])  # a Packer is not thread-safe
+        # bytes (task digests) as MessagePack str: the cmsgpack of Redis 7.0 reads no bin type
+        payload = self._msgpack.packb([caps, flat], use_bin_type=False)  # a Packer is not thread-safe
         args = [payload]
         reply = self._call(f"batch {batch_id}", lambda: self._script(keys=keys, args=args))
         data = self._msgpack.unpackb(reply)
