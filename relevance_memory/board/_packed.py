@@ -165,20 +165,27 @@ def _unpack3(d: Any, events: tuple[Event, ...]) -> BoardCell:
     s, earned, ldep, created, touched = float(s), float(earned), float(ldep), float(created), float(touched)
     if s - s or earned - earned or ldep - ldep or created - created or touched - touched:  # inf − inf is nan
         raise ValueError("a non-finite number")
-    if subs:
-        h = subs.hex()
-        keys = frozenset([h[k:k + 2 * DIGEST] for k in range(0, len(h), 2 * DIGEST)])
+    keys = frozenset(subs.hex("\n", DIGEST).split("\n")) if subs else _NO_KEYS  # hex, a newline every 12 bytes
+    if lkey is False:
+        last = None
+    elif lkey.__class__ is bytes:
+        last = (lkey[:-DIGEST].hex(), lkey[-DIGEST:].hex())
     else:
-        keys = _NO_KEYS
-    last = None if lkey is False else _key(lkey)
+        raise ValueError(f"expected bytes, got {lkey!r}")
     memory = _new_cell(Cell, (kind, int(born), s, int(at), None if score is False else _is(score, int),
                               None if goal is False else _is(goal, bytes).hex(), earned, last, ldep, keys,
                               None if skey is False else last if skey == lkey else _key(skey),
                               None if prev is False else _is(prev, int)))
+    if not contrib:
+        contributions = {}
+    elif len(contrib) == 1:  # the usual case: no comprehension's frame
+        ((a, v),) = contrib.items()
+        contributions = {a.decode(): float(v)}
+    else:
+        contributions = {a.decode(): float(v) for a, v in contrib.items()}
     return new_board_cell(
         memory, producer.decode(), created, touched, status, None if sup_by is False else _is(sup_by, bytes).decode(),
-        None if status_by is False else _is(status_by, bytes).decode(),
-        {a.decode(): float(v) for a, v in contrib.items()} if contrib else {}, int(n_dep), int(n_rf),
+        None if status_by is False else _is(status_by, bytes).decode(), contributions, int(n_dep), int(n_rf),
         {a.decode(): int(t) for a, t in users.items()} if users else {},
         None if first is False else (first[0].decode(), int(first[1])), events,
     )
