@@ -190,8 +190,8 @@ def _config_lua(config: BoardConfig) -> str:
             f"local DEP = {{{deposits}}}\n"
             f"local SMAX, RF, EDGE = {float(p.s_max)!r}, {float(p.reinforce_delta)!r}, {float(p.edge_delta)!r}\n"
             f"local PROTECT, EXEMPT = {int(p.protect_ticks)}, {int(p.exempt_score)}\n"
-            f"local KEPT, LEASE, BATCH_TTL = {int(config.events_kept)}, {int(config.lease_ticks)}, "
-            f"{int(config.batch_ttl_seconds)}")
+            f"local KEPT, LEASE = {int(config.events_kept)}, {int(config.lease_ticks)}\n"
+            f"local BATCH_TTL = '{int(config.batch_ttl_seconds)}'")  # text: a number argument of redis.call is sprintf'd
 
 
 def _binary(mod: Any, client: Any) -> Any:
