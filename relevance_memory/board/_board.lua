@@ -54,7 +54,7 @@ local batch = cmsgpack.unpack(ARGV[1])
 local NONE = false
 local P, OPLEN = batch[2], 8  -- the ops, flat: op i's slots are P[o + 1 .. o + OPLEN], o = OPLEN * (i - 1)
 local NOPS = #P / OPLEN
--- the op codes (_redis._OP_CODES)
+-- the op codes (_redis._pack_op)
 local DEPOSIT, REINFORCE, ADD, USE, FORGET, ARCHIVE, SUPERSEDE, RESTORE, REPAIR, ADVANCE = 1, 2, 3, 4, 5, 6, 7, 8, 9, 10
 
 local function fmt(x) return string.format('%.17g', x) end
@@ -104,8 +104,9 @@ local function unhex_key(k)
 end
 
 local function upgraded(c)  -- a form-1/2 cell (its table) with its task keys as form 3 holds them
-  local subs = {}
-  for h in string.gmatch(c[SUBS], '[^\n]+') do subs[#subs + 1] = unhex(h) end
+  local subs, keys = {}, string.match(c[SUBS], '^\n*(.-)\n*$')  -- as Python's strip('\n')
+  if find(keys, '\n\n', 1, true) then error('an empty subtask key') end
+  for h in string.gmatch(keys, '[^\n]+') do subs[#subs + 1] = unhex(h) end
   c[SUBS] = table.concat(subs)
   if c[GOAL] ~= NONE then c[GOAL] = unhex(c[GOAL]) end
   c[LKEY], c[SKEY] = unhex_key(c[LKEY]), unhex_key(c[SKEY])

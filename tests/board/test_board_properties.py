@@ -344,8 +344,10 @@ def test_a_board_stored_in_form_2_still_loads_and_moves_to_form_3(redis_url: str
 
 def test_a_cell_whose_task_keys_are_not_digests_is_corrupt_in_form_2_and_refused_in_a_repair(redis_url: str) -> None:
     """Forms 1 and 2 held task keys as hex text: one that is not a digest's 24 hex digits
-    (no board wrote one) makes the cell corrupt, for a snapshot as for a batch (it cannot
-    be stored as bytes), and a Repair with such a cell is refused before it is sent."""
+    (no board wrote one; an empty subtask between two newlines included) makes the cell
+    corrupt, for a snapshot as for a batch (it cannot be stored as bytes), while newlines
+    around the subtasks are not keys on either side; a Repair with such a cell is refused
+    before it is sent."""
     import msgpack
 
     from relevance_memory.board import BoardError
@@ -356,10 +358,12 @@ def test_a_cell_whose_task_keys_are_not_digests_is_corrupt_in_form_2_and_refused
     memory.apply([Add("shared", "m", "tool_result", "a"), Deposit("shared", "m", 4, "sub0", "g", "a")])
     cell = memory.snapshot("shared", ["m"], agent="a").cells["m"].cell
     slots = _pack_form_2(cell)
-    slots[7] = "\nnot-a-digest\n"
-    redis._raw.hset(redis.key("cells", "shared"), "m", msgpack.packb(slots))
-    assert redis.snapshot("shared", ["m"], agent="a").corrupt == ("m",)
-    assert redis.apply([Reinforce("shared", "m", "a")]).outcomes == ("corrupt",)
+    key = slots[7].strip("\n")
+    for subs, corrupt in ((f"\n\n{key}\n\n", False), (f"\n{key}\n\n{key}\n", True), ("\nnot-a-digest\n", True)):
+        slots[7] = subs
+        redis._raw.hset(redis.key("cells", "shared"), "m", msgpack.packb(slots))
+        assert redis.snapshot("shared", ["m"], agent="a").corrupt == (("m",) if corrupt else ())
+        assert redis.apply([Reinforce("shared", "m", "a")]).outcomes == (("corrupt",) if corrupt else ("reinforced",))
     odd = replace(cell, memory=cell.memory._replace(subtasks=frozenset({"not-a-digest"})))
     with pytest.raises(BoardError, match="task_key digests"):
         redis.apply([Repair("shared", "m", odd, "a")])
