@@ -221,8 +221,8 @@ def _pack_op(op: Op, index: Mapping[str, int], out: list[Any]) -> None:
     (the codes: ``_board.lua``'s ``DEPOSIT`` … ``ADVANCE``)."""
     scope = index[op.scope]
     if isinstance(op, Deposit):  # the most frequent, first; the task keys as their bytes (_packed)
-        goal = task_digest(op.goal)
-        out += (1, scope, op.id, op.agent, float(op.at), op.score, task_digest(op.subtask),
+        goal, sub = task_digest(op.goal), task_digest(op.subtask)
+        out += (1, scope, op.id, op.agent, float(op.at), op.score, _NONE if sub is None else sub,
                 _NONE if goal is None else goal)
         return
     if isinstance(op, Advance):
@@ -246,7 +246,7 @@ def _pack_op(op: Op, index: Mapping[str, int], out: list[Any]) -> None:
         slots = [8, scope, op.id, op.agent, float(op.at)]
     else:
         raise TypeError(f"not a board operation: {op!r}")
-    out += slots
+    out += [_NONE if v is None else v for v in slots]  # a nil would make a hole in the flat array
     out += _PAD[len(slots):]
 
 
@@ -541,8 +541,8 @@ class RedisBoard:
         digest = task_digest
         for op in ops:
             if type(op) is Deposit:  # the most frequent: _pack_op's first case, inline
-                goal = op.goal
-                flat += (1, index[op.scope], op.id, op.agent, float(op.at), op.score, digest(op.subtask),
+                goal, sub = op.goal, digest(op.subtask)
+                flat += (1, index[op.scope], op.id, op.agent, float(op.at), op.score, _NONE if sub is None else sub,
                          _NONE if goal is None else digest(goal))
             else:
                 _pack_op(op, index, flat)

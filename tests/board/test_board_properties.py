@@ -404,3 +404,21 @@ def test_a_board_rewritten_in_form_2_agrees_bit_for_bit_as_batches_move_it_to_fo
                     assert (m.tick, m.missing, m.corrupt, m.cells) == (r.tick, r.missing, r.corrupt, r.cells)
     finally:
         redis.close()
+
+
+def test_an_op_with_a_none_where_the_script_needs_a_value_is_refused_whole(redis_url: str) -> None:
+    """A ``None`` where a value belongs (a Deposit's subtask, a Use's build: not checked before
+    the batch is sent) travels as false in the batch's flat op array, never as a hole that
+    would shift the ops after it: the script refuses the batch and nothing is applied."""
+    from relevance_memory.board import BoardError
+
+    name = f"p-{uuid.uuid4().hex[:10]}"
+    redis = RedisBoard.from_url(redis_url, name, BoardConfig(), **SLOW_OK)
+    redis.apply([Add("shared", "m", "tool_result", "a")])
+    before = redis.snapshot("shared", ["m"], agent="a", provenance=True).cells
+    for bad in (Deposit("shared", "m", 4, None, "g", "a"),  # type: ignore[arg-type]
+                Use("shared", "m", "a", None)):  # type: ignore[arg-type]
+        with pytest.raises(BoardError, match="refused by the server"):
+            redis.apply([Reinforce("shared", "m", "a"), bad, Reinforce("shared", "m", "b")])
+    assert redis.snapshot("shared", ["m"], agent="a", provenance=True).cells == before
+    redis.close()
