@@ -6,11 +6,14 @@ for each script: a fresh board of ``--items`` items, ``--warm`` batches of board
 shape (10 deposits on random items, a fresh subtask each, + 1 reinforcement) to give the
 cells a history, then counts the server's instructions over ``--batches`` more
 (``callgrind_control -i on`` / ``-d`` / ``-i off``). ``--lua`` measures other versions of
-``_board.lua`` (e.g. another tree's) with this tree's client; ``min`` is the minimal script
-(the same 11 updates as ``HINCRBYFLOAT``). Needs valgrind (Debian: ``apt-get install valgrind``).
+``_board.lua`` with this tree's client (so they must read its batch payload: for a tree
+from before the flat batch payload (board4), run that tree's own copy of this file); ``min`` is
+the minimal script (the same 11 updates as ``HINCRBYFLOAT``). Needs valgrind (Debian:
+``apt-get install valgrind``).
 
     python benchmarks/board_script_cost.py --warm 1000
-    python benchmarks/board_script_cost.py --warm 1000 --lua /tmp/board_base/relevance_memory/board/_board.lua
+    python benchmarks/board_script_cost.py --warm 1000 --lua /tmp/variant.lua
+    cd /tmp/board_base/benchmarks && PYTHONPATH=/tmp/board_base python board_script_cost.py --warm 1000
 """
 
 from __future__ import annotations

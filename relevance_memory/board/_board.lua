@@ -4,21 +4,25 @@
 -- reinforce, capped_deposit) and relevance_memory/board/_apply.py (step); the board
 -- contract and property tests prove both give bit-identical snapshots.
 --
--- Stored form 2 (see relevance_memory/board/_packed.py): one MessagePack array per cell in
+-- Stored form 3 (see relevance_memory/board/_packed.py): one MessagePack array per cell in
 -- the scope's cells hash, numbers as MessagePack numbers (a double stays a double: exact,
--- no decimal formatting), false for "none". Its first slot is the form, 2: the script
--- decodes the other 24 with unpack_limit from byte 4 straight into a table constructor
--- (a table made at its size at once, no rehash per slot; the constructor's first slot,
--- unpack_limit's offset, is then set back to 2), which costs half of cmsgpack.unpack of
--- the array. The provenance events live apart, in the scope's events hash, each event in
--- a field of its own, "<id>\t<seq>" (seq counts the item's events from 0; the cell's last
--- slot is the next one): the item's events are its newest events_kept seqs. A batch only
--- writes them: one HSET of its new events and one HDEL of the seqs that fell out of the
--- newest events_kept; it never reads an event. (Every string a script reads or makes
--- costs ~2 ns a byte — Redis's Lua hashes all of it — so bytes not read are the saving.)
--- Stored form 1, written before: 24 slots, no form slot, the item's events one blob in
--- the field "<id>"; a batch that writes such a cell moves its newest events_kept into
--- fields of their own, deletes the blob and writes the cell in form 2.
+-- no decimal formatting), false for "none", the task keys as their digests' 12 bytes (the
+-- subtasks one string of them end to end, a key (goal, subtask) one string). Its first
+-- slot is the form, 3: the script decodes the other 24 with unpack_limit from byte 4
+-- straight into a table constructor (a table made at its size at once, no rehash per
+-- slot; the constructor's first slot, unpack_limit's offset, is then set back to the
+-- form), which costs half of cmsgpack.unpack of the array. The provenance events live
+-- apart, in the scope's events hash, each event in a field of its own, "<id>\t<seq>" (seq
+-- counts the item's events from 0; the cell's last slot is the next one): the item's
+-- events are its newest events_kept seqs. A batch only writes them: one HSET of its new
+-- events and one HDEL of the seqs that fell out of the newest events_kept; it never reads
+-- an event. (Every string a script reads or makes costs ~2 ns a byte — Redis's Lua hashes
+-- all of it — so bytes not read or made are the saving: the keys' hex text was nine
+-- tenths of a cell.)
+-- Stored form 2, written before: the task keys as hex text (see upgraded() below); read
+-- into form 3 and written back so. Stored form 1, before it: 24 slots, no form slot, the
+-- item's events one blob in the field "<id>"; a batch that writes such a cell moves its
+-- newest events_kept into fields of their own, deletes the blob and writes it in form 3.
 -- The scope's tick is the cells hash's field "" (no item id is empty), so each scope costs
 -- a batch one HMGET of the tick and the cells it touches, one HSET of those it changed
 -- (and the tick), one HSET of their new events and one HDEL of the oldest. Evaporation is
@@ -26,8 +30,9 @@
 --
 -- KEYS[1]            the batch marker (a retried batch id is applied once)
 -- KEYS[3j-1 .. 3j+1] scope j's cells hash (its field "" the tick), edges hash, events hash
--- ARGV[1]            MessagePack batch: {{cap or false per scope}, {op...}}; an op is an
---                    array whose first element names it (see _redis._pack_op)
+-- ARGV[1]            MessagePack batch: {{cap or false per scope}, {op...}}: the ops one flat
+--                    array, OPLEN slots an op (padded with false), its first slot the op's
+--                    code (see _redis._pack_op; one table for the batch, not one per op)
 -- The board's config is written into the script on the placeholder line below (RATES, INIT,
 -- DEP, SMAX, RF, EDGE, PROTECT, EXEMPT, KEPT, LEASE, BATCH_TTL: see _redis._config_lua),
 -- numbers as Python's shortest round-trip text, which Lua reads back to the same double.
@@ -47,6 +52,10 @@ local max, min, find, ssub = math.max, math.min, string.find, string.sub
 local mpack, unpack_limit, call = cmsgpack.pack, cmsgpack.unpack_limit, redis.call
 local batch = cmsgpack.unpack(ARGV[1])
 local NONE = false
+local P, OPLEN = batch[2], 8  -- the ops, flat: op i's slots are P[o + 1 .. o + OPLEN], o = OPLEN * (i - 1)
+local NOPS = #P / OPLEN
+-- the op codes (_redis._pack_op)
+local DEPOSIT, REINFORCE, ADD, USE, FORGET, ARCHIVE, SUPERSEDE, RESTORE, REPAIR, ADVANCE = 1, 2, 3, 4, 5, 6, 7, 8, 9, 10
 
 local function fmt(x) return string.format('%.17g', x) end
 
@@ -56,33 +65,67 @@ local function fmt(x) return string.format('%.17g', x) end
 local FORM, KIND, BORN, S, AT, EARNED, LDEP, SUBS, PRODUCER, CREATED, TOUCHED = 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11
 local STATUS, CONTRIB, NDEP, NRF, USERS, SCORE, GOAL, LKEY, SKEY, PREV = 12, 13, 14, 15, 16, 17, 18, 19, 20, 21
 local SUPBY, STATUSBY, FIRST, NEV = 22, 23, 24, 25
--- FORM: 2 (1: read from form 1, written back as 2); SUBS: the subtask keys, each followed
--- by '\n', after a first '\n' (a membership test is one plain string.find); NEV: the seq
+-- FORM: 3 (1: read from form 1, written back as 3); SUBS: the subtask keys' digests (12
+-- bytes each, see _packed) end to end (a membership test is a plain string.find at a
+-- multiple of 12); GOAL: the goal's digest; LKEY, SKEY: a key (goal, subtask) as one
+-- string, the goal's digest (none: '') then the subtask's (equal keys: equal strings); NEV: the seq
 -- of the item's next event (form 1: how many events its blob holds).
-local HEAD2, HEAD1 = '\220\0\25\2', '\220\0\24'  -- array16 of 25 and the form, 2; array16 of 24
+local HEAD3, HEAD2, HEAD1 = '\220\0\25\3', '\220\0\25\2', '\220\0\24'  -- array16 of 25, the form; array16 of 24
+local DIGEST = 12  -- bytes of a task key's digest
 local DEPOSITED = {'deposit:1', 'deposit:2', 'deposit:3', 'deposit:4', 'deposit:5'}
 
 local function valid(c)  -- inline and on locals: it runs for every cell a batch names
   if type(c) ~= 'table' or #c ~= 25 then return false end
   local form, s, e, l, n = c[FORM], c[S], c[EARNED], c[LDEP], c[NEV]
-  return (form == 2 or form == 1) and RATES[c[KIND]] ~= nil  -- RATES' keys are the kinds, strings
+  return (form == 3 or form == 1) and RATES[c[KIND]] ~= nil  -- RATES' keys are the kinds, strings
     and type(s) == 'number' and s == s and s ~= HUGE and s ~= -HUGE
     and type(e) == 'number' and e == e and e ~= HUGE and e ~= -HUGE
     and type(l) == 'number' and l == l and l ~= HUGE and l ~= -HUGE
-    and type(c[BORN]) == 'number' and type(c[AT]) == 'number' and type(c[SUBS]) == 'string'
+    and type(c[BORN]) == 'number' and type(c[AT]) == 'number'
+    and type(c[SUBS]) == 'string' and #c[SUBS] % DIGEST == 0
     and type(c[CONTRIB]) == 'table' and type(c[USERS]) == 'table'
     and type(n) == 'number' and n >= 0 and n % 1 == 0
 end
 
 local BAD = {}  -- a scope's cache holds per id the cell, false (no such item) or BAD (corrupt)
 
-local function unpacked(raw)  -- the cell's table (form 1: its slots after a first slot 1), or nil
-  if ssub(raw, 1, 4) == HEAD2 then
+-- forms 1 and 2 held the task keys as hex text: a key's 24 hex digits, the subtasks each
+-- followed by '\n' after a first '\n', a key (goal, subtask) an array {goal or '', subtask}
+local function unhex(h)  -- 24 lowercase hex digits → their 12 bytes (an error: not a digest)
+  if type(h) ~= 'string' or #h ~= 24 or find(h, '[^0-9a-f]') then error('not a task key digest') end
+  local b = {}
+  for k = 1, 23, 2 do b[#b + 1] = tonumber(ssub(h, k, k + 1), 16) end
+  return string.char(unpack(b))
+end
+
+local function unhex_key(k)
+  if k == NONE then return NONE end
+  return (k[1] == '' and '' or unhex(k[1])) .. unhex(k[2])
+end
+
+local function upgraded(c)  -- a form-1/2 cell (its table) with its task keys as form 3 holds them
+  local subs, keys = {}, string.match(c[SUBS], '^\n*(.-)\n*$')  -- as Python's strip('\n')
+  if find(keys, '\n\n', 1, true) then error('an empty subtask key') end
+  for h in string.gmatch(keys, '[^\n]+') do subs[#subs + 1] = unhex(h) end
+  c[SUBS] = table.concat(subs)
+  if c[GOAL] ~= NONE then c[GOAL] = unhex(c[GOAL]) end
+  c[LKEY], c[SKEY] = unhex_key(c[LKEY]), unhex_key(c[SKEY])
+  return c
+end
+
+local function unpacked(raw)  -- the cell's table (form 1: its slots after a first slot 1), or nil; errors: not a cell
+  local head = ssub(raw, 1, 4)
+  if head == HEAD3 then
     local c = {unpack_limit(raw, 24, 4)}
-    if c[FORM] == -1 then c[FORM] = 2; return c end  -- -1: nothing after the 24 slots
+    if c[FORM] == -1 then c[FORM] = 3; return c end  -- -1: nothing after the 24 slots
     return nil
   end
-  if ssub(raw, 1, 3) == HEAD1 then return {1, unpack(cmsgpack.unpack(raw), 1, 24)} end
+  if head == HEAD2 then  -- form 2: read as form 3 (its events are already in fields of their own)
+    local c = {unpack_limit(raw, 24, 4)}
+    if c[FORM] == -1 then c[FORM] = 3; return upgraded(c) end
+    return nil
+  end
+  if ssub(raw, 1, 3) == HEAD1 then return upgraded({1, unpack(cmsgpack.unpack(raw), 1, 24)}) end
   return nil
 end
 
@@ -131,7 +174,14 @@ local function limit_of(c, cap, agent)
   return max(0.0, cap - (c[CONTRIB][agent] or 0.0))
 end
 
-local function keq(a, b) return a ~= NONE and a[1] == b[1] and a[2] == b[2] end
+local function seen_in(subs, sub)  -- the digest sub is one of subs' (a match at a multiple of 12)
+  local at = find(subs, sub, 1, true)
+  while at ~= nil do
+    if at % DIGEST == 1 then return true end
+    at = find(subs, sub, at + 1, true)
+  end
+  return false
+end
 
 local function holders(c, tick, other_than)
   local out = {}
@@ -154,10 +204,10 @@ for j, cap in ipairs(batch[1]) do
 end
 
 -- one HMGET per scope: its tick and every cell the batch names (decoded when first used)
-for _, op in ipairs(batch[2]) do
-  if op[1] ~= 'advance' then
-    local ids = wanted[op[2]]
-    if not ids[op[3]] then ids[op[3]] = true; ids[#ids + 1] = op[3] end
+for o = 0, OPLEN * (NOPS - 1), OPLEN do
+  if P[o + 1] ~= ADVANCE then
+    local ids, id = wanted[P[o + 2]], P[o + 3]
+    if not ids[id] then ids[id] = true; ids[#ids + 1] = id end
   end
 end
 for j, ids in ipairs(wanted) do
@@ -180,47 +230,48 @@ local function event(sc, id, agent, op, tick, amount, at)
   if KEPT == 0 then return end
   local list = sc.new_events[id]
   if list == nil then list = {}; sc.new_events[id] = list end
-  list[#list + 1] = '\149' .. mpack(agent, op, tick, amount, at)  -- the array {agent, op, ...}, no table
+  list[#list + 1] = mpack({agent, op, tick, amount, at})  -- one string (mpack(a, b, ...) makes one per value)
 end
 
 local out, amt = {}, {}
-for i, op in ipairs(batch[2]) do
-  local t, sc = op[1], scopes[op[2]]
+for i = 1, NOPS do
+  local o = OPLEN * (i - 1)
+  local t, sc = P[o + 1], scopes[P[o + 2]]
   local tick = sc.tick
   local outcome, amount = nil, 0.0
-  if t == 'advance' then
-    if op[4] ~= NONE then sc.tick = max(tick, op[4]) else sc.tick = tick + op[3] end
+  if t == ADVANCE then
+    if P[o + 4] ~= NONE then sc.tick = max(tick, P[o + 4]) else sc.tick = tick + P[o + 3] end
     sc.ticked = true
     outcome = 'advanced'
   else
-    local id, agent = op[3], op[4]
+    local id, agent = P[o + 3], P[o + 4]
     local c = sc.cache[id]
     local corrupt = c == BAD
     if corrupt or not c then c = nil end
-    if t == 'repair' then
+    if t == REPAIR then
       if c ~= nil then
         outcome = 'readable'
       else
-        local fixed = op[5]
+        local fixed = P[o + 5]
         if not valid(fixed) then return redis.error_reply('repair of ' .. id .. ': not a cell') end
-        fixed[NEV], fixed[FORM] = 0, 2  -- what Python writes is form 2
+        fixed[NEV], fixed[FORM] = 0, 3  -- what Python writes is form 3
         sc.cache[id] = fixed
         sc.dirty[id] = true
         sc.reset[id] = true  -- the repaired cell's events replace whatever the entry held
         local list = {}
-        if KEPT > 0 then for k, e in ipairs(op[6]) do list[k] = mpack(e) end end
+        if KEPT > 0 then for k, e in ipairs(P[o + 6]) do list[k] = mpack(e) end end
         sc.new_events[id] = list
         outcome = 'repaired'
       end
     elseif corrupt then
       outcome = 'corrupt'
-    elseif t == 'add' then
-      local at = op[5]
+    elseif t == ADD then
+      local at = P[o + 5]
       if c ~= nil then
         outcome = 'exists'
       else
-        local s = op[7] ~= NONE and op[7] or INIT[op[6]]
-        c = {2, op[6], tick, s, tick, 0.0, 0.0, '\n', agent, at, at, 'active', {}, 0, 0, {},
+        local s = P[o + 7] ~= NONE and P[o + 7] or INIT[P[o + 6]]
+        c = {3, P[o + 6], tick, s, tick, 0.0, 0.0, '', agent, at, at, 'active', {}, 0, 0, {},
              NONE, NONE, NONE, NONE, NONE, NONE, NONE, NONE, 0}
         event(sc, id, agent, 'add', tick, s, at)
         sc.cache[id] = c
@@ -229,8 +280,8 @@ for i, op in ipairs(batch[2]) do
       end
     elseif c == nil then
       outcome = 'missing'
-    elseif t == 'deposit' then
-      local at, score, sub, goal = op[5], op[6], op[7], op[8]
+    elseif t == DEPOSIT then
+      local at, score, sub, goal = P[o + 5], P[o + 6], P[o + 7], P[o + 8]
       local limit = limit_of(c, sc.cap, agent)
       settle(c, tick)
       local strength, earned, ldep = c[S], c[EARNED], c[LDEP]
@@ -240,11 +291,11 @@ for i, op in ipairs(batch[2]) do
         strength = max(0.0, strength - earned)
         earned, ldep = 0.0, 0.0
         lkey, skey, cscore, prev = NONE, NONE, NONE, NONE
-        subs = '\n'
+        subs = ''
       end
-      local key = {goal or '', sub}
-      if not keq(skey, key) then prev, skey = cscore, key end
-      local seen = find(subs, '\n' .. sub .. '\n', 1, true) ~= nil
+      local key = (goal or '') .. sub
+      if skey ~= key then prev, skey = cscore, key end
+      local seen = seen_in(subs, sub)
       c[EARNED], c[LDEP], c[LKEY], c[SKEY], c[SCORE], c[PREV], c[GOAL], c[SUBS] =
         earned, ldep, lkey, skey, score, prev, goal, subs
       if seen then
@@ -254,18 +305,18 @@ for i, op in ipairs(batch[2]) do
         amount = capped(strength, DEP[score])
         if limit ~= nil then amount = min(amount, limit) end
         c[S], c[EARNED], c[LDEP], c[LKEY] = strength + amount, earned + amount, amount, key
-        c[SUBS] = subs .. sub .. '\n'
+        c[SUBS] = subs .. sub
         c[CONTRIB][agent] = (c[CONTRIB][agent] or 0.0) + amount
         c[NDEP], c[TOUCHED] = c[NDEP] + 1, at
         event(sc, id, agent, DEPOSITED[score], tick, amount, at)
         outcome = 'deposited'
       end
       sc.dirty[id] = true
-    elseif t == 'reinforce' and op[6] ~= NONE and (sc.edge_cache[id .. '\t' .. op[6]] ~= nil
-        or call('HEXISTS', sc.edges, id .. '\t' .. op[6]) == 1) then
+    elseif t == REINFORCE and P[o + 6] ~= NONE and (sc.edge_cache[id .. '\t' .. P[o + 6]] ~= nil
+        or call('HEXISTS', sc.edges, id .. '\t' .. P[o + 6]) == 1) then
       outcome = 'already'  -- once per (item, source)
-    elseif t == 'reinforce' then
-      local at, source, delta = op[5], op[6], op[7]
+    elseif t == REINFORCE then
+      local at, source, delta = P[o + 5], P[o + 6], P[o + 7]
       local limit = limit_of(c, sc.cap, agent)
       settle(c, tick)
       amount = capped(c[S], delta ~= NONE and delta or RF)
@@ -282,16 +333,16 @@ for i, op in ipairs(batch[2]) do
         sc.edge_cache[field] = w + EDGE
       end
       outcome = 'reinforced'
-    elseif t == 'use' then
-      local at, build = op[5], op[6]
+    elseif t == USE then
+      local at, build = P[o + 5], P[o + 6]
       c[USERS][agent] = tick
       if c[FIRST] == NONE then c[FIRST] = {agent, build} end
       c[TOUCHED] = at
       event(sc, id, agent, 'use:' .. build, tick, 0.0, at)
       sc.dirty[id] = true
       outcome = 'used'
-    elseif t == 'forget' or t == 'archive' then
-      local status = (t == 'forget') and 'forgotten' or 'archived'
+    elseif t == FORGET or t == ARCHIVE then
+      local status = (t == FORGET) and 'forgotten' or 'archived'
       if c[STATUS] ~= 'active' then
         outcome = 'conflict:' .. c[STATUS]
       else
@@ -300,26 +351,26 @@ for i, op in ipairs(batch[2]) do
           outcome = 'in_use:' .. h[1]
         else
           c[STATUS], c[STATUSBY] = status, agent
-          event(sc, id, agent, status, tick, 0.0, op[5])
+          event(sc, id, agent, status, tick, 0.0, P[o + 5])
           sc.dirty[id] = true
           outcome = status
         end
       end
-    elseif t == 'supersede' then
+    elseif t == SUPERSEDE then
       if c[STATUS] ~= 'active' then
         outcome = 'conflict:' .. c[STATUS]
       else
-        c[STATUS], c[SUPBY], c[STATUSBY] = 'superseded', op[6], agent
-        event(sc, id, agent, 'superseded:' .. op[6], tick, 0.0, op[5])
+        c[STATUS], c[SUPBY], c[STATUSBY] = 'superseded', P[o + 6], agent
+        event(sc, id, agent, 'superseded:' .. P[o + 6], tick, 0.0, P[o + 5])
         sc.dirty[id] = true
         outcome = 'superseded'
       end
-    elseif t == 'restore' then
+    elseif t == RESTORE then
       if c[STATUS] == 'active' then
         outcome = 'conflict:active'
       else
-        c[STATUS], c[SUPBY], c[STATUSBY], c[TOUCHED] = 'active', NONE, agent, op[5]
-        event(sc, id, agent, 'restored', tick, 0.0, op[5])
+        c[STATUS], c[SUPBY], c[STATUSBY], c[TOUCHED] = 'active', NONE, agent, P[o + 5]
+        event(sc, id, agent, 'restored', tick, 0.0, P[o + 5])
         sc.dirty[id] = true
         outcome = 'restored'
       end
@@ -364,7 +415,7 @@ for _, sc in ipairs(scopes) do
       for _, e in ipairs(sc.new_events[id] or {}) do old[#old + 1] = e end
       sc.new_events[id] = old
       sc.reset[id] = true
-      c[NEV], c[FORM] = 0, 2
+      c[NEV], c[FORM] = 0, 3
       dels[#dels + 1] = id
     end
   end

@@ -80,9 +80,17 @@ from ._model import (
     Use,
     check_access,
     is_private,
-    task_key,
 )
-from ._packed import event_fields, pack_cell, pack_events, stored_events, unpack_cell, unpack_events
+from ._packed import (
+    event_fields,
+    pack_cell,
+    pack_events,
+    read_slots,
+    stored_events,
+    task_digest,
+    unpack_cell,
+    unpack_events,
+)
 
 __all__ = ["CALL_BOUND_S", "CONNECT_TIMEOUT_S", "OP_TIMEOUT_S", "BoardRetry", "RedisBoard"]
 
@@ -182,8 +190,8 @@ def _config_lua(config: BoardConfig) -> str:
             f"local DEP = {{{deposits}}}\n"
             f"local SMAX, RF, EDGE = {float(p.s_max)!r}, {float(p.reinforce_delta)!r}, {float(p.edge_delta)!r}\n"
             f"local PROTECT, EXEMPT = {int(p.protect_ticks)}, {int(p.exempt_score)}\n"
-            f"local KEPT, LEASE, BATCH_TTL = {int(config.events_kept)}, {int(config.lease_ticks)}, "
-            f"{int(config.batch_ttl_seconds)}")
+            f"local KEPT, LEASE = {int(config.events_kept)}, {int(config.lease_ticks)}\n"
+            f"local BATCH_TTL = '{int(config.batch_ttl_seconds)}'")  # text: a number argument of redis.call is sprintf'd
 
 
 def _binary(mod: Any, client: Any) -> Any:
@@ -203,34 +211,43 @@ _NONE = False  # "none" in a MessagePack slot (see _packed)
 _TICK = ""  # the field of a scope's tick in its cells hash (no item id is empty: check_ops)
 
 
-def _pack_op(op: Op, index: Mapping[str, int]) -> list[Any]:
-    """One operation as the Lua script reads it: ``[name, scope number, id, agent, at, ...]``."""
+_OPLEN = 8  # slots per op in the batch's flat op array (_board.lua's OPLEN)
+_PAD = (_NONE,) * _OPLEN
+
+
+def _pack_op(op: Op, index: Mapping[str, int], out: list[Any]) -> None:
+    """Append one operation to the batch's flat op array as the Lua script reads it:
+    ``_OPLEN`` slots, ``[code, scope number, id, agent, at, ...]`` padded with ``False``
+    (the codes: ``_board.lua``'s ``DEPOSIT`` … ``ADVANCE``)."""
     scope = index[op.scope]
-    if isinstance(op, Deposit):  # the most frequent, first
-        goal = task_key(op.goal)
-        return ["deposit", scope, op.id, op.agent, float(op.at), op.score, task_key(op.subtask),
-                _NONE if goal is None else goal]
+    if isinstance(op, Deposit):  # the most frequent, first; the task keys as their bytes (_packed)
+        goal, sub = task_digest(op.goal), task_digest(op.subtask)
+        out += (1, scope, op.id, op.agent, float(op.at), op.score, _NONE if sub is None else sub,
+                _NONE if goal is None else goal)
+        return
     if isinstance(op, Advance):
-        return ["advance", scope, op.ticks, _NONE if op.to is None else op.to]
-    if isinstance(op, Repair):
-        return ["repair", scope, op.id, op.agent, pack_cell(op.cell), pack_events(op.cell)]
-    head = [scope, op.id, op.agent, float(op.at)]
-    if isinstance(op, Reinforce):
-        return ["reinforce", *head, _NONE if op.source is None else op.source,
-                _NONE if op.delta is None else float(op.delta)]
-    if isinstance(op, Add):
-        return ["add", *head, op.kind, _NONE if op.strength is None else float(op.strength)]
-    if isinstance(op, Use):
-        return ["use", *head, op.build]
-    if isinstance(op, Supersede):
-        return ["supersede", *head, op.by]
-    if isinstance(op, Forget):
-        return ["forget", *head]
-    if isinstance(op, Archive):
-        return ["archive", *head]
-    if isinstance(op, Restore):
-        return ["restore", *head]
-    raise TypeError(f"not a board operation: {op!r}")
+        slots: list[Any] = [10, scope, op.ticks, _NONE if op.to is None else op.to]
+    elif isinstance(op, Repair):
+        slots = [9, scope, op.id, op.agent, pack_cell(op.cell), pack_events(op.cell)]
+    elif isinstance(op, Reinforce):
+        slots = [2, scope, op.id, op.agent, float(op.at), _NONE if op.source is None else op.source,
+                 _NONE if op.delta is None else float(op.delta)]
+    elif isinstance(op, Add):
+        slots = [3, scope, op.id, op.agent, float(op.at), op.kind, _NONE if op.strength is None else float(op.strength)]
+    elif isinstance(op, Use):
+        slots = [4, scope, op.id, op.agent, float(op.at), op.build]
+    elif isinstance(op, Forget):
+        slots = [5, scope, op.id, op.agent, float(op.at)]
+    elif isinstance(op, Archive):
+        slots = [6, scope, op.id, op.agent, float(op.at)]
+    elif isinstance(op, Supersede):
+        slots = [7, scope, op.id, op.agent, float(op.at), op.by]
+    elif isinstance(op, Restore):
+        slots = [8, scope, op.id, op.agent, float(op.at)]
+    else:
+        raise TypeError(f"not a board operation: {op!r}")
+    out += [_NONE if v is None else v for v in slots]  # a nil would make a hole in the flat array
+    out += _PAD[len(slots):]
 
 
 class RedisBoard:
@@ -431,7 +448,7 @@ class RedisBoard:
                 cell = hit[1]
             else:
                 try:
-                    slots = unpackb(value)
+                    slots = read_slots(unpackb, value)
                     cell = unpack_cell(slots)
                 except ValueError as exc:  # msgpack's own errors are ValueErrors too
                     corrupt.append(item)
@@ -520,13 +537,23 @@ class RedisBoard:
                                                   self.key("events", scope)), _NONE if cap is None else cap)
             keys += got[0]
             caps.append(got[1])
-        payload = self._msgpack.packb([caps, [_pack_op(op, index) for op in ops]])  # a Packer is not thread-safe
+        flat: list[Any] = []
+        digest = task_digest
+        for op in ops:
+            if type(op) is Deposit:  # the most frequent: _pack_op's first case, inline
+                goal, sub = op.goal, digest(op.subtask)
+                flat += (1, index[op.scope], op.id, op.agent, float(op.at), op.score, _NONE if sub is None else sub,
+                         _NONE if goal is None else digest(goal))
+            else:
+                _pack_op(op, index, flat)
+        # bytes (task digests) as MessagePack str: the cmsgpack of Redis 7.0 reads no bin type
+        payload = self._msgpack.packb([caps, flat], use_bin_type=False)  # a Packer is not thread-safe
         args = [payload]
         reply = self._call(f"batch {batch_id}", lambda: self._script(keys=keys, args=args))
         data = self._msgpack.unpackb(reply)
         if data[0]:
             return BatchResult(batch_id, (), (), duplicate=True)
-        return BatchResult(batch_id, tuple(data[1]), tuple(float(a) for a in data[2]))
+        return BatchResult(batch_id, tuple(data[1]), tuple(map(float, data[2])))
 
     def _new_batch_id(self) -> str:
         """A batch id no other batch has: a random prefix per client and process, then a

@@ -5,6 +5,7 @@ scope keeps the memory the single-agent :class:`PheromoneField` keeps."""
 from __future__ import annotations
 
 import uuid
+from dataclasses import replace
 from typing import Any
 
 import pytest
@@ -180,6 +181,24 @@ def test_a_private_scope_keeps_the_fields_memory(steps: list[tuple[str, Any]]) -
     assert board.edges(sc) == pytest.approx(field.edges)
 
 
+def _pack_form_2(cell: Any) -> list[Any]:
+    """A cell's slots as stored form 2 held them (before form 3): the task keys as hex text,
+    the subtasks each followed by a newline after a first one, a key an array."""
+    m = cell.memory
+
+    def o(value: Any) -> Any:
+        return False if value is None else value
+
+    subs = "\n" + "".join(f"{k}\n" for k in sorted(m.subtasks))
+    return [2, m.kind, m.born_tick, m.strength, m.at_tick, m.earned, m.last_deposit, subs, cell.producer,
+            cell.created_at, cell.touched_at, cell.status, dict(cell.contributions), cell.deposits,
+            cell.reinforcements, dict(cell.users), o(m.latest_score), o(m.latest_goal),
+            o(None if m.last_key is None else list(m.last_key)),
+            o(None if m.score_key is None else list(m.score_key)), o(m.previous_score), o(cell.superseded_by),
+            o(cell.status_by), o(None if cell.first_selected is None else list(cell.first_selected)),
+            len(cell.events)]
+
+
 def _write_form_1(redis: RedisBoard, scope: str, cells: dict[str, Any], older: int) -> None:
     """Store ``cells`` as the board before stored form 2 did: a cell of 24 slots (the last
     how many events its blob holds) and its events in one blob, field ``<id>`` of the
@@ -187,20 +206,34 @@ def _write_form_1(redis: RedisBoard, scope: str, cells: dict[str, Any], older: i
     them (form 1 cut a blob back to events_kept only once it held twice as many)."""
     import msgpack
 
-    from relevance_memory.board._packed import pack_cell, pack_events
+    from relevance_memory.board._packed import pack_events
 
     raw = redis._raw
     for item, cell in cells.items():
         ghosts = older if len(cell.events) == redis.config.events_kept else 0
         events = [["ghost", "reinforce", 0, 0.5, float(k)] for k in range(ghosts)] + pack_events(cell)
-        raw.hset(redis.key("cells", scope), item, msgpack.packb([*pack_cell(cell)[1:24], len(events)]))
+        raw.hset(redis.key("cells", scope), item, msgpack.packb([*_pack_form_2(cell)[1:24], len(events)]))
         raw.hset(redis.key("events", scope), item, b"".join(msgpack.packb(e) for e in events))
 
 
-def test_a_board_stored_in_form_1_still_loads_and_moves_to_form_2(redis_url: str) -> None:
+def _write_form_2(redis: RedisBoard, scope: str, cells: dict[str, Any]) -> None:
+    """Store ``cells`` as the board before stored form 3 did (form 2: the task keys as hex
+    text; each event in a field ``<id>\t<seq>`` already, as now)."""
+    import msgpack
+
+    from relevance_memory.board._packed import pack_events
+
+    raw = redis._raw
+    for item, cell in cells.items():
+        raw.hset(redis.key("cells", scope), item, msgpack.packb(_pack_form_2(cell)))
+        for seq, event in enumerate(pack_events(cell)):
+            raw.hset(redis.key("events", scope), f"{item}\t{seq}", msgpack.packb(event))
+
+
+def test_a_board_stored_in_form_1_still_loads_and_moves_to_form_3(redis_url: str) -> None:
     """A board written before events got a field each (stored form 1: 24-slot cells, an
     item's events one blob) reads the same, and keeps agreeing with the in-memory board
-    bit for bit as batches write to it; a written cell is form 2 and its blob is gone."""
+    bit for bit as batches write to it; a written cell is form 3 and its blob is gone."""
     config = BoardConfig(agent_share=0.4, lease_ticks=4, events_kept=3)
     name = f"p-{uuid.uuid4().hex[:10]}"
     memory, redis = InMemoryBoard(name, config), RedisBoard.from_url(redis_url, name, config, **SLOW_OK)
@@ -240,7 +273,7 @@ def test_a_board_stored_in_form_1_still_loads_and_moves_to_form_2(redis_url: str
     agree()
     stored = redis._raw.hgetall(redis.key("events", "shared"))
     for item in ("m0", "m1", "m2"):
-        assert redis._raw.hget(redis.key("cells", "shared"), item)[:4] == b"\xdc\x00\x19\x02"  # form 2
+        assert redis._raw.hget(redis.key("cells", "shared"), item)[:4] == b"\xdc\x00\x19\x03"  # form 3
         assert item.encode() not in stored  # the blob is gone
     assert b"m3" in stored  # a cell no batch wrote stays form 1, read as before
     assert sorted(k for k in stored if k.startswith(b"m0\t")) == [b"m0\t1", b"m0\t2", b"m0\t3"]  # the newest 3
@@ -250,4 +283,142 @@ def test_a_board_stored_in_form_1_still_loads_and_moves_to_form_2(redis_url: str
     agree()
     assert sorted(k for k in redis._raw.hgetall(redis.key("events", "shared")) if k.startswith(b"m0\t")) == \
         [b"m0\t6", b"m0\t7", b"m0\t8"]  # older seqs deleted as they fell out
+    redis.close()
+
+
+def test_a_board_stored_in_form_2_still_loads_and_moves_to_form_3(redis_url: str) -> None:
+    """A board written before the task keys were stored as bytes (stored form 2: hex text)
+    reads the same, and keeps agreeing with the in-memory board bit for bit as batches write
+    to it, a written cell in form 3: a deposit for a subtask the form-2 cell holds is
+    "already", a goal key read from form 2 equals the batch's (the score's previous one
+    kept), a new goal drops the old subtasks."""
+    config = BoardConfig(agent_share=0.4, lease_ticks=4, events_kept=3)
+    name = f"p-{uuid.uuid4().hex[:10]}"
+    memory, redis = InMemoryBoard(name, config), RedisBoard.from_url(redis_url, name, config, **SLOW_OK)
+    ids = ["m0", "m1", "m2", "m3", "m4"]
+    history = [Add("shared", i, "tool_result", "planner", at=1.0) for i in ids] + [
+        Deposit("shared", "m0", 4, "sub0", "fix the parser", "coder", 2.0),
+        Deposit("shared", "m0", 2, "sub1", "fix the parser", "coder", 2.0),
+        Deposit("shared", "m1", 2, "sub0", None, "coder", 2.0),
+        Advance("shared", "coder", 3),
+        Reinforce("shared", "m0", "reviewer", "m1", at=3.0),
+        Use("shared", "m2", "coder", 7, at=4.0),
+        Deposit("shared", "m3", 5, "sub1", "write the docs", "planner", 5.0),
+        Supersede("shared", "m4", "m3", "planner", 5.0),
+    ]
+    memory.apply(history)
+    redis.apply([Advance("shared", "coder", 3)])  # the scope's tick
+    cells = {i: v.cell for i, v in memory.snapshot("shared", ids, agent="coder", provenance=True).cells.items()}
+    _write_form_2(redis, "shared", cells)
+
+    def agree() -> None:
+        for goal, sub in (("fix the parser", "sub1"), (None, "sub0"), ("write the docs", None)):
+            for provenance in (False, True):
+                for wanted in (ids, None):
+                    m = memory.snapshot("shared", wanted, agent="coder", goal=goal, subtask=sub, provenance=provenance)
+                    r = redis.snapshot("shared", wanted, agent="coder", goal=goal, subtask=sub, provenance=provenance)
+                    assert (m.tick, m.missing, m.corrupt, m.cells) == (r.tick, r.missing, r.corrupt, r.cells)
+                    assert not r.faults
+
+    agree()
+    later = [
+        Deposit("shared", "m0", 3, "sub0", "fix the parser", "reviewer", 6.0),  # already (held in hex)
+        Deposit("shared", "m0", 5, "sub2", "fix the parser", "reviewer", 6.0),  # a new subtask, same goal
+        Deposit("shared", "m1", 3, "sub0", None, "coder", 6.0),  # already, no goal
+        Deposit("shared", "m3", 4, "sub1", "fix the parser", "coder", 6.0),  # another goal: its subtasks dropped
+        Reinforce("shared", "m2", "planner", at=6.0),
+    ]
+    got_m, got_r = memory.apply(later), redis.apply(later)
+    assert got_m.outcomes == got_r.outcomes == ("already", "deposited", "already", "deposited", "reinforced")
+    assert got_m.amounts == got_r.amounts
+    agree()
+    for item in ("m0", "m1", "m2", "m3"):
+        assert redis._raw.hget(redis.key("cells", "shared"), item)[:4] == b"\xdc\x00\x19\x03"  # form 3
+    assert redis._raw.hget(redis.key("cells", "shared"), "m4")[:4] == b"\xdc\x00\x19\x02"  # not written: form 2
+    more = [Deposit("shared", i, 2, "sub2", "fix the parser", "planner", 7.0) for i in ids] + [
+        Restore("shared", "m4", "coder", at=8.0)]
+    assert memory.apply(more).outcomes == redis.apply(more).outcomes
+    agree()
+    redis.close()
+
+
+def test_a_cell_whose_task_keys_are_not_digests_is_corrupt_in_form_2_and_refused_in_a_repair(redis_url: str) -> None:
+    """Forms 1 and 2 held task keys as hex text: one that is not a digest's 24 hex digits
+    (no board wrote one; an empty subtask between two newlines included) makes the cell
+    corrupt, for a snapshot as for a batch (it cannot be stored as bytes), while newlines
+    around the subtasks are not keys on either side; a Repair with such a cell is refused
+    before it is sent."""
+    import msgpack
+
+    from relevance_memory.board import BoardError
+
+    config = BoardConfig(events_kept=3)
+    name = f"p-{uuid.uuid4().hex[:10]}"
+    memory, redis = InMemoryBoard(name, config), RedisBoard.from_url(redis_url, name, config, **SLOW_OK)
+    memory.apply([Add("shared", "m", "tool_result", "a"), Deposit("shared", "m", 4, "sub0", "g", "a")])
+    cell = memory.snapshot("shared", ["m"], agent="a").cells["m"].cell
+    slots = _pack_form_2(cell)
+    key = slots[7].strip("\n")
+    for subs, corrupt in ((f"\n\n{key}\n\n", False), (f"\n{key}\n\n{key}\n", True), ("\nnot-a-digest\n", True)):
+        slots[7] = subs
+        redis._raw.hset(redis.key("cells", "shared"), "m", msgpack.packb(slots))
+        assert redis.snapshot("shared", ["m"], agent="a").corrupt == (("m",) if corrupt else ())
+        assert redis.apply([Reinforce("shared", "m", "a")]).outcomes == (("corrupt",) if corrupt else ("reinforced",))
+    odd = replace(cell, memory=cell.memory._replace(subtasks=frozenset({"not-a-digest"})))
+    with pytest.raises(BoardError, match="task_key digests"):
+        redis.apply([Repair("shared", "m", odd, "a")])
+    assert redis.apply([Repair("shared", "m", cell, "a")]).outcomes == ("repaired",)
+    assert redis.snapshot("shared", ["m"], agent="a").cells["m"].cell == cell
+    redis.close()
+
+
+@settings(max_examples=30, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(before=st.lists(st.lists(board_op(), min_size=1, max_size=8), min_size=1, max_size=4),
+       after=st.lists(st.lists(board_op(), min_size=1, max_size=8), min_size=1, max_size=4),
+       goal=st.sampled_from(GOALS), subtask=st.sampled_from(["sub0", "sub1", None]), kept=st.sampled_from([0, 1, 3]))
+def test_a_board_rewritten_in_form_2_agrees_bit_for_bit_as_batches_move_it_to_form_3(
+        redis_url: str, before: list[list[Any]], after: list[list[Any]], goal: str | None, subtask: str | None,
+        kept: int) -> None:
+    """A random history, the Redis board's cells then stored again as form 2 held them, more
+    random batches: every outcome, amount and snapshot equal to the in-memory board's."""
+    config = BoardConfig(agent_share=0.4, lease_ticks=4, ttl_seconds={"shared": 1e5}, events_kept=kept)
+    name = f"p-{uuid.uuid4().hex[:10]}"
+    memory, redis = InMemoryBoard(name, config), RedisBoard.from_url(redis_url, name, config, **SLOW_OK)
+    try:
+        for ops in before:
+            assert memory.apply(ops).outcomes == redis.apply(ops).outcomes
+        for sc in SCOPES:
+            cells = {i: v.cell for i, v in memory.snapshot(sc, IDS, agent="coder", provenance=True).cells.items()}
+            redis._raw.delete(redis.key("events", sc))
+            _write_form_2(redis, sc, cells)
+        redis._decoded.clear()
+        for ops in after:
+            got_m, got_r = memory.apply(ops), redis.apply(ops)
+            assert (got_m.outcomes, got_m.amounts) == (got_r.outcomes, got_r.amounts)
+            for sc in SCOPES:
+                for provenance in (False, True):
+                    m = memory.snapshot(sc, IDS, agent="coder", goal=goal, subtask=subtask, now=5e5,
+                                        provenance=provenance)
+                    r = redis.snapshot(sc, IDS, agent="coder", goal=goal, subtask=subtask, now=5e5,
+                                       provenance=provenance)
+                    assert (m.tick, m.missing, m.corrupt, m.cells) == (r.tick, r.missing, r.corrupt, r.cells)
+    finally:
+        redis.close()
+
+
+def test_an_op_with_a_none_where_the_script_needs_a_value_is_refused_whole(redis_url: str) -> None:
+    """A ``None`` where a value belongs (a Deposit's subtask, a Use's build: not checked before
+    the batch is sent) travels as false in the batch's flat op array, never as a hole that
+    would shift the ops after it: the script refuses the batch and nothing is applied."""
+    from relevance_memory.board import BoardError
+
+    name = f"p-{uuid.uuid4().hex[:10]}"
+    redis = RedisBoard.from_url(redis_url, name, BoardConfig(), **SLOW_OK)
+    redis.apply([Add("shared", "m", "tool_result", "a")])
+    before = redis.snapshot("shared", ["m"], agent="a", provenance=True).cells
+    for bad in (Deposit("shared", "m", 4, None, "g", "a"),  # type: ignore[arg-type]
+                Use("shared", "m", "a", None)):  # type: ignore[arg-type]
+        with pytest.raises(BoardError, match="refused by the server"):
+            redis.apply([Reinforce("shared", "m", "a"), bad, Reinforce("shared", "m", "b")])
+    assert redis.snapshot("shared", ["m"], agent="a", provenance=True).cells == before
     redis.close()
