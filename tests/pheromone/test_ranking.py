@@ -30,34 +30,25 @@ def _brute(field: PheromoneField, n: int) -> list[tuple[str, float]]:
     return values[:n]
 
 
-@settings(max_examples=80, deadline=None)
-@given(
-    ops=st.lists(
-        st.one_of(
-            st.tuples(st.just("grow"), st.integers(1, 40), st.integers(0, 4)),
-            st.tuples(st.just("score"), st.integers(0, 10_000), st.integers(1, 5), st.integers(0, 3)),
-            st.tuples(st.just("wait"), st.integers(0, 6), st.just(0)),
-        ),
-        min_size=1, max_size=40,
+OPS = st.lists(
+    st.one_of(
+        st.tuples(st.just("grow"), st.integers(1, 40), st.integers(0, 4)),
+        st.tuples(st.just("score"), st.integers(0, 10_000), st.integers(1, 5), st.integers(0, 3)),
+        st.tuples(st.just("wait"), st.integers(0, 6), st.just(0)),
     ),
-    n=st.integers(1, 6),
+    min_size=1, max_size=40,
 )
+"""A field's history: messages arriving (how many, their kinds), scores deposited, ticks passing."""
+
+
+@settings(max_examples=80, deadline=None)
+@given(ops=OPS, n=st.integers(1, 6))
 def test_ranking_matches_ranking_every_cell(ops: list[tuple[int | str, ...]], n: int) -> None:
     _check_ranking(ops, n)
 
 
 @settings(max_examples=60, deadline=None)
-@given(
-    ops=st.lists(
-        st.one_of(
-            st.tuples(st.just("grow"), st.integers(1, 40), st.integers(0, 4)),
-            st.tuples(st.just("score"), st.integers(0, 10_000), st.integers(1, 5), st.integers(0, 3)),
-            st.tuples(st.just("wait"), st.integers(0, 6), st.just(0)),
-        ),
-        min_size=1, max_size=40,
-    ),
-    n=st.integers(1, 6),
-)
+@given(ops=OPS, n=st.integers(1, 6))
 def test_ranking_rebuilt_from_every_cell_matches_too(ops: list[tuple[int | str, ...]], n: int) -> None:
     """With the one-pass rebuild taken whenever the writes are a quarter of the cells (at scale:
     a history ingested at once), the ranking is still exact."""
