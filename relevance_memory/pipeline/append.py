@@ -483,7 +483,6 @@ def tail_start(store: StoreView) -> int:
 def remember(
     previous: PrefixState | None,
     built: BuiltContext,
-    step: BuildStep,
     seams: Seams,
     *,
     final_goal: str,

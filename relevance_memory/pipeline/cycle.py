@@ -214,7 +214,7 @@ def _steps(
             target=target, budget=budget,
         )
         if grown is None:
-            done = _remember(previous, outcome, step, seams, goal, budget, number)
+            done = _remember(previous, outcome, seams, goal, budget, number)
             collect_young(len(seams.store))
             return done
         target, limit = grown, (budget if grown < budget else None)
@@ -243,10 +243,9 @@ def collect_young(stored: int) -> None:
 
 
 def _remember(
-    previous: PrefixState | None, built: BuiltContext, step: BuildStep, seams: Seams, goal: TaskGoal, budget: int,
-    number: int,
+    previous: PrefixState | None, built: BuiltContext, seams: Seams, goal: TaskGoal, budget: int, number: int,
 ) -> Outcome:
-    prefix = remember(previous, built, step, seams, final_goal=goal.key, budget=budget)
+    prefix = remember(previous, built, seams, final_goal=goal.key, budget=budget)
     return Outcome(built, Cycle(prefix, number))
 
 
