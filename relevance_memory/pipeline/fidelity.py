@@ -165,10 +165,23 @@ _EXCERPTS: TextMemo[tuple[str, int, int]] = TextMemo(longest=50_000, max_chars=4
 same file or runs the same command again: each repeat was cut line by line anew)."""
 
 
+_TOKENS: TextMemo[int] = TextMemo(longest=100_000, max_chars=8_000_000)
+"""Memo of a text's tokens by text and counter, for the texts an excerpt measures (a repeated
+command's arguments, a file's lines read again): the same counter counts a text the same."""
+
+
+def _tokens(counter: TokenCounter, text: str) -> int:
+    """``counter.count_text(text)``, memoised (:data:`_TOKENS`) for a counter that can key a memo."""
+    if type(counter).__hash__ is None:
+        return counter.count_text(text)
+    known = _TOKENS.get(text, counter)
+    return known if known is not None else _TOKENS.put(text, counter.count_text(text), counter)
+
+
 def _excerpt_text(text: str, max_tokens: int, keep: frozenset[str], counter: TokenCounter) -> tuple[str, int, int]:
     lines = [_clip_line(line) for line in text.split("\n")]
-    costs = counter.count_texts(lines) if lines else []
-    gap = counter.count_text("\n…") + 1
+    costs = [_tokens(counter, line) for line in lines]
+    gap = _tokens(counter, "\n…") + 1
     priority = _priorities(lines, keep)
     n = len(lines)
     order = sorted(range(n), key=lambda i: (priority[i], 0 if i < n // 2 else 1, i if i < n // 2 else n - i))
@@ -249,7 +262,7 @@ def _shrink_arguments(arguments: str, max_tokens: int, keep: Collection[str], co
     """Tool-call arguments within about ``max_tokens``: a JSON object keeps its keys and its
     short values, its long strings excerpted (still valid JSON); anything else is excerpted as
     text."""
-    if counter.count_text(arguments) <= max_tokens:
+    if _tokens(counter, arguments) <= max_tokens:
         return arguments
     try:
         data = json.loads(arguments)
@@ -259,7 +272,7 @@ def _shrink_arguments(arguments: str, max_tokens: int, keep: Collection[str], co
         strings = {k: v for k, v in data.items() if isinstance(v, str)}
         fixed = counter.count_text(json.dumps({k: v for k, v in data.items() if k not in strings}, ensure_ascii=False))
         room = max(8, (max_tokens - fixed) // max(1, len(strings)))
-        out = {k: (excerpt_text(v, room, keep, counter)[0] if k in strings and counter.count_text(v) > room else v)
+        out = {k: (excerpt_text(v, room, keep, counter)[0] if k in strings and _tokens(counter, v) > room else v)
                for k, v in data.items()}
         return json.dumps(out, ensure_ascii=False)
     return excerpt_text(arguments, max_tokens, keep, counter)[0]
@@ -294,7 +307,7 @@ def excerpt_message(
     calls = [thaw(c) for c in (message.raw.get("tool_calls") or [])]
     frame = counter.count_message(_with_content(message, "", [] if calls else None)) + 16
     target = max(8, cap - frame)
-    text_tokens = counter.count_text(text) if text else 0
+    text_tokens = _tokens(counter, text) if text else 0
     fields = goal_fields(text, goal) if message.role == "tool" else ""
     for _ in range(6):
         text_room = min(text_tokens, target // 2) if calls else target  # a short THOUGHT stays whole

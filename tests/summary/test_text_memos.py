@@ -77,3 +77,16 @@ def test_excerpts_are_memoised_per_counter_and_equal_fresh_ones() -> None:
     odd = Unhashable("o200k_base")
     assert fidelity.excerpt_text(text, 120, keep, odd) == fresh  # not memoised, same answer
     assert "Traceback: KeyError 'x'" in fresh[0] and fresh[1] < fresh[2] == 301
+
+
+def test_excerpt_token_counts_are_memoised_per_counter() -> None:
+    from relevance_memory._tokenizer import TiktokenCounter
+    from relevance_memory.pipeline import fidelity
+
+    text = "naïve café — 東京 " * 40
+    o200k, cl100k = TiktokenCounter("o200k_base"), TiktokenCounter("cl100k_base")
+    fidelity._TOKENS._data.clear()
+    for counter in (o200k, cl100k, o200k, cl100k):  # computed, then from the memo, each its own
+        assert fidelity._tokens(counter, text) == counter.count_text(text)
+    assert o200k.count_text(text) != cl100k.count_text(text)
+    assert fidelity._tokens(o200k, "") == 0
