@@ -115,7 +115,7 @@ def _decisions(
 
     decisions: list[MessageDecision] = []
     for message in store.messages:
-        if users_only and not user_authored(message.role, message.msg_type.value):
+        if users_only and (message.role != "user" or not user_authored(message.role, message.msg_type.value)):
             continue
         i = message.index
         common = _common(seams, memory, message)

@@ -42,6 +42,11 @@ class _Prefix(Sequence[Any]):
     def __iter__(self) -> Iterator[Any]:
         return itertools.islice(self._items, self._n)  # C speed; stops at the snapshot's length
 
+    def __reversed__(self) -> Iterator[Any]:
+        head: Sequence[Any] = self._items[:self._n]  # one copy of the references (the store's lists)
+        backwards: Iterator[Any] = reversed(head)  # C speed, not an index call per item
+        return backwards
+
 
 class _RefsView(Mapping[str, Sequence[str]]):
     """``referenced_by`` as it was when the snapshot was taken: only referencing messages
