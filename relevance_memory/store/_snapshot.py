@@ -43,9 +43,8 @@ class _Prefix(Sequence[Any]):
         return itertools.islice(self._items, self._n)  # C speed; stops at the snapshot's length
 
     def __reversed__(self) -> Iterator[Any]:
-        head: Sequence[Any] = self._items[:self._n]  # one copy of the references (the store's lists)
-        backwards: Iterator[Any] = reversed(head)  # C speed, not an index call per item
-        return backwards
+        # lazy and in C (an append reads a few newest items): not Sequence's index call per item
+        return map(self._items.__getitem__, range(self._n - 1, -1, -1))
 
 
 class _RefsView(Mapping[str, Sequence[str]]):
