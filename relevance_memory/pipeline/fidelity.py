@@ -445,11 +445,17 @@ def entry_renditions(
     verbatim and are not listed. Memoised in ``memo``, so a build costs a comparison per
     message plus the cut of each new oversized one."""
     out: dict[int, Rendition] = {}
+    # :func:`entry_cap` has two values, a tool output's (or a call's) and prose's: read once
+    caps = [max(MIN_ENTRY_CAP, int(budget * min(1.0, share * factor))) for factor in (1.0, PROSE_FACTOR)]
+    if room is not None:
+        caps = [max(MIN_EXCERPT_TOKENS, min(cap, room)) for cap in caps]
+    tool_cap, prose_cap = caps
+    least = min(caps)
     for i in indices:
         message = messages[i]
-        cap = entry_cap(message, budget, share)
-        if room is not None:
-            cap = max(MIN_EXCERPT_TOKENS, min(cap, room))
+        if message.token_count <= least:
+            continue
+        cap = tool_cap if message.role == "tool" or message.tool_calls else prose_cap
         if message.token_count > cap:
             out[i] = memo.get(message, "excerpt", cap, functools.partial(keep_names, messages, i, goal_text), counter,
                               goal_text)

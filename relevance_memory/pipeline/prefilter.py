@@ -140,26 +140,35 @@ def _forgotten(state: BuildState, seams: Seams) -> dict[int, str]:
     threshold = config.pheromone.forget_threshold
     promote = config.promote_after_references
     forgotten: dict[int, str] = {}
-    ids = [m.id for m in store.messages]  # one pass: each index of a snapshot view is a Python call
-    is_forgotten = _forgetting(seams, goal.final, goal.effective_subtask)
+    is_forgotten, notable = _forgetting(seams, goal.final, goal.effective_subtask)
     referenced_by = store.referenced_by
-    for root, chain in part.candidates.items():
+    chains = part.candidates
+    if notable is not None:  # only a chain whose members are all notable can be forgotten: their roots
+        may: set[int] = set()
+        for mid in notable:
+            try:
+                may.add(store.chain_root(store.get(mid).index))
+            except KeyError:  # a cell of a message this store does not hold (a board's)
+                continue
+        chains = {root: chain for root, chain in chains.items() if root in may}
+    for root, chain in chains.items():
         if (
             root != part.task_root
-            and all(is_forgotten(ids[i]) for i in chain.members)
-            and not any(len(referenced_by.get(ids[i], ())) >= promote for i in chain.members)
+            and all(is_forgotten(store[i].id) for i in chain.members)
+            and not any(len(referenced_by.get(store[i].id, ())) >= promote for i in chain.members)
         ):
             forgotten[root] = f"forgotten: strength < {threshold} with score ≤ 2 (not re-scored)"
     return forgotten
 
 
-def _forgetting(seams: Seams, final: str, subtask: str) -> Callable[[str], bool]:
-    """``forgotten_for`` of the pheromone memory for ``(final, subtask)`` by message id; a
-    plain :class:`~relevance_memory.pheromone._field.PheromoneField` read cell by cell, and only
+def _forgetting(seams: Seams, final: str, subtask: str) -> tuple[Callable[[str], bool], Collection[str] | None]:
+    """``forgotten_for`` of the pheromone memory for ``(final, subtask)`` by message id, and the
+    ids it can be true for (``None``: any); a plain
+    :class:`~relevance_memory.pheromone._field.PheromoneField` read cell by cell, and only
     for its notable cells (a cell never scored cannot be forgotten: one set lookup for the others)."""
     field = seams.pheromone
     if not _plain(field, ("forgotten_for",)):
-        return lambda mid: field.forgotten_for(mid, final, subtask)
+        return (lambda mid: field.forgotten_for(mid, final, subtask)), None
     cell_of, tick, pconfig = field.cell, field.tick, field.config
     notable = field.notable_ids()
 
@@ -169,7 +178,7 @@ def _forgetting(seams: Seams, final: str, subtask: str) -> Callable[[str], bool]
         cell = cell_of(mid)
         return forgotten_for(cell, tick, pconfig, final, subtask) if cell else False
 
-    return forgotten
+    return forgotten, notable
 
 
 def _bm25_rejected(state: BuildState, seams: Seams) -> dict[int, float]:

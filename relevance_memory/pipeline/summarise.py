@@ -80,9 +80,14 @@ def _tool_name(seams: Seams, message: Message) -> str:
     return message.source
 
 
-def _item(seams: Seams, message: Message, newest: dict[str, SupersedeLink]) -> SummaryItem:
-    """An archived message as the summarizer sees it (``newest``: :func:`_superseded_note`'s memo);
-    what does not change is made once per memory (:class:`~relevance_memory.summary._pyramid.SummaryItems`)."""
+def _item(
+    seams: Seams, message: Message, newest: dict[str, SupersedeLink],
+    linked: tuple[frozenset[str], frozenset[str]] | None = None,
+) -> SummaryItem:
+    """An archived message as the summarizer sees it (``newest``: :func:`_superseded_note`'s memo;
+    ``linked``: :func:`_linked`'s sets, so a message only superseded or only superseding pays
+    for that one); what does not change is made once per memory
+    (:class:`~relevance_memory.summary._pyramid.SummaryItems`)."""
     memo = seams.summary_items
     item = memo.get(message.id, message.content_hash) or memo.put(SummaryItem(
         id=message.id,
@@ -97,19 +102,21 @@ def _item(seams: Seams, message: Message, newest: dict[str, SupersedeLink]) -> S
     if not seams.config.supersede:
         return item
     store = seams.store
-    superseded = _superseded_note(seams, message, newest)
-    supersedes = any(store.superseded_by[o].kind == "fact" for o in store.supersedes.get(message.id, ())
-                     if o in store.superseded_by)
+    older, newer = linked if linked is not None else (None, None)
+    superseded = _superseded_note(seams, message, newest) if older is None or message.id in older else ""
+    supersedes = (newer is None or message.id in newer) and any(
+        store.superseded_by[o].kind == "fact" for o in store.supersedes.get(message.id, ()) if o in store.superseded_by)
     return memo.marked(item, superseded, supersedes) if superseded or supersedes else item
 
 
-def _linked(seams: Seams) -> frozenset[str]:
-    """Ids of the messages :func:`_item` marks (superseded, or restating a superseded fact): every
-    other archived message is its memoised item as is (O(links), not O(history))."""
+def _linked(seams: Seams) -> tuple[frozenset[str], frozenset[str]]:
+    """Ids of the messages :func:`_item` marks: ``(superseded, superseding)`` — those a newer
+    message supersedes and those that supersede an older one (only a restated fact marks these).
+    Every other archived message is its memoised item as is (O(links), not O(history))."""
     if not seams.config.supersede:
-        return frozenset()
+        return frozenset(), frozenset()
     store = seams.store
-    return frozenset(store.superseded_by).union(store.supersedes)
+    return frozenset(store.superseded_by), frozenset(store.supersedes)
 
 
 def _archive(
@@ -165,15 +172,16 @@ def summarise_archive(
     archived_ids = {messages[i].id for i in archived}
     newest: dict[str, SupersedeLink] = {}  # one walk per supersede chain in this build
     linked = _linked(seams)
+    older, newer = linked
     memo = seams.summary_items
 
     def item_of(message: Message) -> SummaryItem:
-        if message.id in linked:
-            return _item(seams, message, newest)
-        return memo.get(message.id, message.content_hash) or _item(seams, message, newest)
+        if message.id in older or message.id in newer:
+            return _item(seams, message, newest, linked)
+        return memo.get(message.id, message.content_hash) or _item(seams, message, newest, linked)
 
     reused = [s for s in carried if s.level > 0 and set(s.covered_ids) <= archived_ids
-              and _marks_hold(seams, s, newest, linked)]
+              and _marks_hold(seams, s, newest, older)]
     already = {i for s in reused for i in s.covered_ids}
     items: dict[int, SummaryItem] = {}
     runs: list[list[SummaryItem]] = [[]]
@@ -396,16 +404,19 @@ def _marks_hold(
     carried, and the messages are summarised afresh with the mark. Marks of a newer tool result
     (a file read again) do not count: the newer result is in the context or in a later summary,
     and dropping the carried summary for each re-read broke the cached prefix (django-15280 at
-    8k: cost 0.47 -> 0.50 of the full history)."""
+    8k: cost 0.47 -> 0.50 of the full history). ``linked``: the ids a newer message supersedes
+    (:func:`_linked`), when known: only those are looked up."""
     if not seams.config.supersede:
         return True
     store, links = seams.store, seams.store.superseded_by
     made = {i: note for i, note in summary.superseded if not note.startswith(_NEWER_RESULT)}
-    for message_id in summary.covered_ids:
-        if linked is not None and message_id not in linked:  # no link (:func:`_linked`): no mark now
-            if made.get(message_id, ""):
-                return False
-            continue
+    covered: Sequence[str] = summary.covered_ids
+    if linked is not None:  # an id without a link (:func:`_linked`) has no mark now: only a made one differs
+        stale = {message_id for message_id, note in made.items() if note and message_id not in linked}
+        if stale and not stale.isdisjoint(covered):
+            return False
+        covered = [message_id for message_id in covered if message_id in linked]
+    for message_id in covered:
         link = links.get(message_id)
         now = _superseded_note(seams, store.get(message_id), newest) if link is not None and link.kind == "fact" else ""
         if now != made.get(message_id, ""):

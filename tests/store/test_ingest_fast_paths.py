@@ -195,3 +195,19 @@ def test_an_answered_call_is_known_by_its_result() -> None:
     assert memory.store.unanswered_calls(1) == []
     memory.add({"role": "tool", "tool_call_id": "c1", "content": "b"})
     assert memory.store.pending_calls == [] and memory.messages[4].parent_id == "m3"
+
+
+def test_a_snapshot_reads_backwards_and_its_link_views_answer_bool_as_of_when_it_was_taken() -> None:
+    from relevance_memory.store._snapshot import StoreSnapshot
+
+    memory = RelevanceMemoryManager(max_input_tokens=4000)
+    memory.extend([{"role": "user", "content": "I live in Lisbon now."}, {"role": "assistant", "content": "Noted."}])
+    before = StoreSnapshot(memory.store)
+    assert not before.superseded_by and not before.supersedes
+    memory.extend([{"role": "user", "content": "I live in Porto now."}])
+    after = StoreSnapshot(memory.store)
+    assert [m.id for m in reversed(before.messages)] == ["m1", "m0"]  # the message added since is not read
+    assert [m.id for m in reversed(after.messages)] == ["m2", "m1", "m0"]
+    assert [m.id for m in reversed(after.messages)] == [m.id for m in reversed(list(after.messages))]
+    assert not before.superseded_by and not before.supersedes  # the link to m2 is newer than the snapshot
+    assert after.superseded_by and after.supersedes and len(after.superseded_by) == len(after.supersedes) == 1
