@@ -13,9 +13,10 @@ A memory keeps a :class:`Cycle` between builds (the latest request and the build
    need; one that left out the task statement or a user constraint grows to keep them
    (:func:`grown_target`);
 4. **remember** (:func:`~relevance_memory.pipeline.append.remember`): the new :class:`Cycle`,
-   whose request the next build may extend; a compaction or rebuild of a large history then
-   collects the young garbage-collector generations (:func:`collect_young`), so its leftovers
-   are not traversed inside the agent's next appends.
+   whose request the next build may extend. A compaction or rebuild of a large history runs
+   with the garbage collector paused and ends by collecting its young generations
+   (:func:`~relevance_memory._collector.paused_collector`), so neither its own objects nor its
+   leftovers are traversed again and again — nor inside the agent's next appends.
 
 The target search is written once, as a generator both :func:`run` and :func:`arun` drive.
 No I/O here but the scorer's, inside the pipeline.
@@ -25,12 +26,12 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import gc
 import threading
 from collections.abc import AsyncIterator, Generator, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from .._collector import paused_collector
 from .._config import MemoryConfig
 from .._exceptions import ConfigError, ContextOverflowError
 from .._models import TaskGoal, user_authored
@@ -42,7 +43,7 @@ from ._state import BuildState, BuiltContext, Seams
 from .append import BuildStep, PrefixState, append, plan, remember
 
 __all__ = [
-    "TARGET_GROWTH_SLACK", "YOUNG_COLLECTION_MIN_MESSAGES", "BuildLock", "Cycle", "Outcome", "arun", "collect_young",
+    "TARGET_GROWTH_SLACK", "BuildLock", "Cycle", "Outcome", "arun",
     "grown_target", "message_budget", "run",
 ]
 
@@ -154,13 +155,14 @@ def run(
     """
     steps = _steps(cycle, seams, goal, message_budget(seams.config, seams.tokenizer, budget, tools), compact)
     try:
-        state = next(steps)
-        while True:
-            try:
-                outcome: BuiltContext | ContextOverflowError = build(state, seams)
-            except ContextOverflowError as exc:
-                outcome = exc
-            state = steps.send(outcome)
+        state = next(steps)  # an append returns here (StopIteration): no pipeline build
+        with paused_collector(len(seams.store)):  # a large history's build: no collector passes meanwhile
+            while True:
+                try:
+                    outcome: BuiltContext | ContextOverflowError = build(state, seams)
+                except ContextOverflowError as exc:
+                    outcome = exc
+                state = steps.send(outcome)
     except StopIteration as done:
         result: Outcome = done.value
         return result
@@ -174,12 +176,13 @@ async def arun(
     steps = _steps(cycle, seams, goal, message_budget(seams.config, seams.tokenizer, budget, tools), compact)
     try:
         state = next(steps)
-        while True:
-            try:
-                outcome: BuiltContext | ContextOverflowError = await abuild(state, seams)
-            except ContextOverflowError as exc:
-                outcome = exc
-            state = steps.send(outcome)
+        with paused_collector(len(seams.store)):
+            while True:
+                try:
+                    outcome: BuiltContext | ContextOverflowError = await abuild(state, seams)
+                except ContextOverflowError as exc:
+                    outcome = exc
+                state = steps.send(outcome)
     except StopIteration as done:
         result: Outcome = done.value
         return result
@@ -214,32 +217,9 @@ def _steps(
             target=target, budget=budget,
         )
         if grown is None:
-            done = _remember(previous, outcome, seams, goal, budget, number)
-            collect_young(len(seams.store))
-            return done
+            return _remember(previous, outcome, seams, goal, budget, number)
         target, limit = grown, (budget if grown < budget else None)
         grew = "to keep the task statement and user constraints verbatim"
-
-
-YOUNG_COLLECTION_MIN_MESSAGES = 5_000
-"""From how many stored messages a compaction or rebuild ends with a collection of the
-young generations (:func:`collect_young`)."""
-
-
-def collect_young(stored: int) -> None:
-    """After a compaction or rebuild of a history of ``stored`` messages (at least
-    :data:`YOUNG_COLLECTION_MIN_MESSAGES`), collect the garbage collector's two young
-    generations (``gc.collect(1)``), unless the caller disabled the collector.
-
-    A compaction leaves containers as large as the history (its record's per-message
-    tables, the archive summary's covered ids) in the young generation; the first
-    collection that traverses them would otherwise fall in one of the agent's next appended
-    builds — at 100,000 messages about 5 ms in an append of 0.3 ms (issue 24,
-    ``benchmarks/scale.py``: the append p99 was the appends that collected). Collected here,
-    the cost (a few ms) is paid inside the compaction, which touches the history anyway.
-    """
-    if stored >= YOUNG_COLLECTION_MIN_MESSAGES and gc.isenabled():
-        gc.collect(1)
 
 
 def _remember(

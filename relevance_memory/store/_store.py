@@ -61,6 +61,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 from datetime import datetime, timezone
 from typing import Any, Literal
 
+from .._collector import paused_collector
 from .._config import EPISODE_GAP_S
 from .._exceptions import ConfigError, InvalidMessageError
 from .._memo import remember
@@ -330,7 +331,7 @@ class MessageStore:
                 was stored (the error names the message and its position in the batch).
         """
         items = list(messages)
-        with self._lock:
+        with self._lock, paused_collector(len(items), full=True):  # a large batch: no collector passes meanwhile
             stage = self._stage()
             drafts: list[_Draft] = []
             for position, message in enumerate(items):

@@ -22,6 +22,7 @@ from relevance_memory import (
     TiktokenCounter,
 )
 from relevance_memory import pipeline as pipeline_module
+from relevance_memory.pipeline import cycle as cycle_module
 from relevance_memory.pipeline._prefix import serialise_context
 
 COUNTER = TiktokenCounter()
@@ -389,27 +390,40 @@ def test_a_compaction_record_read_later_is_the_one_read_at_the_build() -> None:
     assert later == now
 
 
-def test_a_compaction_of_a_large_history_collects_the_young_generations(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Issue 24: a compaction's history-sized leftovers are collected inside it, not in a later
-    append; an append never asks for a collection, nor does a small history, nor a disabled collector."""
+def test_a_large_history_is_ingested_and_built_with_the_collector_paused(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 24: a large batch ingested, or a compaction or rebuild of a large history, runs with
+    the garbage collector paused and ends with one collection (a full one after an ingest, the
+    young generations after a build); an append and a small batch never touch the collector,
+    and a collector the program disabled stays disabled."""
     import gc
 
-    from relevance_memory.pipeline import cycle
+    from relevance_memory import _collector
 
     asked: list[int] = []
-    monkeypatch.setattr(cycle.gc, "collect", lambda generation=2: asked.append(generation) or 0)
+    paused: list[bool] = []
+    monkeypatch.setattr(_collector.gc, "collect", lambda generation=2: asked.append(generation) or 0)
+    monkeypatch.setattr(_collector, "PAUSE_MIN_MESSAGES", 43)
     memory = RelevanceMemoryManager(max_input_tokens=3000, keep_recent=2, cache_policy={"clear_at_least": 0})
-    memory.extend([*OPENING, *(m for n in range(20) for m in step(n))])  # 42 messages
-    monkeypatch.setattr(cycle, "YOUNG_COLLECTION_MIN_MESSAGES", 43)
+    memory.extend([*OPENING, *(m for n in range(20) for m in step(n))])  # 42 messages: below the threshold
     memory.build_context()
-    assert asked == []  # below the threshold
+    assert asked == [] and gc.isenabled()
     memory.extend(step(20))
     assert memory.build_context().record.mode == "appended" and asked == []
+    real_build = cycle_module.build
+
+    def build(state: Any, seams: Any) -> Any:
+        paused.append(gc.isenabled())
+        return real_build(state, seams)
+
+    monkeypatch.setattr(cycle_module, "build", build)
     assert memory.build_context(compact=True).record.mode == "compacted"
-    assert asked == [1]
+    assert asked == [1] and paused and not any(paused) and gc.isenabled()  # paused during, collected after
+    memory.extend([m for n in range(21, 43) for m in step(n)])  # a 44-message batch
+    assert asked == [1, 2] and gc.isenabled()  # a full collection after a large ingest
     gc.disable()
     try:
         assert memory.build_context(budget=2900).record.mode == "full_rebuild"
+        assert not gc.isenabled()  # left as the program set it
     finally:
         gc.enable()
-    assert asked == [1]
+    assert asked == [1, 2]
