@@ -67,9 +67,12 @@ class SummaryItems:
     """Memo of archived messages as :class:`SummaryItem` (by message id, checked against the
     content hash), without their supersede fields, which change as newer messages arrive: a
     compaction that summarises the whole archive again makes each item once per memory, not once
-    per compaction (issue 24). Bounded: emptied when it holds ``maxsize`` items."""
+    per compaction (issue 24). Bounded: emptied when it holds ``maxsize`` items. Every
+    compaction asks for every archived message's item, so a memo smaller than the archive is
+    emptied again and again and makes them all anew: the default holds a 2-million-message
+    archive (an item shares its message's strings; a few hundred bytes each)."""
 
-    def __init__(self, maxsize: int = 250_000) -> None:
+    def __init__(self, maxsize: int = 2_000_000) -> None:
         self._data: dict[str, SummaryItem] = {}
         self._marked: dict[str, tuple[SummaryItem, str, bool, SummaryItem]] = {}  # base, marks, marked item
         self._maxsize = maxsize
