@@ -64,6 +64,8 @@ class StrengthRanking:
 
     def __init__(self, config: PheromoneConfig) -> None:
         self._config = config
+        # log(1 − η) per kind, for the group keys (the same float as computing it per cell)
+        self._log_keep = {kind: math.log(1.0 - rate_of(config, kind)) for kind in config.half_life_steps}
         self._lists: dict[Group, list[Entry]] = {}
         self._exhaustive: dict[Group, bool] = {}  # the list holds every mature member of the group
         self._where: dict[str, tuple[Group, Entry]] = {}  # ids in some list
@@ -81,9 +83,8 @@ class StrengthRanking:
             return (cell.kind, True), cell.strength
         if cell.strength <= 0.0:
             return (cell.kind, False), -math.inf
-        keep = 1.0 - rate_of(config, cell.kind)
         start = max(cell.at_tick, cell.born_tick + config.protect_ticks)
-        return (cell.kind, False), math.log(cell.strength) - start * math.log(keep)
+        return (cell.kind, False), math.log(cell.strength) - start * self._log_keep[cell.kind]
 
     def _young_at(self, cell: Cell, tick: int) -> bool:
         return cell.born_tick + self._config.protect_ticks > tick
@@ -118,26 +119,15 @@ class StrengthRanking:
         placing the writes one by one when they are a large share of the cells (a history
         ingested at once, read by its first build). The lists then hold each group's best
         ``cap`` mature members, which the invariant of :meth:`_place` allows."""
-        config = self._config
-        protect, exempt = config.protect_ticks, config.exempt_score
-        log_keep = {kind: math.log(1.0 - rate_of(config, kind)) for kind in config.half_life_steps}
+        protect, group_key = self._config.protect_ticks, self._group_key
         members: dict[Group, list[Entry]] = {}
         young: dict[str, None] = {}
-        log = math.log
         for message_id, cell in cells.items():
             born = cell.born_tick
             if born + protect > tick:
                 young[message_id] = None
                 continue
-            # _group_key, inlined (the same floats: the same expressions)
-            strength = cell.strength
-            if cell.latest_score is not None and cell.latest_score >= exempt:
-                group, key = (cell.kind, True), strength
-            elif strength <= 0.0:
-                group, key = (cell.kind, False), -math.inf
-            else:
-                start = max(cell.at_tick, born + protect)
-                group, key = (cell.kind, False), log(strength) - start * log_keep[cell.kind]
+            group, key = group_key(cell)
             entry = (-key, born, message_id)
             held = members.get(group)
             if held is None:

@@ -46,6 +46,7 @@ __all__ = [
     "Renditions",
     "elide_message",
     "entry_cap",
+    "entry_caps",
     "entry_renditions",
     "excerpt_message",
     "excerpt_text",
@@ -108,8 +109,18 @@ def entry_cap(message: Message, budget: int, share: float) -> int:
     """Most tokens ``message`` may take in a context of ``budget`` tokens (SPEC §11): ``share``
     of the budget for a tool output or an assistant's tool call, :data:`PROSE_FACTOR` times that
     (at most the whole budget) for any other message, never below :data:`MIN_ENTRY_CAP` (tokens)."""
-    factor = 1.0 if message.role == "tool" or message.tool_calls else PROSE_FACTOR
-    return max(MIN_ENTRY_CAP, int(budget * min(1.0, share * factor)))
+    tool_cap, prose_cap = entry_caps(budget, share)
+    return tool_cap if message.role == "tool" or message.tool_calls else prose_cap
+
+
+def entry_caps(budget: int, share: float, room: int | None = None) -> tuple[int, int]:
+    """``(a tool output's or a call's cap, any other message's cap)`` in a context of ``budget``
+    tokens (:func:`entry_cap`; tokens); with ``room`` (what the pinned prompt and the newest user
+    message leave), each at most ``room`` and at least :data:`MIN_EXCERPT_TOKENS`."""
+    tool_cap, prose_cap = (max(MIN_ENTRY_CAP, int(budget * min(1.0, share * factor))) for factor in (1.0, PROSE_FACTOR))
+    if room is None:
+        return tool_cap, prose_cap
+    return max(MIN_EXCERPT_TOKENS, min(tool_cap, room)), max(MIN_EXCERPT_TOKENS, min(prose_cap, room))
 
 
 # --------------------------------------------------------------------------- excerpts
@@ -445,12 +456,8 @@ def entry_renditions(
     verbatim and are not listed. Memoised in ``memo``, so a build costs a comparison per
     message plus the cut of each new oversized one."""
     out: dict[int, Rendition] = {}
-    # :func:`entry_cap` has two values, a tool output's (or a call's) and prose's: read once
-    caps = [max(MIN_ENTRY_CAP, int(budget * min(1.0, share * factor))) for factor in (1.0, PROSE_FACTOR)]
-    if room is not None:
-        caps = [max(MIN_EXCERPT_TOKENS, min(cap, room)) for cap in caps]
-    tool_cap, prose_cap = caps
-    least = min(caps)
+    tool_cap, prose_cap = entry_caps(budget, share, room)  # read once, not per message
+    least = min(tool_cap, prose_cap)
     for i in indices:
         message = messages[i]
         if message.token_count <= least:

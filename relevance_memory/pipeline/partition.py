@@ -24,7 +24,7 @@ from .._models import Message, TaskGoal, content_text, user_authored
 from .._tokenizer import REPLY_PRIMING_TOKENS, TokenCounter
 from ._state import BuildState, Chain, ChainIndex, Partitioned, Seams, StoreView
 from .assemble import subtask_note
-from .fidelity import MIN_ENTRY_CAP, MIN_EXCERPT_TOKENS, Rendition, entry_renditions, fit_chain
+from .fidelity import MIN_ENTRY_CAP, Rendition, entry_caps, entry_renditions, fit_chain
 from .ledger import BudgetLedger, Purpose
 
 __all__ = [
@@ -342,17 +342,20 @@ def partition(state: BuildState, seams: Seams) -> Partitioned:
     goal_terms = f"{goal.final}\n{goal.subtask}"
     newest_user_tokens = store[newest_user].token_count if newest_user is not None else 0
     room = whole - REPLY_PRIMING_TOKENS - pinned_tokens
-    # only a message above the least cap can be cut; asked in chain order, as the chains list them
-    least = MIN_ENTRY_CAP if room - newest_user_tokens >= MIN_ENTRY_CAP else MIN_EXCERPT_TOKENS
-    large = grouped.over_entry_cap if least == MIN_ENTRY_CAP else grouped.over_excerpt_min
-    skip = excluded.keys() | set(split.pinned)
-    asked = sorted((i for i in large if i not in skip), key=lambda i: (roots[i], i))
-    if not split.root_order:
+    # only a message above the least cap can be cut (the index lists those over either floor);
+    # asked in chain order, as the chains list them
+    entry_room = max(1, room - newest_user_tokens)
+    if split.root_order:
+        least = min(entry_caps(whole, config.excerpt_share, entry_room))
+        large = grouped.over_entry_cap if least >= MIN_ENTRY_CAP else grouped.over_excerpt_min
+        skip = excluded.keys() | set(split.pinned)
+        asked = sorted((i for i in large if i not in skip), key=lambda i: (roots[i], i))
+    else:
         asked = [i for c in chains.values() for i in c.members]
     renditions: dict[int, Rendition] = entry_renditions(
         messages, asked, budget=whole,
         share=config.excerpt_share, goal_text=goal_terms, memo=seams.renditions, counter=seams.tokenizer,
-        room=max(1, room - newest_user_tokens),
+        room=entry_room,
     )
     if newest_user is not None and newest_user in renditions and newest_user_tokens <= room:
         del renditions[newest_user]  # the newest user message stays verbatim while it alone fits (SPEC §9)
