@@ -191,7 +191,8 @@ class GoalTracker:
         self._said: list[int] = []  # indices of the user's own messages, grown with the store (O(new))
         self._said_read = 0  # how much of the store ``_said`` has read
         self._made: TaskGoal | None = None  # the last goal made (frozen): given again while its fields hold
-        self._first_text: tuple[int, str] | None = None  # the first user message's index and stripped text
+        # the first user message's index, stripped text and whether it is an opener (is_opener)
+        self._first_text: tuple[int, str, bool] | None = None
 
     def set(self, final: str | None, subtask: str | None) -> None:
         """Set the final goal and/or the subtask (stripped); ``None`` leaves a layer as it is.
@@ -214,10 +215,11 @@ class GoalTracker:
         if first_user is None:
             return self._goal("", "none")
         if self._first_text is None or self._first_text[0] != first_user:  # stored messages never change
-            self._first_text = (first_user, content_text(messages[first_user].content).strip())
-        text = self._first_text[1]
+            text = content_text(messages[first_user].content).strip()
+            self._first_text = (first_user, text, is_opener(text))
+        _, text, opener = self._first_text
         said = self._user_messages(messages, first_user)
-        if (is_opener(text) or self.notices.agent_run) and self._user_spoke_again(messages, said):
+        if (opener or self.notices.agent_run) and self._user_spoke_again(messages, said):
             # a chat-style agent: the goal follows the user's requests (SPEC §11)
             final = goal_from_requests([messages[i] for i in said], 0, self.notices)
             return self._goal(final, "user_requests")

@@ -1,8 +1,9 @@
 """Traces and log records at the seams: one span per build, scorer calls, the model call after.
 
 OpenTelemetry is optional (``pip install 'relevance-memory[otel]'``: ``opentelemetry-api``).
-Without it nothing here does anything but logging; with the API and no SDK configured, spans
-are the API's no-op spans. Only the manager (builds, its scorer seam) and the managed client
+Without it nothing here does anything but logging; with the API and no SDK configured (no
+global tracer provider), no span is started either — the API's would be no-op spans, at ~20 µs
+a build (checked each build: a provider set later is followed from then on). Only the manager (builds, its scorer seam) and the managed client
 (the model call) call this module — the pipeline's stages stay pure.
 
 Spans, named after the OpenTelemetry GenAI semantic conventions where they define a name
@@ -97,6 +98,21 @@ def _tracer() -> Any:
     return trace.get_tracer(_SCOPE, __version__)
 
 
+def _live_tracer() -> Any:
+    """:func:`_tracer`, or ``None`` while it is the API's proxy and no tracer provider is set
+    (every span it started would be a no-op span)."""
+    tracer = _tracer()
+    if tracer is None:
+        return None
+    from opentelemetry import trace
+
+    if isinstance(tracer, trace.ProxyTracer) and isinstance(
+        trace.get_tracer_provider(), (trace.ProxyTracerProvider, trace.NoOpTracerProvider)
+    ):
+        return None
+    return tracer
+
+
 # --------------------------------------------------------------------------- attributes
 def _compacted(record: DecisionRecord) -> bool:
     return not record.identity
@@ -165,7 +181,7 @@ def _start_attributes(manager: _Memory) -> dict[str, Any]:
 @contextmanager
 def _span(manager: _Memory) -> Iterator[Callable[[BuiltContext], None]]:
     """A build's span around the body; yields ``finish(built)``, which sets the record's attributes."""
-    tracer = _tracer()
+    tracer = _live_tracer()
     if tracer is None:
         yield lambda built: log_record(manager, built.record)
         return
@@ -259,7 +275,7 @@ class _TracedAsyncScorer(_TracedScorer):
 
 def traced_scorer(scorer: Scorer) -> Scorer:
     """``scorer`` with each call a child span (module doc); ``scorer`` itself without OpenTelemetry."""
-    tracer = _tracer()
+    tracer = _live_tracer()
     if tracer is None:
         return scorer
     kind = _TracedAsyncScorer if callable(getattr(scorer, "ascore", None)) else _TracedScorer
@@ -271,7 +287,7 @@ class ModelCallSpan:
     """The span of one managed model call (module doc), ended once by :meth:`end`."""
 
     def __init__(self, model: str | None, built: BuiltContext, *, stream: bool, provider: str = "openai") -> None:
-        tracer = _tracer()
+        tracer = _live_tracer()
         self._span: Any = None
         self._provider = provider
         if tracer is None:

@@ -25,17 +25,18 @@ from typing import Any
 
 from .._cache_policy import PrefixDecision, decide_build_mode
 from .._exceptions import InvalidMessageError, RelevanceMemoryError
-from .._models import ScoreSource, TaskGoal, freeze, thaw
+from .._models import ScoreSource, TaskGoal, freeze
 from .._record import BudgetBreakdown, BudgetLine, DecisionRecord, MessageDecision
 from .._tokenizer import REPLY_PRIMING_TOKENS
 from ..pheromone._field import PheromoneField
 from ..pheromone._math import settled_strength
 from ..scoring._scorer import ScorerUsage
 from ..summary._summary import RenderedSummary
+from ._copies import CopyPlan, copy_plan, plain_copies
 from ._prefix import AppendPlan, TailItem, plan_append, shared_prefix_tokens
 from ._state import BuiltContext, Seams, StoreView
 from .assemble import check_context, subtask_note
-from .fidelity import Rendition, entry_cap, entry_renditions
+from .fidelity import Rendition, cap_of, entry_caps, entry_renditions
 from .ledger import Purpose
 
 __all__ = ["BuildStep", "PrefixState", "append", "plan", "remember", "tail_start", "typical_step"]
@@ -72,6 +73,9 @@ class PrefixState:
             goal block says so), or ``None``.
         renditions: store index → the excerpt each message appended since ``base`` was sent as.
         summaries: the summaries ``base`` emitted (the next compaction carries them).
+        copies: per message of ``messages``, how an append copies it for the caller
+            (:func:`~relevance_memory.pipeline._copies.copy_plan`); when the lengths differ,
+            every message is thawed.
     """
 
     messages: tuple[dict[str, Any], ...]
@@ -96,6 +100,7 @@ class PrefixState:
     restore_tool: str | None = None
     renditions: Mapping[int, Rendition] = field(default_factory=dict)
     summaries: tuple[RenderedSummary, ...] = ()
+    copies: tuple[CopyPlan, ...] = ()
 
     @property
     def sent(self) -> list[dict[str, Any]]:
@@ -172,12 +177,14 @@ def typical_step(store: StoreView, budget: int, share: float) -> int:
     at its entry cap (an oversized one enters as an excerpt), the newest step included
     (tokens; 0 for an empty history). O(those steps)."""
     totals: dict[int, int] = {}
+    caps = entry_caps(budget, share)  # read once, not per message
     for message in reversed(store.messages):
-        if message.step < 0:
+        step = message.step
+        if step < 0:
             continue
-        if message.step not in totals and len(totals) == TYPICAL_STEPS:
+        if step not in totals and len(totals) == TYPICAL_STEPS:
             break
-        totals[message.step] = totals.get(message.step, 0) + min(message.token_count, entry_cap(message, budget, share))
+        totals[step] = totals.get(step, 0) + min(message.token_count, cap_of(message, caps))
     return sum(totals.values()) // len(totals) if totals else 0
 
 
@@ -253,7 +260,8 @@ def append(
     steps = step.plan
     assert steps is not None
     new = [dict(step.renditions[i].message) if i in step.renditions else store[i].to_openai() for i in steps.indices]
-    messages = [*(thaw(m) for m in previous.messages), *new]  # plain copies: O(context)
+    messages = plain_copies(previous.messages, previous.copies)  # plain copies: O(context), mostly in C
+    messages += new
     sources: list[int | None] = [*previous.sources, *steps.indices]
     if step.note is not None:
         messages.append(dict(step.note))
@@ -325,6 +333,7 @@ def append(
     built = BuiltContext(messages=messages, record=record, sources=tuple(sources))
     end = len(messages) - (1 if step.note is not None else 0)
     new_frozen = [freeze(m) for m in messages[len(previous.messages):end]]  # only the new ones: O(new)
+    copies = (*previous.copies, *(copy_plan(m) for m in new_frozen))
     state = PrefixState(
         messages=(*previous.messages, *new_frozen), sources=tuple(sources[:end]),
         tokens=tokens - step.note_tokens, sent_tokens=tokens, note=step.note,
@@ -333,7 +342,7 @@ def append(
         history_tokens=history, counted=counted, appended_ids=(*previous.appended_ids, *record.appended_ids),
         appended_roots=roots, appended_steps=steps_seen, last_build_id=build_id, restore_tool=previous.restore_tool,
         renditions={**previous.renditions, **{i: r for i, r in step.renditions.items() if i in steps.indices}},
-        summaries=previous.summaries,
+        summaries=previous.summaries, copies=copies,
     )
     return built, state
 
@@ -508,7 +517,7 @@ def remember(
     start = tail_start(store)
     held = sum(m.token_count for m in store.messages[start:] if m.id not in store.excluded)
     return PrefixState(
-        messages=tuple(freeze(m) for m in body), sources=tuple(sources),
+        messages=tuple(freeze(m) for m in body), sources=tuple(sources), copies=tuple(copy_plan(m) for m in body),
         tokens=record.tokens_after - note_tokens, sent_tokens=record.tokens_after,
         note=dict(built.messages[-1]) if has_note else None,
         next_index=start, final_goal=final_goal, budget=budget, base=record, base_length=len(store),

@@ -44,6 +44,7 @@ __all__ = [
     "Fidelity",
     "Rendition",
     "Renditions",
+    "cap_of",
     "elide_message",
     "entry_cap",
     "entry_caps",
@@ -109,8 +110,13 @@ def entry_cap(message: Message, budget: int, share: float) -> int:
     """Most tokens ``message`` may take in a context of ``budget`` tokens (SPEC §11): ``share``
     of the budget for a tool output or an assistant's tool call, :data:`PROSE_FACTOR` times that
     (at most the whole budget) for any other message, never below :data:`MIN_ENTRY_CAP` (tokens)."""
-    tool_cap, prose_cap = entry_caps(budget, share)
-    return tool_cap if message.role == "tool" or message.tool_calls else prose_cap
+    return cap_of(message, entry_caps(budget, share))
+
+
+def cap_of(message: Message, caps: tuple[int, int]) -> int:
+    """``message``'s entry cap out of ``caps`` (:func:`entry_caps`' pair; tokens): a caller
+    reading many messages' caps at one budget computes the pair once."""
+    return caps[0] if message.role == "tool" or message.tool_calls else caps[1]
 
 
 def entry_caps(budget: int, share: float, room: int | None = None) -> tuple[int, int]:
@@ -456,13 +462,13 @@ def entry_renditions(
     verbatim and are not listed. Memoised in ``memo``, so a build costs a comparison per
     message plus the cut of each new oversized one."""
     out: dict[int, Rendition] = {}
-    tool_cap, prose_cap = entry_caps(budget, share, room)  # read once, not per message
-    least = min(tool_cap, prose_cap)
+    caps = entry_caps(budget, share, room)  # read once, not per message
+    least = min(caps)
     for i in indices:
         message = messages[i]
         if message.token_count <= least:
             continue
-        cap = tool_cap if message.role == "tool" or message.tool_calls else prose_cap
+        cap = cap_of(message, caps)
         if message.token_count > cap:
             out[i] = memo.get(message, "excerpt", cap, functools.partial(keep_names, messages, i, goal_text), counter,
                               goal_text)

@@ -341,3 +341,34 @@ def test_without_opentelemetry_nothing_is_traced_and_builds_still_log(
         span.end({"id": "x"})
     finally:
         telemetry._tracer.cache_clear()
+
+
+def test_without_a_tracer_provider_no_span_is_started_and_a_later_provider_is_followed(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    from opentelemetry import trace
+
+    telemetry._tracer.cache_clear()
+    try:
+        proxy = telemetry._tracer()
+        assert isinstance(proxy, trace.ProxyTracer)  # no global provider in the test process
+        assert telemetry._live_tracer() is None
+        scorer = ScriptedScorer([{}], then=3)
+        assert telemetry.traced_scorer(scorer) is scorer
+        memory = RelevanceMemoryManager(max_input_tokens=2500, keep_recent=2, scorer=scorer)
+        memory.extend(history(20))
+        with caplog.at_level(logging.WARNING, logger="relevance_memory"):
+            built = memory.build_context()
+        assert [r.getMessage() for r in caplog.records] == built.record.warnings  # builds still log
+
+        exporter = InMemorySpanExporter()
+        provider = TracerProvider()
+        provider.add_span_processor(SimpleSpanProcessor(exporter))
+        monkeypatch.setattr(trace, "_TRACER_PROVIDER", provider)  # as trace.set_tracer_provider(provider) would now
+        assert telemetry._live_tracer() is proxy
+        memory.extend(history(22)[20:])
+        memory.build_context()
+        names = [span.name for span in exporter.get_finished_spans()]
+        assert "search_memory" in names
+    finally:
+        telemetry._tracer.cache_clear()
