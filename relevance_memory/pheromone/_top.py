@@ -49,6 +49,7 @@ strengths that tie exactly may differ in the last bits)."""
 
 Group = tuple[str, bool]
 Entry = tuple[float, int, str]  # (-key, born_tick, id): ascending = strongest first
+_Run = tuple[list[Entry], list[int], bool]  # a group's entries, [next position, pushed left], exempt
 
 
 class StrengthRanking:
@@ -175,18 +176,19 @@ class StrengthRanking:
         if len(dirty) > max(REBUILD_MIN_WRITES, len(cells) // 4):
             self._rebuild(cells, tick, cap)
             return
+        young, mature = self._young, tick - self._config.protect_ticks  # born at or before `mature`: not young
         for message_id in dirty:
             cell = cells.get(message_id)
             self._drop(message_id)
             if cell is None:
                 continue
-            if self._young_at(cell, tick):
-                self._young[message_id] = None
+            if cell.born_tick > mature:  # _young_at, inlined
+                young[message_id] = None
             else:
-                self._young.pop(message_id, None)
+                young.pop(message_id, None)
                 self._place(message_id, cell, cap)
-        for message_id in [m for m in self._young if not self._young_at(cells[m], tick)]:
-            del self._young[message_id]
+        for message_id in [m for m in young if cells[m].born_tick <= mature]:
+            del young[message_id]
             self._place(message_id, cells[message_id], cap)
 
     def top(self, cells: Mapping[str, Cell], tick: int, n: int) -> list[tuple[str, float]]:
@@ -201,12 +203,12 @@ class StrengthRanking:
         heap: list[tuple[float, int, str, int]] = [
             (-strength(cells[m]), cells[m].born_tick, m, -1) for m in self._young
         ]
-        runs: list[tuple[list[Entry], list[int]]] = []  # per group: its entries, [next position, pushed left]
+        runs: list[_Run] = []  # per group: its entries, [next position, pushed left], exempt
         for group, entries in list(self._lists.items()):
             if len(entries) < n and not self._exhaustive[group]:
                 self._refill(group, cells, tick, cap)
                 entries = self._lists[group]
-            runs.append((entries, [0, 0]))
+            runs.append((entries, [0, 0], group[1]))
             self._push_run(heap, runs, len(runs) - 1, cells, strength)
         heapq.heapify(heap)
         out: list[tuple[str, float]] = []
@@ -220,23 +222,27 @@ class StrengthRanking:
                     self._push_run(heap, runs, slot, cells, strength, heappush=True)
         return out
 
-    def _push_run(self, heap: list[tuple[float, int, str, int]], runs: list[tuple[list[Entry], list[int]]],
+    def _push_run(self, heap: list[tuple[float, int, str, int]], runs: list[_Run],
                   slot: int, cells: Mapping[str, Cell], strength: Callable[[Cell], float], *,
                   heappush: bool = False) -> None:
         """Put the next run of a group's entries — the next one and those whose key is within
         :data:`_TIE` of it — on the heap with their exact strengths (``strength``: a cell's
-        at the tick asked, :func:`~relevance_memory.pheromone._math.strength_reader`)."""
-        entries, state = runs[slot]
+        at the tick asked, :func:`~relevance_memory.pheromone._math.strength_reader`; an
+        exempt group's key is its members' strength)."""
+        entries, state, exempt = runs[slot]
         start = state[0]
         if start >= len(entries):
             return
         first = entries[start][0]
         last = first + _TIE * max(1.0, abs(first)) if math.isfinite(first) else first
         stop = bisect.bisect_right(entries, (last, math.inf, "\U0010ffff"), lo=start)
-        for _key, born, message_id in entries[start:stop]:
-            item = (-strength(cells[message_id]), born, message_id, slot)
-            if heappush:
+        if exempt:  # an exempt cell's strength is its key (no evaporation): -key is -strength, bit for bit
+            items = [(negated, born, message_id, slot) for negated, born, message_id in entries[start:stop]]
+        else:
+            items = [(-strength(cells[message_id]), born, message_id, slot) for _key, born, message_id in entries[start:stop]]
+        if heappush:
+            for item in items:
                 heapq.heappush(heap, item)
-            else:
-                heap.append(item)
+        else:
+            heap.extend(items)
         state[0], state[1] = stop, stop - start
