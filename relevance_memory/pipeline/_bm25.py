@@ -61,6 +61,9 @@ class ChunkedBM25:
             corpus = [list(d) or ["\x00"] for d in docs[covered:end]]
             retriever = bm25s.BM25()
             retriever.index(corpus, show_progress=False)
+            # a set of every token id, read only by retrieve() with token ids (never called
+            # here; get_scores maps strings through vocab_dict): ~130 bytes a message (issue 24)
+            retriever.unique_token_ids_set = None
             vocab = getattr(retriever, "vocab_dict", None) or {}
             self._chunks.append(_Chunk(covered, end - covered, retriever, vocab))
             self.index_builds += 1
@@ -102,21 +105,20 @@ class ChunkedBM25:
 @dataclass
 class PrefilterIndex:
     """The BM25 index over the store's terms, grown as the store grows (a seam: one per memory).
+    The store's own term rows are its documents (no copy: a chunk reads its rows once, when it
+    is indexed).
 
     Attributes:
         bm25: the chunked index.
-        docs: per message (by index), its terms; only ever appended to.
     """
 
     bm25: ChunkedBM25 = field(default_factory=ChunkedBM25)
-    docs: list[list[str]] = field(default_factory=list)
 
     def scores(self, terms: Sequence[frozenset[str]], query: Sequence[str]) -> list[float]:
-        """BM25 score of every message for ``query``; ``terms`` is the store's per-message terms."""
+        """BM25 score of every message for ``query``; ``terms`` is the store's per-message terms
+        (the same append-only sequence, or a snapshot of it, on every call)."""
         return self.score_array(terms, query).tolist()  # type: ignore[no-any-return]
 
     def score_array(self, terms: Sequence[frozenset[str]], query: Sequence[str]) -> npt.NDArray[np.float64]:
         """:meth:`scores` as a float64 array (:meth:`ChunkedBM25.score_array`)."""
-        for i in range(len(self.docs), len(terms)):
-            self.docs.append(list(terms[i]))
-        return self.bm25.score_array(self.docs, query)
+        return self.bm25.score_array(terms, query)
