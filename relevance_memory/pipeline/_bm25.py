@@ -9,7 +9,7 @@ for a prefilter. Terms are the store's lexical terms (words + CJK bigrams).
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -46,7 +46,7 @@ class ChunkedBM25:
     _chunks: list[_Chunk] = field(default_factory=list)
     _query_memo: dict[tuple[str, ...], list[npt.NDArray[np.float64] | None]] = field(default_factory=dict, repr=False)
 
-    def _ensure(self, docs: Sequence[Sequence[str]]) -> None:
+    def _ensure(self, docs: Sequence[Collection[str]]) -> None:
         import bm25s
 
         n = len(docs)
@@ -69,14 +69,14 @@ class ChunkedBM25:
             self.index_builds += 1
             covered = end
 
-    def scores(self, docs: Sequence[Sequence[str]], query: Sequence[str]) -> list[float]:
+    def scores(self, docs: Sequence[Collection[str]], query: Sequence[str]) -> list[float]:
         """BM25 score of every document in ``docs`` for ``query`` (same order as ``docs``).
 
         ``docs`` must be the same append-only list on every call (earlier entries unchanged).
         """
         return self.score_array(docs, query).tolist()  # type: ignore[no-any-return]
 
-    def score_array(self, docs: Sequence[Sequence[str]], query: Sequence[str]) -> npt.NDArray[np.float64]:
+    def score_array(self, docs: Sequence[Collection[str]], query: Sequence[str]) -> npt.NDArray[np.float64]:
         """:meth:`scores` as a float64 array (the same values). A full chunk never changes, so
         its scores for a query are kept (the last :data:`QUERY_MEMO` queries): a build asking
         what an earlier one asked scores only the chunks added since (issue 24)."""
