@@ -158,10 +158,8 @@ def summarise_archive(
     (the pyramid merges into one level-2 summary, which the next compaction carries in turn).
 
     Proportional to what changed (issue 24): the archive is read from the partition's chains, and
-    an archived message no supersede link touches is its memoised item (a dict hit); a linked
-    one is its item of an earlier compaction while the link it was marked from still ends its
-    chain (links are written once and point forward: one lookup of the final newer message),
-    so only messages whose chain grew since pay for :func:`_item`.
+    an archived message no supersede link touches is its memoised item (a dict hit), so only the
+    linked ones pay for :func:`_item`.
 
     Returns:
         The pyramid and the user messages scored ≥ ``core_score`` that had to be summarised
@@ -177,27 +175,10 @@ def summarise_archive(
     older, newer = linked
     memo = seams.summary_items
 
-    links = store.superseded_by
-
     def item_of(message: Message) -> SummaryItem:
-        message_id = message.id
-        if message_id not in older and message_id not in newer:
-            return memo.get(message_id, message.content_hash) or _item(seams, message, newest, linked)
-        # a linked message: its item of an earlier build while the link it was marked from
-        # still ends its chain (one lookup; issue 24), else made again
-        known = memo.linked(message_id, message.content_hash)
-        if known is not None:
-            final, item = known
-            if final is None:
-                if message_id not in older:
-                    return item
-            else:
-                after = links.get(final.newer)
-                if after is None or after.kind != final.kind:
-                    return item
-        item = _item(seams, message, newest, linked)
-        memo.put_linked(message_id, message.content_hash, newest.get(message_id) if message_id in older else None, item)
-        return item
+        if message.id in older or message.id in newer:
+            return _item(seams, message, newest, linked)
+        return memo.get(message.id, message.content_hash) or _item(seams, message, newest, linked)
 
     reused = [s for s in carried if s.level > 0 and set(s.covered_ids) <= archived_ids
               and _marks_hold(seams, s, newest, older)]

@@ -12,7 +12,7 @@ import re
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
+from typing import Any, Protocol, runtime_checkable
 
 from pydantic import BaseModel, Field
 
@@ -20,9 +20,6 @@ from .._markers import SUMMARY_MARKER
 from .._memo import remember
 from .._text import has_constraint
 from ._extract import _NOTE_RE, _left_out_note, _value_rank, is_question
-
-if TYPE_CHECKING:
-    from ..store._supersede import SupersedeLink
 
 LEVEL1_MAX_TOKENS = 400
 """Least tokens asked of a level-1 summary, and the step its size moves in (:func:`level1_tokens`),
@@ -78,20 +75,7 @@ class SummaryItems:
     def __init__(self, maxsize: int = 2_000_000) -> None:
         self._data: dict[str, SummaryItem] = {}
         self._marked: dict[str, tuple[SummaryItem, str, bool, SummaryItem]] = {}  # base, marks, marked item
-        self._linked: dict[str, tuple[str, SupersedeLink | None, SummaryItem]] = {}
         self._maxsize = maxsize
-
-    def linked(self, message_id: str, content_hash: str) -> tuple[SupersedeLink | None, SummaryItem] | None:
-        """``(final link, item)`` as :meth:`put_linked` kept them for a message a supersede link
-        touches, if made from content ``content_hash``; the caller checks the link still ends
-        its chain (links are written once and point forward, so only a newer link can end it)."""
-        found = self._linked.get(message_id)
-        return (found[1], found[2]) if found is not None and found[0] == content_hash else None
-
-    def put_linked(self, message_id: str, content_hash: str, final: SupersedeLink | None, item: SummaryItem) -> None:
-        """Keep a linked message's marked ``item`` with the last link of its chain (``final``;
-        ``None``: the message was not superseded) it was marked from."""
-        remember(self._linked, message_id, (content_hash, final, item), self._maxsize)
 
     def get(self, message_id: str, content_hash: str) -> SummaryItem | None:
         """The memoised item of ``message_id`` if it was made from content ``content_hash``."""
