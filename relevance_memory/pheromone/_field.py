@@ -140,6 +140,10 @@ class PheromoneField:
     history: list[dict[str, Any]] = field(default_factory=list)
     _cells: dict[str, Cell] = field(default_factory=dict)
     _observed: int = 0
+    # the new cell of each kind born at ``_fresh_tick``: cells are immutable, so the messages
+    # arriving in one tick share it (~145 bytes a message less; issue 24)
+    _fresh: dict[str, Cell] = field(default_factory=dict, repr=False, compare=False)
+    _fresh_tick: int = field(default=-1, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         table = _CellTable(self.config)
@@ -277,7 +281,12 @@ class PheromoneField:
 
     def _add(self, message_id: str, kind: str, references: Sequence[str]) -> None:
         cfg, cells = self.config, self._cells
-        cells[message_id] = new_cell(kind, self.tick, cfg)
+        if self._fresh_tick != self.tick:
+            self._fresh, self._fresh_tick = {}, self.tick
+        cell = self._fresh.get(kind)
+        if cell is None:
+            cell = self._fresh[kind] = new_cell(kind, self.tick, cfg)
+        cells[message_id] = cell
         used: list[str] = []
         for ref in references:
             cell = cells.get(ref)

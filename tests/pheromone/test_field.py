@@ -284,3 +284,20 @@ def test_a_favoured_kind_does_not_outrank_a_better_match_of_a_new_goal() -> None
     assert by_memory == (1, 0)
     _, earlier = rank(chains, scores, strengths=strengths, memory={0: 1.4, 1: 0.0}, **common)  # type: ignore[arg-type]
     assert earlier == (0, 1)
+
+
+def test_messages_born_in_one_tick_share_their_new_cell_and_part_on_a_write() -> None:
+    """Cells are immutable: the messages of one kind arriving in one tick share one new cell
+    (memory, issue 24); a reinforcement or deposit writes a new cell for its message only."""
+    field = PheromoneField(PheromoneConfig(tick_every=5))
+    messages = [_msg(i) for i in range(4)] + [_msg(4, "assistant_reasoning", "assistant")]
+    field.observe(messages)  # tick 0 -> 1 after the fifth message
+    cells = field._cells
+    assert cells["m0"] is cells["m1"] is cells["m3"] and cells["m4"] is not cells["m0"]
+    before = field.strength("m1")
+    field.deposit({"m0": 5}, "sub", "goal")
+    assert cells["m0"] is not cells["m1"] and field.strength("m1") == before
+    assert field.strength("m0") > before and field.latest_score("m1") is None
+    field.observe([*messages, _msg(5, refs=("m2",)), _msg(6)])  # a new tick: a new shared cell; m2 reinforced alone
+    assert cells["m5"] is cells["m6"] and cells["m5"].born_tick == 1 and cells["m0"].born_tick == 0
+    assert cells["m2"] is not cells["m3"] and field.strength("m2") > field.strength("m3")
