@@ -158,8 +158,10 @@ def summarise_archive(
     (the pyramid merges into one level-2 summary, which the next compaction carries in turn).
 
     Proportional to what changed (issue 24): the archive is read from the partition's chains, and
-    an archived message no supersede link touches is its memoised item (a dict hit), so only the
-    linked ones pay for :func:`_item`.
+    an archived message no supersede link touches is its memoised item (a dict hit), and a linked
+    one keeps its marked item from an earlier build while its own link is the same and its chain's
+    newest link is still the newest (:func:`_still_newest`, checked once per chain), so only the
+    messages whose links changed pay for :func:`_item`.
 
     Returns:
         The pyramid and the user messages scored ≥ ``core_score`` that had to be summarised
@@ -175,12 +177,33 @@ def summarise_archive(
     older, newer = linked
     memo = seams.summary_items
 
-    def item_of(message: Message) -> SummaryItem:
-        if message.id in older or message.id in newer:
-            return _item(seams, message, newest, linked)
-        return memo.get(message.id, message.content_hash) or _item(seams, message, newest, linked)
+    links = store.superseded_by
+    memo_get, linked_get = memo.get, memo.linked
+    still: dict[int, bool] = {}  # id of a kept newest link → whether it is still its chain's newest
 
-    reused = [s for s in carried if s.level > 0 and set(s.covered_ids) <= archived_ids
+    def item_of(message: Message) -> SummaryItem:
+        message_id = message.id
+        if message_id in older or message_id in newer:
+            # kept from an earlier build while its links hold: its own link the same (a link,
+            # once written, is never replaced) and its chain's newest still the newest
+            kept = linked_get(message_id)
+            if kept is not None and kept[2].content_hash == message.content_hash:
+                own, final, item = kept
+                if own is None:
+                    if message_id not in older:
+                        return item
+                elif links.get(message_id) is own:
+                    verdict = still.get(id(final))
+                    if verdict is None:
+                        verdict = still[id(final)] = _still_newest(links, final)
+                    if verdict:
+                        return item
+            item = _item(seams, message, newest, linked)
+            own = links.get(message_id)
+            return memo.keep_linked(message_id, own, newest.get(message_id) if own is not None else None, item)
+        return memo_get(message_id, message.content_hash) or _item(seams, message, newest, linked)
+
+    reused = [s for s in carried if s.level > 0 and archived_ids.issuperset(s.covered_ids)
               and _marks_hold(seams, s, newest, older)]
     already = {i for s in reused for i in s.covered_ids}
     items: dict[int, SummaryItem] = {}
@@ -195,7 +218,8 @@ def summarise_archive(
                 runs.append([])
             next_break = next(breaks, len(messages))
         message = messages[i]
-        if message.id in already:
+        message_id = message.id
+        if message_id in already:
             if runs[-1]:
                 runs.append([])
             continue
@@ -203,10 +227,14 @@ def summarise_archive(
         if (
             score is not None and score.score >= core
             and user_authored(message.role, message.msg_type.value)
-            and message.id not in store.superseded_by  # archived on purpose: a newer value replaces it
+            and message_id not in store.superseded_by  # archived on purpose: a newer value replaces it
         ):
             held.add(i)
-        items[i] = item = item_of(message)
+        if message_id in older or message_id in newer:
+            item = item_of(message)
+        else:  # item_of's memo hit, without the call
+            item = memo_get(message_id, message.content_hash) or item_of(message)
+        items[i] = item
         runs[-1].append(item)
     carried_tokens = sum(s.tokens for s in reused)
     pyramid = PyramidResult()
@@ -225,7 +253,15 @@ def summarise_archive(
             if i != previous + 1 and everything[-1]:
                 everything.append([])
             previous = i
-            everything[-1].append(items.get(i) or item_of(messages[i]))
+            found = items.get(i)
+            if found is None:
+                message = messages[i]
+                message_id = message.id
+                if message_id in older or message_id in newer:
+                    found = item_of(message)
+                else:  # item_of's memo hit, without the call
+                    found = memo_get(message_id, message.content_hash) or item_of(message)
+            everything[-1].append(found)
         pyramid = build_pyramid(
             [mark_held(run, quoted) for run in everything],
             summarizer=seams.summarizer,
@@ -393,6 +429,19 @@ def _newest_link(
     for message_id in path:
         memo[message_id] = link
     return link
+
+
+def _still_newest(links: Mapping[str, SupersedeLink], kept: object) -> bool:
+    """Whether ``kept`` (the newest link of a message's supersede chain when its item was kept,
+    :meth:`~relevance_memory.summary._pyramid.SummaryItems.keep_linked`) is still its chain's
+    newest in ``links``: visible here (a link is never replaced, and its newer message is the
+    newest of the chain, so every link before it is visible too) and not followed by a newer link
+    of its kind (:func:`_newest_link` would stop at it). Then the message's note is the same.
+    The message's own link is checked by the caller (the same object)."""
+    if not isinstance(kept, SupersedeLink) or links.get(kept.older) is not kept:
+        return False
+    after = links.get(kept.newer)
+    return after is None or after.kind != kept.kind
 
 
 def _marks_hold(

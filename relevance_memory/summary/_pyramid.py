@@ -75,6 +75,7 @@ class SummaryItems:
     def __init__(self, maxsize: int = 2_000_000) -> None:
         self._data: dict[str, SummaryItem] = {}
         self._marked: dict[str, tuple[SummaryItem, str, bool, SummaryItem]] = {}  # base, marks, marked item
+        self._linked: dict[str, tuple[object, object, SummaryItem]] = {}  # own link, newest link, marked item
         self._maxsize = maxsize
 
     def get(self, message_id: str, content_hash: str) -> SummaryItem | None:
@@ -96,6 +97,20 @@ class SummaryItems:
         made = replace(item, superseded=superseded, supersedes=supersedes)
         remember(self._marked, item.id, (item, superseded, supersedes, made), self._maxsize)
         return made
+
+    def linked(self, message_id: str) -> tuple[object, object, SummaryItem] | None:
+        """What :meth:`keep_linked` kept for ``message_id``: ``(own link, newest link, marked
+        item)``, or ``None``. The caller checks that the links and the content hash still hold
+        (issue 24: a message a supersede link touches keeps its marked item across builds while
+        the newest link of its chain stays the newest, so a compaction does not walk every
+        chain again)."""
+        return self._linked.get(message_id)
+
+    def keep_linked(self, message_id: str, own: object, newest: object, item: SummaryItem) -> SummaryItem:
+        """Keep ``item`` (marked with its supersede fields) with the links it was made from
+        (``own``: the message's link, ``newest``: its chain's newest link); returns ``item``."""
+        remember(self._linked, message_id, (own, newest, item), self._maxsize)
+        return item
 
 
 class SummaryDraft(BaseModel):
@@ -225,6 +240,9 @@ def id_spans(ids: Sequence[str]) -> list[str]:
             out.append(f"{prefix}{start}" if start == previous else f"{prefix}{start}–{prefix}{previous}")
 
     for value in ids:
+        if start is not None and previous is not None and value == f"{prefix}{previous + 1}":
+            previous += 1  # the next id of the run, without the regex (the prefix ends in no digit)
+            continue
         match = _ID_NUMBER.match(value)
         if match is None:
             close()

@@ -395,3 +395,24 @@ def test_the_chain_index_grown_with_a_store_equals_a_grouping_from_scratch() -> 
             assert grown == scratch and list(grown) == list(scratch)
         assert index.over_entry_cap == [m.index for m in messages if m.token_count > 256]
     assert compared >= 50
+
+
+@pytest.mark.parametrize("runner", [run, supersede_run, lambda: supersede_run(700)])
+def test_linked_items_kept_across_builds_are_the_items_made_again(monkeypatch: pytest.MonkeyPatch, runner: Any) -> None:
+    """A message a supersede link touches keeps its marked item from an earlier build while its
+    own link and its chain's newest link hold (issue 24); made again in every build instead, the
+    contexts and records are the same — with kept items used and some found stale."""
+    from relevance_memory.summary._pyramid import SummaryItems
+
+    verdicts: list[bool] = []
+    still = sm._still_newest
+
+    def counted(links: Any, kept: Any) -> bool:
+        verdicts.append(still(links, kept))
+        return verdicts[-1]
+
+    monkeypatch.setattr(sm, "_still_newest", counted)
+    fast = runner()
+    assert verdicts.count(True) >= 10 and verdicts.count(False) >= 1
+    monkeypatch.setattr(SummaryItems, "linked", lambda self, message_id: None)
+    assert runner() == fast
