@@ -8,10 +8,12 @@ which re-exports everything here.
 
 from __future__ import annotations
 
+import operator
 import re
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
+from itertools import chain
 from typing import Any, Protocol, runtime_checkable
 
 from pydantic import BaseModel, Field
@@ -141,6 +143,12 @@ class Summarizer(Protocol):
 
 
 # --------------------------------------------------------------------------- pyramid
+def key_parts(items: Sequence[SummaryItem]) -> tuple[tuple[str, str, str, bool, tuple[str, ...]], ...]:
+    """What a :class:`SummaryCache` key reads of ``items``: ``(id, content hash, superseded,
+    supersedes, held)`` of each (pure)."""
+    return tuple((i.id, i.content_hash, i.superseded, i.supersedes, i.held) for i in items)
+
+
 class SummaryCache:
     """Bounded in-process cache of drafts keyed by what they cover (SPEC §7)."""
 
@@ -153,14 +161,15 @@ class SummaryCache:
     @staticmethod
     def key(name: str, level: int, items: Sequence[SummaryItem], max_tokens: int) -> tuple[Any, ...]:
         """(summarizer, level, max tokens, ((id, content hash, superseded, supersedes, held), …))."""
-        return (name, level, max_tokens,
-                tuple((i.id, i.content_hash, i.superseded, i.supersedes, i.held) for i in items))
+        return (name, level, max_tokens, key_parts(items))
 
     def get_or_make(
-        self, summarizer: Summarizer, items: Sequence[SummaryItem], *, level: int, max_tokens: int
+        self, summarizer: Summarizer, items: Sequence[SummaryItem], *, level: int, max_tokens: int,
+        parts: tuple[Any, ...] | None = None,
     ) -> SummaryDraft:
-        """The cached draft, or a new one from ``summarizer``."""
-        key = self.key(summarizer.name, level, items, max_tokens)
+        """The cached draft, or a new one from ``summarizer`` (``parts``: :func:`key_parts` of
+        ``items`` when the caller has them)."""
+        key = (summarizer.name, level, max_tokens, key_parts(items) if parts is None else parts)
         draft = self._data.get(key)
         if draft is not None:
             self.hits += 1
@@ -542,8 +551,10 @@ def build_pyramid(
         result.warnings.append("no room for summaries; archived messages were dropped (restorable by id)")
         return result
     level1: list[RenderedSummary] = []
+    parts: list[tuple[Any, ...]] = []  # each run's key parts, read again by the level-2 key
     for run in runs:
-        draft = cache.get_or_make(summarizer, run, level=1, max_tokens=level1_tokens(run, cap))
+        parts.append(key_parts(run))
+        draft = cache.get_or_make(summarizer, run, level=1, max_tokens=level1_tokens(run, cap), parts=parts[-1])
         ids = [item.id for item in run]
         rendered = _fit(draft, level=1, covered_ids=ids, role=role, cap=cap, count=count)
         if rendered is None:
@@ -554,8 +565,12 @@ def build_pyramid(
         result.summaries = level1
         return result
     # the level-1 summaries merge: what they held of the user's facts is kept first (issue 23)
-    everything = mark_held(everything, held_lines(level1))
-    draft = cache.get_or_make(summarizer, everything, level=2, max_tokens=cap)
+    marked = mark_held(everything, held_lines(level1))
+    # the runs' key parts when every run was read and no item took a held line (the same objects)
+    same = len(parts) == len(runs) and all(map(operator.is_, marked, everything))
+    everything = marked
+    draft = cache.get_or_make(summarizer, everything, level=2, max_tokens=cap,
+                              parts=tuple(chain.from_iterable(parts)) if same else None)
     ids = [i.id for i in everything]
     rendered = _fit(draft, level=2, covered_ids=ids, role=role, cap=cap, count=count)
     if rendered is None:

@@ -416,3 +416,32 @@ def test_linked_items_kept_across_builds_are_the_items_made_again(monkeypatch: p
     assert verdicts.count(True) >= 10 and verdicts.count(False) >= 1
     monkeypatch.setattr(SummaryItems, "linked", lambda self, message_id: None)
     assert runner() == fast
+
+
+@pytest.mark.parametrize("runner", [run, lambda: supersede_run(700)])
+def test_summary_cache_keys_reused_by_the_level2_summary_are_its_items_keys(
+    monkeypatch: pytest.MonkeyPatch, runner: Any
+) -> None:
+    """build_pyramid hands the level-2 draft its runs' key parts (issue 24: no second tuple per
+    archived message): they are the key parts of the items it is asked about, and the builds
+    are those made with every key computed from the items."""
+    from relevance_memory.summary._pyramid import SummaryCache, key_parts
+
+    given: list[int] = []
+    made = SummaryCache.get_or_make
+
+    def checked(self: Any, summarizer: Any, items: Any, *, level: int, max_tokens: int, parts: Any = None) -> Any:
+        if parts is not None:
+            assert parts == key_parts(items)
+            given.append(level)
+        return made(self, summarizer, items, level=level, max_tokens=max_tokens, parts=parts)
+
+    monkeypatch.setattr(SummaryCache, "get_or_make", checked)
+    fast = runner()
+    assert given.count(2) >= 1 and given.count(1) >= 1
+
+    def from_items(self: Any, summarizer: Any, items: Any, *, level: int, max_tokens: int, parts: Any = None) -> Any:
+        return made(self, summarizer, items, level=level, max_tokens=max_tokens)
+
+    monkeypatch.setattr(SummaryCache, "get_or_make", from_items)
+    assert runner() == fast
