@@ -24,7 +24,9 @@ room last.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from collections.abc import Set as AbstractSet
 
+from .._memo import remember
 from .._models import Message, RelevanceScore, content_text, user_authored
 from ..scoring._scorer import REQUEST_REASON
 from ..store._supersede import SupersedeLink
@@ -82,7 +84,7 @@ def _tool_name(seams: Seams, message: Message) -> str:
 
 def _item(
     seams: Seams, message: Message, newest: dict[str, SupersedeLink],
-    linked: tuple[frozenset[str], frozenset[str]] | None = None,
+    linked: tuple[AbstractSet[str], AbstractSet[str]] | None = None,
 ) -> SummaryItem:
     """An archived message as the summarizer sees it (``newest``: :func:`_superseded_note`'s memo;
     ``linked``: :func:`_linked`'s sets, so a message only superseded or only superseding pays
@@ -112,11 +114,58 @@ def _item(
 def _linked(seams: Seams) -> tuple[frozenset[str], frozenset[str]]:
     """Ids of the messages :func:`_item` marks: ``(superseded, superseding)`` — those a newer
     message supersedes and those that supersede an older one (only a restated fact marks these).
-    Every other archived message is its memoised item as is (O(links), not O(history))."""
+    Every other archived message is its memoised item as is (O(links), not O(history));
+    :func:`_link_index` keeps them across builds (O(new messages))."""
     if not seams.config.supersede:
         return frozenset(), frozenset()
     store = seams.store
     return frozenset(store.superseded_by), frozenset(store.supersedes)
+
+
+class _LinkIndex:
+    """A memory's supersede links as :func:`_linked` reads them, grown build by build from the
+    messages stored since (issue 24: the sets, and a count of the fact links, without walking every
+    link each compaction), and the verdicts of :func:`_marks_hold` on carried summaries.
+
+    A link is written before its newer message is published and never replaced, and the older
+    messages a newer one supersedes are all linked when it is stored, so the ids the links of a
+    store of ``n`` messages name are those of ``supersedes`` of its ``n`` messages. ``stamp``:
+    ``(messages read, fact links among them)``, replaced in one assignment."""
+
+    __slots__ = ("newer", "older", "stamp", "verdicts")
+
+    def __init__(self) -> None:
+        self.older: set[str] = set()
+        self.newer: set[str] = set()
+        self.stamp = (0, 0)
+        self.verdicts: dict[int, tuple[RenderedSummary, int, bool]] = {}  # id → (summary, fact links, holds)
+
+
+def _link_index(seams: Seams) -> _LinkIndex | None:
+    """The memory's :class:`_LinkIndex` grown to its store (reads the messages stored since the
+    last build), or ``None`` when the store is shorter than what it read (a snapshot older than
+    an earlier build's) or supersede detection is off."""
+    if not seams.config.supersede:
+        return None
+    memo, store = seams.summary_items, seams.store
+    index = memo.links if isinstance(memo.links, _LinkIndex) else None
+    if index is None:
+        index = _LinkIndex()
+        memo.links = index
+    n = len(store)
+    upto, facts = index.stamp
+    if n < upto:
+        return None
+    if n > upto:
+        supersedes, links = store.supersedes, store.superseded_by
+        for message in store.messages[upto:n]:
+            olders = supersedes.get(message.id)
+            if olders:
+                index.newer.add(message.id)
+                index.older.update(olders)
+                facts += sum(1 for o in olders if links[o].kind == "fact")
+        index.stamp = (n, facts)
+    return index
 
 
 def _archive(
@@ -173,7 +222,8 @@ def summarise_archive(
     archived, kept = _archive(seams, part, kept_roots, repeats)
     archived_ids = {messages[i].id for i in archived}
     newest: dict[str, SupersedeLink] = {}  # one walk per supersede chain in this build
-    linked = _linked(seams)
+    index = _link_index(seams)
+    linked = _linked(seams) if index is None else (index.older, index.newer)
     older, newer = linked
     memo = seams.summary_items
 
@@ -204,7 +254,7 @@ def summarise_archive(
         return memo_get(message_id, message.content_hash) or _item(seams, message, newest, linked)
 
     reused = [s for s in carried if s.level > 0 and archived_ids.issuperset(s.covered_ids)
-              and _marks_hold(seams, s, newest, older)]
+              and _carried_holds(seams, index, s, newest, older)]
     already = {i for s in reused for i in s.covered_ids}
     items: dict[int, SummaryItem] = {}
     runs: list[list[SummaryItem]] = [[]]
@@ -444,8 +494,26 @@ def _still_newest(links: Mapping[str, SupersedeLink], kept: object) -> bool:
     return after is None or after.kind != kept.kind
 
 
+def _carried_holds(
+    seams: Seams, index: _LinkIndex | None, summary: RenderedSummary, newest: dict[str, SupersedeLink],
+    linked: AbstractSet[str],
+) -> bool:
+    """:func:`_marks_hold`, its verdict on a carried summary kept in ``index`` while no fact link
+    was added (only a fact link changes a mark it checks: a note of a newer result does not
+    count, and a link is never removed)."""
+    if index is None:
+        return _marks_hold(seams, summary, newest, linked)
+    facts = index.stamp[1]
+    known = index.verdicts.get(id(summary))
+    if known is not None and known[0] is summary and known[1] == facts:
+        return known[2]
+    verdict = _marks_hold(seams, summary, newest, linked)
+    remember(index.verdicts, id(summary), (summary, facts, verdict), 256)
+    return verdict
+
+
 def _marks_hold(
-    seams: Seams, summary: RenderedSummary, newest: dict[str, SupersedeLink], linked: frozenset[str] | None = None
+    seams: Seams, summary: RenderedSummary, newest: dict[str, SupersedeLink], linked: AbstractSet[str] | None = None
 ) -> bool:
     """Whether the fact supersede marks ``summary`` was made with are still the current ones
     for the messages it covers (issue 23): a summary made before one of them was superseded (or

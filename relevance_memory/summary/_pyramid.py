@@ -79,6 +79,9 @@ class SummaryItems:
         self._marked: dict[str, tuple[SummaryItem, str, bool, SummaryItem]] = {}  # base, marks, marked item
         self._linked: dict[str, tuple[object, object, SummaryItem]] = {}  # own link, newest link, marked item
         self._maxsize = maxsize
+        self.links: object = None
+        """The summarise stage's index of the memory's supersede links (its own type; kept here,
+        with the items, once per memory)."""
 
     def get(self, message_id: str, content_hash: str) -> SummaryItem | None:
         """The memoised item of ``message_id`` if it was made from content ``content_hash``."""

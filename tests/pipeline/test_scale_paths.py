@@ -445,3 +445,68 @@ def test_summary_cache_keys_reused_by_the_level2_summary_are_its_items_keys(
 
     monkeypatch.setattr(SummaryCache, "get_or_make", from_items)
     assert runner() == fast
+
+
+def late_restatement_run(budget: int = 1000) -> list[str]:
+    """:func:`supersede_run` with one fact stated early and restated only late: summaries that
+    mark its first value are carried over several compactions before the restatement."""
+    memory = RelevanceMemoryManager(max_input_tokens=budget, keep_recent=2, prefilter=True, prefilter_top_n=20)
+    memory.set_goal(final="Fix the failing parser test in src/parser.py where the user lives")
+    out: list[str] = []
+    for step in range(80):
+        if step in (2, 20, 61):
+            city = {2: "Lisbon", 20: "Porto", 61: "Faro"}[step]
+            memory.extend([{"role": "user", "content": f"I live in {city} now, and the tests run there."}])
+        call = {"id": f"c{step}", "type": "function",
+                "function": {"name": "read_file", "arguments": json.dumps({"path": f"src/mod{step % 4}.py"})}}
+        memory.extend([
+            {"role": "assistant", "content": f"Reading module {step % 4} again (step {step}).", "tool_calls": [call]},
+            {"role": "tool", "tool_call_id": f"c{step}",
+             "content": f"def parse_{step % 4}(text):\n    return text.split(',')[{step % 7}]  # version {step // 4}\n"},
+        ])
+        if step % 5 == 4:
+            out += seen(memory.build_context(compact=True))
+    return out
+
+
+@pytest.mark.parametrize("runner", [run, supersede_run, lambda: supersede_run(700), late_restatement_run,
+                                    lambda: late_restatement_run(1400)])
+def test_the_link_index_grown_build_by_build_reads_as_the_links_do(monkeypatch: pytest.MonkeyPatch, runner: Any) -> None:
+    """The summarise stage's link index (grown from the messages stored since the last build) and
+    its carried-summary verdicts (kept while no fact link is added) give the builds that reading
+    every link and checking every carried summary in each build gives (issue 24)."""
+    checked: list[bool] = []
+    hold = sm._marks_hold
+
+    def counted(*args: Any, **kwargs: Any) -> bool:
+        checked.append(hold(*args, **kwargs))
+        return checked[-1]
+
+    def every_link(seams: Any) -> Any:
+        index = grown(seams)
+        if index is not None:
+            assert (index.older, index.newer) == sm._linked(seams)
+            assert index.stamp[1] == sum(1 for link in seams.store.superseded_by.values() if link.kind == "fact")
+        return index
+
+    kept: list[bool] = []
+    carried = sm._carried_holds
+
+    def verdict_as_made_again(seams: Any, index: Any, summary: Any, newest: Any, linked: Any) -> bool:
+        made = len(checked)
+        verdict = carried(seams, index, summary, newest, linked)
+        if len(checked) == made:  # a kept verdict: the one checking the marks again gives
+            kept.append(verdict)
+            assert verdict == hold(seams, summary, {}, None)
+        return verdict
+
+    grown = sm._link_index
+    monkeypatch.setattr(sm, "_link_index", every_link)
+    monkeypatch.setattr(sm, "_marks_hold", counted)
+    monkeypatch.setattr(sm, "_carried_holds", verdict_as_made_again)
+    fast = runner()
+    calls = len(checked)
+    monkeypatch.setattr(sm, "_link_index", lambda seams: None)
+    checked.clear()
+    assert runner() == fast
+    assert len(checked) > calls  # verdicts were kept
