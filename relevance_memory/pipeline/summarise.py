@@ -132,11 +132,12 @@ class _LinkIndex:
     store of ``n`` messages name are those of ``supersedes`` of its ``n`` messages. ``stamp``:
     ``(messages read, fact links among them)``, replaced in one assignment."""
 
-    __slots__ = ("newer", "older", "stamp", "verdicts")
+    __slots__ = ("facts", "newer", "older", "stamp", "verdicts")
 
     def __init__(self) -> None:
         self.older: set[str] = set()
         self.newer: set[str] = set()
+        self.facts: set[str] = set()  # the older ids of the fact links
         self.stamp = (0, 0)
         self.verdicts: dict[int, tuple[RenderedSummary, int, bool]] = {}  # id → (summary, fact links, holds)
 
@@ -163,7 +164,9 @@ def _link_index(seams: Seams) -> _LinkIndex | None:
             if olders:
                 index.newer.add(message.id)
                 index.older.update(olders)
-                facts += sum(1 for o in olders if links[o].kind == "fact")
+                restated = [o for o in olders if links[o].kind == "fact"]
+                index.facts.update(restated)
+                facts += len(restated)
         index.stamp = (n, facts)
     return index
 
@@ -507,13 +510,14 @@ def _carried_holds(
     known = index.verdicts.get(id(summary))
     if known is not None and known[0] is summary and known[1] == facts:
         return known[2]
-    verdict = _marks_hold(seams, summary, newest, linked)
+    verdict = _marks_hold(seams, summary, newest, linked, index.facts)
     remember(index.verdicts, id(summary), (summary, facts, verdict), 256)
     return verdict
 
 
 def _marks_hold(
-    seams: Seams, summary: RenderedSummary, newest: dict[str, SupersedeLink], linked: AbstractSet[str] | None = None
+    seams: Seams, summary: RenderedSummary, newest: dict[str, SupersedeLink], linked: AbstractSet[str] | None = None,
+    facts: AbstractSet[str] | None = None,
 ) -> bool:
     """Whether the fact supersede marks ``summary`` was made with are still the current ones
     for the messages it covers (issue 23): a summary made before one of them was superseded (or
@@ -522,7 +526,9 @@ def _marks_hold(
     (a file read again) do not count: the newer result is in the context or in a later summary,
     and dropping the carried summary for each re-read broke the cached prefix (django-15280 at
     8k: cost 0.47 -> 0.50 of the full history). ``linked``: the ids a newer message supersedes
-    (:func:`_linked`), when known: only those are looked up."""
+    (:func:`_linked`), when known: only those are looked up; ``facts``: those of them a fact link
+    supersedes (:class:`_LinkIndex`), when known: only those and the ids marked when the summary
+    was made are (a message of another link has no mark to check: its note is a newer result's)."""
     if not seams.config.supersede:
         return True
     store, links = seams.store, seams.store.superseded_by
@@ -532,7 +538,8 @@ def _marks_hold(
         stale = {message_id for message_id, note in made.items() if note and message_id not in linked}
         if stale and not stale.isdisjoint(covered):
             return False
-        covered = [message_id for message_id in covered if message_id in linked]
+        covered = ([message_id for message_id in covered if message_id in linked] if facts is None else
+                   [message_id for message_id in covered if message_id in facts or message_id in made])
     for message_id in covered:
         link = links.get(message_id)
         now = _superseded_note(seams, store.get(message_id), newest) if link is not None and link.kind == "fact" else ""

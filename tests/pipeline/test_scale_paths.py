@@ -447,10 +447,15 @@ def test_summary_cache_keys_reused_by_the_level2_summary_are_its_items_keys(
     assert runner() == fast
 
 
-def late_restatement_run(budget: int = 1000) -> list[str]:
+def late_restatement_run(budget: int = 1000, low: bool = False) -> list[str]:
     """:func:`supersede_run` with one fact stated early and restated only late: summaries that
-    mark its first value are carried over several compactions before the restatement."""
-    memory = RelevanceMemoryManager(max_input_tokens=budget, keep_recent=2, prefilter=True, prefilter_top_n=20)
+    mark its first value are carried over several compactions before the restatement (``low``:
+    every message scored 2, so the fact is archived, and summarised, before it is restated)."""
+    from relevance_memory.testing import FunctionScorer
+
+    scorer = FunctionScorer(lambda item, goal: 2) if low else None
+    memory = RelevanceMemoryManager(max_input_tokens=budget, keep_recent=2, prefilter=True, prefilter_top_n=20,
+                                    scorer=scorer)
     memory.set_goal(final="Fix the failing parser test in src/parser.py where the user lives")
     out: list[str] = []
     for step in range(80):
@@ -470,7 +475,7 @@ def late_restatement_run(budget: int = 1000) -> list[str]:
 
 
 @pytest.mark.parametrize("runner", [run, supersede_run, lambda: supersede_run(700), late_restatement_run,
-                                    lambda: late_restatement_run(1400)])
+                                    lambda: late_restatement_run(700, low=True)])
 def test_the_link_index_grown_build_by_build_reads_as_the_links_do(monkeypatch: pytest.MonkeyPatch, runner: Any) -> None:
     """The summarise stage's link index (grown from the messages stored since the last build) and
     its carried-summary verdicts (kept while no fact link is added) give the builds that reading
@@ -480,13 +485,15 @@ def test_the_link_index_grown_build_by_build_reads_as_the_links_do(monkeypatch: 
 
     def counted(*args: Any, **kwargs: Any) -> bool:
         checked.append(hold(*args, **kwargs))
+        assert checked[-1] == hold(*args[:4])  # only the fact-linked and marked ids checked: the same verdict
         return checked[-1]
 
     def every_link(seams: Any) -> Any:
         index = grown(seams)
         if index is not None:
             assert (index.older, index.newer) == sm._linked(seams)
-            assert index.stamp[1] == sum(1 for link in seams.store.superseded_by.values() if link.kind == "fact")
+            facts = {older for older, link in seams.store.superseded_by.items() if link.kind == "fact"}
+            assert index.stamp[1] == len(facts) and index.facts == facts
         return index
 
     kept: list[bool] = []
@@ -510,3 +517,25 @@ def test_the_link_index_grown_build_by_build_reads_as_the_links_do(monkeypatch: 
     checked.clear()
     assert runner() == fast
     assert len(checked) > calls  # verdicts were kept
+
+
+def test_a_carried_summary_of_a_fact_restated_since_holds_no_more_with_the_fact_index() -> None:
+    """_marks_hold given the fact-linked ids (the link index) looks only at those and the marked
+    ones, and still finds a covered fact restated after the summary was made."""
+    from relevance_memory.summary._pyramid import RenderedSummary
+
+    memory = RelevanceMemoryManager(max_input_tokens=4000)
+    memory.extend([{"role": "user", "content": "My budget is $500 for the whole trip."},
+                   {"role": "assistant", "content": "Noted."}])
+    first = memory.messages[0].id
+    summary = RenderedSummary(1, {"role": "system", "content": "x"}, 1, (first, memory.messages[1].id), ())
+    seams = memory._seams()
+    index = sm._link_index(seams)
+    assert index is not None and sm._carried_holds(seams, index, summary, {}, index.older)
+    memory.extend([{"role": "user", "content": "Actually my budget is $700 for the whole trip."}])
+    seams = memory._seams()
+    index = sm._link_index(seams)
+    assert index is not None and first in index.facts
+    assert not sm._marks_hold(seams, summary, {}, index.older, index.facts)
+    assert not sm._carried_holds(seams, index, summary, {}, index.older)  # the kept verdict is not used
+    assert sm._marks_hold(seams, summary, {}, index.older, set()) is True  # without the fact id: not seen
