@@ -311,9 +311,11 @@ def _memory_passes(seams: Seams, final: str, subtask: str) -> Callable[[Message]
     return passes
 
 
-def goal_cosines(state: BuildState, seams: Seams) -> list[float] | None:
+def goal_cosines(state: BuildState, seams: Seams) -> npt.NDArray[np.float64] | None:
     """Each stored message's cosine to the goal (the larger of final goal and subtask), from
-    the vectors kept on ingest; ``None`` without vectors or goal text (exact, deterministic)."""
+    the vectors kept on ingest; ``None`` without vectors or goal text (exact, deterministic).
+    An array (float64: the same values a list of Python floats holds; no list of 100k floats
+    made for :func:`~relevance_memory.scoring._semantic.rrf_fuse` to turn back into one)."""
     vectors = seams.store.message_vectors() if seams.config.embeddings else None
     texts = [t for t in dict.fromkeys([state.goal.final, state.goal.effective_subtask]) if t.strip()]
     if vectors is None or not texts or mostly_cjk(" ".join(texts)):  # the default model is English-centric
@@ -324,7 +326,7 @@ def goal_cosines(state: BuildState, seams: Seams) -> list[float] | None:
         cos = vectors.similarity(vectors.embed_query(text), keys)
         best = cos if best is None else np.maximum(best, cos)
     assert best is not None
-    return [float(c) for c in best]
+    return np.asarray(best, dtype=np.float64)
 
 
 def prefilter(state: BuildState, seams: Seams) -> Prefiltered:

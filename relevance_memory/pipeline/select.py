@@ -638,16 +638,17 @@ def superseded_chains(chains: Mapping[int, Chain], store: StoreView, *, facts: b
     if not facts:
         links = {k: v for k, v in links.items() if v.kind != "fact"}
     out: dict[int, str] = {}
+    messages = store.messages[0:len(store)]  # one list: each index of a snapshot view is a Python call
     for root, chain in chains.items():
-        linked = [i for i in chain.members if store[i].id in links]
+        linked = [i for i in chain.members if messages[i].id in links]
         if not linked:
             continue
         if all(
-            store[i].id in links
-            or store[i].token_count <= TRIVIAL_TOKENS
-            or (store[i].role == "assistant" and store[i].tool_calls)
+            messages[i].id in links
+            or messages[i].token_count <= TRIVIAL_TOKENS
+            or (messages[i].role == "assistant" and messages[i].tool_calls)
             for i in chain.members
         ):
-            first = links[store[linked[0]].id]
+            first = links[messages[linked[0]].id]
             out[root] = f"superseded by {first.newer}: {first.reason}"
     return out

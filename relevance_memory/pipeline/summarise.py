@@ -24,7 +24,9 @@ room last.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from collections.abc import Set as AbstractSet
 
+from .._memo import remember
 from .._models import Message, RelevanceScore, content_text, user_authored
 from ..scoring._scorer import REQUEST_REASON
 from ..store._supersede import SupersedeLink
@@ -82,7 +84,7 @@ def _tool_name(seams: Seams, message: Message) -> str:
 
 def _item(
     seams: Seams, message: Message, newest: dict[str, SupersedeLink],
-    linked: tuple[frozenset[str], frozenset[str]] | None = None,
+    linked: tuple[AbstractSet[str], AbstractSet[str]] | None = None,
 ) -> SummaryItem:
     """An archived message as the summarizer sees it (``newest``: :func:`_superseded_note`'s memo;
     ``linked``: :func:`_linked`'s sets, so a message only superseded or only superseding pays
@@ -112,11 +114,61 @@ def _item(
 def _linked(seams: Seams) -> tuple[frozenset[str], frozenset[str]]:
     """Ids of the messages :func:`_item` marks: ``(superseded, superseding)`` — those a newer
     message supersedes and those that supersede an older one (only a restated fact marks these).
-    Every other archived message is its memoised item as is (O(links), not O(history))."""
+    Every other archived message is its memoised item as is (O(links), not O(history));
+    :func:`_link_index` keeps them across builds (O(new messages))."""
     if not seams.config.supersede:
         return frozenset(), frozenset()
     store = seams.store
     return frozenset(store.superseded_by), frozenset(store.supersedes)
+
+
+class _LinkIndex:
+    """A memory's supersede links as :func:`_linked` reads them, grown build by build from the
+    messages stored since (issue 24: the sets, and a count of the fact links, without walking every
+    link each compaction), and the verdicts of :func:`_marks_hold` on carried summaries.
+
+    A link is written before its newer message is published and never replaced, and the older
+    messages a newer one supersedes are all linked when it is stored, so the ids the links of a
+    store of ``n`` messages name are those of ``supersedes`` of its ``n`` messages. ``stamp``:
+    ``(messages read, fact links among them)``, replaced in one assignment."""
+
+    __slots__ = ("facts", "newer", "older", "stamp", "verdicts")
+
+    def __init__(self) -> None:
+        self.older: set[str] = set()
+        self.newer: set[str] = set()
+        self.facts: set[str] = set()  # the older ids of the fact links
+        self.stamp = (0, 0)
+        self.verdicts: dict[int, tuple[RenderedSummary, int, bool]] = {}  # id → (summary, fact links, holds)
+
+
+def _link_index(seams: Seams) -> _LinkIndex | None:
+    """The memory's :class:`_LinkIndex` grown to its store (reads the messages stored since the
+    last build), or ``None`` when the store is shorter than what it read (a snapshot older than
+    an earlier build's) or supersede detection is off."""
+    if not seams.config.supersede:
+        return None
+    memo, store = seams.summary_items, seams.store
+    index = memo.links if isinstance(memo.links, _LinkIndex) else None
+    if index is None:
+        index = _LinkIndex()
+        memo.links = index
+    n = len(store)
+    upto, facts = index.stamp
+    if n < upto:
+        return None
+    if n > upto:
+        supersedes, links = store.supersedes, store.superseded_by
+        for message in store.messages[upto:n]:
+            olders = supersedes.get(message.id)
+            if olders:
+                index.newer.add(message.id)
+                index.older.update(olders)
+                restated = [o for o in olders if links[o].kind == "fact"]
+                index.facts.update(restated)
+                facts += len(restated)
+        index.stamp = (n, facts)
+    return index
 
 
 def _archive(
@@ -158,8 +210,10 @@ def summarise_archive(
     (the pyramid merges into one level-2 summary, which the next compaction carries in turn).
 
     Proportional to what changed (issue 24): the archive is read from the partition's chains, and
-    an archived message no supersede link touches is its memoised item (a dict hit), so only the
-    linked ones pay for :func:`_item`.
+    an archived message no supersede link touches is its memoised item (a dict hit), and a linked
+    one keeps its marked item from an earlier build while its own link is the same and its chain's
+    newest link is still the newest (:func:`_still_newest`, checked once per chain), so only the
+    messages whose links changed pay for :func:`_item`.
 
     Returns:
         The pyramid and the user messages scored ≥ ``core_score`` that had to be summarised
@@ -171,17 +225,39 @@ def summarise_archive(
     archived, kept = _archive(seams, part, kept_roots, repeats)
     archived_ids = {messages[i].id for i in archived}
     newest: dict[str, SupersedeLink] = {}  # one walk per supersede chain in this build
-    linked = _linked(seams)
+    index = _link_index(seams)
+    linked = _linked(seams) if index is None else (index.older, index.newer)
     older, newer = linked
     memo = seams.summary_items
 
-    def item_of(message: Message) -> SummaryItem:
-        if message.id in older or message.id in newer:
-            return _item(seams, message, newest, linked)
-        return memo.get(message.id, message.content_hash) or _item(seams, message, newest, linked)
+    links = store.superseded_by
+    memo_get, linked_get = memo.get, memo.linked
+    still: dict[int, bool] = {}  # id of a kept newest link → whether it is still its chain's newest
 
-    reused = [s for s in carried if s.level > 0 and set(s.covered_ids) <= archived_ids
-              and _marks_hold(seams, s, newest, older)]
+    def item_of(message: Message) -> SummaryItem:
+        message_id = message.id
+        if message_id in older or message_id in newer:
+            # kept from an earlier build while its links hold: its own link the same (a link,
+            # once written, is never replaced) and its chain's newest still the newest
+            kept = linked_get(message_id)
+            if kept is not None and kept[2].content_hash == message.content_hash:
+                own, final, item = kept
+                if own is None:
+                    if message_id not in older:
+                        return item
+                elif links.get(message_id) is own:
+                    verdict = still.get(id(final))
+                    if verdict is None:
+                        verdict = still[id(final)] = _still_newest(links, final)
+                    if verdict:
+                        return item
+            item = _item(seams, message, newest, linked)
+            own = links.get(message_id)
+            return memo.keep_linked(message_id, own, newest.get(message_id) if own is not None else None, item)
+        return memo_get(message_id, message.content_hash) or _item(seams, message, newest, linked)
+
+    reused = [s for s in carried if s.level > 0 and archived_ids.issuperset(s.covered_ids)
+              and _carried_holds(seams, index, s, newest, older)]
     already = {i for s in reused for i in s.covered_ids}
     items: dict[int, SummaryItem] = {}
     runs: list[list[SummaryItem]] = [[]]
@@ -195,7 +271,8 @@ def summarise_archive(
                 runs.append([])
             next_break = next(breaks, len(messages))
         message = messages[i]
-        if message.id in already:
+        message_id = message.id
+        if message_id in already:
             if runs[-1]:
                 runs.append([])
             continue
@@ -203,10 +280,14 @@ def summarise_archive(
         if (
             score is not None and score.score >= core
             and user_authored(message.role, message.msg_type.value)
-            and message.id not in store.superseded_by  # archived on purpose: a newer value replaces it
+            and message_id not in store.superseded_by  # archived on purpose: a newer value replaces it
         ):
             held.add(i)
-        items[i] = item = item_of(message)
+        if message_id in older or message_id in newer:
+            item = item_of(message)
+        else:  # item_of's memo hit, without the call
+            item = memo_get(message_id, message.content_hash) or item_of(message)
+        items[i] = item
         runs[-1].append(item)
     carried_tokens = sum(s.tokens for s in reused)
     pyramid = PyramidResult()
@@ -225,7 +306,15 @@ def summarise_archive(
             if i != previous + 1 and everything[-1]:
                 everything.append([])
             previous = i
-            everything[-1].append(items.get(i) or item_of(messages[i]))
+            found = items.get(i)
+            if found is None:
+                message = messages[i]
+                message_id = message.id
+                if message_id in older or message_id in newer:
+                    found = item_of(message)
+                else:  # item_of's memo hit, without the call
+                    found = memo_get(message_id, message.content_hash) or item_of(message)
+            everything[-1].append(found)
         pyramid = build_pyramid(
             [mark_held(run, quoted) for run in everything],
             summarizer=seams.summarizer,
@@ -395,8 +484,40 @@ def _newest_link(
     return link
 
 
+def _still_newest(links: Mapping[str, SupersedeLink], kept: object) -> bool:
+    """Whether ``kept`` (the newest link of a message's supersede chain when its item was kept,
+    :meth:`~relevance_memory.summary._pyramid.SummaryItems.keep_linked`) is still its chain's
+    newest in ``links``: visible here (a link is never replaced, and its newer message is the
+    newest of the chain, so every link before it is visible too) and not followed by a newer link
+    of its kind (:func:`_newest_link` would stop at it). Then the message's note is the same.
+    The message's own link is checked by the caller (the same object)."""
+    if not isinstance(kept, SupersedeLink) or links.get(kept.older) is not kept:
+        return False
+    after = links.get(kept.newer)
+    return after is None or after.kind != kept.kind
+
+
+def _carried_holds(
+    seams: Seams, index: _LinkIndex | None, summary: RenderedSummary, newest: dict[str, SupersedeLink],
+    linked: AbstractSet[str],
+) -> bool:
+    """:func:`_marks_hold`, its verdict on a carried summary kept in ``index`` while no fact link
+    was added (only a fact link changes a mark it checks: a note of a newer result does not
+    count, and a link is never removed)."""
+    if index is None:
+        return _marks_hold(seams, summary, newest, linked)
+    facts = index.stamp[1]
+    known = index.verdicts.get(id(summary))
+    if known is not None and known[0] is summary and known[1] == facts:
+        return known[2]
+    verdict = _marks_hold(seams, summary, newest, linked, index.facts)
+    remember(index.verdicts, id(summary), (summary, facts, verdict), 256)
+    return verdict
+
+
 def _marks_hold(
-    seams: Seams, summary: RenderedSummary, newest: dict[str, SupersedeLink], linked: frozenset[str] | None = None
+    seams: Seams, summary: RenderedSummary, newest: dict[str, SupersedeLink], linked: AbstractSet[str] | None = None,
+    facts: AbstractSet[str] | None = None,
 ) -> bool:
     """Whether the fact supersede marks ``summary`` was made with are still the current ones
     for the messages it covers (issue 23): a summary made before one of them was superseded (or
@@ -405,7 +526,9 @@ def _marks_hold(
     (a file read again) do not count: the newer result is in the context or in a later summary,
     and dropping the carried summary for each re-read broke the cached prefix (django-15280 at
     8k: cost 0.47 -> 0.50 of the full history). ``linked``: the ids a newer message supersedes
-    (:func:`_linked`), when known: only those are looked up."""
+    (:func:`_linked`), when known: only those are looked up; ``facts``: those of them a fact link
+    supersedes (:class:`_LinkIndex`), when known: only those and the ids marked when the summary
+    was made are (a message of another link has no mark to check: its note is a newer result's)."""
     if not seams.config.supersede:
         return True
     store, links = seams.store, seams.store.superseded_by
@@ -415,7 +538,8 @@ def _marks_hold(
         stale = {message_id for message_id, note in made.items() if note and message_id not in linked}
         if stale and not stale.isdisjoint(covered):
             return False
-        covered = [message_id for message_id in covered if message_id in linked]
+        covered = ([message_id for message_id in covered if message_id in linked] if facts is None else
+                   [message_id for message_id in covered if message_id in facts or message_id in made])
     for message_id in covered:
         link = links.get(message_id)
         now = _superseded_note(seams, store.get(message_id), newest) if link is not None and link.kind == "fact" else ""

@@ -8,10 +8,12 @@ which re-exports everything here.
 
 from __future__ import annotations
 
+import operator
 import re
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
+from itertools import chain
 from typing import Any, Protocol, runtime_checkable
 
 from pydantic import BaseModel, Field
@@ -75,7 +77,11 @@ class SummaryItems:
     def __init__(self, maxsize: int = 2_000_000) -> None:
         self._data: dict[str, SummaryItem] = {}
         self._marked: dict[str, tuple[SummaryItem, str, bool, SummaryItem]] = {}  # base, marks, marked item
+        self._linked: dict[str, tuple[object, object, SummaryItem]] = {}  # own link, newest link, marked item
         self._maxsize = maxsize
+        self.links: object = None
+        """The summarise stage's index of the memory's supersede links (its own type; kept here,
+        with the items, once per memory)."""
 
     def get(self, message_id: str, content_hash: str) -> SummaryItem | None:
         """The memoised item of ``message_id`` if it was made from content ``content_hash``."""
@@ -96,6 +102,20 @@ class SummaryItems:
         made = replace(item, superseded=superseded, supersedes=supersedes)
         remember(self._marked, item.id, (item, superseded, supersedes, made), self._maxsize)
         return made
+
+    def linked(self, message_id: str) -> tuple[object, object, SummaryItem] | None:
+        """What :meth:`keep_linked` kept for ``message_id``: ``(own link, newest link, marked
+        item)``, or ``None``. The caller checks that the links and the content hash still hold
+        (issue 24: a message a supersede link touches keeps its marked item across builds while
+        the newest link of its chain stays the newest, so a compaction does not walk every
+        chain again)."""
+        return self._linked.get(message_id)
+
+    def keep_linked(self, message_id: str, own: object, newest: object, item: SummaryItem) -> SummaryItem:
+        """Keep ``item`` (marked with its supersede fields) with the links it was made from
+        (``own``: the message's link, ``newest``: its chain's newest link); returns ``item``."""
+        remember(self._linked, message_id, (own, newest, item), self._maxsize)
+        return item
 
 
 class SummaryDraft(BaseModel):
@@ -126,6 +146,12 @@ class Summarizer(Protocol):
 
 
 # --------------------------------------------------------------------------- pyramid
+def key_parts(items: Sequence[SummaryItem]) -> tuple[tuple[str, str, str, bool, tuple[str, ...]], ...]:
+    """What a :class:`SummaryCache` key reads of ``items``: ``(id, content hash, superseded,
+    supersedes, held)`` of each (pure)."""
+    return tuple((i.id, i.content_hash, i.superseded, i.supersedes, i.held) for i in items)
+
+
 class SummaryCache:
     """Bounded in-process cache of drafts keyed by what they cover (SPEC §7)."""
 
@@ -138,14 +164,15 @@ class SummaryCache:
     @staticmethod
     def key(name: str, level: int, items: Sequence[SummaryItem], max_tokens: int) -> tuple[Any, ...]:
         """(summarizer, level, max tokens, ((id, content hash, superseded, supersedes, held), …))."""
-        return (name, level, max_tokens,
-                tuple((i.id, i.content_hash, i.superseded, i.supersedes, i.held) for i in items))
+        return (name, level, max_tokens, key_parts(items))
 
     def get_or_make(
-        self, summarizer: Summarizer, items: Sequence[SummaryItem], *, level: int, max_tokens: int
+        self, summarizer: Summarizer, items: Sequence[SummaryItem], *, level: int, max_tokens: int,
+        parts: tuple[Any, ...] | None = None,
     ) -> SummaryDraft:
-        """The cached draft, or a new one from ``summarizer``."""
-        key = self.key(summarizer.name, level, items, max_tokens)
+        """The cached draft, or a new one from ``summarizer`` (``parts``: :func:`key_parts` of
+        ``items`` when the caller has them)."""
+        key = (summarizer.name, level, max_tokens, key_parts(items) if parts is None else parts)
         draft = self._data.get(key)
         if draft is not None:
             self.hits += 1
@@ -225,6 +252,9 @@ def id_spans(ids: Sequence[str]) -> list[str]:
             out.append(f"{prefix}{start}" if start == previous else f"{prefix}{start}–{prefix}{previous}")
 
     for value in ids:
+        if start is not None and previous is not None and value == f"{prefix}{previous + 1}":
+            previous += 1  # the next id of the run, without the regex (the prefix ends in no digit)
+            continue
         match = _ID_NUMBER.match(value)
         if match is None:
             close()
@@ -524,8 +554,10 @@ def build_pyramid(
         result.warnings.append("no room for summaries; archived messages were dropped (restorable by id)")
         return result
     level1: list[RenderedSummary] = []
+    parts: list[tuple[Any, ...]] = []  # each run's key parts, read again by the level-2 key
     for run in runs:
-        draft = cache.get_or_make(summarizer, run, level=1, max_tokens=level1_tokens(run, cap))
+        parts.append(key_parts(run))
+        draft = cache.get_or_make(summarizer, run, level=1, max_tokens=level1_tokens(run, cap), parts=parts[-1])
         ids = [item.id for item in run]
         rendered = _fit(draft, level=1, covered_ids=ids, role=role, cap=cap, count=count)
         if rendered is None:
@@ -536,8 +568,12 @@ def build_pyramid(
         result.summaries = level1
         return result
     # the level-1 summaries merge: what they held of the user's facts is kept first (issue 23)
-    everything = mark_held(everything, held_lines(level1))
-    draft = cache.get_or_make(summarizer, everything, level=2, max_tokens=cap)
+    marked = mark_held(everything, held_lines(level1))
+    # the runs' key parts when every run was read and no item took a held line (the same objects)
+    same = len(parts) == len(runs) and all(map(operator.is_, marked, everything))
+    everything = marked
+    draft = cache.get_or_make(summarizer, everything, level=2, max_tokens=cap,
+                              parts=tuple(chain.from_iterable(parts)) if same else None)
     ids = [i.id for i in everything]
     rendered = _fit(draft, level=2, covered_ids=ids, role=role, cap=cap, count=count)
     if rendered is None:

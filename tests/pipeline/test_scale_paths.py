@@ -395,3 +395,147 @@ def test_the_chain_index_grown_with_a_store_equals_a_grouping_from_scratch() -> 
             assert grown == scratch and list(grown) == list(scratch)
         assert index.over_entry_cap == [m.index for m in messages if m.token_count > 256]
     assert compared >= 50
+
+
+@pytest.mark.parametrize("runner", [run, supersede_run, lambda: supersede_run(700)])
+def test_linked_items_kept_across_builds_are_the_items_made_again(monkeypatch: pytest.MonkeyPatch, runner: Any) -> None:
+    """A message a supersede link touches keeps its marked item from an earlier build while its
+    own link and its chain's newest link hold (issue 24); made again in every build instead, the
+    contexts and records are the same — with kept items used and some found stale."""
+    from relevance_memory.summary._pyramid import SummaryItems
+
+    verdicts: list[bool] = []
+    still = sm._still_newest
+
+    def counted(links: Any, kept: Any) -> bool:
+        verdicts.append(still(links, kept))
+        return verdicts[-1]
+
+    monkeypatch.setattr(sm, "_still_newest", counted)
+    fast = runner()
+    assert verdicts.count(True) >= 10 and verdicts.count(False) >= 1
+    monkeypatch.setattr(SummaryItems, "linked", lambda self, message_id: None)
+    assert runner() == fast
+
+
+@pytest.mark.parametrize("runner", [run, lambda: supersede_run(700)])
+def test_summary_cache_keys_reused_by_the_level2_summary_are_its_items_keys(
+    monkeypatch: pytest.MonkeyPatch, runner: Any
+) -> None:
+    """build_pyramid hands the level-2 draft its runs' key parts (issue 24: no second tuple per
+    archived message): they are the key parts of the items it is asked about, and the builds
+    are those made with every key computed from the items."""
+    from relevance_memory.summary._pyramid import SummaryCache, key_parts
+
+    given: list[int] = []
+    made = SummaryCache.get_or_make
+
+    def checked(self: Any, summarizer: Any, items: Any, *, level: int, max_tokens: int, parts: Any = None) -> Any:
+        if parts is not None:
+            assert parts == key_parts(items)
+            given.append(level)
+        return made(self, summarizer, items, level=level, max_tokens=max_tokens, parts=parts)
+
+    monkeypatch.setattr(SummaryCache, "get_or_make", checked)
+    fast = runner()
+    assert given.count(2) >= 1 and given.count(1) >= 1
+
+    def from_items(self: Any, summarizer: Any, items: Any, *, level: int, max_tokens: int, parts: Any = None) -> Any:
+        return made(self, summarizer, items, level=level, max_tokens=max_tokens)
+
+    monkeypatch.setattr(SummaryCache, "get_or_make", from_items)
+    assert runner() == fast
+
+
+def late_restatement_run(budget: int = 1000, low: bool = False) -> list[str]:
+    """:func:`supersede_run` with one fact stated early and restated only late: summaries that
+    mark its first value are carried over several compactions before the restatement (``low``:
+    every message scored 2, so the fact is archived, and summarised, before it is restated)."""
+    from relevance_memory.testing import FunctionScorer
+
+    scorer = FunctionScorer(lambda item, goal: 2) if low else None
+    memory = RelevanceMemoryManager(max_input_tokens=budget, keep_recent=2, prefilter=True, prefilter_top_n=20,
+                                    scorer=scorer)
+    memory.set_goal(final="Fix the failing parser test in src/parser.py where the user lives")
+    out: list[str] = []
+    for step in range(80):
+        if step in (2, 20, 61):
+            city = {2: "Lisbon", 20: "Porto", 61: "Faro"}[step]
+            memory.extend([{"role": "user", "content": f"I live in {city} now, and the tests run there."}])
+        call = {"id": f"c{step}", "type": "function",
+                "function": {"name": "read_file", "arguments": json.dumps({"path": f"src/mod{step % 4}.py"})}}
+        memory.extend([
+            {"role": "assistant", "content": f"Reading module {step % 4} again (step {step}).", "tool_calls": [call]},
+            {"role": "tool", "tool_call_id": f"c{step}",
+             "content": f"def parse_{step % 4}(text):\n    return text.split(',')[{step % 7}]  # version {step // 4}\n"},
+        ])
+        if step % 5 == 4:
+            out += seen(memory.build_context(compact=True))
+    return out
+
+
+@pytest.mark.parametrize("runner", [run, supersede_run, lambda: supersede_run(700), late_restatement_run,
+                                    lambda: late_restatement_run(700, low=True)])
+def test_the_link_index_grown_build_by_build_reads_as_the_links_do(monkeypatch: pytest.MonkeyPatch, runner: Any) -> None:
+    """The summarise stage's link index (grown from the messages stored since the last build) and
+    its carried-summary verdicts (kept while no fact link is added) give the builds that reading
+    every link and checking every carried summary in each build gives (issue 24)."""
+    checked: list[bool] = []
+    hold = sm._marks_hold
+
+    def counted(*args: Any, **kwargs: Any) -> bool:
+        checked.append(hold(*args, **kwargs))
+        assert checked[-1] == hold(*args[:4])  # only the fact-linked and marked ids checked: the same verdict
+        return checked[-1]
+
+    def every_link(seams: Any) -> Any:
+        index = grown(seams)
+        if index is not None:
+            assert (index.older, index.newer) == sm._linked(seams)
+            facts = {older for older, link in seams.store.superseded_by.items() if link.kind == "fact"}
+            assert index.stamp[1] == len(facts) and index.facts == facts
+        return index
+
+    kept: list[bool] = []
+    carried = sm._carried_holds
+
+    def verdict_as_made_again(seams: Any, index: Any, summary: Any, newest: Any, linked: Any) -> bool:
+        made = len(checked)
+        verdict = carried(seams, index, summary, newest, linked)
+        if len(checked) == made:  # a kept verdict: the one checking the marks again gives
+            kept.append(verdict)
+            assert verdict == hold(seams, summary, {}, None)
+        return verdict
+
+    grown = sm._link_index
+    monkeypatch.setattr(sm, "_link_index", every_link)
+    monkeypatch.setattr(sm, "_marks_hold", counted)
+    monkeypatch.setattr(sm, "_carried_holds", verdict_as_made_again)
+    fast = runner()
+    calls = len(checked)
+    monkeypatch.setattr(sm, "_link_index", lambda seams: None)
+    checked.clear()
+    assert runner() == fast
+    assert len(checked) > calls  # verdicts were kept
+
+
+def test_a_carried_summary_of_a_fact_restated_since_holds_no_more_with_the_fact_index() -> None:
+    """_marks_hold given the fact-linked ids (the link index) looks only at those and the marked
+    ones, and still finds a covered fact restated after the summary was made."""
+    from relevance_memory.summary._pyramid import RenderedSummary
+
+    memory = RelevanceMemoryManager(max_input_tokens=4000)
+    memory.extend([{"role": "user", "content": "My budget is $500 for the whole trip."},
+                   {"role": "assistant", "content": "Noted."}])
+    first = memory.messages[0].id
+    summary = RenderedSummary(1, {"role": "system", "content": "x"}, 1, (first, memory.messages[1].id), ())
+    seams = memory._seams()
+    index = sm._link_index(seams)
+    assert index is not None and sm._carried_holds(seams, index, summary, {}, index.older)
+    memory.extend([{"role": "user", "content": "Actually my budget is $700 for the whole trip."}])
+    seams = memory._seams()
+    index = sm._link_index(seams)
+    assert index is not None and first in index.facts
+    assert not sm._marks_hold(seams, summary, {}, index.older, index.facts)
+    assert not sm._carried_holds(seams, index, summary, {}, index.older)  # the kept verdict is not used
+    assert sm._marks_hold(seams, summary, {}, index.older, set()) is True  # without the fact id: not seen

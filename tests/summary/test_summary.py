@@ -355,3 +355,32 @@ def test_a_summary_fold_resumes_only_from_a_prefix_of_the_same_items(monkeypatch
             assert warm.summarize(sequence, level=2, max_tokens=max_tokens) == OfflineSummarizer().summarize(
                 sequence, level=2, max_tokens=max_tokens)
     assert len(warm._folds) == summary_module.FOLD_MEMO
+
+
+def test_id_spans_reads_a_run_as_the_regex_does() -> None:
+    """id_spans' shortcut for the next id of a run (no regex) gives what parsing every id gives."""
+    import re
+
+    from relevance_memory.summary._pyramid import id_spans
+
+    def by_regex(ids: list[str]) -> list[str]:
+        out: list[str] = []
+        run: tuple[str, int, int] | None = None
+        for value in ids:
+            m = re.match(r"^(.*?)(\d+)$", value)
+            if m and run and m.group(1) == run[0] and int(m.group(2)) == run[2] + 1:
+                run = (run[0], run[1], run[2] + 1)
+                continue
+            if run:
+                out.append(f"{run[0]}{run[1]}" if run[1] == run[2] else f"{run[0]}{run[1]}–{run[0]}{run[2]}")
+            run = (m.group(1), int(m.group(2)), int(m.group(2))) if m else None
+            if not m:
+                out.append(value)
+        if run:
+            out.append(f"{run[0]}{run[1]}" if run[1] == run[2] else f"{run[0]}{run[1]}–{run[0]}{run[2]}")
+        return out
+
+    ids = ["m1", "m2", "m03", "m4", "m4", "x5", "x6", "m7", "m8", "a1b2", "a1b3", "q", "m9", "m10", "m11", "9", "10",
+           "m099", "m100", "m101", "m1", ""]
+    assert id_spans(ids) == by_regex(ids)
+    assert id_spans(ids)[:3] == ["m1–m4", "m4", "x5–x6"]
