@@ -286,6 +286,17 @@ def full_passes(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(prefilter_module, "prefilter_chains", ranked_in_python)
 
 
+def read_module_again(memory: RelevanceMemoryManager, step: int) -> None:
+    """The agent reads one of four modules again (its newer view supersedes the older one)."""
+    call = {"id": f"c{step}", "type": "function",
+            "function": {"name": "read_file", "arguments": json.dumps({"path": f"src/mod{step % 4}.py"})}}
+    memory.extend([
+        {"role": "assistant", "content": f"Reading module {step % 4} again (step {step}).", "tool_calls": [call]},
+        {"role": "tool", "tool_call_id": f"c{step}",
+         "content": f"def parse_{step % 4}(text):\n    return text.split(',')[{step % 7}]  # version {step // 4}\n"},
+    ])
+
+
 def supersede_run(budget: int = 1000) -> list[str]:
     """An agent reading the same files again and again (each newer view supersedes the older
     ones) and a user restating a fact, compacted every few steps under changing subtasks: the
@@ -297,13 +308,7 @@ def supersede_run(budget: int = 1000) -> list[str]:
         if step % 9 == 4:
             city = ("Lisbon", "Porto", "Faro", "Braga", "Evora")[step // 9 % 5]
             memory.extend([{"role": "user", "content": f"I live in {city} now, and the tests run there."}])
-        call = {"id": f"c{step}", "type": "function",
-                "function": {"name": "read_file", "arguments": json.dumps({"path": f"src/mod{step % 4}.py"})}}
-        memory.extend([
-            {"role": "assistant", "content": f"Reading module {step % 4} again (step {step}).", "tool_calls": [call]},
-            {"role": "tool", "tool_call_id": f"c{step}",
-             "content": f"def parse_{step % 4}(text):\n    return text.split(',')[{step % 7}]  # version {step // 4}\n"},
-        ])
+        read_module_again(memory, step)
         if step % 6 == 5:
             if step % 12 == 11:
                 memory.set_goal(subtask=f"step {step}: check module {step % 4}")
@@ -462,13 +467,7 @@ def late_restatement_run(budget: int = 1000, low: bool = False) -> list[str]:
         if step in (2, 20, 61):
             city = {2: "Lisbon", 20: "Porto", 61: "Faro"}[step]
             memory.extend([{"role": "user", "content": f"I live in {city} now, and the tests run there."}])
-        call = {"id": f"c{step}", "type": "function",
-                "function": {"name": "read_file", "arguments": json.dumps({"path": f"src/mod{step % 4}.py"})}}
-        memory.extend([
-            {"role": "assistant", "content": f"Reading module {step % 4} again (step {step}).", "tool_calls": [call]},
-            {"role": "tool", "tool_call_id": f"c{step}",
-             "content": f"def parse_{step % 4}(text):\n    return text.split(',')[{step % 7}]  # version {step // 4}\n"},
-        ])
+        read_module_again(memory, step)
         if step % 5 == 4:
             out += seen(memory.build_context(compact=True))
     return out

@@ -321,6 +321,18 @@ def test_an_anthropic_call_that_fails_or_a_stream_left_early_still_ends_its_span
     assert "gen_ai.usage.input_tokens" not in (left.attributes or {})
 
 
+def untraced_build(caplog: pytest.LogCaptureFixture) -> tuple[RelevanceMemoryManager, Any]:
+    """With no tracer to use: the scorer is not wrapped, and a build still logs its warnings."""
+    scorer = ScriptedScorer([{}], then=3)
+    assert telemetry.traced_scorer(scorer) is scorer
+    memory = RelevanceMemoryManager(max_input_tokens=2500, keep_recent=2, scorer=scorer)
+    memory.extend(history(20))
+    with caplog.at_level(logging.WARNING, logger="relevance_memory"):
+        built = memory.build_context()
+    assert [r.getMessage() for r in caplog.records] == built.record.warnings
+    return memory, built
+
+
 def test_without_opentelemetry_nothing_is_traced_and_builds_still_log(
     monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
@@ -328,13 +340,7 @@ def test_without_opentelemetry_nothing_is_traced_and_builds_still_log(
     telemetry._tracer.cache_clear()
     try:
         assert telemetry._tracer() is None
-        scorer = ScriptedScorer([{}], then=3)
-        assert telemetry.traced_scorer(scorer) is scorer
-        memory = RelevanceMemoryManager(max_input_tokens=2500, keep_recent=2, scorer=scorer)
-        memory.extend(history(20))
-        with caplog.at_level(logging.WARNING, logger="relevance_memory"):
-            built = memory.build_context()
-        assert [r.getMessage() for r in caplog.records] == built.record.warnings
+        _, built = untraced_build(caplog)
         span = telemetry.model_call("gpt-4o", built)
         with span.current():
             pass
@@ -353,13 +359,7 @@ def test_without_a_tracer_provider_no_span_is_started_and_a_later_provider_is_fo
         proxy = telemetry._tracer()
         assert isinstance(proxy, trace.ProxyTracer)  # no global provider in the test process
         assert telemetry._live_tracer() is None
-        scorer = ScriptedScorer([{}], then=3)
-        assert telemetry.traced_scorer(scorer) is scorer
-        memory = RelevanceMemoryManager(max_input_tokens=2500, keep_recent=2, scorer=scorer)
-        memory.extend(history(20))
-        with caplog.at_level(logging.WARNING, logger="relevance_memory"):
-            built = memory.build_context()
-        assert [r.getMessage() for r in caplog.records] == built.record.warnings  # builds still log
+        memory, _ = untraced_build(caplog)
 
         exporter = InMemorySpanExporter()
         provider = TracerProvider()
