@@ -39,7 +39,7 @@ from ..summary._summary import (
     pointer_summary,
     pointer_tokens,
 )
-from ._state import BuildState, Partitioned, Ranked, Seams, Selection, Summarised, required
+from ._state import BuildState, Partitioned, Ranked, Seams, Selection, StoreView, Summarised, required
 from .ledger import BudgetLedger, Purpose
 from .partition import GOAL_POINTER, clip_to_tokens, goal_block_text
 from .select import fill_ranked, tool_traffic_share
@@ -234,27 +234,26 @@ def summarise_archive(
     memo_get, linked_get = memo.get, memo.linked
     still: dict[int, bool] = {}  # id of a kept newest link → whether it is still its chain's newest
 
-    def item_of(message: Message) -> SummaryItem:
+    def linked_item(message: Message) -> SummaryItem:
+        """The item of a message a supersede link touches: kept from an earlier build while its
+        links hold — its own link the same (a link, once written, is never replaced) and its
+        chain's newest still the newest — else made again and kept."""
         message_id = message.id
-        if message_id in older or message_id in newer:
-            # kept from an earlier build while its links hold: its own link the same (a link,
-            # once written, is never replaced) and its chain's newest still the newest
-            kept = linked_get(message_id)
-            if kept is not None and kept[2].content_hash == message.content_hash:
-                own, final, item = kept
-                if own is None:
-                    if message_id not in older:
-                        return item
-                elif links.get(message_id) is own:
-                    verdict = still.get(id(final))
-                    if verdict is None:
-                        verdict = still[id(final)] = _still_newest(links, final)
-                    if verdict:
-                        return item
-            item = _item(seams, message, newest, linked)
-            own = links.get(message_id)
-            return memo.keep_linked(message_id, own, newest.get(message_id) if own is not None else None, item)
-        return memo_get(message_id, message.content_hash) or _item(seams, message, newest, linked)
+        kept = linked_get(message_id)
+        if kept is not None and kept[2].content_hash == message.content_hash:
+            own, final, item = kept
+            if own is None:
+                if message_id not in older:
+                    return item
+            elif links.get(message_id) is own:
+                verdict = still.get(id(final))
+                if verdict is None:
+                    verdict = still[id(final)] = _still_newest(links, final)
+                if verdict:
+                    return item
+        item = _item(seams, message, newest, linked)
+        own = links.get(message_id)
+        return memo.keep_linked(message_id, own, newest.get(message_id) if own is not None else None, item)
 
     reused = [s for s in carried if s.level > 0 and archived_ids.issuperset(s.covered_ids)
               and _carried_holds(seams, index, s, newest, older)]
@@ -283,11 +282,9 @@ def summarise_archive(
             and message_id not in store.superseded_by  # archived on purpose: a newer value replaces it
         ):
             held.add(i)
-        if message_id in older or message_id in newer:
-            item = item_of(message)
-        else:  # item_of's memo hit, without the call
-            item = memo_get(message_id, message.content_hash) or item_of(message)
-        items[i] = item
+        # a memo hit for a message no link touches (inline: a call per message costs), else linked_item
+        items[i] = item = (linked_item(message) if message_id in older or message_id in newer
+                           else memo_get(message_id, message.content_hash) or _item(seams, message, newest, linked))
         runs[-1].append(item)
     carried_tokens = sum(s.tokens for s in reused)
     pyramid = PyramidResult()
@@ -307,13 +304,10 @@ def summarise_archive(
                 everything.append([])
             previous = i
             found = items.get(i)
-            if found is None:
+            if found is None:  # a message a carried summary covered (the first loop passed it over)
                 message = messages[i]
-                message_id = message.id
-                if message_id in older or message_id in newer:
-                    found = item_of(message)
-                else:  # item_of's memo hit, without the call
-                    found = memo_get(message_id, message.content_hash) or item_of(message)
+                found = (linked_item(message) if message.id in older or message.id in newer
+                         else memo_get(message.id, message.content_hash) or _item(seams, message, newest, linked))
             everything[-1].append(found)
         pyramid = build_pyramid(
             [mark_held(run, quoted) for run in everything],
@@ -323,23 +317,29 @@ def summarise_archive(
             role=config.context_role,
             cap=cap,
         )
-    if held:
-        covered = pyramid.covered
-        in_summary = [store[i].id for i in sorted(held) if store[i].id in covered]
-        dropped = [store[i].id for i in sorted(held) if store[i].id not in covered]
-        core = config.core_score
-        if in_summary:
-            pyramid.warnings.append(
-                f"{len(in_summary)} user message(s) scored ≥ {core} ({', '.join(in_summary)}) did not fit the "
-                "budget verbatim; they are only in a summary — raise the budget to keep them whole"
-            )
-        if dropped:
-            pyramid.warnings.append(
-                f"{len(dropped)} user message(s) scored ≥ {core} ({', '.join(dropped)}) did not fit the "
-                "budget verbatim nor in a summary; they are out of this context (restorable from the store) "
-                "— raise the budget to keep them"
-            )
+    _held_warnings(store, held, pyramid, config.core_score)
     return pyramid, held
+
+
+def _held_warnings(store: StoreView, held: set[int], pyramid: PyramidResult, core: int) -> None:
+    """Warn in ``pyramid`` about the user messages scored ≥ ``core`` (``held``: their indices)
+    that did not fit verbatim: those only in a summary, and those in none."""
+    if not held:
+        return
+    covered = pyramid.covered
+    in_summary = [store[i].id for i in sorted(held) if store[i].id in covered]
+    dropped = [store[i].id for i in sorted(held) if store[i].id not in covered]
+    if in_summary:
+        pyramid.warnings.append(
+            f"{len(in_summary)} user message(s) scored ≥ {core} ({', '.join(in_summary)}) did not fit the "
+            "budget verbatim; they are only in a summary — raise the budget to keep them whole"
+        )
+    if dropped:
+        pyramid.warnings.append(
+            f"{len(dropped)} user message(s) scored ≥ {core} ({', '.join(dropped)}) did not fit the "
+            "budget verbatim nor in a summary; they are out of this context (restorable from the store) "
+            "— raise the budget to keep them"
+        )
 
 
 def _protected(

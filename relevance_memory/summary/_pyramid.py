@@ -162,9 +162,12 @@ class SummaryCache:
         self.misses = 0
 
     @staticmethod
-    def key(name: str, level: int, items: Sequence[SummaryItem], max_tokens: int) -> tuple[Any, ...]:
-        """(summarizer, level, max tokens, ((id, content hash, superseded, supersedes, held), …))."""
-        return (name, level, max_tokens, key_parts(items))
+    def key(
+        name: str, level: int, items: Sequence[SummaryItem], max_tokens: int, parts: tuple[Any, ...] | None = None
+    ) -> tuple[Any, ...]:
+        """(summarizer, level, max tokens, ((id, content hash, superseded, supersedes, held), …));
+        ``parts``: :func:`key_parts` of ``items`` when the caller has them."""
+        return (name, level, max_tokens, key_parts(items) if parts is None else parts)
 
     def get_or_make(
         self, summarizer: Summarizer, items: Sequence[SummaryItem], *, level: int, max_tokens: int,
@@ -172,7 +175,7 @@ class SummaryCache:
     ) -> SummaryDraft:
         """The cached draft, or a new one from ``summarizer`` (``parts``: :func:`key_parts` of
         ``items`` when the caller has them)."""
-        key = (summarizer.name, level, max_tokens, key_parts(items) if parts is None else parts)
+        key = self.key(summarizer.name, level, items, max_tokens, parts)
         draft = self._data.get(key)
         if draft is not None:
             self.hits += 1

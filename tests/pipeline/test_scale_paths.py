@@ -230,22 +230,7 @@ def summarise_archive_by_every_message(
             role=config.context_role,
             cap=cap,
         )
-    if held:
-        covered = pyramid.covered
-        in_summary = [store[i].id for i in sorted(held) if store[i].id in covered]
-        dropped = [store[i].id for i in sorted(held) if store[i].id not in covered]
-        core = config.core_score
-        if in_summary:
-            pyramid.warnings.append(
-                f"{len(in_summary)} user message(s) scored ≥ {core} ({', '.join(in_summary)}) did not fit the "
-                "budget verbatim; they are only in a summary — raise the budget to keep them whole"
-            )
-        if dropped:
-            pyramid.warnings.append(
-                f"{len(dropped)} user message(s) scored ≥ {core} ({', '.join(dropped)}) did not fit the "
-                "budget verbatim nor in a summary; they are out of this context (restorable from the store) "
-                "— raise the budget to keep them"
-            )
+    sm._held_warnings(store, held, pyramid, config.core_score)
     return pyramid, held
 
 
