@@ -23,7 +23,7 @@ room last.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from collections.abc import Set as AbstractSet
 
 from .._memo import remember
@@ -286,39 +286,52 @@ def summarise_archive(
         items[i] = item = (linked_item(message) if message_id in older or message_id in newer
                            else memo_get(message_id, message.content_hash) or _item(seams, message, newest, linked))
         runs[-1].append(item)
-    carried_tokens = sum(s.tokens for s in reused)
-    pyramid = PyramidResult()
-    if reused and carried_tokens <= cap:
-        fresh = build_pyramid(runs, summarizer=seams.summarizer, cache=seams.summary_cache,
-                              count=seams.tokenizer.count_message, role=config.context_role, cap=cap - carried_tokens)
-        if not any(runs) or (fresh.summaries and all(x.level == 1 for x in fresh.summaries)):
-            pyramid = PyramidResult(summaries=[*reused, *fresh.summaries], warnings=fresh.warnings)
-    if not pyramid.summaries:  # nothing carried, or it no longer fits: summarise everything afresh
-        # what the carried summaries held of the user's facts is kept first (issue 23: a
-        # re-summarisation never loses a fact an earlier summary kept)
-        quoted = held_lines(carried)
-        everything: list[list[SummaryItem]] = [[]]
+    def everything() -> list[list[SummaryItem]]:
+        runs_of_all: list[list[SummaryItem]] = [[]]
         previous = -2
         for i in archived:  # a run ends wherever a message is not archived
-            if i != previous + 1 and everything[-1]:
-                everything.append([])
+            if i != previous + 1 and runs_of_all[-1]:
+                runs_of_all.append([])
             previous = i
             found = items.get(i)
             if found is None:  # a message a carried summary covered (the first loop passed it over)
                 message = messages[i]
                 found = (linked_item(message) if message.id in older or message.id in newer
                          else memo_get(message.id, message.content_hash) or _item(seams, message, newest, linked))
-            everything[-1].append(found)
-        pyramid = build_pyramid(
-            [mark_held(run, quoted) for run in everything],
-            summarizer=seams.summarizer,
-            cache=seams.summary_cache,
-            count=seams.tokenizer.count_message,
-            role=config.context_role,
-            cap=cap,
-        )
+            runs_of_all[-1].append(found)
+        return runs_of_all
+
+    pyramid = _pyramid(seams, runs, reused, carried, everything, cap)
     _held_warnings(store, held, pyramid, config.core_score)
     return pyramid, held
+
+
+def _pyramid(
+    seams: Seams, runs: list[list[SummaryItem]], reused: list[RenderedSummary], carried: Sequence[RenderedSummary],
+    everything: Callable[[], list[list[SummaryItem]]], cap: int,
+) -> PyramidResult:
+    """The carried summaries ``reused`` again, then ``runs`` (the archived messages none of them
+    covers) summarised after them — or, when that does not fit ``cap`` or needs more than level 1,
+    ``everything()`` (every archived message, in runs) summarised afresh (:func:`summarise_archive`)."""
+    config = seams.config
+    carried_tokens = sum(s.tokens for s in reused)
+    if reused and carried_tokens <= cap:
+        fresh = build_pyramid(runs, summarizer=seams.summarizer, cache=seams.summary_cache,
+                              count=seams.tokenizer.count_message, role=config.context_role, cap=cap - carried_tokens)
+        if not any(runs) or (fresh.summaries and all(x.level == 1 for x in fresh.summaries)):
+            return PyramidResult(summaries=[*reused, *fresh.summaries], warnings=fresh.warnings)
+    # nothing carried, or it no longer fits: summarise everything afresh; what the carried
+    # summaries held of the user's facts is kept first (issue 23: a re-summarisation never loses
+    # a fact an earlier summary kept)
+    quoted = held_lines(carried)
+    return build_pyramid(
+        [mark_held(run, quoted) for run in everything()],
+        summarizer=seams.summarizer,
+        cache=seams.summary_cache,
+        count=seams.tokenizer.count_message,
+        role=config.context_role,
+        cap=cap,
+    )
 
 
 def _held_warnings(store: StoreView, held: set[int], pyramid: PyramidResult, core: int) -> None:

@@ -16,7 +16,6 @@ from relevance_memory._models import user_authored
 from relevance_memory.pheromone._field import PheromoneField
 from relevance_memory.pipeline import partition as partition_module
 from relevance_memory.pipeline import summarise as sm
-from relevance_memory.summary._pyramid import PyramidResult, build_pyramid, held_lines, mark_held
 
 FIXTURE = Path(__file__).resolve().parents[2] / "fixtures" / "django__django-15280.json"
 
@@ -204,32 +203,17 @@ def summarise_archive_by_every_message(
             held.add(i)
         items[i] = sm._item(seams, message, newest)
         runs[-1].append(items[i])
-    carried_tokens = sum(s.tokens for s in reused)
-    pyramid = PyramidResult()
-    if reused and carried_tokens <= cap:
-        fresh = build_pyramid(runs, summarizer=seams.summarizer, cache=seams.summary_cache,
-                           count=seams.tokenizer.count_message, role=config.context_role, cap=cap - carried_tokens)
-        if not any(runs) or (fresh.summaries and all(x.level == 1 for x in fresh.summaries)):
-            pyramid = PyramidResult(summaries=[*reused, *fresh.summaries], warnings=fresh.warnings)
-    if not pyramid.summaries:  # nothing carried, or it no longer fits: summarise everything afresh
-        # what the carried summaries held of the user's facts is kept first (issue 23: a
-        # re-summarisation never loses a fact an earlier summary kept)
-        quoted = held_lines(carried)
-        everything: list[list[Any]] = [[]]
+    def everything() -> list[list[Any]]:
+        runs_of_all: list[list[Any]] = [[]]
         for message in store.messages:
             if message.id not in archived_ids:
-                if everything[-1]:
-                    everything.append([])
+                if runs_of_all[-1]:
+                    runs_of_all.append([])
                 continue
-            everything[-1].append(items.get(message.index) or sm._item(seams, message, newest))
-        pyramid = build_pyramid(
-            [mark_held(run, quoted) for run in everything],
-            summarizer=seams.summarizer,
-            cache=seams.summary_cache,
-            count=seams.tokenizer.count_message,
-            role=config.context_role,
-            cap=cap,
-        )
+            runs_of_all[-1].append(items.get(message.index) or sm._item(seams, message, newest))
+        return runs_of_all
+
+    pyramid = sm._pyramid(seams, runs, reused, carried, everything, cap)
     sm._held_warnings(store, held, pyramid, config.core_score)
     return pyramid, held
 
