@@ -153,6 +153,21 @@ def _key(k: Any) -> tuple[str, str]:
     return (k[:-DIGEST].hex(), k[-DIGEST:].hex())
 
 
+def _numbers(next_seq: Any, *values: Any) -> tuple[float, float, float, float, float]:
+    """A cell's five floats (strength, earned, last deposit, created, touched) as floats, after
+    checking them finite and the events' count an int >= 0 (every stored form).
+
+    Raises:
+        ValueError: a mistyped count or a non-finite number.
+    """
+    if next_seq.__class__ is not int or next_seq < 0:
+        raise ValueError(f"the events' count must be an int >= 0, got {next_seq!r}")
+    s, earned, ldep, created, touched = map(float, values)
+    if s - s or earned - earned or ldep - ldep or created - created or touched - touched:  # inf − inf is nan
+        raise ValueError("a non-finite number")
+    return s, earned, ldep, created, touched
+
+
 def _unpack3(d: Any, events: tuple[Event, ...]) -> BoardCell:
     """:func:`unpack_cell` of form 3 (``raw=True`` slots: every string bytes)."""
     (_, kind, born, s, at, earned, ldep, subs, producer, created, touched, status, contrib, n_dep, n_rf,
@@ -160,11 +175,7 @@ def _unpack3(d: Any, events: tuple[Event, ...]) -> BoardCell:
     kind, status = _KIND_OF[kind], _STATUS_OF[status]  # KeyError, TypeError: an unknown one
     if subs.__class__ is not bytes or len(subs) % DIGEST or producer.__class__ is not bytes:
         raise ValueError("subtasks and producer must be bytes, the subtasks whole digests")
-    if next_seq.__class__ is not int or next_seq < 0:
-        raise ValueError(f"the events' count must be an int >= 0, got {next_seq!r}")
-    s, earned, ldep, created, touched = float(s), float(earned), float(ldep), float(created), float(touched)
-    if s - s or earned - earned or ldep - ldep or created - created or touched - touched:  # inf − inf is nan
-        raise ValueError("a non-finite number")
+    s, earned, ldep, created, touched = _numbers(next_seq, s, earned, ldep, created, touched)
     keys = frozenset(subs.hex("\n", DIGEST).split("\n")) if subs else _NO_KEYS  # hex, a newline every 12 bytes
     if lkey is False:
         last = None
@@ -216,11 +227,7 @@ def unpack_cell(d: Any, events: tuple[Event, ...] = ()) -> BoardCell:
             raise ValueError(f"unknown status {status!r}")
         if subs.__class__ is not str or producer.__class__ is not str:
             raise ValueError("subtasks and producer must be strings")
-        if next_seq.__class__ is not int or next_seq < 0:
-            raise ValueError(f"the events' count must be an int >= 0, got {next_seq!r}")
-        s, earned, ldep, created, touched = float(s), float(earned), float(ldep), float(created), float(touched)
-        if s - s or earned - earned or ldep - ldep or created - created or touched - touched:  # inf − inf is nan
-            raise ValueError("a non-finite number")
+        s, earned, ldep, created, touched = _numbers(next_seq, s, earned, ldep, created, touched)
         keys = subs.strip("\n")  # "\n<key>\n<key>\n": no key is empty (a digest)
         memory = _new_cell(Cell, (kind, int(born), s, int(at), None if score is False else _is(score, int),
                                   None if goal is False else _is(goal, str), earned,
