@@ -25,9 +25,10 @@ same sum with the deposit applied a few messages earlier.
 
 from __future__ import annotations
 
+import bisect
 import json
 import re
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field
 from typing import Any
@@ -83,7 +84,64 @@ HISTORY_FULL_MAX = 1_000
 entry per :meth:`PheromoneField.observe` call that advanced the tick (the history stays
 short). Each entry is ranked from the cells written since the previous one
 (:class:`StrengthRanking`), so an appended build's cost does not grow with the history
-(issue 24)."""
+(issue 24). Beyond it, too, an entry is *settled* later — when the history is read, at the
+next deposit, or once :data:`PENDING_MAX` wait — from the cells as they were at its tick
+(:class:`_AsOf`): the ranking's ~0.1 ms leaves the appended builds that ticked."""
+
+PENDING_MAX = 256
+"""At most this many history entries wait to be settled (a run with no deposit and no reader
+settles them in one batch this large: a few ms, once per this many ticking observes)."""
+
+_Write = tuple[str, Cell | None]  # (message id, its cell before the write; None: it had none)
+
+
+class _AsOf(Mapping[str, Cell]):
+    """A cell table as it was at journal position ``position``: a write at or after it is
+    undone (its cell before that write is read instead; a message first written there is
+    absent). ``writes`` holds, per message id, the positions of its journalled writes and
+    the cells before each, ascending. Reads are O(log writes of that id); iteration follows
+    the table's own order (the order every reader of a ranking is indifferent to: ties are
+    broken by birth tick and id, never by position)."""
+
+    __slots__ = ("_cells", "_position", "_writes")
+
+    def __init__(self, cells: dict[str, Cell], writes: dict[str, tuple[list[int], list[Cell | None]]],
+                 position: int) -> None:
+        self._cells, self._writes, self._position = cells, writes, position
+
+    def _as_of(self, key: str, now: Cell | None) -> Cell | None:
+        written = self._writes.get(key)
+        if written is None:
+            return now
+        positions, before = written
+        at = bisect.bisect_left(positions, self._position)
+        return before[at] if at < len(positions) else now
+
+    def __getitem__(self, key: str) -> Cell:
+        cell = self._as_of(key, self._cells.get(key))
+        if cell is None:
+            raise KeyError(key)
+        return cell
+
+    def get(self, key: str, default: Any = None) -> Any:
+        cell = self._as_of(key, self._cells.get(key))
+        return default if cell is None else cell
+
+    def __contains__(self, key: object) -> bool:
+        return isinstance(key, str) and self.get(key) is not None
+
+    def __iter__(self) -> Iterator[str]:
+        return (key for key, _ in self.items())
+
+    def __len__(self) -> int:
+        return sum(1 for _ in self.items())
+
+    def items(self) -> Iterator[tuple[str, Cell]]:  # type: ignore[override]
+        as_of, writes = self._as_of, self._writes
+        for key, cell in self._cells.items():
+            then = as_of(key, cell) if key in writes else cell
+            if then is not None:
+                yield key, then
 
 
 class _CellTable(dict):  # type: ignore[type-arg]
@@ -91,17 +149,25 @@ class _CellTable(dict):  # type: ignore[type-arg]
     (whoever writes: the field, or a board memory loading its cells), and keeps the ids of
     the cells ever written scored or at least ``prefilter_pass`` strong (``notable``)."""
 
-    __slots__ = ("config", "notable", "ranking")
+    __slots__ = ("config", "journal", "notable", "ranking")
 
     def __init__(self, config: PheromoneConfig) -> None:
         super().__init__()
         self.config = config
         self.ranking = StrengthRanking(config)
         self.notable: set[str] = set()
+        # while history entries wait to be settled: every write, in order, with the cell it
+        # replaced (the ranking is told of them as the entries are settled, in order)
+        self.journal: list[_Write] | None = None
 
     def __setitem__(self, key: str, value: Cell) -> None:
-        dict.__setitem__(self, key, value)
-        self.ranking.written(key)
+        journal = self.journal
+        if journal is None:
+            dict.__setitem__(self, key, value)
+            self.ranking.written(key)
+        else:
+            journal.append((key, dict.get(self, key)))
+            dict.__setitem__(self, key, value)
         if value.latest_score is not None or value.strength >= self.config.prefilter_pass:
             self.notable.add(key)
 
@@ -130,15 +196,18 @@ class PheromoneField:
             Built when read: the field keeps, per message, the tuple of ids it reinforced
             (usually its own ``references``, shared), not a dict entry per edge.
         history: per tick ``{"tick", "messages", "top": {id: strength}}``, the
-            ``history_top_n`` strongest messages after that tick.
+            ``history_top_n`` strongest messages after that tick (a new list per read;
+            entries of a large field are settled when it is read: :data:`HISTORY_FULL_MAX`).
     """
 
     config: PheromoneConfig = field(default_factory=PheromoneConfig)
     tick: int = 0
     _edge_targets: list[str] = field(default_factory=list, repr=False)
     _edge_sources: list[tuple[str, ...]] = field(default_factory=list, repr=False)
-    history: list[dict[str, Any]] = field(default_factory=list)
+    _history: list[dict[str, Any]] = field(default_factory=list)
     _cells: dict[str, Cell] = field(default_factory=dict)
+    # history entries not settled yet: (tick, messages observed, journal position), oldest first
+    _pending: list[tuple[int, int, int]] = field(default_factory=list, repr=False, compare=False)
     _observed: int = 0
     # the new cell of each kind born at ``_fresh_tick``: cells are immutable, so the messages
     # arriving in one tick share it (~145 bytes a message less; issue 24)
@@ -159,6 +228,27 @@ class PheromoneField:
 
     def __len__(self) -> int:
         return len(self._cells)
+
+    @property
+    def history(self) -> list[dict[str, Any]]:
+        """Per tick ``{"tick", "messages", "top": {id: strength}}`` (class doc), entries waiting
+        to be settled included (a new list per read)."""
+        self._settle_history()
+        return list(self._history)
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, PheromoneField):
+            return NotImplemented
+        self._settle_history()
+        other._settle_history()
+        return (type(self), self.config, self.tick, self._edge_targets, self._edge_sources, self._history,
+                dict(self._cells), self._observed) == (
+            type(other), other.config, other.tick, other._edge_targets, other._edge_sources, other._history,
+            dict(other._cells), other._observed)
+
+    def __getstate__(self) -> dict[str, Any]:
+        self._settle_history()  # a copy or pickle holds no journal (the table's own pickle drops it)
+        return dict(self.__dict__)
 
     @property
     def observed(self) -> int:
@@ -330,6 +420,7 @@ class PheromoneField:
         Returns:
             message id → effective deposit actually added (strength units).
         """
+        self._settle_history()  # the entries waiting are of cells before these deposits
         added: dict[str, float] = {}
         written = False
         for message_id, score in scores.items():
@@ -358,17 +449,54 @@ class PheromoneField:
         for _ in range(ticks):
             self.tick += 1
             if len(self._cells) <= HISTORY_FULL_MAX:
-                self._record_history()
+                self._record_history(defer=False)
 
-    def _record_history(self) -> None:
+    def _record_history(self, *, defer: bool = True) -> None:
+        """The history entry of the tick now: ranked now, or (``defer``, a :class:`_CellTable`)
+        settled later from the cells as they are now (:meth:`_settle_history`)."""
         tick, cfg, cells = self.tick, self.config, self._cells
         if isinstance(cells, _CellTable):
+            if defer:
+                if cells.journal is None:
+                    cells.journal = []
+                self._pending.append((tick, self._observed, len(cells.journal)))
+                if len(self._pending) >= PENDING_MAX:
+                    self._settle_history()
+                return
+            self._settle_history()
             top = cells.ranking.top(cells, tick, cfg.history_top_n)  # O(written since the last entry)
         else:  # a table replaced from outside: rank every cell (ties: born first, then id)
             now = sorted(((mid, settled_strength(c, tick, cfg)) for mid, c in cells.items()),
                          key=lambda kv: (-kv[1], cells[kv[0]].born_tick, kv[0]))
             top = now[: cfg.history_top_n]
-        self.history.append({"tick": tick, "messages": self._observed, "top": {k: round(s, 4) for k, s in top}})
+        self._history.append({"tick": tick, "messages": self._observed, "top": {k: round(s, 4) for k, s in top}})
+
+    def _settle_history(self) -> None:
+        """Rank the entries waiting, oldest first, each from the cells as they were when it
+        was recorded (:class:`_AsOf` over the journal), telling the ranking of the writes
+        between them in order: the entries equal those ranked at their ticks (tests)."""
+        pending, cells = self._pending, self._cells
+        if not pending or not isinstance(cells, _CellTable):
+            return
+        journal = cells.journal or []
+        cells.journal, self._pending = None, []
+        writes: dict[str, tuple[list[int], list[Cell | None]]] = {}
+        for position, (key, before) in enumerate(journal):
+            held = writes.get(key)
+            if held is None:
+                writes[key] = ([position], [before])
+            else:
+                held[0].append(position)
+                held[1].append(before)
+        ranking, n, told = cells.ranking, self.config.history_top_n, 0
+        for tick, observed, position in pending:
+            for key, _ in journal[told:position]:
+                ranking.written(key)
+            told = position
+            top = ranking.top(_AsOf(cells, writes, position), tick, n)
+            self._history.append({"tick": tick, "messages": observed, "top": {k: round(s, 4) for k, s in top}})
+        for key, _ in journal[told:]:
+            ranking.written(key)
 
     # ----------------------------------------------------------------- export
     def to_dict(self) -> dict[str, Any]:

@@ -132,3 +132,85 @@ def test_a_history_ingested_at_once_is_ranked_in_one_pass() -> None:
         messages += [_msg(len(messages) + k, k % len(TYPES), (f"m{k * 31}",)) for k in range(field.config.tick_every)]
         field.observe(messages)
         assert field.history[-1]["top"] == {m: round(s, 4) for m, s in _brute(field, 8)}
+
+
+LARGE_OPS = st.lists(
+    st.one_of(
+        st.tuples(st.just("grow"), st.integers(1, 12), st.integers(0, 4)),
+        st.tuples(st.just("score"), st.integers(0, 10_000), st.integers(1, 5), st.integers(0, 3)),
+        st.tuples(st.just("load"), st.integers(0, 10_000), st.integers(0, 10_000), st.just(0)),
+        st.tuples(st.just("read"), st.just(0), st.just(0), st.just(0)),
+    ),
+    min_size=1, max_size=30,
+)
+"""A large field's appends (new messages reinforcing older ones), deposits, cells written from
+outside (a board memory loading its cells) and reads of the history, in any order."""
+
+
+@settings(max_examples=60, deadline=None)
+@given(ops=LARGE_OPS, n=st.integers(1, 6))
+def test_history_entries_settled_later_equal_those_ranked_at_their_ticks(ops: list[tuple[int | str, ...]], n: int) -> None:
+    """A large field's entries wait until the history is read (or a deposit): each then equals
+    ranking every cell at its own tick, with the cells as they were then — later new messages,
+    reinforcements, deposits and outside writes undone."""
+    config = PheromoneConfig(tick_every=2, protect_ticks=2, history_top_n=n)
+    field = PheromoneField(config)
+    messages = [_msg(i, i % len(TYPES), (f"m{i - 3}",) if i >= 3 else ()) for i in range(HISTORY_FULL_MAX + 20)]
+    field.observe(messages)
+    expected = field.history  # settled: the first entry
+    for op in ops:
+        if op[0] == "grow":
+            start = len(messages)
+            for i in range(start, start + int(op[1])):
+                refs = tuple(f"m{j}" for j in (i - 1, (i * 7) % start, i - 40) if 0 <= j < i)
+                messages.append(_msg(i, (i + int(op[2])) % len(TYPES), refs))
+            ticked = field.tick
+            field.observe(messages)
+            if field.tick > ticked:  # an entry recorded now: what ranking every cell says now
+                expected.append({"tick": field.tick, "messages": len(messages),
+                                 "top": {m: round(s, 4) for m, s in _brute(field, n)}})
+        elif op[0] == "score":
+            target = messages[int(op[1]) % len(messages)].id
+            field.deposit({target: int(op[2])}, f"sub{op[3]}", f"goal{int(op[3]) // 2}")
+        elif op[0] == "load":  # a write from outside the field's own methods (AgentMemory._load_private)
+            source = field._cells[messages[int(op[1]) % len(messages)].id]
+            field._cells[messages[int(op[2]) % len(messages)].id] = source
+        else:
+            assert field.history == expected
+    assert field.history == expected
+    assert field._cells.journal is None and field._pending == []
+    assert field._cells.ranking.top(field._cells, field.tick, n) == _brute(field, n)  # the ranking took every write
+
+
+def test_history_entries_waiting_survive_a_copy_and_a_pickle() -> None:
+    """A copy or a pickle settles the entries first (the table's own pickle holds no journal)."""
+    import copy
+    import pickle
+
+    field = PheromoneField(PheromoneConfig(history_top_n=4))
+    messages = [_msg(i, i % len(TYPES), ()) for i in range(HISTORY_FULL_MAX + 10)]
+    field.observe(messages)
+    for _ in range(3):
+        messages += [_msg(len(messages) + k, k % len(TYPES), ("m3",)) for k in range(field.config.tick_every)]
+        field.observe(messages)
+    assert len(field._pending) == 4  # the ingest's last tick and three appends that ticked, none ranked yet
+    entries = len(field._history) + 4
+    copied, loaded = copy.deepcopy(field), pickle.loads(pickle.dumps(field))
+    assert field._pending == [] and len(field.history) == entries
+    assert copied.history == loaded.history == field.history
+    assert copied == loaded == field
+
+
+def test_at_most_pending_max_entries_wait() -> None:
+    """With no reader and no deposit, the entries are settled in batches of PENDING_MAX."""
+    from relevance_memory.pheromone import _field
+
+    field = PheromoneField(PheromoneConfig(history_top_n=3, tick_every=1))
+    messages = [_msg(i, i % len(TYPES), ()) for i in range(HISTORY_FULL_MAX + 1)]
+    field.observe(messages)
+    for _ in range(_field.PENDING_MAX + 5):
+        messages.append(_msg(len(messages), 0, ("m1",)))
+        field.observe(messages)
+        assert len(field._pending) < _field.PENDING_MAX
+    assert len(field._pending) == 6 and len(field._history) == HISTORY_FULL_MAX + _field.PENDING_MAX
+    assert field.history[-1]["top"] == {m: round(s, 4) for m, s in _brute(field, 3)}
