@@ -10,9 +10,11 @@ from typing import Any
 
 import httpx
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from scorers import WrappedOfflineScorer
 
-from relevance_memory import SUMMARY_MARKER, RelevanceMemoryManager, RelevanceScore, check_context
+from relevance_memory import SUMMARY_MARKER, RelevanceMemoryManager, RelevanceScore, check_context, load_transcript
 from relevance_memory._tokenizer import TiktokenCounter
 from relevance_memory.pipeline.prefilter import ChunkedBM25, prefilter_chains
 from relevance_memory.scoring._cache import DiskScoreCache
@@ -384,3 +386,43 @@ def test_id_spans_reads_a_run_as_the_regex_does() -> None:
            "m099", "m100", "m101", "m1", ""]
     assert id_spans(ids) == by_regex(ids)
     assert id_spans(ids)[:3] == ["m1–m4", "m4", "x5–x6"]
+
+
+def _bm25s_scores(docs: list[frozenset[str]], query: list[str], chunk_size: int) -> list[float]:
+    """What the prefilter scored with ``bm25s.BM25`` per chunk before issue 24's array index."""
+    import bm25s
+    import numpy as np
+
+    out = np.zeros(len(docs), dtype=np.float64)
+    terms_of = list(dict.fromkeys(query))
+    for start in range(0, len(docs), chunk_size):
+        chunk = docs[start:start + chunk_size]
+        retriever = bm25s.BM25()
+        retriever.index([list(d) or ["\x00"] for d in chunk], show_progress=False)
+        terms = [t for t in terms_of if t in retriever.vocab_dict]
+        if terms:
+            out[start:start + len(chunk)] = retriever.get_scores(terms).astype(np.float64)
+    return out.tolist()  # type: ignore[no-any-return]
+
+
+def test_chunked_bm25_scores_are_bm25s_bit_for_bit_on_a_real_run() -> None:
+    """Every score of the array index equals bm25s.BM25's, float for float, over a real agent
+    run's term sets, chunk sizes that split it differently, and queries of its own words."""
+    memory = RelevanceMemoryManager(max_input_tokens=4000)
+    memory.extend(load_transcript(Path(__file__).resolve().parents[2] / "fixtures" / "sympy__sympy-20590.json").messages)
+    docs = list(memory.store.terms)
+    words = sorted(set().union(*docs))
+    queries = [words[i::97][:12] for i in range(5)] + [["sympy", "symbol", "dict", "slots"], [words[0]], ["no-such-term"]]
+    for chunk_size in (256, 37):
+        bm25 = ChunkedBM25(chunk_size=chunk_size)
+        for query in queries:
+            assert bm25.scores(docs, query) == _bm25s_scores(docs, query, chunk_size)
+
+
+@settings(max_examples=60, deadline=None)
+@given(docs=st.lists(st.frozensets(st.sampled_from([f"t{i}" for i in range(30)]), max_size=9), min_size=1, max_size=40),
+       query=st.lists(st.sampled_from([f"t{i}" for i in range(34)]), min_size=1, max_size=6),
+       chunk_size=st.integers(1, 16))
+def test_chunked_bm25_scores_are_bm25s_bit_for_bit(docs: list[frozenset[str]], query: list[str], chunk_size: int) -> None:
+    """Generated term sets (empty documents, repeated query terms, terms no document has)."""
+    assert ChunkedBM25(chunk_size=chunk_size).scores(docs, query) == _bm25s_scores(docs, query, chunk_size)
