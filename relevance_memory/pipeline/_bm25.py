@@ -58,46 +58,54 @@ def _idf_table(n: int) -> npt.NDArray[np.float32]:
 
 @dataclass
 class _Chunk:
-    """One chunk's index: per term (``vocab`` → column) its postings ``indptr[j]:indptr[j+1]``
-    of ``docs`` (offsets in the chunk, int32) and ``weights`` (float32)."""
+    """One chunk's index: its terms (ids in the index's vocabulary, ascending; int32) and per
+    term ``terms[j]`` its postings ``indptr[j]:indptr[j+1]`` of ``docs`` (offsets in the chunk)
+    and ``weights`` (float32). No per-chunk dict: ~8 bytes a (chunk, term), not a dict entry."""
 
     start: int
     size: int
-    vocab: dict[str, int]
-    indptr: npt.NDArray[np.int64]
-    docs: npt.NDArray[np.int32]
+    terms: npt.NDArray[np.int32]
+    indptr: npt.NDArray[np.int32]
+    docs: npt.NDArray[np.int16] | npt.NDArray[np.int32]
     weights: npt.NDArray[np.float32]
 
-    def scores(self, terms: Sequence[str]) -> npt.NDArray[np.float32]:
-        """The chunk's documents' scores for ``terms`` (each in :attr:`vocab`), float32."""
+    def scores(self, query: npt.NDArray[np.int32]) -> npt.NDArray[np.float32] | None:
+        """The chunk's documents' scores for the term ids ``query`` (float32, summed in query
+        order), or ``None`` when the chunk has none of them."""
+        terms = self.terms
+        at = np.searchsorted(terms, query)
+        found = at < len(terms)
+        found[found] = terms[at[found]] == query[found]
+        if not found.any():
+            return None
         out = np.zeros(self.size, dtype=np.float32)
         indptr, docs, weights = self.indptr, self.docs, self.weights
-        for term in terms:
-            j = self.vocab[term]
+        for j in at[found].tolist():
             lo, hi = indptr[j], indptr[j + 1]
             out[docs[lo:hi]] += weights[lo:hi]  # a document once per term: no repeated index
         return out
 
 
-def _index(start: int, docs: Sequence[Collection[str]]) -> _Chunk:
+def _index(start: int, docs: Sequence[Collection[str]], vocab: dict[str, int]) -> _Chunk:
     """A chunk's index over ``docs`` (module doc's formula; a term repeated in a document counts
-    once): O(postings) in array operations, one dict lookup per posting for the vocabulary."""
-    vocab: dict[str, int] = {}
+    once), its terms added to ``vocab`` (term → id, shared by the chunks): O(postings) in array
+    operations, one dict lookup per posting."""
     add = vocab.setdefault
     rows = [(d if isinstance(d, (frozenset, set)) else dict.fromkeys(d)) or (_EMPTY,) for d in docs]
     ids = np.fromiter((add(t, len(vocab)) for row in rows for t in row), dtype=np.int64)
     lengths = np.fromiter(map(len, rows), dtype=np.int64, count=len(rows))
     n = len(rows)
-    per_term = np.bincount(ids, minlength=len(vocab))  # document frequency: a term once per document
+    terms, column = np.unique(ids, return_inverse=True)
+    per_term = np.bincount(column, minlength=len(terms))  # document frequency: a term once per document
     idf = _idf_table(n)[per_term]
     mean = lengths.mean()  # float64, as bm25s's np.array(lengths).mean()
     tfc = 1.0 / (K1 * ((1 - B) + B * lengths / mean) + 1.0)  # float64, as bm25s computes it for tf = 1
-    doc_of = np.repeat(np.arange(n, dtype=np.int32), lengths)
-    weights = (idf[ids].astype(np.float64) * tfc[doc_of]).astype(np.float32)
-    order = np.argsort(ids, kind="stable")
-    indptr = np.zeros(len(vocab) + 1, dtype=np.int64)
+    doc_of = np.repeat(np.arange(n, dtype=np.int16 if n <= 2**15 else np.int32), lengths)
+    weights = (idf[column].astype(np.float64) * tfc[doc_of]).astype(np.float32)
+    order = np.argsort(column, kind="stable")
+    indptr = np.zeros(len(terms) + 1, dtype=np.int32)
     np.cumsum(per_term, out=indptr[1:])
-    return _Chunk(start, n, vocab, indptr, doc_of[order], weights[order])
+    return _Chunk(start, n, terms.astype(np.int32), indptr, doc_of[order], weights[order])
 
 
 @dataclass
@@ -112,6 +120,7 @@ class ChunkedBM25:
     chunk_size: int = CHUNK_SIZE
     index_builds: int = 0
     _chunks: list[_Chunk] = field(default_factory=list)
+    _vocab: dict[str, int] = field(default_factory=dict, repr=False)  # every indexed term → its id
     _query_memo: dict[tuple[str, ...], list[npt.NDArray[np.float64] | None]] = field(default_factory=dict, repr=False)
 
     def _ensure(self, docs: Sequence[Collection[str]]) -> None:
@@ -124,7 +133,7 @@ class ChunkedBM25:
             covered = self._chunks[-1].start + self._chunks[-1].size if self._chunks else 0
         while covered < n:
             end = min(covered + self.chunk_size, n)
-            self._chunks.append(_index(covered, docs[covered:end]))
+            self._chunks.append(_index(covered, docs[covered:end], self._vocab))
             self.index_builds += 1
             covered = end
 
@@ -148,12 +157,14 @@ class ChunkedBM25:
         self._query_memo[terms_of] = known  # most recently used last
         while len(self._query_memo) > QUERY_MEMO:
             self._query_memo.pop(next(iter(self._query_memo)))
+        vocab = self._vocab
+        ids = np.array([vocab[t] for t in terms_of if t in vocab], dtype=np.int32)
         for n, chunk in enumerate(self._chunks):
             if n < len(known):
                 values = known[n]
             else:
-                terms = [t for t in terms_of if t in chunk.vocab]
-                values = chunk.scores(terms).astype(np.float64) if terms else None
+                found = chunk.scores(ids) if len(ids) else None
+                values = found.astype(np.float64) if found is not None else None
                 if chunk.size == self.chunk_size and n == len(known):
                     known.append(values)  # a full chunk: indexed once, scored once per query
             if values is not None:
