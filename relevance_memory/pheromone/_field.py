@@ -103,11 +103,12 @@ class _AsOf(Mapping[str, Cell]):
     the table's own order (the order every reader of a ranking is indifferent to: ties are
     broken by birth tick and id, never by position)."""
 
-    __slots__ = ("_cells", "_position", "_writes")
+    __slots__ = ("_born", "_cells", "_position", "_writes")
 
     def __init__(self, cells: dict[str, Cell], writes: dict[str, tuple[list[int], list[Cell | None]]],
-                 position: int) -> None:
-        self._cells, self._writes, self._position = cells, writes, position
+                 position: int, born: list[int]) -> None:
+        # born: the journal positions of the writes that added an id (ascending)
+        self._cells, self._writes, self._position, self._born = cells, writes, position, born
 
     def _as_of(self, key: str, now: Cell | None) -> Cell | None:
         written = self._writes.get(key)
@@ -133,8 +134,8 @@ class _AsOf(Mapping[str, Cell]):
     def __iter__(self) -> Iterator[str]:
         return (key for key, _ in self.items())
 
-    def __len__(self) -> int:
-        return sum(1 for _ in self.items())
+    def __len__(self) -> int:  # O(log writes): the ids added at or after the position are not there yet
+        return len(self._cells) - (len(self._born) - bisect.bisect_left(self._born, self._position))
 
     def items(self) -> Iterator[tuple[str, Cell]]:  # type: ignore[override]
         as_of, writes = self._as_of, self._writes
@@ -481,10 +482,13 @@ class PheromoneField:
         journal = cells.journal or []
         cells.journal, self._pending = None, []
         writes: dict[str, tuple[list[int], list[Cell | None]]] = {}
+        born: list[int] = []  # positions of the writes that added an id
         for position, (key, before) in enumerate(journal):
             held = writes.get(key)
             if held is None:
                 writes[key] = ([position], [before])
+                if before is None:
+                    born.append(position)
             else:
                 held[0].append(position)
                 held[1].append(before)
@@ -493,7 +497,7 @@ class PheromoneField:
             for key, _ in journal[told:position]:
                 ranking.written(key)
             told = position
-            top = ranking.top(_AsOf(cells, writes, position), tick, n)
+            top = ranking.top(_AsOf(cells, writes, position, born), tick, n)
             self._history.append({"tick": tick, "messages": observed, "top": {k: round(s, 4) for k, s in top}})
         for key, _ in journal[told:]:
             ranking.written(key)
