@@ -214,6 +214,10 @@ class PheromoneField:
     # arriving in one tick share it (~145 bytes a message less; issue 24)
     _fresh: dict[str, Cell] = field(default_factory=dict, repr=False, compare=False)
     _fresh_tick: int = field(default=-1, repr=False, compare=False)
+    # this tick's reinforcements, id(cell before) → (cell before, cell after): reinforcing is a
+    # pure function of the cell and the tick, so the messages of one tick that reinforce a
+    # shared cell (the calls their results answer) share the reinforced cell too (issue 24)
+    _reinforced: dict[int, tuple[Cell, Cell]] = field(default_factory=dict, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         table = _CellTable(self.config)
@@ -373,17 +377,21 @@ class PheromoneField:
     def _add(self, message_id: str, kind: str, references: Sequence[str]) -> None:
         cfg, cells = self.config, self._cells
         if self._fresh_tick != self.tick:
-            self._fresh, self._fresh_tick = {}, self.tick
+            self._fresh, self._fresh_tick, self._reinforced = {}, self.tick, {}
         cell = self._fresh.get(kind)
         if cell is None:
             cell = self._fresh[kind] = new_cell(kind, self.tick, cfg)
         cells[message_id] = cell
         used: list[str] = []
+        reinforced = self._reinforced
         for ref in references:
             cell = cells.get(ref)
             if cell is None:
                 continue
-            cells[ref], _ = reinforce(cell, self.tick, cfg)
+            done = reinforced.get(id(cell))
+            if done is None or done[0] is not cell:  # the pair holds the cell: its id is not reused meanwhile
+                done = reinforced[id(cell)] = (cell, reinforce(cell, self.tick, cfg)[0])
+            cells[ref] = done[1]
             used.append(ref)
         if used:
             self._edge_targets.append(message_id)

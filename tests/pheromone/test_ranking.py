@@ -230,3 +230,43 @@ def test_at_most_pending_max_entries_wait() -> None:
         assert len(field._pending) < _field.PENDING_MAX
     assert len(field._pending) == 6 and len(field._history) == HISTORY_FULL_MAX + _field.PENDING_MAX
     assert field.history[-1]["top"] == {m: round(s, 4) for m, s in _brute(field, 3)}
+
+
+@settings(max_examples=60, deadline=None)
+@given(refs=st.lists(st.lists(st.integers(1, 12), max_size=3), min_size=1, max_size=80),
+       cuts=st.lists(st.integers(1, 80), max_size=6), kinds=st.integers(0, 4))
+def test_reinforced_cells_shared_within_a_tick_equal_reinforcing_each(
+        refs: list[list[int]], cuts: list[int], kinds: int) -> None:
+    """The cells a field keeps equal those of reinforcing every reference on its own (the SPEC §5
+    functions, message by message), however the messages arrive in batches; a shared cell's
+    reinforcement in one tick is one cell."""
+    from relevance_memory.pheromone._math import new_cell, reinforce
+
+    config = PheromoneConfig(tick_every=3)
+    messages = [_msg(i, (i * kinds + i // 3) % len(TYPES), tuple(dict.fromkeys(f"m{i - back}" for back in r if back <= i)))
+                for i, r in enumerate(refs)]
+    field = PheromoneField(config)
+    for end in [*sorted(cuts), len(messages)]:
+        field.observe(messages[:end])
+    expected: dict[str, Any] = {}
+    tick = 0
+    for n, message in enumerate(messages, 1):
+        expected[message.id] = new_cell(message.msg_type.value, tick, config)
+        for ref in message.references:
+            expected[ref] = reinforce(expected[ref], tick, config)[0]
+        if n % config.tick_every == 0:
+            tick += 1
+    assert dict(field._cells) == expected and field.tick == tick
+
+
+def test_the_results_of_one_tick_share_their_reinforced_call() -> None:
+    from relevance_memory.pheromone._math import reinforce
+
+    calls = [_msg(i, 4, ()) for i in range(2)]  # two calls born in one tick: one shared cell
+    field = PheromoneField(PheromoneConfig(tick_every=8))
+    field.observe(calls)
+    born = field._cells["m0"]
+    assert field._cells["m1"] is born
+    field.observe([*calls, _msg(2, 0, ("m0",)), _msg(3, 0, ("m1",))])  # their results, in the same tick
+    assert field._cells["m0"] is field._cells["m1"]  # both reinforced from the same cell: one new cell
+    assert field._cells["m0"] == reinforce(born, 0, field.config)[0] != born
