@@ -26,6 +26,7 @@ from __future__ import annotations
 import math
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
@@ -183,6 +184,49 @@ class PrefilterIndex:
     """
 
     bm25: ChunkedBM25 = field(default_factory=ChunkedBM25)
+    _instructions: list[int] = field(default_factory=list, repr=False)  # user instructions' indices
+    # goal texts → (the vector index they were read from, the messages read, their best cosines)
+    _cosines: dict[tuple[str, ...], tuple[Any, int, npt.NDArray[np.float64]]] = field(default_factory=dict, repr=False)
+
+    def goal_cosines(self, vectors: Any, texts: Sequence[str], messages: Sequence[Any]) -> npt.NDArray[np.float64]:
+        """Each of ``messages``' best cosine to ``texts`` (``vectors.similarity`` of each text's
+        query vector, the larger per message; exact: the same bits however many are scored at
+        once, :func:`~relevance_memory.scoring._embedding.cosine_scores`), kept per goal and
+        grown by the messages added since the last call with those texts (O(new)); a read-only
+        float64 array. ``messages`` is the same append-only list on every call; ``vectors`` a
+        :class:`~relevance_memory.scoring._embedding.VectorIndex` holding every message's
+        content hash (``KeyError`` otherwise)."""
+        n, key = len(messages), tuple(texts)
+        held = self._cosines.pop(key, None)
+        if held is None or held[0] is not vectors or held[1] > n:
+            held = (vectors, 0, np.zeros(0, dtype=np.float64))
+        _, read, best = held
+        if read < n:
+            keys = [m.content_hash for m in messages[read:n]]
+            new: npt.NDArray[np.float64] | None = None
+            for text in texts:
+                cos = vectors.similarity(vectors.embed_query(text), keys)
+                new = cos if new is None else np.maximum(new, cos)
+            assert new is not None
+            best = np.concatenate([best, np.asarray(new, dtype=np.float64)])
+            best.flags.writeable = False
+        self._cosines[key] = (vectors, n, best)  # most recently used last
+        while len(self._cosines) > 2:  # the goal's texts, and the ones before a subtask changed
+            self._cosines.pop(next(iter(self._cosines)))
+        return best
+    _read: int = 0  # how many messages _instructions has read
+
+    def user_instructions(self, messages: Sequence[Any]) -> list[int]:
+        """Indices of the ``user_instruction`` messages among ``messages`` (the store's, or a
+        snapshot's: the same append-only list on every call), ascending; grown by the messages
+        added since the last call (O(new)), read again from the start for a shorter list."""
+        n = len(messages)
+        if n < self._read:
+            self._instructions, self._read = [], 0
+        found = self._instructions
+        found.extend(m.index for m in messages[self._read:n] if m.msg_type == "user_instruction")
+        self._read = n
+        return found
 
     def scores(self, terms: Sequence[frozenset[str]], query: Sequence[str]) -> list[float]:
         """BM25 score of every message for ``query``; ``terms`` is the store's per-message terms

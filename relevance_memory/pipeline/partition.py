@@ -297,6 +297,13 @@ def _goal_block(
     return text, ledger.spend(Purpose.GOAL_BLOCK, tokens, "excerpt of the task statement" if final_excerpt else "")
 
 
+def _newest_user(grouped: ChainIndex, messages: Sequence[Message], excluded: Mapping[int, str]) -> int | None:
+    """The newest user-role message not excluded, from the user-role indices the chain index
+    keeps (``grouped`` holds ``messages``): O(1) for an agent whose newest user message is its
+    task statement, not a read of the history backwards."""
+    return next((i for i in reversed(grouped.user_role) if i not in excluded), None)
+
+
 def partition(state: BuildState, seams: Seams) -> Partitioned:
     """The partition stage (module doc): reads the store and the budget; spends the budget
     on reply priming, the pinned prompt, the goal block and working memory.
@@ -311,9 +318,7 @@ def partition(state: BuildState, seams: Seams) -> Partitioned:
     grouped = seams.chains.update(store)  # the chains and roots, grown by what arrived (O(new))
     roots = grouped.roots
     messages = store.messages[0:len(store)]  # one list: each index of a snapshot view is a Python call
-    newest_user = next(
-        (m.index for m in reversed(messages) if m.role == "user" and m.index not in excluded), None
-    )
+    newest_user = _newest_user(grouped, messages, excluded)
     split = split_history(
         messages,
         roots,

@@ -24,7 +24,8 @@ The BM25 index itself lives in :mod:`._bm25` (built in chunks, grown with the st
 from __future__ import annotations
 
 import itertools
-from collections.abc import Callable, Collection, Mapping, Sequence
+import math
+from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -247,15 +248,53 @@ def _always_pass(
     (:func:`_memory_passes`, asked only about :func:`_memory_candidates`)."""
     store = seams.store
     messages = store.messages[0:len(store)]  # one list: each index of a snapshot view is a Python call
-    root_of = {i: r for r, members in ranked.items() for i in members}
+    root_of = _ranked_roots(ranked, seams)
     always: set[int] = {task_root} if task_root is not None and task_root in ranked else set()
-    always.update(root_of[m.index] for m in messages if m.msg_type == "user_instruction" and m.index in root_of)
+    instructions = seams.prefilter_index.user_instructions(messages)
+    always.update(r for r in map(root_of.get, instructions) if r is not None)
     if seams.config.pheromone.enabled:
         remembered = _memory_passes(seams, final, subtask)
         for i in _memory_candidates(seams, root_of):
             if root_of[i] not in always and remembered(messages[i]):
                 always.add(root_of[i])
     return always
+
+
+class _RootOf(Mapping[int, int]):
+    """Member index → its candidate root, read from the chain index's roots (no dict of every
+    member): valid when every candidate root is a root of the chain index, so a candidate
+    chain's members are some of that chain's (:func:`_ranked_roots` checks it)."""
+
+    __slots__ = ("_ranked", "_roots")
+
+    def __init__(self, ranked: Mapping[int, Sequence[int]], roots: Sequence[int]) -> None:
+        self._ranked, self._roots = ranked, roots
+
+    def __getitem__(self, index: int) -> int:
+        if 0 <= index < len(self._roots):
+            root = self._roots[index]
+            members = self._ranked.get(root)
+            if members is not None and index in members:
+                return root
+        raise KeyError(index)
+
+    def __iter__(self) -> Iterator[int]:
+        return (i for members in self._ranked.values() for i in members)
+
+    def __len__(self) -> int:
+        return sum(map(len, self._ranked.values()))
+
+
+def _ranked_roots(ranked: Mapping[int, Sequence[int]], seams: Seams) -> Mapping[int, int]:
+    """Member → root of the candidate chains ``ranked``: read from the chain index when it
+    holds the store and every candidate root is one of its roots (O(chains) to check), else
+    a dict of every member (a chain regrouped without a skipped message has another root)."""
+    chains, store = seams.chains, seams.store
+    if chains.covers(store):
+        roots = chains.roots
+        if all(roots[r] == r for r in ranked):
+            return _RootOf(ranked, roots)
+    return {i: r for r, members in ranked.items() for i in members}
 
 
 def _memory_candidates(seams: Seams, members: Collection[int]) -> Collection[int]:
@@ -315,18 +354,14 @@ def goal_cosines(state: BuildState, seams: Seams) -> npt.NDArray[np.float64] | N
     """Each stored message's cosine to the goal (the larger of final goal and subtask), from
     the vectors kept on ingest; ``None`` without vectors or goal text (exact, deterministic).
     An array (float64: the same values a list of Python floats holds; no list of 100k floats
-    made for :func:`~relevance_memory.scoring._semantic.rrf_fuse` to turn back into one)."""
+    made for :func:`~relevance_memory.scoring._semantic.rrf_fuse` to turn back into one), kept
+    for the goal by the prefilter index and grown by the messages stored since
+    (:meth:`~relevance_memory.pipeline._bm25.PrefilterIndex.goal_cosines`)."""
     vectors = seams.store.message_vectors() if seams.config.embeddings else None
     texts = [t for t in dict.fromkeys([state.goal.final, state.goal.effective_subtask]) if t.strip()]
     if vectors is None or not texts or mostly_cjk(" ".join(texts)):  # the default model is English-centric
         return None
-    keys = [m.content_hash for m in seams.store.messages]
-    best = None
-    for text in texts:
-        cos = vectors.similarity(vectors.embed_query(text), keys)
-        best = cos if best is None else np.maximum(best, cos)
-    assert best is not None
-    return np.asarray(best, dtype=np.float64)
+    return seams.prefilter_index.goal_cosines(vectors, texts, seams.store.messages)
 
 
 def prefilter(state: BuildState, seams: Seams) -> Prefiltered:
@@ -336,7 +371,13 @@ def prefilter(state: BuildState, seams: Seams) -> Prefiltered:
     skipped = _forgotten(state, seams)
     rejected = _bm25_rejected(state, seams)
     rank = "BM25 + semantic rank" if rejected and seams.store.message_vectors() is not None and seams.config.embeddings else "BM25"
+    top_n = seams.config.prefilter_top_n
+    said: dict[float | tuple[float, float], str] = {}  # the reason per score: chains often share one
     for root, best in rejected.items():
-        skipped.setdefault(root, f"prefiltered out ({rank} {best:.4g} below the top {seams.config.prefilter_top_n})")
+        key = best if best else (best, math.copysign(1.0, best))  # 0.0 and -0.0 print apart
+        reason = said.get(key)
+        if reason is None:
+            reason = said[key] = f"prefiltered out ({rank} {best:.4g} below the top {top_n})"
+        skipped.setdefault(root, reason)
     to_score = sorted(i for root, chain in part.candidates.items() if root not in skipped for i in chain.members)
     return Prefiltered(skipped=skipped, to_score=tuple(to_score))

@@ -41,7 +41,18 @@ from collections.abc import Collection, Iterable, Mapping, Sequence
 
 from .._models import USER_AUTHORED_TYPES, RelevanceScore, TaskGoal, content_text
 from ..store._supersede import asks_for_history
-from ._state import BuildState, Chain, ChainOption, Partitioned, Ranked, Seams, Selection, StoreView, required
+from ._state import (
+    BuildState,
+    Chain,
+    ChainIndex,
+    ChainOption,
+    Partitioned,
+    Ranked,
+    Seams,
+    Selection,
+    StoreView,
+    required,
+)
 from .fidelity import MIN_EXCERPT_TOKENS, Rendition, keep_names
 from .order import DEFAULT_ORDER, ChainFacts, OrderPolicy
 
@@ -306,7 +317,7 @@ def select(state: BuildState, seams: Seams) -> Ranked:
     demoted = (
         superseded_chains(chains, store, facts=config.supersede_archives_facts) if config.supersede else {}
     )
-    asked = bool(demoted) and asks_for_history(f"{goal.final}\n{goal.subtask}\n{_newest_user_text(store)}")
+    asked = bool(demoted) and asks_for_history(f"{goal.final}\n{goal.subtask}\n{_newest_user_text(store, seams.chains)}")
     preferred = preferred_newer(chains, store, scores) if config.supersede else {}
     if preferred:
         scores = {**scores, **{i: s for i, (s, _) in preferred.items()}}
@@ -479,7 +490,14 @@ def _echoes_of_forgotten(
     return out
 
 
-def _newest_user_text(store: StoreView) -> str:
+def _newest_user_text(store: StoreView, chains: ChainIndex | None = None) -> str:
+    """The newest user message's text (its first 2,000 characters; ``""`` without one): from
+    the chain index's user-role indices when it holds exactly ``store`` (O(1); an agent's
+    newest user message may be its task statement, at the start of a long history), else
+    by reading the history backwards."""
+    if chains is not None and chains.covers(store):
+        users = chains.user_role
+        return content_text(store[users[-1]].content)[:2_000] if users else ""
     for message in reversed(store.messages):
         if message.role == "user":
             return content_text(message.content)[:2_000]

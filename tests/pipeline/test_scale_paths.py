@@ -9,6 +9,7 @@ from itertools import pairwise
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
 
 from relevance_memory import RelevanceMemoryManager, load_transcript
@@ -507,3 +508,85 @@ def test_a_carried_summary_of_a_fact_restated_since_holds_no_more_with_the_fact_
     assert not sm._marks_hold(seams, summary, {}, index.older, index.facts)
     assert not sm._carried_holds(seams, index, summary, {}, index.older)  # the kept verdict is not used
     assert sm._marks_hold(seams, summary, {}, index.older, set()) is True  # without the fact id: not seen
+
+
+def test_the_prefilter_reads_kept_across_builds_build_as_reading_every_message(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 24: the newest user message from the chain index's user-role indices (partition,
+    select), the candidates' roots from its roots, the user instructions grown with the store and
+    the goal's cosines kept and grown by the prefilter index build what reading every message
+    in every build gives (the django run: its task is a user instruction, its goal text has
+    vectors, and the prefilter leaves chains out)."""
+    from relevance_memory.pipeline import _bm25
+    from relevance_memory.pipeline import prefilter as prefilter_module
+    from relevance_memory.pipeline import select as select_module
+
+    calls = {"roots": 0, "cosines": 0}
+    ranked_roots = prefilter_module._ranked_roots
+
+    def counted(ranked: Any, seams: Any) -> Any:
+        found = ranked_roots(ranked, seams)
+        calls["roots"] += isinstance(found, prefilter_module._RootOf)
+        return found
+
+    goal_cosines = _bm25.PrefilterIndex.goal_cosines
+
+    def grown(self: Any, vectors: Any, texts: Any, messages: Any) -> Any:
+        calls["cosines"] += bool(self._cosines)
+        return goal_cosines(self, vectors, texts, messages)
+
+    monkeypatch.setattr(prefilter_module, "_ranked_roots", counted)
+    monkeypatch.setattr(_bm25.PrefilterIndex, "goal_cosines", grown)
+    fast = run()
+    assert any("prefiltered out (BM25 + semantic rank" in r for r in fast)
+    assert calls["roots"] and calls["cosines"]  # the shortcuts were taken
+    monkeypatch.undo()
+
+    def every_cosine(self: Any, vectors: Any, texts: Any, messages: Any) -> Any:
+        keys = [m.content_hash for m in messages]
+        best = None
+        for text in texts:
+            cos = vectors.similarity(vectors.embed_query(text), keys)
+            best = cos if best is None else np.maximum(best, cos)
+        return np.asarray(best, dtype=np.float64)
+
+    monkeypatch.setattr(_bm25.PrefilterIndex, "goal_cosines", every_cosine)
+    monkeypatch.setattr(_bm25.PrefilterIndex, "user_instructions",
+                        lambda self, messages: [m.index for m in messages if m.msg_type == "user_instruction"])
+    monkeypatch.setattr(prefilter_module, "_ranked_roots",
+                        lambda ranked, seams: {i: r for r, members in ranked.items() for i in members})
+    newest_user_text = select_module._newest_user_text
+    monkeypatch.setattr(select_module, "_newest_user_text", lambda store, chains=None: newest_user_text(store))
+    monkeypatch.setattr(partition_module, "_newest_user", lambda grouped, messages, excluded: next(
+        (m.index for m in reversed(messages) if m.role == "user" and m.index not in excluded), None))
+    assert run() == fast
+
+
+def test_newest_user_and_candidate_roots_read_from_the_chain_index_are_the_full_reads() -> None:
+    """The chain index's answers equal reading every message: the newest user message (with
+    exclusions, several user turns), its text, and each candidate member's root (members only)."""
+    from relevance_memory.pipeline import prefilter as prefilter_module
+    from relevance_memory.pipeline import select as select_module
+    from relevance_memory.pipeline._state import ChainIndex
+    from relevance_memory.store._snapshot import StoreSnapshot
+
+    messages = load_transcript(FIXTURE).messages
+    memory = RelevanceMemoryManager(max_input_tokens=3000, keep_recent=2)
+    for n in range(0, len(messages), 30):
+        memory.extend(messages[n:n + 30])
+        memory.add({"role": "user", "content": f"Also keep the migration name stable ({n})."})
+    store = StoreSnapshot(memory.store)
+    index = ChainIndex().update(store)
+    listed = store.messages[0:len(store)]
+    users = [m.index for m in listed if m.role == "user"]
+    assert len(users) > 3
+    for excluded in ({}, {users[-1]: "x"}, {i: "x" for i in users[1:]}):
+        assert partition_module._newest_user(index, listed, excluded) == next(
+            (m.index for m in reversed(listed) if m.role == "user" and m.index not in excluded), None)
+    assert select_module._newest_user_text(store, index) == select_module._newest_user_text(store) != ""
+    ranked = {r: c.members[:-1] or c.members for r, c in index.chains.items() if r % 3}
+    seams = memory._seams()
+    root_of = prefilter_module._ranked_roots(ranked, replace(seams, store=store, chains=index))
+    assert isinstance(root_of, prefilter_module._RootOf)
+    every = {i: r for r, members in ranked.items() for i in members}
+    assert dict(root_of) == every and len(root_of) == len(every)
+    assert all((i in root_of) == (i in every) for i in range(-1, len(store) + 2))
