@@ -277,6 +277,12 @@ class PheromoneField:
         cells = self._cells
         return cells.notable if isinstance(cells, _CellTable) else None
 
+    def cells_now(self) -> dict[str, Cell]:
+        """Every stored cell by message id: a copy of the table (one C-level dict copy; cells are
+        immutable, so it is the memory as of now for reading later, like :meth:`cells_of` of
+        every id)."""
+        return dict(self._cells)
+
     def cells_of(self, message_ids: Iterable[str]) -> list[Cell | None]:
         """The stored cells of ``message_ids`` (``None`` for an unknown id), in order: a
         snapshot of their memory now (cells are immutable) for reading later."""

@@ -226,6 +226,7 @@ class ChainIndex:
         self.over_entry_cap: list[int] = []  # indices with more than MIN_ENTRY_CAP tokens, ascending
         self.over_excerpt_min: list[int] = []  # indices with more than MIN_EXCERPT_TOKENS tokens, ascending
         self.user_role: list[int] = []  # indices of messages with role "user", ascending
+        self.total_tokens = 0  # tokens of every message read (tokens)
 
     def update(self, store: StoreView) -> ChainIndex:
         """Take in the messages stored since the last call (O(new); O(history) after a merge
@@ -237,8 +238,10 @@ class ChainIndex:
             return self
         chain_root, members, tokens, roots = store.chain_root, self._members, self._tokens, self.roots
         touched: dict[int, None] = {}
+        added = 0
         for message in store.messages[self._n:n]:
             index, count = message.index, message.token_count
+            added += count
             root = chain_root(index)
             roots.append(root)
             held = members.get(root)
@@ -256,6 +259,7 @@ class ChainIndex:
                     self.over_entry_cap.append(index)
         for root in touched:  # a new root is the newest index: it goes last, in root order
             self.chains[root] = Chain(root, tuple(members[root]), tokens[root])
+        self.total_tokens += added
         self._n = n
         return self
 

@@ -38,6 +38,7 @@ __all__ = [
     "goal_block_text",
     "goal_is_task_statement",
     "group_chains",
+    "newest_user_index",
     "partition",
     "split_history",
 ]
@@ -297,10 +298,11 @@ def _goal_block(
     return text, ledger.spend(Purpose.GOAL_BLOCK, tokens, "excerpt of the task statement" if final_excerpt else "")
 
 
-def _newest_user(grouped: ChainIndex, messages: Sequence[Message], excluded: Mapping[int, str]) -> int | None:
-    """The newest user-role message not excluded, from the user-role indices the chain index
-    keeps (``grouped`` holds ``messages``): O(1) for an agent whose newest user message is its
-    task statement, not a read of the history backwards."""
+def newest_user_index(grouped: ChainIndex, excluded: Mapping[int, str]) -> int | None:
+    """The index of the newest user-role message not in ``excluded``, from the user-role indices
+    the chain index keeps (``grouped`` must hold the store read: :meth:`ChainIndex.covers`):
+    O(1) for an agent whose newest user message is its task statement, not a read of the
+    history backwards. ``None`` without one."""
     return next((i for i in reversed(grouped.user_role) if i not in excluded), None)
 
 
@@ -318,7 +320,8 @@ def partition(state: BuildState, seams: Seams) -> Partitioned:
     grouped = seams.chains.update(store)  # the chains and roots, grown by what arrived (O(new))
     roots = grouped.roots
     messages = store.messages[0:len(store)]  # one list: each index of a snapshot view is a Python call
-    newest_user = _newest_user(grouped, messages, excluded)
+    newest_user = (newest_user_index(grouped, excluded) if grouped.covers(store) else  # it does: just updated
+                   next((m.index for m in reversed(messages) if m.role == "user" and m.index not in excluded), None))
     split = split_history(
         messages,
         roots,

@@ -23,6 +23,7 @@ from ..pheromone._math import settled_strength
 from ..scoring._scorer import ScorerUsage
 from ._state import BuildState, Partitioned, Seams, required
 from .ledger import Purpose
+from .partition import newest_user_index
 
 __all__ = ["compaction_breakdown", "record"]
 
@@ -47,8 +48,9 @@ def _memory(seams: Seams) -> _Memory:
             or type(field).latest_score is not PheromoneField.latest_score:
         return _Memory(lambda mid: round(field.strength(mid), 4) if enabled else None, field.latest_score, False)
     tick, config = field.tick, field.config
-    ids = [m.id for m in seams.store.messages]
-    cells = dict(zip(ids, field.cells_of(ids), strict=True))
+    # the cells as of this build (immutable; the record may be read later): one copy of the
+    # table in C, not a list of every message's id and cell (issue 24)
+    cells = field.cells_now()
 
     def strength(mid: str) -> float | None:
         if not enabled:
@@ -98,8 +100,9 @@ def _decisions(
     superseded = state.ranked.superseded if state.ranked is not None else {}
     preferred = state.ranked.preferred if state.ranked is not None else {}
     first_recent_step = store.step_count - config.keep_recent
-    newest_user = next((m.index for m in reversed(store.messages) if m.role == "user" and m.index not in part.excluded),
-                       None)
+    chains = seams.chains
+    newest_user = (newest_user_index(chains, part.excluded) if chains.covers(store) else
+                   next((m.index for m in reversed(store.messages) if m.role == "user" and m.index not in part.excluded), None))
     newest_user_root = chain_root(newest_user) if newest_user is not None and newest_user not in part.pinned else None
     rendered = dict(part.renditions)
     if selection is not None:
@@ -226,7 +229,11 @@ def record(state: BuildState, seams: Seams) -> DecisionRecord:
     build_id = hashlib.sha256(
         f"{state.build_number}|{len(store)}|{goal.final}|{goal.subtask}|{state.budget}".encode()
     ).hexdigest()[:12]
-    tokens_before = REPLY_PRIMING_TOKENS + sum(m.token_count for m in store.messages if m.index not in part.excluded)
+    if seams.chains.covers(store):  # the chain index's running total, less the excluded: O(excluded)
+        history_tokens = seams.chains.total_tokens - sum(store[i].token_count for i in part.excluded)
+    else:
+        history_tokens = sum(m.token_count for m in store.messages if m.index not in part.excluded)
+    tokens_before = REPLY_PRIMING_TOKENS + history_tokens
     pyramid = summarised.pyramid if summarised is not None else None
     breakdown = (summarised.ledger if summarised is not None else part.ledger).breakdown()
     budget = state.budget

@@ -556,8 +556,7 @@ def test_the_prefilter_reads_kept_across_builds_build_as_reading_every_message(m
                         lambda ranked, seams: {i: r for r, members in ranked.items() for i in members})
     newest_user_text = select_module._newest_user_text
     monkeypatch.setattr(select_module, "_newest_user_text", lambda store, chains=None: newest_user_text(store))
-    monkeypatch.setattr(partition_module, "_newest_user", lambda grouped, messages, excluded: next(
-        (m.index for m in reversed(messages) if m.role == "user" and m.index not in excluded), None))
+    monkeypatch.setattr(partition_module.ChainIndex, "covers", lambda self, store: False)  # every read the full one
     assert run() == fast
 
 
@@ -580,7 +579,7 @@ def test_newest_user_and_candidate_roots_read_from_the_chain_index_are_the_full_
     users = [m.index for m in listed if m.role == "user"]
     assert len(users) > 3
     for excluded in ({}, {users[-1]: "x"}, {i: "x" for i in users[1:]}):
-        assert partition_module._newest_user(index, listed, excluded) == next(
+        assert partition_module.newest_user_index(index, excluded) == next(
             (m.index for m in reversed(listed) if m.role == "user" and m.index not in excluded), None)
     assert select_module._newest_user_text(store, index) == select_module._newest_user_text(store) != ""
     ranked = {r: c.members[:-1] or c.members for r, c in index.chains.items() if r % 3}
@@ -590,3 +589,10 @@ def test_newest_user_and_candidate_roots_read_from_the_chain_index_are_the_full_
     every = {i: r for r, members in ranked.items() for i in members}
     assert dict(root_of) == every and len(root_of) == len(every)
     assert all((i in root_of) == (i in every) for i in range(-1, len(store) + 2))
+    memory.build_context()  # scores deposited: cells of several kinds and strengths
+    field = memory.pheromone
+    assert isinstance(field, PheromoneField)
+    ids = [m.id for m in memory.messages] + ["no-such-id"]
+    now = field.cells_now()  # what the record reads a cell from, for every message id
+    assert [now.get(i) for i in ids] == field.cells_of(ids) and field.cells_of(ids)[-1] is None
+    assert any(c is not None and c.latest_score is not None for c in now.values())
