@@ -96,25 +96,23 @@ def prefilter_chains(
     np.cumsum(sizes[:-1], out=starts[1:])
     best_of = np.maximum.reduceat(np.asarray(doc_scores, dtype=np.float64)[flat], starts)
     newest = np.maximum.reduceat(flat, starts)
-    best = best_of.tolist()
-    counts = sizes.tolist()
-    sized = tokens or {}
     # every chain consumes the quota in rank order, always-pass ones included, so the
     # admitted set does not slide when more chains become always-pass between builds;
-    # best score first, then the newer chain (a stable sort, as ``sorted`` by that key)
-    admitted: list[int] = []
-    room = top_n
-    rejected: dict[int, float] = {}
-    held = 0
-    for k in np.lexsort((-newest, -best_of)).tolist():
-        root = roots[k]
-        if room > 0 or root in always or held < min_tokens:
-            admitted.append(root)
-        else:
-            rejected[root] = best[k]
-        room -= counts[k]
-        held += sized.get(root, 0)
-    return PrefilterResult(admitted=sorted(admitted), rejected=rejected)
+    # best score first, then the newer chain (a stable sort, as ``sorted`` by that key).
+    # A chain is admitted while quota is left before it, when it always passes, or while the
+    # chains before it hold fewer than ``min_tokens`` (running sums in rank order: integers)
+    order = np.lexsort((-newest, -best_of))
+    counts = sizes[order]
+    room_before = top_n - (np.cumsum(counts) - counts)
+    sized = tokens or {}
+    held = np.fromiter((sized.get(r, 0) for r in roots), dtype=np.int64, count=len(roots))[order]
+    held_before = np.cumsum(held) - held
+    ranked_roots = np.asarray(roots, dtype=np.int64)[order]
+    passing = np.fromiter(always, dtype=np.int64, count=len(always)) if always else np.zeros(0, dtype=np.int64)
+    admit = (room_before > 0) | (held_before < min_tokens) | np.isin(ranked_roots, passing)
+    out = ~admit
+    rejected = dict(zip(ranked_roots[out].tolist(), best_of[order][out].tolist(), strict=True))
+    return PrefilterResult(admitted=sorted(ranked_roots[admit].tolist()), rejected=rejected)
 
 
 def _query(texts: Sequence[str]) -> list[str]:
@@ -372,12 +370,13 @@ def prefilter(state: BuildState, seams: Seams) -> Prefiltered:
     rejected = _bm25_rejected(state, seams)
     rank = "BM25 + semantic rank" if rejected and seams.store.message_vectors() is not None and seams.config.embeddings else "BM25"
     top_n = seams.config.prefilter_top_n
-    said: dict[float | tuple[float, float], str] = {}  # the reason per score: chains often share one
-    for root, best in rejected.items():
-        key = best if best else (best, math.copysign(1.0, best))  # 0.0 and -0.0 print apart
-        reason = said.get(key)
-        if reason is None:
-            reason = said[key] = f"prefiltered out ({rank} {best:.4g} below the top {top_n})"
-        skipped.setdefault(root, reason)
+
+    def key(best: float) -> float | tuple[float, float]:
+        return best if best else (best, math.copysign(1.0, best))  # 0.0 and -0.0 print apart
+
+    # the reason per score, formatted once (chains often share a score)
+    said = {key(best): f"prefiltered out ({rank} {best:.4g} below the top {top_n})" for best in rejected.values()}
+    reasons = {root: said[best if best else key(best)] for root, best in rejected.items() if root not in skipped}
+    skipped.update(reasons)  # a forgotten chain keeps its reason
     to_score = sorted(i for root, chain in part.candidates.items() if root not in skipped for i in chain.members)
     return Prefiltered(skipped=skipped, to_score=tuple(to_score))

@@ -426,3 +426,36 @@ def test_chunked_bm25_scores_are_bm25s_bit_for_bit_on_a_real_run() -> None:
 def test_chunked_bm25_scores_are_bm25s_bit_for_bit(docs: list[frozenset[str]], query: list[str], chunk_size: int) -> None:
     """Generated term sets (empty documents, repeated query terms, terms no document has)."""
     assert ChunkedBM25(chunk_size=chunk_size).scores(docs, query) == _bm25s_scores(docs, query, chunk_size)
+
+
+@settings(max_examples=150, deadline=None)
+@given(sizes=st.lists(st.integers(1, 4), min_size=1, max_size=25),
+       scores=st.lists(st.sampled_from([0.0, 0.5, 1.25, 2.0, 3.5]), min_size=100, max_size=100),
+       top_n=st.integers(0, 30), always=st.sets(st.integers(0, 24), max_size=5),
+       chain_tokens=st.lists(st.integers(0, 400), min_size=25, max_size=25), min_tokens=st.integers(0, 3000))
+def test_prefilter_chains_ranks_as_the_loop_over_every_chain(
+        sizes: list[int], scores: list[float], top_n: int, always: set[int], chain_tokens: list[int],
+        min_tokens: int) -> None:
+    """The array ranking admits and rejects what ranking chain by chain does (ties to the newer
+    chain; quota, always-pass and min_tokens), the rejected in rank order."""
+    chains: dict[int, list[int]] = {}
+    start = 0
+    for size in sizes:
+        chains[start] = list(range(start, start + size))
+        start += size
+    roots = list(chains)
+    passing = {roots[k % len(roots)] for k in always}
+    tokens = {root: chain_tokens[k] for k, root in enumerate(roots)}
+    best = {root: max(scores[i] for i in members) for root, members in chains.items()}
+    admitted: list[int] = []
+    room, held, rejected = top_n, 0, {}
+    for root in sorted(chains, key=lambda r: (-best[r], -max(chains[r]))):
+        if room > 0 or root in passing or held < min_tokens:
+            admitted.append(root)
+        else:
+            rejected[root] = best[root]
+        room -= len(chains[root])
+        held += tokens[root]
+    got = prefilter_chains(chains, scores, top_n=top_n, always=passing, tokens=tokens, min_tokens=min_tokens)
+    assert got.admitted == sorted(admitted)
+    assert list(got.rejected.items()) == list(rejected.items())
