@@ -371,12 +371,15 @@ def prefilter(state: BuildState, seams: Seams) -> Prefiltered:
     rank = "BM25 + semantic rank" if rejected and seams.store.message_vectors() is not None and seams.config.embeddings else "BM25"
     top_n = seams.config.prefilter_top_n
 
-    def key(best: float) -> float | tuple[float, float]:
-        return best if best else (best, math.copysign(1.0, best))  # 0.0 and -0.0 print apart
+    def reason(best: float) -> str:
+        return f"prefiltered out ({rank} {best:.4g} below the top {top_n})"
 
-    # the reason per score, formatted once (chains often share a score)
-    said = {key(best): f"prefiltered out ({rank} {best:.4g} below the top {top_n})" for best in rejected.values()}
-    reasons = {root: said[best if best else key(best)] for root, best in rejected.items() if root not in skipped}
+    # the reason per distinct score, formatted once (chains often share a score); a zero by its
+    # sign (0.0 and -0.0 are one key of a dict, and print apart)
+    said = {best: reason(best) for best in set(rejected.values()) if best}
+    zeros = {1.0: reason(0.0), -1.0: reason(-0.0)}
+    reasons = {root: said[best] if best else zeros[math.copysign(1.0, best)]
+               for root, best in rejected.items() if root not in skipped}
     skipped.update(reasons)  # a forgotten chain keeps its reason
     to_score = sorted(i for root, chain in part.candidates.items() if root not in skipped for i in chain.members)
     return Prefiltered(skipped=skipped, to_score=tuple(to_score))
