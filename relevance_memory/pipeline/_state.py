@@ -227,6 +227,7 @@ class ChainIndex:
         self.over_excerpt_min: list[int] = []  # indices with more than MIN_EXCERPT_TOKENS tokens, ascending
         self.user_role: list[int] = []  # indices of messages with role "user", ascending
         self.total_tokens = 0  # tokens of every message read (tokens)
+        self.tool_tokens: dict[int, int] = {}  # root → tokens of its tool traffic (results, calling messages)
 
     def update(self, store: StoreView) -> ChainIndex:
         """Take in the messages stored since the last call (O(new); O(history) after a merge
@@ -237,6 +238,7 @@ class ChainIndex:
         if n == self._n:
             return self
         chain_root, members, tokens, roots = store.chain_root, self._members, self._tokens, self.roots
+        tool_tokens = self.tool_tokens
         touched: dict[int, None] = {}
         added = 0
         for message in store.messages[self._n:n]:
@@ -253,6 +255,8 @@ class ChainIndex:
             touched[root] = None
             if message.role == "user":
                 self.user_role.append(index)
+            elif message.role == "tool" or message.tool_calls:
+                tool_tokens[root] = tool_tokens.get(root, 0) + count
             if count > MIN_EXCERPT_TOKENS:
                 self.over_excerpt_min.append(index)
                 if count > MIN_ENTRY_CAP:

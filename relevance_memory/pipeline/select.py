@@ -579,12 +579,22 @@ def newer_first(order: Sequence[int], needs: Mapping[int, Collection[int]]) -> t
     return tuple(out)
 
 
-def tool_traffic_share(store: StoreView, chains: Iterable[Chain]) -> float:
+def tool_traffic_share(store: StoreView, chains: Iterable[Chain], index: ChainIndex | None = None) -> float:
     """Share (0..1) of the tokens of ``chains`` that are an agent's tool traffic: tool results,
-    and assistant messages that call tools (pure; 0.0 for no tokens)."""
+    and assistant messages that call tools (pure; 0.0 for no tokens). With ``index`` holding
+    ``store``, a chain that is one of its chains whole (the same members) is read from its
+    sums, not message by message (issue 24)."""
     total = tools = 0
+    whole = index.chains if index is not None and index.covers(store) else None
+    tool_tokens = index.tool_tokens if index is not None else {}
     messages = store.messages[0:len(store)]  # one list: each index of a snapshot view is a Python call
     for chain in chains:
+        if whole is not None:
+            known = whole.get(chain.root)
+            if known is not None and known.members is chain.members:
+                total += known.tokens
+                tools += tool_tokens.get(chain.root, 0)
+                continue
         for i in chain.members:
             message = messages[i]
             total += message.token_count

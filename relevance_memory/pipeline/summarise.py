@@ -68,7 +68,7 @@ def reserve_share(seams: Seams, part: Partitioned) -> float:
     the candidates' tokens that are an agent's tool traffic (tool results, and assistant
     messages that call tools). An agent's archive is names and values its next steps use again
     (the summary lists them); a chat's is prose whose verbatim turns answer questions better."""
-    agentic = tool_traffic_share(seams.store, part.candidates.values())
+    agentic = tool_traffic_share(seams.store, part.candidates.values(), seams.chains)
     return SUMMARY_RESERVE_SHARE + (seams.config.tool_summary_share - SUMMARY_RESERVE_SHARE) * agentic
 
 

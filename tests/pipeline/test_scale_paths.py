@@ -589,6 +589,11 @@ def test_newest_user_and_candidate_roots_read_from_the_chain_index_are_the_full_
     every = {i: r for r, members in ranked.items() for i in members}
     assert dict(root_of) == every and len(root_of) == len(every)
     assert all((i in root_of) == (i in every) for i in range(-1, len(store) + 2))
+    whole = list(index.chains.values())
+    cut = [replace(c, members=c.members[:-1]) if len(c.members) > 1 else c for c in whole]
+    for chains in (whole, cut, whole[::3]):
+        assert select_module.tool_traffic_share(store, chains, index) == select_module.tool_traffic_share(store, chains)
+    assert 0.5 < select_module.tool_traffic_share(store, whole, index) < 1.0
     memory.build_context()  # scores deposited: cells of several kinds and strengths
     field = memory.pheromone
     assert isinstance(field, PheromoneField)
