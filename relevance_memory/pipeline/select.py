@@ -40,7 +40,7 @@ import math
 from collections.abc import Collection, Iterable, Mapping, Sequence
 
 from .._models import USER_AUTHORED_TYPES, RelevanceScore, TaskGoal, content_text
-from ..store._supersede import asks_for_history
+from ..store._supersede import SupersedeLink, asks_for_history
 from ._state import (
     BuildState,
     Chain,
@@ -663,20 +663,25 @@ def superseded_chains(chains: Mapping[int, Chain], store: StoreView, *, facts: b
     links = store.superseded_by
     if not links:
         return {}
-    if not facts:
-        links = {k: v for k, v in links.items() if v.kind != "fact"}
+    get = links.get
+
+    def link_of(message_id: str) -> SupersedeLink | None:  # fact links left out unless ``facts``
+        link = get(message_id)
+        return link if link is not None and (facts or link.kind != "fact") else None
+
     out: dict[int, str] = {}
     messages = store.messages[0:len(store)]  # one list: each index of a snapshot view is a Python call
     for root, chain in chains.items():
-        linked = [i for i in chain.members if messages[i].id in links]
+        linked = [i for i in chain.members if link_of(messages[i].id) is not None]
         if not linked:
             continue
         if all(
-            messages[i].id in links
+            link_of(messages[i].id) is not None
             or messages[i].token_count <= TRIVIAL_TOKENS
             or (messages[i].role == "assistant" and messages[i].tool_calls)
             for i in chain.members
         ):
-            first = links[messages[linked[0]].id]
+            first = link_of(messages[linked[0]].id)
+            assert first is not None
             out[root] = f"superseded by {first.newer}: {first.reason}"
     return out

@@ -354,7 +354,9 @@ def test_the_chain_index_grown_with_a_store_equals_a_grouping_from_scratch() -> 
     for build in range(60):
         for _ in range(rng.randrange(0, 6)):  # appended: a new chain, or a member of an older one
             i = len(messages)
-            messages.append(SimpleNamespace(index=i, token_count=rng.randrange(1, 400), role="assistant"))
+            role = rng.choice(["assistant", "tool", "user"])
+            calls = ("call",) if role == "assistant" and rng.random() < 0.5 else ()
+            messages.append(SimpleNamespace(index=i, token_count=rng.randrange(1, 400), role=role, tool_calls=calls))
             roots.append(i if not i or rng.random() < 0.4 else roots[rng.randrange(max(0, i - 8), i)])
         if build % 17 == 16 and len(set(roots)) > 3:  # a message joining two older chains: their roots move
             a, b = sorted(rng.sample(sorted(set(roots)), 2))
@@ -369,6 +371,13 @@ def test_the_chain_index_grown_with_a_store_equals_a_grouping_from_scratch() -> 
             compared += 1
             assert grown == scratch and list(grown) == list(scratch)
         assert index.over_entry_cap == [m.index for m in messages if m.token_count > 256]
+        assert index.user_role == [m.index for m in messages if m.role == "user"]
+        assert index.total_tokens == sum(m.token_count for m in messages)
+        traffic: dict[int, int] = {}
+        for m in messages:
+            if m.role == "tool" or m.tool_calls:
+                traffic[roots[m.index]] = traffic.get(roots[m.index], 0) + m.token_count
+        assert {r: t for r, t in index.tool_tokens.items() if t} == traffic
     assert compared >= 50
 
 
