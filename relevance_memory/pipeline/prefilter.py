@@ -24,9 +24,9 @@ The BM25 index itself lives in :mod:`._bm25` (built in chunks, grown with the st
 from __future__ import annotations
 
 import itertools
-import math
 from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
@@ -362,24 +362,52 @@ def goal_cosines(state: BuildState, seams: Seams) -> npt.NDArray[np.float64] | N
     return seams.prefilter_index.goal_cosines(vectors, texts, seams.store.messages)
 
 
+class _Skipped(dict):  # type: ignore[type-arg]
+    """Skipped root → why: a forgotten chain's reason (a string), or a rejected chain's best
+    score, put in ``template`` when read (issue 24: ~150k rejected chains at 300k messages, whose
+    reasons only a record read later shows). Membership and iteration are the dict's own."""
+
+    __slots__ = ("template",)
+
+    def __init__(self, rejected: Mapping[int, float], template: str) -> None:
+        super().__init__(rejected)
+        self.template = template
+
+    def _said(self, value: str | float) -> str:
+        return value if isinstance(value, str) else self.template.format(value)
+
+    def __getitem__(self, root: int) -> str:
+        return self._said(dict.__getitem__(self, root))
+
+    def get(self, root: int, default: Any = None) -> Any:
+        return self._said(dict.__getitem__(self, root)) if root in self else default
+
+    def values(self) -> Any:
+        return [self._said(v) for v in dict.values(self)]
+
+    def items(self) -> Any:
+        return [(k, self._said(v)) for k, v in dict.items(self)]
+
+    def __eq__(self, other: object) -> bool:
+        return dict(self.items()) == other if isinstance(other, Mapping) else NotImplemented
+
+    def __ne__(self, other: object) -> bool:
+        return not self == other
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def __reduce__(self) -> tuple[Any, ...]:  # a copy or pickle: a plain dict of the reasons
+        return (dict, (self.items(),))
+
+
 def prefilter(state: BuildState, seams: Seams) -> Prefiltered:
     """The prefilter stage (module doc): reads the partition's candidates, the pheromone
     memory and the BM25 index; writes which chains are skipped and which members need a score."""
     part = required(state.partition, "partition")
-    skipped = _forgotten(state, seams)
+    forgotten = _forgotten(state, seams)
     rejected = _bm25_rejected(state, seams)
     rank = "BM25 + semantic rank" if rejected and seams.store.message_vectors() is not None and seams.config.embeddings else "BM25"
-    top_n = seams.config.prefilter_top_n
-
-    def reason(best: float) -> str:
-        return f"prefiltered out ({rank} {best:.4g} below the top {top_n})"
-
-    # the reason per distinct score, formatted once (chains often share a score); a zero by its
-    # sign (0.0 and -0.0 are one key of a dict, and print apart)
-    said = {best: reason(best) for best in set(rejected.values()) if best}
-    zeros = {1.0: reason(0.0), -1.0: reason(-0.0)}
-    reasons = {root: said[best] if best else zeros[math.copysign(1.0, best)]
-               for root, best in rejected.items() if root not in skipped}
-    skipped.update(reasons)  # a forgotten chain keeps its reason
+    skipped = _Skipped(rejected, f"prefiltered out ({rank} {{:.4g}} below the top {seams.config.prefilter_top_n})")
+    skipped.update(forgotten)  # a forgotten chain keeps its reason
     to_score = sorted(i for root, chain in part.candidates.items() if root not in skipped for i in chain.members)
     return Prefiltered(skipped=skipped, to_score=tuple(to_score))

@@ -459,3 +459,23 @@ def test_prefilter_chains_ranks_as_the_loop_over_every_chain(
     got = prefilter_chains(chains, scores, top_n=top_n, always=passing, tokens=tokens, min_tokens=min_tokens)
     assert got.admitted == sorted(admitted)
     assert list(got.rejected.items()) == list(rejected.items())
+
+
+def test_prefilter_reasons_are_put_in_words_when_read() -> None:
+    """A rejected chain's reason is its score in the sentence, written when read; a forgotten
+    chain keeps its own; the mapping reads like the dict of those strings."""
+    import copy
+    import pickle
+
+    from relevance_memory.pipeline.prefilter import _Skipped
+
+    rejected = {7: 1.234567, 3: 0.0, 9: -0.0, 4: 2.5}
+    skipped = _Skipped(rejected, "prefiltered out (BM25 {:.4g} below the top 50)")
+    skipped.update({4: "forgotten: strength < 0.2"})
+    words = {7: "prefiltered out (BM25 1.235 below the top 50)", 3: "prefiltered out (BM25 0 below the top 50)",
+             9: "prefiltered out (BM25 -0 below the top 50)", 4: "forgotten: strength < 0.2"}
+    assert skipped == words and (skipped != words) is False and dict(skipped.items()) == words
+    assert [skipped[k] for k in words] == list(words.values()) and sorted(skipped.values()) == sorted(words.values())
+    assert 7 in skipped and 8 not in skipped and len(skipped) == 4 and set(skipped) == set(words)
+    assert skipped.get(9) == words[9] and skipped.get(8, "none") == "none"
+    assert copy.deepcopy(skipped) == words == pickle.loads(pickle.dumps(skipped))
