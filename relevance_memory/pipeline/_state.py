@@ -375,10 +375,13 @@ class Prefiltered:
         skipped: candidate root → why it is archived without a score (forgotten, or
             prefiltered out by BM25).
         to_score: indices of the candidate members that need a score, in store order.
+        kept: the candidate roots not skipped, in the candidates' order (``None``: read
+            ``skipped`` against the candidates).
     """
 
     skipped: Mapping[int, str]
     to_score: tuple[int, ...]
+    kept: tuple[int, ...] | None = None
 
 
 @dataclass(frozen=True)

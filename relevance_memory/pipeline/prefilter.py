@@ -409,5 +409,7 @@ def prefilter(state: BuildState, seams: Seams) -> Prefiltered:
     rank = "BM25 + semantic rank" if rejected and seams.store.message_vectors() is not None and seams.config.embeddings else "BM25"
     skipped = _Skipped(rejected, f"prefiltered out ({rank} {{:.4g}} below the top {seams.config.prefilter_top_n})")
     skipped.update(forgotten)  # a forgotten chain keeps its reason
-    to_score = sorted(i for root, chain in part.candidates.items() if root not in skipped for i in chain.members)
-    return Prefiltered(skipped=skipped, to_score=tuple(to_score))
+    candidates = part.candidates
+    kept = tuple(root for root in candidates if root not in skipped)  # one pass: select reads it too
+    to_score = sorted(i for root in kept for i in candidates[root].members)
+    return Prefiltered(skipped=skipped, to_score=tuple(to_score), kept=kept)

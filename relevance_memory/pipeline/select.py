@@ -298,12 +298,15 @@ def select(state: BuildState, seams: Seams) -> Ranked:
     summary reserve is negotiated (:mod:`relevance_memory.pipeline.summarise`).
     """
     part = required(state.partition, "partition")
-    skipped = required(state.prefilter, "prefilter").skipped
+    prefiltered = required(state.prefilter, "prefilter")
     scores = required(state.scored, "score").scores
     config = seams.config
     store = seams.store
     goal = state.goal
-    chains = {r: c for r, c in part.candidates.items() if r not in skipped}
+    if prefiltered.kept is not None:  # the prefilter's one pass over the candidates
+        chains = {r: part.candidates[r] for r in prefiltered.kept}
+    else:
+        chains = {r: c for r, c in part.candidates.items() if r not in prefiltered.skipped}
     referenced = {i: len(store.referenced_by.get(store[i].id, ())) for c in chains.values() for i in c.members}
     strengths = memory = None
     if config.pheromone.enabled:

@@ -566,6 +566,9 @@ def test_the_prefilter_reads_kept_across_builds_build_as_reading_every_message(m
     newest_user_text = select_module._newest_user_text
     monkeypatch.setattr(select_module, "_newest_user_text", lambda store, chains=None: newest_user_text(store))
     monkeypatch.setattr(partition_module.ChainIndex, "covers", lambda self, store: False)  # every read the full one
+    from relevance_memory.pipeline._state import Prefiltered
+    monkeypatch.setattr(prefilter_module, "Prefiltered",  # select reads the skipped chains against the candidates
+                        lambda skipped, to_score, kept=None: Prefiltered(skipped=skipped, to_score=to_score))
     assert run() == fast
 
 
