@@ -11,6 +11,7 @@ from typing import Any
 
 import numpy as np
 import pytest
+from oracles import prefilter_by_every_chain
 
 from relevance_memory import RelevanceMemoryManager, load_transcript
 from relevance_memory._models import user_authored
@@ -231,20 +232,6 @@ def full_passes(monkeypatch: pytest.MonkeyPatch) -> None:
     from relevance_memory.summary import _summary as summary_module
     from relevance_memory.summary._pyramid import SummaryItems
 
-    def ranked_in_python(chains: Any, doc_scores: Any, *, top_n: int, always: Any, tokens: Any = None,
-                         min_tokens: int = 0) -> Any:
-        best = {root: max(float(doc_scores[i]) for i in members) for root, members in chains.items()}
-        admitted: list[int] = []
-        room, held, rejected = top_n, 0, {}
-        for root in sorted(chains, key=lambda r: (-best[r], -max(chains[r]))):
-            if room > 0 or root in always or held < min_tokens:
-                admitted.append(root)
-            else:
-                rejected[root] = best[root]
-            room -= len(chains[root])
-            held += (tokens or {}).get(root, 0)
-        return prefilter_module.PrefilterResult(admitted=sorted(admitted), rejected=rejected)
-
     monkeypatch.setattr(summarise_module, "summarise_archive", summarise_archive_by_every_message)
     monkeypatch.setattr(SummaryItems, "marked", lambda self, item, superseded, supersedes: replace(
         item, superseded=superseded, supersedes=supersedes))
@@ -253,7 +240,7 @@ def full_passes(monkeypatch: pytest.MonkeyPatch) -> None:
                         lambda *args, grouped=None, **kwargs: split(*args, **kwargs))  # every message grouped
     monkeypatch.setattr(_bm25, "QUERY_MEMO", 0)
     monkeypatch.setattr(summary_module, "FOLD_MEMO", 0)
-    monkeypatch.setattr(prefilter_module, "prefilter_chains", ranked_in_python)
+    monkeypatch.setattr(prefilter_module, "prefilter_chains", prefilter_by_every_chain)
 
 
 def read_module_again(memory: RelevanceMemoryManager, step: int) -> None:

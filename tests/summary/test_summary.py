@@ -12,6 +12,7 @@ import httpx
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from oracles import prefilter_by_every_chain
 from scorers import WrappedOfflineScorer
 
 from relevance_memory import SUMMARY_MARKER, RelevanceMemoryManager, RelevanceScore, check_context, load_transcript
@@ -446,19 +447,10 @@ def test_prefilter_chains_ranks_as_the_loop_over_every_chain(
     roots = list(chains)
     passing = {roots[k % len(roots)] for k in always}
     tokens = {root: chain_tokens[k] for k, root in enumerate(roots)}
-    best = {root: max(scores[i] for i in members) for root, members in chains.items()}
-    admitted: list[int] = []
-    room, held, rejected = top_n, 0, {}
-    for root in sorted(chains, key=lambda r: (-best[r], -max(chains[r]))):
-        if room > 0 or root in passing or held < min_tokens:
-            admitted.append(root)
-        else:
-            rejected[root] = best[root]
-        room -= len(chains[root])
-        held += tokens[root]
+    want = prefilter_by_every_chain(chains, scores, top_n=top_n, always=passing, tokens=tokens, min_tokens=min_tokens)
     got = prefilter_chains(chains, scores, top_n=top_n, always=passing, tokens=tokens, min_tokens=min_tokens)
-    assert got.admitted == sorted(admitted)
-    assert list(got.rejected.items()) == list(rejected.items())
+    assert got.admitted == want.admitted
+    assert list(got.rejected.items()) == list(want.rejected.items())
 
 
 def test_prefilter_reasons_are_put_in_words_when_read() -> None:
