@@ -11,9 +11,10 @@ __all__ = ["prefilter_by_every_chain"]
 
 def prefilter_by_every_chain(chains: Mapping[int, Sequence[int]], doc_scores: Sequence[float], *, top_n: int,
                              always: Collection[int], tokens: Mapping[int, int] | None = None,
-                             min_tokens: int = 0) -> PrefilterResult:
+                             min_tokens: int = 0, layout: object = None) -> PrefilterResult:
     """:func:`~relevance_memory.pipeline.prefilter.prefilter_chains` chain by chain: best score
-    first, then the newer chain; admitted while quota is left, always-pass, or below ``min_tokens``."""
+    first, then the newer chain; admitted while quota is left, always-pass, or below ``min_tokens``
+    (``chains`` and ``tokens`` read as given: a ``layout`` the caller keeps is not read)."""
     best = {root: max(float(doc_scores[i]) for i in members) for root, members in chains.items()}
     admitted: list[int] = []
     room, held, rejected = top_n, 0, {}

@@ -215,6 +215,9 @@ class PrefilterIndex:
             self._cosines.pop(next(iter(self._cosines)))
         return best
     _read: int = 0  # how many messages _instructions has read
+    layout: object = field(default=None, repr=False)
+    """The prefilter's :class:`~relevance_memory.pipeline.prefilter.ChainLayout` of the last
+    build's candidates (its own type; kept here, once per memory)."""
 
     def user_instructions(self, messages: Sequence[Any]) -> list[int]:
         """Indices of the ``user_instruction`` messages among ``messages`` (the store's, or a

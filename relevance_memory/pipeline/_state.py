@@ -14,7 +14,7 @@ the stage function in its own module, and one line in the runner.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Protocol, TypeVar
@@ -123,6 +123,8 @@ class StoreView(Protocol):
 
     def get(self, message_id: str) -> Message: ...
 
+    def indices(self, message_ids: Iterable[str]) -> list[int]: ...
+
     def chain_root(self, index: int) -> int: ...
 
     def unanswered_calls(self, index: int) -> list[str]: ...
@@ -228,6 +230,7 @@ class ChainIndex:
         self.user_role: list[int] = []  # indices of messages with role "user", ascending
         self.total_tokens = 0  # tokens of every message read (tokens)
         self.tool_tokens: dict[int, int] = {}  # root → tokens of its tool traffic (results, calling messages)
+        self.recounted: dict[int, tuple[Chain, Chain]] = {}  # root → (chain, with its excerpts' tokens): the partition's
 
     def update(self, store: StoreView) -> ChainIndex:
         """Take in the messages stored since the last call (O(new); O(history) after a merge

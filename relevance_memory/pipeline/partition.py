@@ -68,19 +68,30 @@ def group_chains(
 
 
 def _with_renditions(
-    chains: dict[int, Chain], roots: Sequence[int], renditions: Mapping[int, Rendition], messages: Sequence[Message]
+    chains: dict[int, Chain], roots: Sequence[int], renditions: Mapping[int, Rendition], messages: Sequence[Message],
+    recounted: dict[int, tuple[Chain, Chain]] | None = None,
 ) -> dict[int, Chain]:
     """``chains`` with the tokens of the chains holding an excerpted member recounted (each
     such member at its excerpt's tokens): what :func:`group_chains` with those tokens gives,
-    in the same order, touching only those chains (O(excerpts), not O(history))."""
+    in the same order, touching only those chains (O(excerpts), not O(history)).
+
+    ``recounted``: root → (chain, recounted chain) of earlier builds (the caller's, kept across
+    builds); a chain recounted to the same tokens again is the same object as before, so the
+    prefilter's :func:`~relevance_memory.pipeline.prefilter.chain_layout` finds it unchanged."""
     if not renditions:
         return chains
     out = dict(chains)
     for root in {roots[i] for i in renditions}:
         chain = out.get(root)
         if chain is not None:
-            out[root] = replace(chain, tokens=sum(renditions[i].tokens if i in renditions else messages[i].token_count
-                                                  for i in chain.members))
+            tokens = sum(renditions[i].tokens if i in renditions else messages[i].token_count for i in chain.members)
+            known = recounted.get(root) if recounted is not None else None
+            if known is not None and known[0] is chain and known[1].tokens == tokens:
+                out[root] = known[1]
+                continue
+            out[root] = replace(chain, tokens=tokens)
+            if recounted is not None:
+                recounted[root] = (chain, out[root])
     return out
 
 
@@ -367,7 +378,7 @@ def partition(state: BuildState, seams: Seams) -> Partitioned:
     )
     if newest_user is not None and newest_user in renditions and newest_user_tokens <= room:
         del renditions[newest_user]  # the newest user message stays verbatim while it alone fits (SPEC §9)
-    chains = _with_renditions(chains, roots, renditions, messages)
+    chains = _with_renditions(chains, roots, renditions, messages, grouped.recounted)
     forced_tokens = sum(chains[r].tokens for r in split.forced)
     if not ledger.fits(forced_tokens):
         if state.limit is not None and state.limit > budget:

@@ -24,6 +24,7 @@ The BM25 index itself lives in :mod:`._bm25` (built in chunks, grown with the st
 from __future__ import annotations
 
 import itertools
+import operator
 from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -36,9 +37,9 @@ from .._models import Message, user_authored
 from .._text import lexical_terms
 from ..pheromone._field import PheromoneField
 from ..pheromone._math import forgotten_for, score_before, task_strength
-from ..scoring._semantic import mostly_cjk, rrf_fuse
+from ..scoring._semantic import mostly_cjk, rrf_fuse_array
 from ._bm25 import ChunkedBM25, PrefilterIndex
-from ._state import BuildState, Prefiltered, Seams, required
+from ._state import BuildState, Chain, Prefiltered, Seams, required
 
 __all__ = ["ChunkedBM25", "PrefilterIndex", "PrefilterResult", "prefilter", "prefilter_chains"]
 
@@ -60,6 +61,52 @@ class PrefilterResult:
     rejected: dict[int, float]
 
 
+@dataclass(frozen=True)
+class ChainLayout:
+    """Candidate chains as arrays (what :func:`prefilter_chains` ranks), in the candidates'
+    order: ``roots[k]``, ``sizes[k]`` members, held in ``flat[starts[k]:starts[k] + sizes[k]]``,
+    ``tokens[k]`` tokens (int64 arrays); ``chains``: the :class:`~._state.Chain` objects
+    they were read from (:func:`chain_layout` reuses the arrays of an unchanged prefix)."""
+
+    chains: list[Chain]
+    roots: npt.NDArray[np.int64]
+    sizes: npt.NDArray[np.int64]
+    flat: npt.NDArray[np.int64]
+    starts: npt.NDArray[np.int64]
+    tokens: npt.NDArray[np.int64]
+
+
+def chain_layout(candidates: Mapping[int, Chain], previous: ChainLayout | None = None) -> ChainLayout:
+    """:class:`ChainLayout` of ``candidates`` (root → chain; each chain's ``root`` its key).
+
+    ``previous``: the layout of an earlier build's candidates. The chains of a memory's chain
+    index are the same objects from build to build until a message joins them, and the newest
+    chains come last (issue 24: a compaction at 300k messages turned ~150k chains into arrays
+    again, ~0.13 s), so the arrays of the longest prefix of the same chain objects are reused
+    and only the chains after it are read: O(chains) identity checks in C, plus the new chains'
+    members.
+    """
+    chains = list(candidates.values())
+    k = 0
+    if previous is not None:
+        same = map(operator.is_not, previous.chains, chains)
+        k = next(itertools.compress(itertools.count(), same), min(len(previous.chains), len(chains)))
+    tail = chains[k:]
+    sizes = np.fromiter(map(len, (c.members for c in tail)), dtype=np.int64, count=len(tail))
+    flat = np.fromiter(itertools.chain.from_iterable(c.members for c in tail), dtype=np.int64, count=int(sizes.sum()))
+    roots = np.fromiter((c.root for c in tail), dtype=np.int64, count=len(tail))
+    tokens = np.fromiter((c.tokens for c in tail), dtype=np.int64, count=len(tail))
+    if k and previous is not None:
+        upto = int(previous.starts[k - 1] + previous.sizes[k - 1])
+        sizes = np.concatenate([previous.sizes[:k], sizes])
+        flat = np.concatenate([previous.flat[:upto], flat])
+        roots = np.concatenate([previous.roots[:k], roots])
+        tokens = np.concatenate([previous.tokens[:k], tokens])
+    starts = np.zeros(len(chains), dtype=np.int64)
+    np.cumsum(sizes[:-1], out=starts[1:])
+    return ChainLayout(chains=chains, roots=roots, sizes=sizes, flat=flat, starts=starts, tokens=tokens)
+
+
 def prefilter_chains(
     chains: Mapping[int, Sequence[int]],
     doc_scores: Sequence[float] | npt.NDArray[np.float64],
@@ -68,6 +115,7 @@ def prefilter_chains(
     always: Collection[int],
     tokens: Mapping[int, int] | None = None,
     min_tokens: int = 0,
+    layout: ChainLayout | None = None,
 ) -> PrefilterResult:
     """Pick chains for the scorer (pure).
 
@@ -80,20 +128,22 @@ def prefilter_chains(
             many tokens (the manager passes twice the budget left), so the prefilter
             bounds scoring without starving a large budget (tokens).
         always: roots that pass regardless of rank.
+        layout: ``chains`` and ``tokens`` as arrays (:func:`chain_layout`), when the caller
+            keeps them; then ``chains`` and ``tokens`` are not read.
 
     Returns:
         A :class:`PrefilterResult`; ties in BM25 go to the newer chain.
     """
-    roots = list(chains)
-    if not roots:
+    if layout is None:
+        if not chains:
+            return PrefilterResult(admitted=[], rejected={})
+        sized = tokens or {}
+        layout = chain_layout({root: Chain(root, tuple(members), sized.get(root, 0)) for root, members in chains.items()})
+    if not len(layout.roots):
         return PrefilterResult(admitted=[], rejected={})
     # with numpy (the same floats: a maximum and an order, no arithmetic): a chain's best score
     # and its newest member, each chain's members one segment of ``flat``
-    groups = list(chains.values())
-    sizes = np.fromiter(map(len, groups), dtype=np.int64, count=len(groups))
-    flat = np.fromiter(itertools.chain.from_iterable(groups), dtype=np.int64, count=int(sizes.sum()))
-    starts = np.zeros(len(groups), dtype=np.int64)
-    np.cumsum(sizes[:-1], out=starts[1:])
+    sizes, flat, starts = layout.sizes, layout.flat, layout.starts
     best_of = np.maximum.reduceat(np.asarray(doc_scores, dtype=np.float64)[flat], starts)
     newest = np.maximum.reduceat(flat, starts)
     # every chain consumes the quota in rank order, always-pass ones included, so the
@@ -104,10 +154,9 @@ def prefilter_chains(
     order = np.lexsort((-newest, -best_of))
     counts = sizes[order]
     room_before = top_n - (np.cumsum(counts) - counts)
-    sized = tokens or {}
-    held = np.fromiter((sized.get(r, 0) for r in roots), dtype=np.int64, count=len(roots))[order]
+    held = layout.tokens[order]
     held_before = np.cumsum(held) - held
-    ranked_roots = np.asarray(roots, dtype=np.int64)[order]
+    ranked_roots = layout.roots[order]
     passing = np.fromiter(always, dtype=np.int64, count=len(always)) if always else np.zeros(0, dtype=np.int64)
     admit = (room_before > 0) | (held_before < min_tokens) | np.isin(ranked_roots, passing)
     out = ~admit
@@ -194,12 +243,17 @@ def _bm25_rejected(state: BuildState, seams: Seams) -> dict[int, float]:
     """
     config, store, goal = seams.config, seams.store, state.goal
     part = required(state.partition, "partition")
-    candidates = sum(len(c.members) for c in part.candidates.values())
-    if config.prefilter is False or candidates <= config.prefilter_top_n:
+    if config.prefilter is False:
+        return {}
+    index = seams.prefilter_index
+    kept = index.layout if isinstance(index.layout, ChainLayout) else None
+    layout = index.layout = chain_layout(part.candidates, kept)
+    candidates = int(layout.sizes.sum())
+    if candidates <= config.prefilter_top_n:
         return {}
     if config.prefilter == "auto" and seams.capabilities.local and candidates <= LOCAL_PREFILTER_MIN:
         return {}
-    ranked = {r: c.members for r, c in part.candidates.items()}
+    ranked = _Members(part.candidates)
     always = _always_pass(ranked, part.task_root, seams, goal.final, goal.effective_subtask)
     # the goal and subtask lead; recent steps add context at a lower weight (their text
     # can be unrelated to the goal, e.g. the newest chat turn)
@@ -208,7 +262,6 @@ def _bm25_rejected(state: BuildState, seams: Seams) -> dict[int, float]:
     recent_query = [
         t for t in _query([store[i].text for r in part.recent for i in part.chains[r].members]) if t not in in_goal
     ]
-    index = seams.prefilter_index
     # float64 arrays: the same per-message arithmetic as Python floats (one product, one sum)
     doc_scores: Sequence[float] | npt.NDArray[np.float64] = (
         index.score_array(store.terms, goal_query) if goal_query else np.zeros(len(store), dtype=np.float64))
@@ -216,16 +269,54 @@ def _bm25_rejected(state: BuildState, seams: Seams) -> dict[int, float]:
         doc_scores = doc_scores + PREFILTER_RECENT_WEIGHT * index.score_array(store.terms, recent_query)
     cosines = goal_cosines(state, seams)
     if cosines is not None:
-        doc_scores = rrf_fuse(doc_scores, cosines)
+        doc_scores = rrf_fuse_array(doc_scores, cosines)
     result = prefilter_chains(
         ranked,
         doc_scores,
         top_n=config.prefilter_top_n,
         always=always,
-        tokens={r: part.candidates[r].tokens for r in ranked},
+        tokens=_Tokens(part.candidates),
         min_tokens=2 * max(0, part.ledger.left),
+        layout=layout,
     )
     return result.rejected
+
+
+class _Members(Mapping[int, Sequence[int]]):
+    """Root → members of candidate chains (root → :class:`~._state.Chain`), read through (no
+    dict of every chain made per build)."""
+
+    __slots__ = ("_chains",)
+
+    def __init__(self, chains: Mapping[int, Chain]) -> None:
+        self._chains = chains
+
+    def __getitem__(self, root: int) -> Sequence[int]:
+        return self._chains[root].members
+
+    def __iter__(self) -> Iterator[int]:
+        return iter(self._chains)
+
+    def __len__(self) -> int:
+        return len(self._chains)
+
+
+class _Tokens(Mapping[int, int]):
+    """Root → tokens of candidate chains, read through."""
+
+    __slots__ = ("_chains",)
+
+    def __init__(self, chains: Mapping[int, Chain]) -> None:
+        self._chains = chains
+
+    def __getitem__(self, root: int) -> int:
+        return self._chains[root].tokens
+
+    def __iter__(self) -> Iterator[int]:
+        return iter(self._chains)
+
+    def __len__(self) -> int:
+        return len(self._chains)
 
 
 _PASS_READS = ("score_before", "strength_for", "latest_score")
@@ -352,7 +443,7 @@ def goal_cosines(state: BuildState, seams: Seams) -> npt.NDArray[np.float64] | N
     """Each stored message's cosine to the goal (the larger of final goal and subtask), from
     the vectors kept on ingest; ``None`` without vectors or goal text (exact, deterministic).
     An array (float64: the same values a list of Python floats holds; no list of 100k floats
-    made for :func:`~relevance_memory.scoring._semantic.rrf_fuse` to turn back into one), kept
+    made for :func:`~relevance_memory.scoring._semantic.rrf_fuse_array` to turn back into one), kept
     for the goal by the prefilter index and grown by the messages stored since
     (:meth:`~relevance_memory.pipeline._bm25.PrefilterIndex.goal_cosines`)."""
     vectors = seams.store.message_vectors() if seams.config.embeddings else None

@@ -23,6 +23,7 @@ room last.
 
 from __future__ import annotations
 
+from bisect import bisect_left
 from collections.abc import Callable, Mapping, Sequence
 from collections.abc import Set as AbstractSet
 
@@ -132,7 +133,7 @@ class _LinkIndex:
     store of ``n`` messages name are those of ``supersedes`` of its ``n`` messages. ``stamp``:
     ``(messages read, fact links among them)``, replaced in one assignment."""
 
-    __slots__ = ("facts", "newer", "older", "stamp", "verdicts")
+    __slots__ = ("covered", "facts", "newer", "older", "stamp", "verdicts")
 
     def __init__(self) -> None:
         self.older: set[str] = set()
@@ -140,6 +141,7 @@ class _LinkIndex:
         self.facts: set[str] = set()  # the older ids of the fact links
         self.stamp = (0, 0)
         self.verdicts: dict[int, tuple[RenderedSummary, int, bool]] = {}  # id → (summary, fact links, holds)
+        self.covered: dict[int, tuple[RenderedSummary, frozenset[int]]] = {}  # id → (summary, its indices)
 
 
 def _link_index(seams: Seams) -> _LinkIndex | None:
@@ -190,6 +192,41 @@ def _archive(
     return archived, kept
 
 
+def fresh_runs(archived: Sequence[int], kept: Sequence[int], fresh: AbstractSet[int] | None) -> list[list[int]]:
+    """The runs of archived messages to summarise (pure): ``fresh`` (all of ``archived`` when
+    ``None``), in store order, a run ended by a kept message and by an archived one not in
+    ``fresh`` (one a carried summary covers) — the first run, and a last empty one, as the
+    summarizer has always been given them: ``[[]]`` when nothing is fresh, and an empty run
+    after the last when an archived message that is not fresh follows it.
+
+    O(fresh · log archived + kept), not O(archived) (issue 24: a compaction whose carried
+    summaries cover most of the archive reads only what is new).
+
+    Args:
+        archived: indices of the archived messages, ascending.
+        kept: indices of the messages kept with their chains, ascending (none archived).
+        fresh: the archived indices to read.
+    """
+    order = archived if fresh is None else sorted(fresh)
+    runs: list[list[int]] = [[]]
+    breaks = iter(kept)
+    next_break = next(breaks, None)
+    last = -1  # the position in ``archived`` of the message read before
+    for i in order:
+        while next_break is not None and next_break < i:  # a kept message between
+            if runs[-1]:
+                runs.append([])
+            next_break = next(breaks, None)
+        position = last + 1 if fresh is None else bisect_left(archived, i, last + 1)
+        if position != last + 1 and runs[-1]:  # archived messages not read between
+            runs.append([])
+        last = position
+        runs[-1].append(i)
+    if runs[-1] and last + 1 < len(archived):  # archived messages not read after the last one
+        runs.append([])
+    return runs
+
+
 def summarise_archive(
     seams: Seams,
     part: Partitioned,
@@ -223,7 +260,7 @@ def summarise_archive(
     store, config = seams.store, seams.config
     messages = store.messages[0:len(store)]  # one list: each index of a snapshot view is a Python call
     archived, kept = _archive(seams, part, kept_roots, repeats)
-    archived_ids = {messages[i].id for i in archived}
+    archived_set = set(archived)
     newest: dict[str, SupersedeLink] = {}  # one walk per supersede chain in this build
     index = _link_index(seams)
     linked = _linked(seams) if index is None else (index.older, index.newer)
@@ -255,37 +292,34 @@ def summarise_archive(
         own = links.get(message_id)
         return memo.keep_linked(message_id, own, newest.get(message_id) if own is not None else None, item)
 
-    reused = [s for s in carried if s.level > 0 and archived_ids.issuperset(s.covered_ids)
-              and _carried_holds(seams, index, s, newest, older)]
-    already = {i for s in reused for i in s.covered_ids}
+    reused: list[RenderedSummary] = []
+    already: list[frozenset[int]] = []  # the indices each reused summary covers
+    for s in carried:
+        covering = _covered_indices(seams, index, s) if s.level > 0 else None
+        if covering is not None and archived_set.issuperset(covering) and _carried_holds(seams, index, s, newest, older):
+            reused.append(s)
+            already.append(covering)
     items: dict[int, SummaryItem] = {}
-    runs: list[list[SummaryItem]] = [[]]
     held: set[int] = set()
     core = config.core_score
-    breaks = iter(kept)  # a kept message between two archived ones ends a run
-    next_break = next(breaks, len(messages))
-    for i in archived:
-        while next_break < i:
-            if runs[-1]:
-                runs.append([])
-            next_break = next(breaks, len(messages))
-        message = messages[i]
-        message_id = message.id
-        if message_id in already:
-            if runs[-1]:
-                runs.append([])
-            continue
-        score = scores.get(i)
-        if (
-            score is not None and score.score >= core
-            and user_authored(message.role, message.msg_type.value)
-            and message_id not in store.superseded_by  # archived on purpose: a newer value replaces it
-        ):
-            held.add(i)
-        # a memo hit for a message no link touches (inline: a call per message costs), else linked_item
-        items[i] = item = (linked_item(message) if message_id in older or message_id in newer
-                           else memo_get(message_id, message.content_hash) or _item(seams, message, newest, linked))
-        runs[-1].append(item)
+    runs: list[list[SummaryItem]] = []
+    for run in fresh_runs(archived, kept, archived_set.difference(*already) if already else None):
+        runs.append(out := [])
+        for i in run:
+            message = messages[i]
+            message_id = message.id
+            score = scores.get(i)
+            if (
+                score is not None and score.score >= core
+                and user_authored(message.role, message.msg_type.value)
+                and message_id not in store.superseded_by  # archived on purpose: a newer value replaces it
+            ):
+                held.add(i)
+            # a memo hit for a message no link touches (inline: a call per message costs), else linked_item
+            items[i] = item = (linked_item(message) if message_id in older or message_id in newer
+                               else memo_get(message_id, message.content_hash) or _item(seams, message, newest, linked))
+            out.append(item)
+
     def everything() -> list[list[SummaryItem]]:
         runs_of_all: list[list[SummaryItem]] = [[]]
         previous = -2
@@ -508,6 +542,22 @@ def _still_newest(links: Mapping[str, SupersedeLink], kept: object) -> bool:
         return False
     after = links.get(kept.newer)
     return after is None or after.kind != kept.kind
+
+
+def _covered_indices(seams: Seams, index: _LinkIndex | None, summary: RenderedSummary) -> frozenset[int] | None:
+    """The store indices of the messages ``summary`` covers, or ``None`` when one of its ids is
+    not in the store; kept in ``index`` per summary (a store's ids never move), so a carried
+    summary's ids are looked up once, not at every compaction (issue 24)."""
+    known = index.covered.get(id(summary)) if index is not None else None
+    if known is not None and known[0] is summary:
+        return known[1]
+    try:
+        covering = frozenset(seams.store.indices(summary.covered_ids))
+    except KeyError:
+        return None
+    if index is not None:
+        remember(index.covered, id(summary), (summary, covering), 256)
+    return covering
 
 
 def _carried_holds(

@@ -148,6 +148,14 @@ def rrf_fuse(
     lexical: Sequence[float] | npt.NDArray[np.float64], semantic: Sequence[float] | npt.NDArray[np.float64],
     k: int = RRF_K,
 ) -> list[float]:
+    """:func:`rrf_fuse_array` as a list of floats."""
+    return rrf_fuse_array(lexical, semantic, k).tolist()  # type: ignore[no-any-return]
+
+
+def rrf_fuse_array(
+    lexical: Sequence[float] | npt.NDArray[np.float64], semantic: Sequence[float] | npt.NDArray[np.float64],
+    k: int = RRF_K,
+) -> npt.NDArray[np.float64]:
     """Reciprocal-rank fusion (Cormack, Clarke & Büttcher, SIGIR 2009): ``Σ 1 / (k + rank)``
     over the two orders (rank from 1; ties go to the later position, i.e. the newer message).
     A message with lexical score ≤ 0 gets only its semantic term, so every message has a
@@ -164,8 +172,7 @@ def rrf_fuse(
 
     lex_values = np.asarray(lexical, dtype=np.float64)
     lex, sem = ranks(lex_values), ranks(np.asarray(semantic, dtype=np.float64))
-    fused = np.where(lex_values > 0, 1.0 / (k + lex), 0.0) + 1.0 / (k + sem)
-    return fused.tolist()  # type: ignore[no-any-return]
+    return np.where(lex_values > 0, 1.0 / (k + lex), 0.0) + 1.0 / (k + sem)  # type: ignore[no-any-return]
 
 
 def episode_context(cosines: Sequence[float], episodes: Sequence[int], mix: float) -> list[float]:

@@ -8,7 +8,7 @@ copies of the message list; reads stop at the snapshot's length.
 from __future__ import annotations
 
 import itertools
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
 from .._models import Message
@@ -208,6 +208,19 @@ class StoreSnapshot:
         if index is None or index >= self._n:
             raise KeyError(f"no message with id {message_id!r}")
         return self._store.messages[index]
+
+    def indices(self, message_ids: Iterable[str]) -> list[int]:
+        """The indices of ``message_ids``, in their order, if all were in the store when the
+        snapshot was taken. Raises ``KeyError`` naming the first id that was not."""
+        by_id, n = self._store._by_id, self._n
+        try:
+            found = [by_id[message_id] for message_id in message_ids]
+        except KeyError as missing:
+            raise KeyError(f"no message with id {missing.args[0]!r}") from None
+        if found and max(found) >= n:
+            late = next(i for i in found if i >= n)
+            raise KeyError(f"no message with id {self._store.messages[late].id!r}")
+        return found
 
     def chain_root(self, index: int) -> int:
         """Index of the first message of the trace chain holding ``index`` (appending never

@@ -224,6 +224,15 @@ class MessageStore:
         except KeyError:
             raise KeyError(f"no message with id {message_id!r}") from None
 
+    def indices(self, message_ids: Iterable[str]) -> list[int]:
+        """The store indices of ``message_ids``, in their order (one dict read each: no message
+        fetched). Raises ``KeyError`` naming the first id the store does not hold."""
+        by_id = self._by_id
+        try:
+            return [by_id[message_id] for message_id in message_ids]
+        except KeyError as missing:
+            raise KeyError(f"no message with id {missing.args[0]!r}") from None
+
     def message_type(self, message: Mapping[str, Any], msg_type: MessageType | str | None = None) -> MessageType:
         """The type :meth:`add` would give ``message`` if it were added now (a publish rule
         reads it before the message is stored; the store is append-only and frozen).

@@ -11,6 +11,8 @@ from typing import Any
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from oracles import prefilter_by_every_chain
 
 from relevance_memory import RelevanceMemoryManager, load_transcript
@@ -66,7 +68,7 @@ def test_excerpted_chains_are_recounted_as_a_second_grouping_would(monkeypatch: 
     fast = run(excerpt_share=1 / 64)
     assert any('"fidelity":"excerpt"' in r for r in fast)
 
-    def regroup(chains: Any, roots: Any, renditions: Any, messages: Any) -> Any:
+    def regroup(chains: Any, roots: Any, renditions: Any, messages: Any, recounted: Any = None) -> Any:
         skip = {i for c in chains.values() for i in c.members} ^ set(range(len(messages)))
         return partition_module.group_chains(messages, roots, skip, {i: r.tokens for i, r in renditions.items()})
 
@@ -600,3 +602,63 @@ def test_newest_user_and_candidate_roots_read_from_the_chain_index_are_the_full_
     now = field.cells_now()  # what the record reads a cell from, for every message id
     assert [now.get(i) for i in ids] == field.cells_of(ids) and field.cells_of(ids)[-1] is None
     assert any(c is not None and c.latest_score is not None for c in now.values())
+
+
+def runs_by_every_archived_message(archived: list[int], kept: list[int], covered: set[int]) -> list[list[int]]:
+    """The runs as the archive loop made them before it read only the fresh messages: every
+    archived message walked, a kept one between and a covered one each ending a run."""
+    runs: list[list[int]] = [[]]
+    breaks = iter(kept)
+    next_break = next(breaks, 10**9)
+    for i in archived:
+        while next_break < i:
+            if runs[-1]:
+                runs.append([])
+            next_break = next(breaks, 10**9)
+        if i in covered:
+            if runs[-1]:
+                runs.append([])
+            continue
+        runs[-1].append(i)
+    return runs
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.lists(st.sampled_from("akn"), max_size=40), st.data())
+def test_the_runs_of_the_fresh_messages_are_those_of_walking_every_archived_message(
+    kinds: list[str], data: st.DataObject
+) -> None:
+    """:func:`fresh_runs` (only the archived messages no carried summary covers, found by
+    position) gives the runs walking every archived message gives: kept and covered messages end
+    a run, others (pinned, excluded, repeats) do not, and the empty runs fall where they did."""
+    archived = [i for i, k in enumerate(kinds) if k == "a"]
+    kept = [i for i, k in enumerate(kinds) if k == "k"]
+    covered = set(data.draw(st.lists(st.sampled_from(archived), unique=True))) if archived else set()
+    expected = runs_by_every_archived_message(archived, kept, covered)
+    assert sm.fresh_runs(archived, kept, set(archived) - covered if covered else None) == expected
+    assert sm.fresh_runs(archived, kept, set(archived) - covered) == expected
+
+
+def test_a_chain_recounted_to_the_same_tokens_again_is_the_same_object() -> None:
+    """The partition's recounted chains kept across builds: a chain recounted to the tokens it had
+    is the object made before (what the prefilter's layout finds unchanged), a chain whose
+    excerpt or members changed is made again with its new tokens."""
+    from relevance_memory.pipeline._state import Chain
+    from relevance_memory.pipeline.fidelity import Rendition
+
+    messages = load_transcript(FIXTURE).messages[:6]
+    memory = RelevanceMemoryManager(max_input_tokens=4000)
+    memory.extend(messages)
+    stored = memory.store.messages
+    chain = Chain(2, (2, 3), stored[2].token_count + stored[3].token_count)
+    chains, roots = {2: chain}, [0, 1, 2, 2, 4, 5]
+    recounted: dict[int, Any] = {}
+    cut = {3: Rendition(message={"role": "tool", "content": "…"}, tokens=9, fidelity="excerpt", original_tokens=50)}
+    first = partition_module._with_renditions(chains, roots, cut, stored, recounted)[2]
+    assert first.tokens == stored[2].token_count + 9 and first is not chain
+    assert partition_module._with_renditions(chains, roots, cut, stored, recounted)[2] is first
+    longer = {3: Rendition(message={"role": "tool", "content": "……"}, tokens=12, fidelity="excerpt", original_tokens=50)}
+    again = partition_module._with_renditions(chains, roots, longer, stored, recounted)[2]
+    assert again is not first and again.tokens == stored[2].token_count + 12
+    grown = {2: Chain(2, (2, 3, 4), chain.tokens + stored[4].token_count)}
+    assert partition_module._with_renditions(grown, roots, longer, stored, recounted)[2].members == (2, 3, 4)

@@ -453,6 +453,43 @@ def test_prefilter_chains_ranks_as_the_loop_over_every_chain(
     assert list(got.rejected.items()) == list(want.rejected.items())
 
 
+def _layout_arrays(layout: Any) -> list[list[int]]:
+    return [layout.roots.tolist(), layout.sizes.tolist(), layout.flat.tolist(), layout.starts.tolist(),
+            layout.tokens.tolist()]
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.tuples(st.sampled_from(["keep", "grow", "add", "drop", "replace"]), st.integers(0, 30)),
+                min_size=1, max_size=12))
+def test_a_chain_layout_grown_from_the_last_builds_is_the_layout_read_afresh(edits: list[tuple[str, int]]) -> None:
+    """:func:`chain_layout` given the previous build's layout (its arrays reused up to the first
+    chain object that changed) gives the arrays reading every chain gives, whatever changed:
+    chains added at the end, replaced by a new object (a member joined), dropped, or unchanged."""
+    from relevance_memory.pipeline._state import Chain
+    from relevance_memory.pipeline.prefilter import chain_layout
+
+    chains: dict[int, Chain] = {0: Chain(0, (0, 2), 7)}
+    previous = None
+    for edit, at in edits:
+        roots = list(chains)
+        root = roots[at % len(roots)]
+        if edit == "grow":  # a message joins the chain: a new object with one more member
+            old = chains[root]
+            chains[root] = Chain(root, (*old.members, max(old.members) + 1000), old.tokens + at)
+        elif edit == "add":
+            new_root = max(roots) + 1 + at
+            chains[new_root] = Chain(new_root, tuple(range(new_root, new_root + at % 4 + 1)), at * 3)
+        elif edit == "drop" and len(chains) > 1:
+            del chains[root]
+        elif edit == "replace":  # the same content, another object: read again, the same arrays
+            chains[root] = Chain(root, chains[root].members, chains[root].tokens)
+        candidates = dict(sorted(chains.items()))
+        grown = chain_layout(candidates, previous)
+        assert _layout_arrays(grown) == _layout_arrays(chain_layout(candidates))
+        assert grown.chains == list(candidates.values())
+        previous = grown
+
+
 def test_prefilter_reasons_are_put_in_words_when_read() -> None:
     """A rejected chain's reason is its score in the sentence, written when read; a forgotten
     chain keeps its own; the mapping reads like the dict of those strings."""
