@@ -7,12 +7,23 @@ full it is simply emptied — no per-entry bookkeeping on the hot path.
 
 from __future__ import annotations
 
+import itertools
+import operator
+from collections.abc import Sequence
 from typing import Generic, TypeVar
 
-__all__ = ["TextMemo", "remember"]
+__all__ = ["TextMemo", "remember", "same_prefix"]
 
 K = TypeVar("K")
 V = TypeVar("V")
+
+
+def same_prefix(before: Sequence[object], now: Sequence[object]) -> int:
+    """How many leading items of ``now`` are the very objects (``is``) at the same places in
+    ``before``: the part of an earlier build's list a memo of it still holds for. One pass in
+    C (``map``, ``compress``), no Python call per item."""
+    same = map(operator.is_not, before, now)
+    return next(itertools.compress(itertools.count(), same), min(len(before), len(now)))
 
 
 def remember(memo: dict[K, V], key: K, value: V, limit: int) -> V:

@@ -231,6 +231,7 @@ class ChainIndex:
         self.total_tokens = 0  # tokens of every message read (tokens)
         self.tool_tokens: dict[int, int] = {}  # root → tokens of its tool traffic (results, calling messages)
         self.recounted: dict[int, tuple[Chain, Chain]] = {}  # root → (chain, with its excerpts' tokens): the partition's
+        self.traffic: object = None  # the select stage's running sums of tool traffic over the last candidates
 
     def update(self, store: StoreView) -> ChainIndex:
         """Take in the messages stored since the last call (O(new); O(history) after a merge

@@ -24,7 +24,6 @@ The BM25 index itself lives in :mod:`._bm25` (built in chunks, grown with the st
 from __future__ import annotations
 
 import itertools
-import operator
 from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -33,6 +32,7 @@ import numpy as np
 import numpy.typing as npt
 
 from .._config import LOCAL_PREFILTER_MIN
+from .._memo import same_prefix
 from .._models import Message, user_authored
 from .._text import lexical_terms
 from ..pheromone._field import PheromoneField
@@ -89,8 +89,7 @@ def chain_layout(candidates: Mapping[int, Chain], previous: ChainLayout | None =
     chains = list(candidates.values())
     k = 0
     if previous is not None:
-        same = map(operator.is_not, previous.chains, chains)
-        k = next(itertools.compress(itertools.count(), same), min(len(previous.chains), len(chains)))
+        k = same_prefix(previous.chains, chains)
     tail = chains[k:]
     sizes = np.fromiter(map(len, (c.members for c in tail)), dtype=np.int64, count=len(tail))
     flat = np.fromiter(itertools.chain.from_iterable(c.members for c in tail), dtype=np.int64, count=int(sizes.sum()))
@@ -501,6 +500,6 @@ def prefilter(state: BuildState, seams: Seams) -> Prefiltered:
     skipped = _Skipped(rejected, f"prefiltered out ({rank} {{:.4g}} below the top {seams.config.prefilter_top_n})")
     skipped.update(forgotten)  # a forgotten chain keeps its reason
     candidates = part.candidates
-    kept = tuple(root for root in candidates if root not in skipped)  # one pass: select reads it too
+    kept = tuple(itertools.filterfalse(skipped.__contains__, candidates))  # one pass in C: select reads it too
     to_score = sorted(i for root in kept for i in candidates[root].members)
     return Prefiltered(skipped=skipped, to_score=tuple(to_score), kept=kept)

@@ -36,9 +36,11 @@ memory through its methods only.
 from __future__ import annotations
 
 import functools
+import itertools
 import math
 from collections.abc import Collection, Iterable, Mapping, Sequence
 
+from .._memo import same_prefix
 from .._models import USER_AUTHORED_TYPES, RelevanceScore, TaskGoal, content_text
 from ..store._supersede import SupersedeLink, asks_for_history
 from ._state import (
@@ -587,23 +589,66 @@ def tool_traffic_share(store: StoreView, chains: Iterable[Chain], index: ChainIn
     and assistant messages that call tools (pure; 0.0 for no tokens). With ``index`` holding
     ``store``, a chain that is one of its chains whole (the same members) is read from its
     sums, not message by message (issue 24)."""
-    total = tools = 0
     whole = index.chains if index is not None and index.covers(store) else None
     tool_tokens = index.tool_tokens if index is not None else {}
     messages = store.messages[0:len(store)]  # one list: each index of a snapshot view is a Python call
-    for chain in chains:
+    chains = list(chains)
+    # a chain's sums depend only on its members (stored messages never change): those of the
+    # chains an earlier build read, the same objects in the same places, are its running sums
+    kept = index.traffic if whole is not None and index is not None and isinstance(index.traffic, _TrafficSums) else None
+    k = same_prefix(kept.chains, chains) if kept is not None else 0
+    totals: list[int] = []
+    traffic: list[int] = []
+    for chain in chains[k:]:
         if whole is not None:
             known = whole.get(chain.root)
             if known is not None and known.members is chain.members:
-                total += known.tokens
-                tools += tool_tokens.get(chain.root, 0)
+                totals.append(known.tokens)
+                traffic.append(tool_tokens.get(chain.root, 0))
                 continue
+        total = tools = 0
         for i in chain.members:
             message = messages[i]
             total += message.token_count
             if message.role == "tool" or message.tool_calls:
                 tools += message.token_count
+        totals.append(total)
+        traffic.append(tools)
+    sums = _TrafficSums.grown(kept, k, chains, totals, traffic)
+    if whole is not None and index is not None:
+        index.traffic = sums
+    total, tools = sums.total, sums.tools
     return tools / total if total else 0.0
+
+
+class _TrafficSums:
+    """Running sums of :func:`tool_traffic_share` over a list of chains (kept by the chain
+    index from build to build): ``totals[k]`` / ``tools[k]`` the tokens and tool-traffic tokens
+    of ``chains[:k + 1]`` (Python ints: exact)."""
+
+    __slots__ = ("chains", "tools_upto", "totals_upto")
+
+    def __init__(self, chains: list[Chain], totals_upto: list[int], tools_upto: list[int]) -> None:
+        self.chains, self.totals_upto, self.tools_upto = chains, totals_upto, tools_upto
+
+    @property
+    def total(self) -> int:
+        return self.totals_upto[-1] if self.totals_upto else 0
+
+    @property
+    def tools(self) -> int:
+        return self.tools_upto[-1] if self.tools_upto else 0
+
+    @classmethod
+    def grown(cls, kept: _TrafficSums | None, k: int, chains: list[Chain], totals: list[int],
+              traffic: list[int]) -> _TrafficSums:
+        """The sums of ``chains``: ``kept``'s for its first ``k``, then ``totals`` / ``traffic``."""
+        totals_upto = kept.totals_upto[:k] if kept is not None else []
+        tools_upto = kept.tools_upto[:k] if kept is not None else []
+        totals_upto.extend(itertools.accumulate(totals, initial=totals_upto[-1] if totals_upto else 0))
+        tools_upto.extend(itertools.accumulate(traffic, initial=tools_upto[-1] if tools_upto else 0))
+        del totals_upto[k], tools_upto[k]  # the initial value, already there (or the 0 before the first)
+        return cls(chains, totals_upto, tools_upto)
 
 
 def current_file_views(

@@ -592,8 +592,10 @@ def test_newest_user_and_candidate_roots_read_from_the_chain_index_are_the_full_
     assert all((i in root_of) == (i in every) for i in range(-1, len(store) + 2))
     whole = list(index.chains.values())
     cut = [replace(c, members=c.members[:-1]) if len(c.members) > 1 else c for c in whole]
-    for chains in (whole, cut, whole[::3]):
+    # build after build, the running sums kept for the chains read before (the same objects)
+    for chains in (whole, cut, whole[::3], whole[:5], whole, whole[:3] + cut[3:], cut[:-2], whole):
         assert select_module.tool_traffic_share(store, chains, index) == select_module.tool_traffic_share(store, chains)
+        assert isinstance(index.traffic, select_module._TrafficSums) and index.traffic.chains == chains
     assert 0.5 < select_module.tool_traffic_share(store, whole, index) < 1.0
     memory.build_context()  # scores deposited: cells of several kinds and strengths
     field = memory.pheromone
