@@ -12,6 +12,7 @@ from __future__ import annotations
 import functools
 import hashlib
 from collections.abc import Callable, Iterable
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
 from typing import Any
 
@@ -92,8 +93,18 @@ def _decisions(
     chain_root = store.chain_root  # a member's root in part.chains (all but the excluded and pinned)
     summarised = state.summarised
     selection = summarised.selection if summarised is not None else None
-    covered = summarised.pyramid.covered if summarised is not None else set()
-    pointed = summarised.pyramid.pointed if summarised is not None else set()
+    asked: Iterable[Message] = store.messages
+    few = users_only and seams.chains.covers(store)
+    if few:  # the user-role messages only, not every message
+        messages = store.messages
+        asked = [messages[i] for i in seams.chains.user_role]
+    covered: AbstractSet[str] = set()
+    pointed: AbstractSet[str] = set()
+    if summarised is not None and few:  # only the asked ids looked up in the summaries
+        covered = summarised.pyramid.covering(m.id for m in asked)
+        pointed = summarised.pyramid.covering((m.id for m in asked), pointer=True)
+    elif summarised is not None:
+        covered, pointed = summarised.pyramid.covered, summarised.pyramid.pointed
     held = summarised.held if summarised is not None else frozenset()
     skipped = state.prefilter.skipped if state.prefilter is not None else {}
     scored = state.scored
@@ -117,10 +128,6 @@ def _decisions(
                 "note": "; ".join(n for n in (found.note, note) if n)}
 
     decisions: list[MessageDecision] = []
-    asked: Iterable[Message] = store.messages
-    if users_only and seams.chains.covers(store):  # the user-role messages only, not every message
-        messages = store.messages
-        asked = [messages[i] for i in seams.chains.user_role]
     for message in asked:
         if users_only and not user_authored(message.role, message.msg_type.value):
             continue

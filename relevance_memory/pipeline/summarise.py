@@ -141,7 +141,7 @@ class _LinkIndex:
         self.facts: set[str] = set()  # the older ids of the fact links
         self.stamp = (0, 0)
         self.verdicts: dict[int, tuple[RenderedSummary, int, bool]] = {}  # id → (summary, fact links, holds)
-        self.covered: dict[int, tuple[RenderedSummary, frozenset[int]]] = {}  # id → (summary, its indices)
+        self.covered: dict[int, tuple[RenderedSummary, tuple[int, ...]]] = {}  # id → (summary, its indices)
 
 
 def _link_index(seams: Seams) -> _LinkIndex | None:
@@ -293,7 +293,7 @@ def summarise_archive(
         return memo.keep_linked(message_id, own, newest.get(message_id) if own is not None else None, item)
 
     reused: list[RenderedSummary] = []
-    already: list[frozenset[int]] = []  # the indices each reused summary covers
+    already: list[tuple[int, ...]] = []  # the indices each reused summary covers
     for s in carried:
         covering = _covered_indices(seams, index, s) if s.level > 0 else None
         if covering is not None and archived_set.issuperset(covering) and _carried_holds(seams, index, s, newest, older):
@@ -373,7 +373,7 @@ def _held_warnings(store: StoreView, held: set[int], pyramid: PyramidResult, cor
     that did not fit verbatim: those only in a summary, and those in none."""
     if not held:
         return
-    covered = pyramid.covered
+    covered = pyramid.covering(store[i].id for i in held)
     in_summary = [store[i].id for i in sorted(held) if store[i].id in covered]
     dropped = [store[i].id for i in sorted(held) if store[i].id not in covered]
     if in_summary:
@@ -544,7 +544,7 @@ def _still_newest(links: Mapping[str, SupersedeLink], kept: object) -> bool:
     return after is None or after.kind != kept.kind
 
 
-def _covered_indices(seams: Seams, index: _LinkIndex | None, summary: RenderedSummary) -> frozenset[int] | None:
+def _covered_indices(seams: Seams, index: _LinkIndex | None, summary: RenderedSummary) -> tuple[int, ...] | None:
     """The store indices of the messages ``summary`` covers, or ``None`` when one of its ids is
     not in the store; kept in ``index`` per summary (a store's ids never move), so a carried
     summary's ids are looked up once, not at every compaction (issue 24)."""
@@ -552,7 +552,7 @@ def _covered_indices(seams: Seams, index: _LinkIndex | None, summary: RenderedSu
     if known is not None and known[0] is summary:
         return known[1]
     try:
-        covering = frozenset(seams.store.indices(summary.covered_ids))
+        covering = tuple(seams.store.indices(summary.covered_ids))
     except KeyError:
         return None
     if index is not None:

@@ -508,3 +508,22 @@ def test_prefilter_reasons_are_put_in_words_when_read() -> None:
     assert 7 in skipped and 8 not in skipped and len(skipped) == 4 and set(skipped) == set(words)
     assert skipped.get(9) == words[9] and skipped.get(8, "none") == "none"
     assert copy.deepcopy(skipped) == words == pickle.loads(pickle.dumps(skipped))
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, 2), st.sets(st.integers(0, 30), max_size=12)), max_size=4),
+       st.sets(st.integers(0, 35), max_size=10))
+def test_the_asked_ids_a_pyramid_covers_are_those_in_its_covered_and_pointed_sets(
+    summaries: list[tuple[int, set[int]]], asked: set[int]
+) -> None:
+    """``covering`` (each summary's ids read against the few asked) gives the asked ids in
+    ``covered`` (summaries of level ≥ 1) and, with ``pointer``, those in ``pointed`` (level 0)."""
+    from relevance_memory.summary._pyramid import PyramidResult, RenderedSummary
+
+    pyramid = PyramidResult(summaries=[
+        RenderedSummary(level=level, message={"role": "user", "content": "s"}, tokens=3,
+                        covered_ids=tuple(f"m{i}" for i in sorted(ids)), exact_values=())
+        for level, ids in summaries])
+    ids = [f"m{i}" for i in asked]
+    assert pyramid.covering(ids) == pyramid.covered & set(ids)
+    assert pyramid.covering(iter(ids), pointer=True) == pyramid.pointed & set(ids)
