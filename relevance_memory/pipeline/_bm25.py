@@ -31,6 +31,8 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from ..scoring._semantic import grown_rank_order, rank_order
+
 __all__ = ["CHUNK_SIZE", "K1", "QUERY_MEMO", "B", "ChunkedBM25", "PrefilterIndex"]
 
 CHUNK_SIZE = 256
@@ -187,6 +189,8 @@ class PrefilterIndex:
     _instructions: list[int] = field(default_factory=list, repr=False)  # user instructions' indices
     # goal texts → (the vector index they were read from, the messages read, their best cosines)
     _cosines: dict[tuple[str, ...], tuple[Any, int, npt.NDArray[np.float64]]] = field(default_factory=dict, repr=False)
+    # goal texts → (the vector index, the rank order of a prefix of their cosines)
+    _orders: dict[tuple[str, ...], tuple[Any, npt.NDArray[np.int64]]] = field(default_factory=dict, repr=False)
 
     def goal_cosines(self, vectors: Any, texts: Sequence[str], messages: Sequence[Any]) -> npt.NDArray[np.float64]:
         """Each of ``messages``' best cosine to ``texts`` (``vectors.similarity`` of each text's
@@ -212,8 +216,24 @@ class PrefilterIndex:
             best.flags.writeable = False
         self._cosines[key] = (vectors, n, best)  # most recently used last
         while len(self._cosines) > 2:  # the goal's texts, and the ones before a subtask changed
+            self._orders.pop(next(iter(self._cosines)), None)
             self._cosines.pop(next(iter(self._cosines)))
         return best
+
+    def cosine_order(self, cosines: npt.NDArray[np.float64]) -> npt.NDArray[np.int64]:
+        """The rank order of ``cosines`` (:func:`~relevance_memory.scoring._semantic.rank_order`),
+        grown from the order kept for the same goal texts (their cosines only grow by the messages
+        stored since: :func:`~relevance_memory.scoring._semantic.grown_rank_order`) when
+        ``cosines`` is what :meth:`goal_cosines` last gave for them; else ordered afresh."""
+        key = next((k for k, held in self._cosines.items() if held[2] is cosines), None)
+        if key is None:
+            return rank_order(cosines)
+        vectors = self._cosines[key][0]
+        kept = self._orders.get(key)
+        order = (grown_rank_order(kept[1], cosines) if kept is not None and kept[0] is vectors and len(kept[1]) <= len(cosines)
+                 else rank_order(cosines))
+        self._orders[key] = (vectors, order)
+        return order
     _read: int = 0  # how many messages _instructions has read
     layout: object = field(default=None, repr=False)
     """The prefilter's :class:`~relevance_memory.pipeline.prefilter.ChainLayout` of the last

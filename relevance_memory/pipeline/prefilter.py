@@ -268,7 +268,7 @@ def _bm25_rejected(state: BuildState, seams: Seams) -> dict[int, float]:
         doc_scores = doc_scores + PREFILTER_RECENT_WEIGHT * index.score_array(store.terms, recent_query)
     cosines = goal_cosines(state, seams)
     if cosines is not None:
-        doc_scores = rrf_fuse_array(doc_scores, cosines)
+        doc_scores = rrf_fuse_array(doc_scores, cosines, semantic_order=index.cosine_order(cosines))
     result = prefilter_chains(
         ranked,
         doc_scores,

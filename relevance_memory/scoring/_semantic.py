@@ -154,25 +154,58 @@ def rrf_fuse(
 
 def rrf_fuse_array(
     lexical: Sequence[float] | npt.NDArray[np.float64], semantic: Sequence[float] | npt.NDArray[np.float64],
-    k: int = RRF_K,
+    k: int = RRF_K, *, semantic_order: npt.NDArray[np.int64] | None = None,
 ) -> npt.NDArray[np.float64]:
     """Reciprocal-rank fusion (Cormack, Clarke & Büttcher, SIGIR 2009): ``Σ 1 / (k + rank)``
     over the two orders (rank from 1; ties go to the later position, i.e. the newer message).
     A message with lexical score ≤ 0 gets only its semantic term, so every message has a
     positive fused score and BM25's misses can still rank by meaning. Ranked with numpy
-    (the same floats as Python's: one division and one addition per message)."""
+    (the same floats as Python's: one division and one addition per message).
+
+    Only the messages with a positive lexical score are ordered by it (they rank before every
+    other, and only their lexical ranks count); ``semantic_order``: the positions of
+    ``semantic`` in rank order (:func:`rank_order`), when the caller keeps it (issue 24: two
+    sorts of every message's score at every compaction).
+
+    Returns:
+        ``(n,)`` fused scores (float64).
+    """
     n = len(lexical)
-    position = np.arange(n)
-
-    def ranks(values: np.ndarray) -> np.ndarray:
-        order = np.lexsort((-position, -values))  # by value descending, then the newer first
-        out = np.empty(n, dtype=np.int64)
-        out[order] = np.arange(1, n + 1)
-        return out
-
     lex_values = np.asarray(lexical, dtype=np.float64)
-    lex, sem = ranks(lex_values), ranks(np.asarray(semantic, dtype=np.float64))
-    return np.where(lex_values > 0, 1.0 / (k + lex), 0.0) + 1.0 / (k + sem)  # type: ignore[no-any-return]
+    fused = np.zeros(n, dtype=np.float64)
+    positive = np.flatnonzero(lex_values > 0)
+    if len(positive):
+        by_lexical = positive[rank_order(lex_values[positive], positive)]
+        fused[by_lexical] = 1.0 / (k + np.arange(1, len(positive) + 1))
+    order = rank_order(np.asarray(semantic, dtype=np.float64)) if semantic_order is None else semantic_order
+    sem = np.empty(n, dtype=np.int64)
+    sem[order] = np.arange(1, n + 1)
+    return fused + 1.0 / (k + sem)  # type: ignore[no-any-return]
+
+
+def rank_order(values: npt.NDArray[np.float64], positions: npt.NDArray[np.int64] | None = None) -> npt.NDArray[np.int64]:
+    """Indices of ``values`` in rank order: the largest first, equal values the later position
+    (``positions``, default ``0..n-1``) first — :func:`rrf_fuse_array`'s order."""
+    at = np.arange(len(values)) if positions is None else positions
+    return np.lexsort((-at, -values))  # type: ignore[no-any-return]
+
+
+def grown_rank_order(
+    order: npt.NDArray[np.int64], values: npt.NDArray[np.float64]
+) -> npt.NDArray[np.int64]:
+    """:func:`rank_order` of ``values``, given ``order``, that of its first ``len(order)``
+    values (values only appended since): the new values ordered among themselves and merged in
+    (each after the older values larger than it, before the equal ones: it is newer). O(n) in
+    numpy, not a sort of every value; NaNs anywhere sort every value again."""
+    n_old = len(order)
+    if n_old == 0 or np.isnan(values).any():
+        return rank_order(values)
+    new = values[n_old:]
+    if not len(new):
+        return order
+    added = np.arange(n_old, len(values))[rank_order(new)]
+    descending = -values[order]  # ascending: the old values, largest first
+    return np.insert(order, np.searchsorted(descending, -values[added], side="left"), added)  # type: ignore[no-any-return]
 
 
 def episode_context(cosines: Sequence[float], episodes: Sequence[int], mix: float) -> list[float]:
