@@ -58,7 +58,7 @@ class PrefilterResult:
     """
 
     admitted: list[int]
-    rejected: dict[int, float]
+    rejected: Mapping[int, float]
 
 
 @dataclass(frozen=True)
@@ -74,6 +74,10 @@ class ChainLayout:
     flat: npt.NDArray[np.int64]
     starts: npt.NDArray[np.int64]
     tokens: npt.NDArray[np.int64]
+
+    def ascending(self) -> bool:
+        """Whether the chains are in ascending root order (O(chains) in numpy)."""
+        return bool(np.all(self.roots[1:] > self.roots[:-1]))
 
 
 def chain_layout(candidates: Mapping[int, Chain], previous: ChainLayout | None = None) -> ChainLayout:
@@ -159,8 +163,40 @@ def prefilter_chains(
     passing = np.fromiter(always, dtype=np.int64, count=len(always)) if always else np.zeros(0, dtype=np.int64)
     admit = (room_before > 0) | (held_before < min_tokens) | np.isin(ranked_roots, passing)
     out = ~admit
-    rejected = dict(zip(ranked_roots[out].tolist(), best_of[order][out].tolist(), strict=True))
-    return PrefilterResult(admitted=sorted(ranked_roots[admit].tolist()), rejected=rejected)
+    return PrefilterResult(admitted=sorted(ranked_roots[admit].tolist()), rejected=_Rejected(ranked_roots[out], best_of[order][out]))
+
+
+class _Rejected(Mapping[int, float]):
+    """Rejected root → its best score, in rank order, read from the ranking's arrays: the dict
+    is made when first read (issue 24: ~150k rejected chains at 300k messages, a dict of Python
+    ints and floats per compaction, whose scores only a record read later shows; the build
+    needs only which roots were admitted). Its length is the arrays'."""
+
+    __slots__ = ("_read", "_roots", "_scores")
+
+    def __init__(self, roots: npt.NDArray[np.int64], scores: npt.NDArray[np.float64]) -> None:
+        self._roots, self._scores = roots, scores
+        self._read: dict[int, float] | None = None
+
+    def _dict(self) -> dict[int, float]:
+        if self._read is None:
+            self._read = dict(zip(self._roots.tolist(), self._scores.tolist(), strict=True))
+        return self._read
+
+    def __getitem__(self, root: int) -> float:
+        return self._dict()[root]
+
+    def __contains__(self, root: object) -> bool:
+        return root in self._dict()
+
+    def __iter__(self) -> Iterator[int]:
+        return iter(self._dict())
+
+    def __len__(self) -> int:
+        return len(self._roots)
+
+    def __reduce__(self) -> tuple[Any, ...]:  # a copy or pickle: the plain dict
+        return (dict, (self._dict(),))
 
 
 def _query(texts: Sequence[str]) -> list[str]:
@@ -228,8 +264,10 @@ def _forgetting(seams: Seams, final: str, subtask: str) -> tuple[Callable[[str],
     return forgotten, notable
 
 
-def _bm25_rejected(state: BuildState, seams: Seams) -> dict[int, float]:
-    """Candidate roots the BM25 prefilter leaves out, with their best BM25 score (module doc).
+def _bm25_rejected(state: BuildState, seams: Seams) -> tuple[PrefilterResult, ChainLayout] | None:
+    """The BM25 prefilter's ranking of the candidate chains (module doc): the roots it admits
+    and those it leaves out, with their best BM25 score, and the candidates' layout; ``None``
+    when it does not rank (off, or too few candidates).
 
     Every live candidate chain is ranked, scored or not, forgotten or not (they keep
     consuming the quota but stay archived, so chains forgotten after a build do not slide
@@ -243,15 +281,15 @@ def _bm25_rejected(state: BuildState, seams: Seams) -> dict[int, float]:
     config, store, goal = seams.config, seams.store, state.goal
     part = required(state.partition, "partition")
     if config.prefilter is False:
-        return {}
+        return None
     index = seams.prefilter_index
     kept = index.layout if isinstance(index.layout, ChainLayout) else None
     layout = index.layout = chain_layout(part.candidates, kept)
     candidates = int(layout.sizes.sum())
     if candidates <= config.prefilter_top_n:
-        return {}
+        return None
     if config.prefilter == "auto" and seams.capabilities.local and candidates <= LOCAL_PREFILTER_MIN:
-        return {}
+        return None
     ranked = _Members(part.candidates)
     always = _always_pass(ranked, part.task_root, seams, goal.final, goal.effective_subtask)
     # the goal and subtask lead; recent steps add context at a lower weight (their text
@@ -278,7 +316,7 @@ def _bm25_rejected(state: BuildState, seams: Seams) -> dict[int, float]:
         min_tokens=2 * max(0, part.ledger.left),
         layout=layout,
     )
-    return result.rejected
+    return result, layout
 
 
 class _Members(Mapping[int, Sequence[int]]):
@@ -452,42 +490,49 @@ def goal_cosines(state: BuildState, seams: Seams) -> npt.NDArray[np.float64] | N
     return seams.prefilter_index.goal_cosines(vectors, texts, seams.store.messages)
 
 
-class _Skipped(dict):  # type: ignore[type-arg]
-    """Skipped root → why: a forgotten chain's reason (a string), or a rejected chain's best
-    score, put in ``template`` when read (issue 24: ~150k rejected chains at 300k messages, whose
-    reasons only a record read later shows). Membership and iteration are the dict's own."""
+class _Skipped(Mapping[int, str]):
+    """Skipped root → why: a forgotten chain's reason, or a rejected chain's best score put in
+    ``template`` when read (issue 24: ~150k rejected chains at 300k messages, whose reasons only a
+    record read later shows). As ``dict(rejected)`` updated with ``forgotten``: the rejected in
+    their order, then the forgotten ones not rejected; a forgotten chain's reason wins.
 
-    __slots__ = ("template",)
+    ``candidates`` and ``admitted``: when the rejected are exactly the candidate roots not
+    admitted (the ranking ranks every candidate), membership is read from them (the few admitted
+    roots), not from a dict of every rejected one.
+    """
 
-    def __init__(self, rejected: Mapping[int, float], template: str) -> None:
-        super().__init__(rejected)
-        self.template = template
+    __slots__ = ("_admitted", "_candidates", "_forgotten", "_rejected", "template")
 
-    def _said(self, value: str | float) -> str:
-        return value if isinstance(value, str) else self.template.format(value)
+    def __init__(self, rejected: Mapping[int, float], template: str, forgotten: Mapping[int, str] | None = None, *,
+                 candidates: Collection[int] | None = None, admitted: Collection[int] | None = None) -> None:
+        self._rejected, self.template, self._forgotten = rejected, template, forgotten or {}
+        self._candidates, self._admitted = candidates, admitted
+
+    def _is_rejected(self, root: object) -> bool:
+        if self._candidates is not None and self._admitted is not None:
+            return root in self._candidates and root not in self._admitted
+        return root in self._rejected
+
+    def __contains__(self, root: object) -> bool:
+        return root in self._forgotten or self._is_rejected(root)
 
     def __getitem__(self, root: int) -> str:
-        return self._said(dict.__getitem__(self, root))
+        reason = self._forgotten.get(root)
+        if reason is not None:
+            return reason
+        if not self._is_rejected(root):
+            raise KeyError(root)
+        return self.template.format(self._rejected[root])
 
-    def get(self, root: int, default: Any = None) -> Any:
-        return self._said(dict.__getitem__(self, root)) if root in self else default
+    def __iter__(self) -> Iterator[int]:
+        yield from self._rejected
+        yield from (root for root in self._forgotten if not self._is_rejected(root))
 
-    def values(self) -> Any:
-        return [self._said(v) for v in dict.values(self)]
-
-    def items(self) -> Any:
-        return [(k, self._said(v)) for k, v in dict.items(self)]
-
-    def __eq__(self, other: object) -> bool:
-        return dict(self.items()) == other if isinstance(other, Mapping) else NotImplemented
-
-    def __ne__(self, other: object) -> bool:
-        return not self == other
-
-    __hash__ = None  # type: ignore[assignment]
+    def __len__(self) -> int:
+        return len(self._rejected) + sum(1 for root in self._forgotten if not self._is_rejected(root))
 
     def __reduce__(self) -> tuple[Any, ...]:  # a copy or pickle: a plain dict of the reasons
-        return (dict, (self.items(),))
+        return (dict, (list(self.items()),))
 
 
 def prefilter(state: BuildState, seams: Seams) -> Prefiltered:
@@ -495,11 +540,21 @@ def prefilter(state: BuildState, seams: Seams) -> Prefiltered:
     memory and the BM25 index; writes which chains are skipped and which members need a score."""
     part = required(state.partition, "partition")
     forgotten = _forgotten(state, seams)
-    rejected = _bm25_rejected(state, seams)
+    ranking = _bm25_rejected(state, seams)
+    rejected: Mapping[int, float] = ranking[0].rejected if ranking is not None else {}
     rank = "BM25 + semantic rank" if rejected and seams.store.message_vectors() is not None and seams.config.embeddings else "BM25"
-    skipped = _Skipped(rejected, f"prefiltered out ({rank} {{:.4g}} below the top {seams.config.prefilter_top_n})")
-    skipped.update(forgotten)  # a forgotten chain keeps its reason
+    template = f"prefiltered out ({rank} {{:.4g}} below the top {seams.config.prefilter_top_n})"
     candidates = part.candidates
-    kept = tuple(itertools.filterfalse(skipped.__contains__, candidates))  # one pass in C: select reads it too
+    if ranking is None:
+        skipped = _Skipped(rejected, template, forgotten)
+        kept = tuple(itertools.filterfalse(forgotten.__contains__, candidates))  # one pass in C: select reads it too
+    else:
+        result, layout = ranking
+        admitted = set(result.admitted)
+        skipped = _Skipped(rejected, template, forgotten, candidates=candidates, admitted=admitted)
+        # the candidates not skipped, in their order: the admitted ones not forgotten (ascending
+        # roots, the chain index's order, read from the few admitted)
+        kept = (tuple(root for root in result.admitted if root not in forgotten) if layout.ascending() else
+                tuple(root for root in candidates if root in admitted and root not in forgotten))
     to_score = sorted(i for root in kept for i in candidates[root].members)
     return Prefiltered(skipped=skipped, to_score=tuple(to_score), kept=kept)

@@ -76,13 +76,13 @@ def test_excerpted_chains_are_recounted_as_a_second_grouping_would(monkeypatch: 
     assert run(excerpt_share=1 / 64) == fast
 
 
-def chat_run() -> list[str]:
+def chat_run(top_n: int = 10) -> list[str]:
     """A 120-turn chat built every 10 turns under changing subtasks, filler scored 1: forgetting
     and the memory's always-pass set at work."""
     from relevance_memory.testing import FunctionScorer
 
     scorer = FunctionScorer(lambda item, goal: 5 if "trip" in (item.text or "") else (3 if "museum" in (item.text or "") else 1))
-    memory = RelevanceMemoryManager(max_input_tokens=900, keep_recent=2, prefilter=True, prefilter_top_n=10, scorer=scorer)
+    memory = RelevanceMemoryManager(max_input_tokens=900, keep_recent=2, prefilter=True, prefilter_top_n=top_n, scorer=scorer)
     memory.set_goal(final="Plan the Lisbon trip within the budget the user gave")
     out: list[str] = []
     for turn in range(120):
@@ -100,6 +100,31 @@ def test_a_chat_with_forgetting_builds_as_the_full_pass_would(monkeypatch: pytes
     assert any("forgotten: strength" in r for r in fast) and any("prefiltered out" in r for r in fast)
     monkeypatch.setattr(PheromoneField, "notable_ids", lambda self: None)
     assert chat_run() == fast
+
+
+def test_the_chains_kept_from_the_admitted_ones_are_those_read_against_every_candidate(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The candidates the prefilter keeps, read from the few roots the ranking admits (ascending
+    roots) less the forgotten ones, are those found by reading every candidate against the
+    skipped ones — also when a forgotten chain ranks high enough to be admitted (top 40)."""
+    from relevance_memory.pipeline import prefilter as prefilter_module
+
+    admitted_and_forgotten: list[int] = []
+    ranked = prefilter_module._bm25_rejected
+
+    def watched(state: Any, seams: Any) -> Any:
+        out = ranked(state, seams)
+        if out is not None:
+            forgotten = prefilter_module._forgotten(state, seams)
+            admitted_and_forgotten.extend(r for r in out[0].admitted if r in forgotten)
+        return out
+
+    monkeypatch.setattr(prefilter_module, "_bm25_rejected", watched)
+    fast = chat_run(40)
+    assert admitted_and_forgotten  # the case the shortcut must get right
+    monkeypatch.setattr(prefilter_module.ChainLayout, "ascending", lambda self: False)
+    assert chat_run(40) == fast
 
 
 def test_the_chain_index_builds_as_grouping_every_message_would(monkeypatch: pytest.MonkeyPatch) -> None:

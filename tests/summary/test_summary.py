@@ -499,8 +499,7 @@ def test_prefilter_reasons_are_put_in_words_when_read() -> None:
     from relevance_memory.pipeline.prefilter import _Skipped
 
     rejected = {7: 1.234567, 3: 0.0, 9: -0.0, 4: 2.5}
-    skipped = _Skipped(rejected, "prefiltered out (BM25 {:.4g} below the top 50)")
-    skipped.update({4: "forgotten: strength < 0.2"})
+    skipped = _Skipped(rejected, "prefiltered out (BM25 {:.4g} below the top 50)", {4: "forgotten: strength < 0.2"})
     words = {7: "prefiltered out (BM25 1.235 below the top 50)", 3: "prefiltered out (BM25 0 below the top 50)",
              9: "prefiltered out (BM25 -0 below the top 50)", 4: "forgotten: strength < 0.2"}
     assert skipped == words and (skipped != words) is False and dict(skipped.items()) == words
@@ -508,6 +507,36 @@ def test_prefilter_reasons_are_put_in_words_when_read() -> None:
     assert 7 in skipped and 8 not in skipped and len(skipped) == 4 and set(skipped) == set(words)
     assert skipped.get(9) == words[9] and skipped.get(8, "none") == "none"
     assert copy.deepcopy(skipped) == words == pickle.loads(pickle.dumps(skipped))
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.integers(0, 40), unique=True, max_size=25), st.data())
+def test_skipped_chains_read_from_the_admitted_ones_are_the_dict_of_every_reason(roots: list[int], data: st.DataObject) -> None:
+    """Membership read from the candidates and the few admitted roots, and the rejected scores
+    read from the ranking's arrays when first asked, give the mapping a dict of every rejected
+    root's reason updated with the forgotten ones gives: keys, order, reasons, length, copies."""
+    import copy
+    import pickle
+
+    import numpy as np
+
+    from relevance_memory.pipeline.prefilter import _Rejected, _Skipped
+
+    admitted = set(data.draw(st.lists(st.sampled_from(roots), unique=True))) if roots else set()
+    ranked = data.draw(st.permutations([r for r in roots if r not in admitted]))
+    scores = [float(data.draw(st.sampled_from([0.0, -0.0, 0.5, 1.25]))) for _ in ranked]
+    forgotten = {r: f"forgotten {r}" for r in data.draw(st.lists(st.sampled_from(roots), unique=True))} if roots else {}
+    template = "prefiltered out ({:.4g})"
+    expected = {r: template.format(v) for r, v in zip(ranked, scores, strict=True)}
+    expected.update(forgotten)
+    rejected = _Rejected(np.asarray(ranked, dtype=np.int64), np.asarray(scores, dtype=np.float64))
+    skipped = _Skipped(rejected, template, forgotten, candidates=dict.fromkeys(roots), admitted=admitted)
+    assert len(skipped) == len(expected) and list(skipped) == list(expected)
+    assert [r for r in range(-1, 42) if r in skipped] == sorted(expected)
+    assert dict(skipped.items()) == expected and skipped == expected
+    assert copy.deepcopy(skipped) == expected == pickle.loads(pickle.dumps(skipped))
+    assert len(rejected) == len(ranked) and dict(rejected) == dict(zip(ranked, scores, strict=True))
+    assert pickle.loads(pickle.dumps(rejected)) == dict(zip(ranked, scores, strict=True))
 
 
 @settings(max_examples=100, deadline=None)
