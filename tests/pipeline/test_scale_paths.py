@@ -689,3 +689,29 @@ def test_a_chain_recounted_to_the_same_tokens_again_is_the_same_object() -> None
     assert again is not first and again.tokens == stored[2].token_count + 12
     grown = {2: Chain(2, (2, 3, 4), chain.tokens + stored[4].token_count)}
     assert partition_module._with_renditions(grown, roots, longer, stored, recounted)[2].members == (2, 3, 4)
+
+
+@pytest.mark.parametrize("runner", [run, supersede_run, lambda: supersede_run(700), chat_run])
+def test_the_indices_kept_for_a_summary_when_it_is_made_are_its_ids_looked_up(
+    monkeypatch: pytest.MonkeyPatch, runner: Any
+) -> None:
+    """A carried summary's covered indices, kept when the summary was made (the messages it
+    summarised, in order) or when first looked up, are its ids' indices in the store, and the
+    builds are those that look every carried summary's ids up again."""
+    first_asked: list[bool] = []  # per summary, at its first lookup: whether its indices were kept when made
+    seen: list[Any] = []
+    covered = sm._covered_indices
+
+    def checked(seams: Any, index: Any, summary: Any) -> Any:
+        if not any(summary is s for s in seen):
+            seen.append(summary)
+            first_asked.append(index is not None and index.covered.get(id(summary), (None,))[0] is summary)
+        found = covered(seams, index, summary)
+        assert found == tuple(seams.store.indices(summary.covered_ids))
+        return found
+
+    monkeypatch.setattr(sm, "_covered_indices", checked)
+    fast = runner()
+    assert first_asked and all(first_asked)
+    monkeypatch.setattr(sm, "_remember_made", lambda *args: None)
+    assert runner() == fast
