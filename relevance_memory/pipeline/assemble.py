@@ -12,6 +12,8 @@ check every build passes before it is returned.
 
 from __future__ import annotations
 
+import itertools
+import operator
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -31,6 +33,9 @@ __all__ = [
     "stable_head",
     "subtask_note",
 ]
+
+_MEMBERS = operator.attrgetter("members")
+_FIRST = operator.itemgetter(0)
 
 
 
@@ -172,10 +177,13 @@ def assemble(state: BuildState, seams: Seams) -> Assembled:
     kept_indices = sorted(i for r in kept_roots for i in part.chains[r].members)
     head, rest = kept_indices, list[int]()
     if summarised is not None:
-        kept_set = set(kept_indices)
-        left_out = [i for chain in part.chains.values() for i in chain.members if i not in kept_set]
-        if left_out:
-            head, rest = stable_head(kept_indices, left_out)
+        # the first message left out: the smallest first member of a chain not kept (a chain is
+        # kept or left out whole), read in C over the chains, not a list of every left-out index
+        chains = part.chains
+        first = min(map(_FIRST, map(_MEMBERS, map(chains.__getitem__, itertools.filterfalse(kept_roots.__contains__, chains)))),
+                    default=None)
+        if first is not None:
+            head, rest = stable_head(kept_indices, [first])
         else:  # nothing left out (only excerpts made it fit, SPEC §11): the goal block right after
             # the task statement — never after the newest step
             task = part.chains[part.task_root].last if part.task_root is not None and part.task_root in part.chains else -1

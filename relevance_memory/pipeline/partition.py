@@ -15,6 +15,7 @@ The pure split is :func:`split_history`; :func:`partition` is the stage.
 from __future__ import annotations
 
 import itertools
+import operator
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 
@@ -26,6 +27,8 @@ from ._state import BuildState, Chain, ChainIndex, Partitioned, Seams, StoreView
 from .assemble import subtask_note
 from .fidelity import MIN_ENTRY_CAP, Rendition, entry_caps, entry_renditions, fit_chain
 from .ledger import BudgetLedger, Purpose
+
+_TOKENS = operator.attrgetter("tokens")  # a chain's tokens, read in C (map over ~chains a build)
 
 __all__ = [
     "GOAL_EXCERPT_SHARE",
@@ -164,7 +167,7 @@ def split_history(
         forced.append(newest_step_root)
     working = sorted((r for r in working_roots if r not in forced), key=lambda r: -chains[r].last)
     taken = set(forced) | working_roots
-    candidates = [r for r in chains if r not in taken]
+    candidates = list(itertools.filterfalse(taken.__contains__, chains))  # in C: ~chains at 1M messages
     return Split(pinned=pinned, forced=forced, working=working, candidates=candidates, chains=chains,
                  root_order=from_index is not None)
 
@@ -349,7 +352,7 @@ def partition(state: BuildState, seams: Seams) -> Partitioned:
         raise ContextOverflowError(budget=state.limit or budget, pinned_tokens=pinned_tokens + REPLY_PRIMING_TOKENS,
                                    newest_step_tokens=0)
     ledger = BudgetLedger(budget).spend(Purpose.REPLY_PRIMING, REPLY_PRIMING_TOKENS).spend(Purpose.PINNED, pinned_tokens)
-    history_tokens = sum(c.tokens for c in chains.values())
+    history_tokens = sum(map(_TOKENS, chains.values()))
     if ledger.fits(history_tokens):  # SPEC §9: under budget with nothing to drop, output == input
         return Partitioned(
             excluded=excluded, pinned=tuple(split.pinned), chains=chains, recent=frozenset(chains), candidates={},
@@ -437,7 +440,7 @@ def partition(state: BuildState, seams: Seams) -> Partitioned:
         recent.add(root)
     if working_tokens:
         ledger = ledger.spend(Purpose.WORKING_MEMORY, working_tokens, "the last steps")
-    candidate_chains = {r: chains[r] for r in candidates}
+    candidate_chains = dict(zip(candidates, map(chains.__getitem__, candidates), strict=True))
     # an oversized task statement is shown as an excerpt inside the goal block; a goal formed
     # from the user's requests starts with the task statement, which outranks the block's note
     if (
