@@ -707,7 +707,7 @@ def test_the_indices_kept_for_a_summary_when_it_is_made_are_its_ids_looked_up(
             seen.append(summary)
             first_asked.append(index is not None and index.covered.get(id(summary), (None,))[0] is summary)
         found = covered(seams, index, summary)
-        assert found == tuple(seams.store.indices(summary.covered_ids))
+        assert found.tolist() == seams.store.indices(summary.covered_ids)
         return found
 
     monkeypatch.setattr(sm, "_covered_indices", checked)
