@@ -586,9 +586,11 @@ def newer_first(order: Sequence[int], needs: Mapping[int, Collection[int]]) -> t
 
 def tool_traffic_share(store: StoreView, chains: Iterable[Chain], index: ChainIndex | None = None) -> float:
     """Share (0..1) of the tokens of ``chains`` that are an agent's tool traffic: tool results,
-    and assistant messages that call tools (pure; 0.0 for no tokens). With ``index`` holding
+    and assistant messages that call tools (0.0 for no tokens). With ``index`` holding
     ``store``, a chain that is one of its chains whole (the same members) is read from its
-    sums, not message by message (issue 24)."""
+    sums, not message by message, and the running sums over ``chains`` are kept in ``index``
+    (its only write: a memo): the next call reads only the chains after the longest run of the
+    same chain objects (issue 24)."""
     whole = index.chains if index is not None and index.covers(store) else None
     tool_tokens = index.tool_tokens if index is not None else {}
     messages = store.messages[0:len(store)]  # one list: each index of a snapshot view is a Python call
