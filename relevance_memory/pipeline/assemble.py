@@ -38,7 +38,6 @@ _MEMBERS = operator.attrgetter("members")
 _FIRST = operator.itemgetter(0)
 
 
-
 def subtask_note(subtask: str, role: str) -> dict[str, Any]:
     """The subtask note shown at the very end of a context (``CachePolicy.subtask_at_end``):
     ``{"role": role, "content": "[relevance-memory: current subtask]\\n<subtask>"}``."""

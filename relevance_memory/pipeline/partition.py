@@ -28,8 +28,6 @@ from .assemble import subtask_note
 from .fidelity import MIN_ENTRY_CAP, Rendition, entry_caps, entry_renditions, fit_chain
 from .ledger import BudgetLedger, Purpose
 
-_TOKENS = operator.attrgetter("tokens")  # a chain's tokens, read in C (map over ~chains a build)
-
 __all__ = [
     "GOAL_EXCERPT_SHARE",
     "GOAL_POINTER",
@@ -45,6 +43,8 @@ __all__ = [
     "partition",
     "split_history",
 ]
+
+_TOKENS = operator.attrgetter("tokens")  # a chain's tokens, read in C (map over ~chains a build)
 
 GOAL_EXCERPT_SHARE = 0.5
 """Share of the remaining budget a goal-block excerpt of an oversized task statement may take."""

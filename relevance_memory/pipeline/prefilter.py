@@ -24,9 +24,10 @@ The BM25 index itself lives in :mod:`._bm25` (built in chunks, grown with the st
 from __future__ import annotations
 
 import itertools
+import operator
 from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 import numpy.typing as npt
@@ -264,7 +265,7 @@ def _forgetting(seams: Seams, final: str, subtask: str) -> tuple[Callable[[str],
     return forgotten, notable
 
 
-def _bm25_rejected(state: BuildState, seams: Seams) -> tuple[PrefilterResult, ChainLayout] | None:
+def _bm25_ranking(state: BuildState, seams: Seams) -> tuple[PrefilterResult, ChainLayout] | None:
     """The BM25 prefilter's ranking of the candidate chains (module doc): the roots it admits
     and those it leaves out, with their best BM25 score, and the candidates' layout; ``None``
     when it does not rank (off, or too few candidates).
@@ -290,7 +291,7 @@ def _bm25_rejected(state: BuildState, seams: Seams) -> tuple[PrefilterResult, Ch
         return None
     if config.prefilter == "auto" and seams.capabilities.local and candidates <= LOCAL_PREFILTER_MIN:
         return None
-    ranked = _Members(part.candidates)
+    ranked: Mapping[int, Sequence[int]] = _ChainField(part.candidates, operator.attrgetter("members"))
     always = _always_pass(ranked, part.task_root, seams, goal.final, goal.effective_subtask)
     # the goal and subtask lead; recent steps add context at a lower weight (their text
     # can be unrelated to the goal, e.g. the newest chat turn)
@@ -312,42 +313,27 @@ def _bm25_rejected(state: BuildState, seams: Seams) -> tuple[PrefilterResult, Ch
         doc_scores,
         top_n=config.prefilter_top_n,
         always=always,
-        tokens=_Tokens(part.candidates),
+        tokens=_ChainField(part.candidates, operator.attrgetter("tokens")),
         min_tokens=2 * max(0, part.ledger.left),
         layout=layout,
     )
     return result, layout
 
 
-class _Members(Mapping[int, Sequence[int]]):
-    """Root → members of candidate chains (root → :class:`~._state.Chain`), read through (no
-    dict of every chain made per build)."""
-
-    __slots__ = ("_chains",)
-
-    def __init__(self, chains: Mapping[int, Chain]) -> None:
-        self._chains = chains
-
-    def __getitem__(self, root: int) -> Sequence[int]:
-        return self._chains[root].members
-
-    def __iter__(self) -> Iterator[int]:
-        return iter(self._chains)
-
-    def __len__(self) -> int:
-        return len(self._chains)
+_V = TypeVar("_V")
 
 
-class _Tokens(Mapping[int, int]):
-    """Root → tokens of candidate chains, read through."""
+class _ChainField(Mapping[int, _V]):
+    """Root → one field of each candidate chain (root → :class:`~._state.Chain`), read through:
+    no dict of every chain made per build."""
 
-    __slots__ = ("_chains",)
+    __slots__ = ("_chains", "_read")
 
-    def __init__(self, chains: Mapping[int, Chain]) -> None:
-        self._chains = chains
+    def __init__(self, chains: Mapping[int, Chain], read: Callable[[Chain], _V]) -> None:
+        self._chains, self._read = chains, read
 
-    def __getitem__(self, root: int) -> int:
-        return self._chains[root].tokens
+    def __getitem__(self, root: int) -> _V:
+        return self._read(self._chains[root])
 
     def __iter__(self) -> Iterator[int]:
         return iter(self._chains)
@@ -540,7 +526,7 @@ def prefilter(state: BuildState, seams: Seams) -> Prefiltered:
     memory and the BM25 index; writes which chains are skipped and which members need a score."""
     part = required(state.partition, "partition")
     forgotten = _forgotten(state, seams)
-    ranking = _bm25_rejected(state, seams)
+    ranking = _bm25_ranking(state, seams)
     rejected: Mapping[int, float] = ranking[0].rejected if ranking is not None else {}
     rank = "BM25 + semantic rank" if rejected and seams.store.message_vectors() is not None and seams.config.embeddings else "BM25"
     template = f"prefiltered out ({rank} {{:.4g}} below the top {seams.config.prefilter_top_n})"

@@ -647,9 +647,8 @@ class _TrafficSums:
         """The sums of ``chains``: ``kept``'s for its first ``k``, then ``totals`` / ``traffic``."""
         totals_upto = kept.totals_upto[:k] if kept is not None else []
         tools_upto = kept.tools_upto[:k] if kept is not None else []
-        totals_upto.extend(itertools.accumulate(totals, initial=totals_upto[-1] if totals_upto else 0))
-        tools_upto.extend(itertools.accumulate(traffic, initial=tools_upto[-1] if tools_upto else 0))
-        del totals_upto[k], tools_upto[k]  # the initial value, already there (or the 0 before the first)
+        for upto, added in ((totals_upto, totals), (tools_upto, traffic)):  # each running on from the kept sum
+            upto.extend(itertools.islice(itertools.accumulate(added, initial=upto[-1] if upto else 0), 1, None))
         return cls(chains, totals_upto, tools_upto)
 
 

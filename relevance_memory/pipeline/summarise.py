@@ -146,6 +146,14 @@ class _LinkIndex:
         self.verdicts: dict[int, tuple[RenderedSummary, int, bool]] = {}  # id → (summary, fact links, holds)
         self.covered: dict[int, tuple[RenderedSummary, npt.NDArray[np.int64]]] = {}  # id → (summary, its indices)
 
+    def keep_covered(self, summary: RenderedSummary, indices: npt.NDArray[np.int64]) -> None:
+        """Keep the store indices ``summary`` covers (bounded: emptied at 256 summaries)."""
+        remember(self.covered, id(summary), (summary, indices), 256)
+
+    def keep_verdict(self, summary: RenderedSummary, facts: int, holds: bool) -> None:
+        """Keep whether ``summary``'s supersede marks hold while the store has ``facts`` fact links."""
+        remember(self.verdicts, id(summary), (summary, facts, holds), 256)
+
 
 def _link_index(seams: Seams) -> _LinkIndex | None:
     """The memory's :class:`_LinkIndex` grown to its store (reads the messages stored since the
@@ -378,8 +386,8 @@ def _remember_made(
         at += len(ids)
         if (summary.level > 0 and ids and len(span) == len(ids)
                 and messages[span[0]].id == ids[0] and messages[span[-1]].id == ids[-1]):
-            remember(index.covered, id(summary), (summary, span), 256)
-            remember(index.verdicts, id(summary), (summary, facts, True), 256)
+            index.keep_covered(summary, span)
+            index.keep_verdict(summary, facts, True)
 
 
 def _pyramid(
@@ -598,7 +606,7 @@ def _covered_indices(seams: Seams, index: _LinkIndex | None, summary: RenderedSu
     except KeyError:
         return None
     if index is not None:
-        remember(index.covered, id(summary), (summary, covering), 256)
+        index.keep_covered(summary, covering)
     return covering
 
 
@@ -616,7 +624,7 @@ def _carried_holds(
     if known is not None and known[0] is summary and known[1] == facts:
         return known[2]
     verdict = _marks_hold(seams, summary, newest, linked, index.facts)
-    remember(index.verdicts, id(summary), (summary, facts, verdict), 256)
+    index.keep_verdict(summary, facts, verdict)
     return verdict
 
 

@@ -212,11 +212,7 @@ class StoreSnapshot:
     def indices(self, message_ids: Iterable[str]) -> list[int]:
         """The indices of ``message_ids``, in their order, if all were in the store when the
         snapshot was taken. Raises ``KeyError`` naming the first id that was not."""
-        by_id, n = self._store._by_id, self._n
-        try:
-            found = [by_id[message_id] for message_id in message_ids]
-        except KeyError as missing:
-            raise KeyError(f"no message with id {missing.args[0]!r}") from None
+        found, n = self._store.indices(message_ids), self._n
         if found and max(found) >= n:
             late = next(i for i in found if i >= n)
             raise KeyError(f"no message with id {self._store.messages[late].id!r}")

@@ -111,7 +111,7 @@ def test_the_chains_kept_from_the_admitted_ones_are_those_read_against_every_can
     from relevance_memory.pipeline import prefilter as prefilter_module
 
     admitted_and_forgotten: list[int] = []
-    ranked = prefilter_module._bm25_rejected
+    ranked = prefilter_module._bm25_ranking
 
     def watched(state: Any, seams: Any) -> Any:
         out = ranked(state, seams)
@@ -120,7 +120,7 @@ def test_the_chains_kept_from_the_admitted_ones_are_those_read_against_every_can
             admitted_and_forgotten.extend(r for r in out[0].admitted if r in forgotten)
         return out
 
-    monkeypatch.setattr(prefilter_module, "_bm25_rejected", watched)
+    monkeypatch.setattr(prefilter_module, "_bm25_ranking", watched)
     fast = chat_run(40)
     assert admitted_and_forgotten  # the case the shortcut must get right
     monkeypatch.setattr(prefilter_module.ChainLayout, "ascending", lambda self: False)
