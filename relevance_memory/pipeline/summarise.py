@@ -26,6 +26,8 @@ from __future__ import annotations
 from bisect import bisect_left
 from collections.abc import Callable, Collection, Mapping, Sequence
 from collections.abc import Set as AbstractSet
+from itertools import pairwise
+from operator import itemgetter
 
 import numpy as np
 import numpy.typing as npt
@@ -136,7 +138,7 @@ class _LinkIndex:
     store of ``n`` messages name are those of ``supersedes`` of its ``n`` messages. ``stamp``:
     ``(messages read, fact links among them)``, replaced in one assignment."""
 
-    __slots__ = ("covered", "facts", "newer", "older", "stamp", "verdicts")
+    __slots__ = ("covered", "facts", "item_at", "items_upto", "kept_items", "newer", "older", "stamp", "verdicts")
 
     def __init__(self) -> None:
         self.older: set[str] = set()
@@ -145,6 +147,52 @@ class _LinkIndex:
         self.stamp = (0, 0)
         self.verdicts: dict[int, tuple[RenderedSummary, int, bool]] = {}  # id → (summary, fact links, holds)
         self.covered: dict[int, tuple[RenderedSummary, npt.NDArray[np.int64]]] = {}  # id → (summary, its indices)
+        # the whole archive's items as a re-summary last read them, by store index (archive_items)
+        self.item_at: list[SummaryItem | None] = []
+        self.kept_items: npt.NDArray[np.bool_] = np.zeros(0, dtype=bool)  # which of item_at still hold
+        self.items_upto = 0  # the store length item_at's marks were read at
+
+    def archive_items(
+        self, store: StoreView, archived_at: npt.NDArray[np.int64], make: Callable[[int], SummaryItem],
+    ) -> list[SummaryItem]:
+        """The items of the archived messages at ``archived_at`` (store indices, ascending), in
+        order: each kept from the last whole-archive re-summary while its supersede marks hold,
+        else ``make(index)`` and kept (issue 24: a re-summary of a million archived messages read
+        every message's item again, ~3 s; now O(messages stored since + what their links touch)).
+
+        A message's item changes only with its marks (a stored message never changes): its own
+        link and its chain's newest link, which change only when a newer message supersedes it
+        or a message its chain leads to. So the messages stored since the items were read are
+        walked, and each older message their links name, and all that lead to it (back through
+        ``store.supersedes``), made again. A store shorter than what was read (an older
+        snapshot) trusts nothing kept."""
+        n = len(store)
+        if n < self.items_upto:
+            return [make(i) for i in archived_at.tolist()]
+        item_at, kept = self.item_at, self.kept_items
+        if len(item_at) < n:
+            item_at.extend([None] * (n - len(item_at)))
+            kept = self.kept_items = np.concatenate([kept, np.zeros(n - len(kept), dtype=bool)])
+        if self.items_upto and kept.any():
+            supersedes = store.supersedes
+            touched: set[str] = set()
+            for message in store.messages[self.items_upto:n]:
+                walk = list(supersedes.get(message.id, ()))
+                while walk:
+                    older = walk.pop()
+                    if older not in touched:
+                        touched.add(older)
+                        walk.extend(supersedes.get(older, ()))
+            if touched:
+                kept[np.asarray(store.indices(touched), dtype=np.int64)] = False
+        self.items_upto = n
+        missing = archived_at[~kept[archived_at]]
+        for i in missing.tolist():
+            item_at[i] = make(i)
+        kept[missing] = True
+        if len(archived_at) < 2:
+            return [item_at[i] for i in archived_at.tolist()]  # type: ignore[misc]  # all made above
+        return list(itemgetter(*archived_at.tolist())(item_at))
 
     def keep_covered(self, summary: RenderedSummary, indices: npt.NDArray[np.int64]) -> None:
         """Keep the store indices ``summary`` covers (bounded: emptied at 256 summaries)."""
@@ -343,20 +391,20 @@ def summarise_archive(
                                else memo_get(message_id, message.content_hash) or _item(seams, message, newest, linked))
             out.append(item)
 
+    def item_at(i: int) -> SummaryItem:
+        found = items.get(i)
+        if found is None:  # a message a carried summary covered (the first loop passed it over)
+            message = messages[i]
+            found = (linked_item(message) if message.id in older or message.id in newer
+                     else memo_get(message.id, message.content_hash) or _item(seams, message, newest, linked))
+        return found
+
     def everything() -> list[list[SummaryItem]]:
-        runs_of_all: list[list[SummaryItem]] = [[]]
-        previous = -2
-        for i in archived:  # a run ends wherever a message is not archived
-            if i != previous + 1 and runs_of_all[-1]:
-                runs_of_all.append([])
-            previous = i
-            found = items.get(i)
-            if found is None:  # a message a carried summary covered (the first loop passed it over)
-                message = messages[i]
-                found = (linked_item(message) if message.id in older or message.id in newer
-                         else memo_get(message.id, message.content_hash) or _item(seams, message, newest, linked))
-            runs_of_all[-1].append(found)
-        return runs_of_all
+        flat = ([item_at(i) for i in archived] if index is None
+                else index.archive_items(store, archived_at, item_at))
+        # a run ends wherever a message is not archived
+        bounds = [0, *(np.flatnonzero(np.diff(archived_at) != 1) + 1).tolist(), len(flat)]
+        return [flat[a:b] for a, b in pairwise(bounds)]
 
     pyramid = _pyramid(seams, runs, reused, carried, everything, cap)
     if index is not None:  # what the next compaction asks of the summaries made here, known now

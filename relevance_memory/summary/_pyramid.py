@@ -8,7 +8,6 @@ which re-exports everything here.
 
 from __future__ import annotations
 
-import operator
 import re
 from collections import OrderedDict
 from collections.abc import Callable, Iterable, Sequence
@@ -146,7 +145,7 @@ class Summarizer(Protocol):
 
 
 # --------------------------------------------------------------------------- pyramid
-def key_parts(items: Sequence[SummaryItem]) -> tuple[tuple[str, str, str, bool, tuple[str, ...]], ...]:
+def key_parts(items: Sequence[SummaryItem]) -> tuple[KeyPart, ...]:
     """What a :class:`SummaryCache` key reads of ``items``: ``(id, content hash, superseded,
     supersedes, held)`` of each (pure)."""
     return tuple((i.id, i.content_hash, i.superseded, i.supersedes, i.held) for i in items)
@@ -158,8 +157,31 @@ class SummaryCache:
     def __init__(self, maxsize: int = 4096) -> None:
         self._data: OrderedDict[tuple[Any, ...], SummaryDraft] = OrderedDict()
         self._maxsize = maxsize
+        self._facts: list[RunFacts] = []  # the newest RUN_FACTS_KEPT, of RUN_FACTS_MIN items or more
         self.hits = 0
         self.misses = 0
+
+    def facts(self, items: Sequence[SummaryItem]) -> RunFacts:
+        """:func:`run_facts` of ``items``, resumed from the longest kept facts of a prefix of them
+        (the same items, in order: compared in C, each item first by identity); kept when
+        ``items`` holds :data:`RUN_FACTS_MIN` or more (issue 24: a whole archive summarised again
+        after it grew reads only what is new, as the offline summarizer's fold does). A list
+        ``items`` is kept as it is: the caller does not change it afterwards."""
+        if len(items) < RUN_FACTS_MIN:
+            return run_facts(items)
+        items = items if isinstance(items, list) else list(items)
+        best: RunFacts | None = None
+        for kept in self._facts:
+            n = len(kept.items)
+            if n <= len(items) and (best is None or n > len(best.items)):
+                a, b = kept.items[-1], items[n - 1]
+                if (a is b or a == b) and kept.items == items[:n]:
+                    best = kept
+        if best is not None and len(best.items) == len(items):
+            return best
+        made = run_facts(items, best)
+        self._facts = [*self._facts, made][-RUN_FACTS_KEPT:] if RUN_FACTS_KEPT > 0 else []
+        return made
 
     @staticmethod
     def key(
@@ -257,9 +279,20 @@ def id_spans(ids: Sequence[str]) -> list[str]:
     """``ids`` with each run of consecutive numbered ids written as a span (``m2–m19``), in
     order (pure): ``["m2", "m3", "m4", "m7"]`` → ``["m2–m4", "m7"]``. The restore tool and
     :meth:`RelevanceMemoryManager.restore` read such spans back."""
+    return _id_spans(ids)[0]
+
+
+SpanState = tuple[str, int, int]
+"""An open span of numbered ids, as :func:`_id_spans` leaves it: ``(head, first number, last number)``."""
+
+
+def _id_spans(ids: Sequence[str], state: SpanState | None = None) -> tuple[list[str], SpanState | None]:
+    """:func:`id_spans` of ``ids``, continued from ``state`` (the open span the ids before them
+    ended with; it is written first, grown if ``ids`` go on with it), and the state ``ids`` end
+    with (``None`` when they end with an id that is no numbered one): every span before the
+    open one is final however the ids go on (:func:`run_facts` reads only the new ones)."""
     out: list[str] = []
-    start = previous = None
-    prefix = ""
+    prefix, start, previous = state if state is not None else ("", None, None)
 
     def close() -> None:
         if start is not None and previous is not None:
@@ -282,7 +315,74 @@ def id_spans(ids: Sequence[str]) -> list[str]:
         close()
         prefix, start, previous = head, number, number
     close()
-    return out
+    return out, (prefix, start, previous) if start is not None and previous is not None else None
+
+
+RUN_FACTS_MIN = 1024
+"""Fewest items whose :class:`RunFacts` a :class:`SummaryCache` keeps and resumes from (a whole
+archive, not a phase)."""
+RUN_FACTS_KEPT = 3
+"""How many :class:`RunFacts` a :class:`SummaryCache` keeps (the newest)."""
+
+KeyPart = tuple[str, str, str, bool, tuple[str, ...]]
+"""What a :class:`SummaryCache` key reads of one item (:func:`key_parts`)."""
+
+
+@dataclass(frozen=True)
+class RunFacts:
+    """What :func:`build_pyramid` reads of a run of items, item by item (issue 24: at a million
+    archived messages each such pass is ~0.1–0.3 s, and a re-summary made seven of them).
+
+    Attributes:
+        items: the items, oldest first (never changed).
+        parts: :func:`key_parts` of them (the summary cache key).
+        ids: their ids, in order.
+        spans: :func:`id_spans` of ``ids``.
+        open_span: the last of ``spans`` while the ids that follow may grow it (:func:`_id_spans`).
+        traffic: how many are an agent's tool traffic (a tool result or a message with tool
+            calls; :func:`is_agentic`).
+        tokens: their token counts summed (tokens).
+        marks: ``(id, superseded)`` of each item marked superseded, in order.
+    """
+
+    items: list[SummaryItem]
+    parts: tuple[KeyPart, ...]
+    ids: list[str]
+    spans: list[str]
+    open_span: SpanState | None
+    traffic: int
+    tokens: int
+    marks: tuple[tuple[str, str], ...]
+
+    @property
+    def agentic(self) -> bool:
+        """:func:`is_agentic` of the items."""
+        return 2 * self.traffic >= len(self.items)
+
+
+def run_facts(items: Sequence[SummaryItem], prefix: RunFacts | None = None) -> RunFacts:
+    """The :class:`RunFacts` of ``items`` (pure); with ``prefix``, the facts of their first
+    ``len(prefix.items)`` items (the caller checked they are the same), only the rest is read:
+    sums and tuples extend, and the id spans go on from the prefix's open span
+    (:func:`_id_spans`). O(len(items) − len(prefix.items)) in Python, the rest copied in C.
+    A list ``items`` is kept as it is (not copied): the caller does not change it afterwards."""
+    kept = items if isinstance(items, list) else list(items)
+    done = len(prefix.items) if prefix is not None else 0
+    tail = items[done:]
+    tail_ids = [item.id for item in tail]
+    traffic = sum(1 for item in tail if item.role == "tool" or item.tool_calls)
+    tokens = sum(item.tokens for item in tail)
+    marks = tuple((item.id, item.superseded) for item in tail if item.superseded)
+    parts = key_parts(tail)
+    if prefix is None or not done:
+        spans, state = _id_spans(tail_ids)
+        return RunFacts(kept, parts, tail_ids, spans, state, traffic, tokens, marks)
+    more, state = _id_spans(tail_ids, prefix.open_span)
+    spans = [*prefix.spans[:-1], *more] if prefix.open_span is not None else [*prefix.spans, *more]
+    return RunFacts(
+        kept, prefix.parts + parts, prefix.ids + tail_ids, spans,
+        state, prefix.traffic + traffic, prefix.tokens + tokens, prefix.marks + marks,
+    )
 
 
 def _ids_text(ids: Sequence[str], limit: int, spans: Sequence[str] | None = None) -> str:
@@ -389,8 +489,10 @@ def _fit(
     role: str,
     cap: int,
     count: Callable[[dict[str, Any]], int],
+    spans: Sequence[str] | None = None,
 ) -> RenderedSummary | None:
-    """Render ``draft`` within ``cap`` tokens; ``None`` if even a bare pointer cannot fit.
+    """Render ``draft`` within ``cap`` tokens; ``None`` if even a bare pointer cannot fit
+    (``spans``: :func:`id_spans` of ``covered_ids`` when the caller has them).
 
     What yields, in order (newest material is kept longest, SPEC §7 values last): prose
     lines, oldest first and constraints last; tool calls, oldest first; the id list; what the
@@ -404,7 +506,7 @@ def _fit(
     tools = list(draft.tools_used)
     id_limit = 40
     compact = 0
-    spans = id_spans(covered_ids)
+    spans = id_spans(covered_ids) if spans is None else spans
     for _ in range(400):
         trimmed = draft.model_copy(update={"tools_used": tools})
         message = render_summary(
@@ -494,9 +596,14 @@ def level1_tokens(run: Sequence[SummaryItem], cap: int) -> int:
     conversation; for an agent's tool traffic (:func:`is_agentic`) :data:`AGENT_SUMMARY_RATIO`
     of the run's tokens, rounded up to 100 and at most ``cap``, never below
     :data:`LEVEL1_MAX_TOKENS`. Fixed by the run alone, so a draft caches well."""
-    if not is_agentic(run):
+    agentic = is_agentic(run)
+    return _level1_tokens(agentic, sum(item.tokens for item in run) if agentic else 0, cap)
+
+
+def _level1_tokens(agentic: bool, tokens: int, cap: int) -> int:
+    """:func:`level1_tokens` of a run that is ``agentic`` or not, of ``tokens`` tokens."""
+    if not agentic:
         return LEVEL1_MAX_TOKENS
-    tokens = sum(item.tokens for item in run)
     wanted = -(-int(tokens * AGENT_SUMMARY_RATIO) // 100) * 100
     return max(LEVEL1_MAX_TOKENS, min(cap, wanted))
 
@@ -518,9 +625,11 @@ def mark_held(items: Sequence[SummaryItem], lines: set[str]) -> list[SummaryItem
         sentence = " ".join(line[len(_USER_LINE):].strip().removeprefix("“").removesuffix("”").removesuffix("…").split())
         if sentence:
             quoted[line] = sentence.split("; ")
+    if not quoted:
+        return list(items)
     out: list[SummaryItem] = []
     for item in items:
-        if item.role != "user" or not quoted:
+        if item.role != "user":
             out.append(item)
             continue
         text = " ".join(item.text.split())
@@ -529,9 +638,9 @@ def mark_held(items: Sequence[SummaryItem], lines: set[str]) -> list[SummaryItem
     return out
 
 
-def _marked(rendered: RenderedSummary, items: Sequence[SummaryItem]) -> RenderedSummary:
-    """``rendered`` with the supersede marks of the ``items`` it covers (:attr:`RenderedSummary.superseded`)."""
-    marks = tuple((item.id, item.superseded) for item in items if item.superseded)
+def _marked(rendered: RenderedSummary, marks: tuple[tuple[str, str], ...]) -> RenderedSummary:
+    """``rendered`` with ``marks``, the supersede marks of the items it covers
+    (:attr:`RenderedSummary.superseded`, :attr:`RunFacts.marks`)."""
     return replace(rendered, superseded=marks) if marks else rendered
 
 
@@ -563,41 +672,36 @@ def build_pyramid(
     result = PyramidResult()
     if not runs:
         return result
-    everything = [item for run in runs for item in run]
+    everything = list(chain.from_iterable(runs))
     if cap <= 0:
         result.warnings.append("no room for summaries; archived messages were dropped (restorable by id)")
         return result
     level1: list[RenderedSummary] = []
-    parts: list[tuple[Any, ...]] = []  # each run's key parts, read again by the level-2 key
     for run in runs:
-        parts.append(key_parts(run))
-        draft = cache.get_or_make(summarizer, run, level=1, max_tokens=level1_tokens(run, cap), parts=parts[-1])
-        ids = [item.id for item in run]
-        rendered = _fit(draft, level=1, covered_ids=ids, role=role, cap=cap, count=count)
+        facts = cache.facts(run)
+        draft = cache.get_or_make(summarizer, run, level=1, max_tokens=_level1_tokens(facts.agentic, facts.tokens, cap),
+                                  parts=facts.parts)
+        rendered = _fit(draft, level=1, covered_ids=facts.ids, role=role, cap=cap, count=count, spans=facts.spans)
         if rendered is None:
             level1 = []
             break
-        level1.append(_marked(rendered, run))
+        level1.append(_marked(rendered, facts.marks))
     if level1 and sum(s.tokens for s in level1) <= cap:
         result.summaries = level1
         return result
     # the level-1 summaries merge: what they held of the user's facts is kept first (issue 23)
-    marked = mark_held(everything, held_lines(level1))
-    # the runs' key parts when every run was read and no item took a held line (the same objects)
-    same = len(parts) == len(runs) and all(map(operator.is_, marked, everything))
-    everything = marked
-    draft = cache.get_or_make(summarizer, everything, level=2, max_tokens=cap,
-                              parts=tuple(chain.from_iterable(parts)) if same else None)
-    ids = [i.id for i in everything]
-    rendered = _fit(draft, level=2, covered_ids=ids, role=role, cap=cap, count=count)
+    everything = mark_held(everything, held_lines(level1))
+    facts = cache.facts(everything)
+    draft = cache.get_or_make(summarizer, everything, level=2, max_tokens=cap, parts=facts.parts)
+    rendered = _fit(draft, level=2, covered_ids=facts.ids, role=role, cap=cap, count=count, spans=facts.spans)
     if rendered is None:
-        result.pointer = pointer_summary(ids, role=role, cap=cap, count=count)
+        result.pointer = pointer_summary(facts.ids, role=role, cap=cap, count=count)
         result.warnings.append(
             f"summary of {len(everything)} archived message(s) does not fit {cap} tokens; they were dropped "
             + ("(a pointer lists them, restorable by id)" if result.pointer else "(restorable by id)")
         )
         return result
-    result.summaries = [_marked(rendered, everything)]
+    result.summaries = [_marked(rendered, facts.marks)]
     if len(runs) > 1 or level1:
         result.warnings.append(f"level-1 summaries exceed {cap} tokens; merged into one level-2 summary")
     return result

@@ -44,7 +44,6 @@ from ._pyramid import (
     SummaryDraft,
     SummaryItem,
     build_pyramid,
-    is_agentic,
     pointer_summary,
     pointer_tokens,
     render_summary,
@@ -93,12 +92,14 @@ class _Fold:
     """What :meth:`OfflineSummarizer.summarize` has read of ``items`` (oldest first): each dedupe
     key's newest line, each value's and tool call's newest occurrence, and the next order."""
 
-    items: Sequence[SummaryItem] = ()
+    items: list[SummaryItem] = field(default_factory=list)
     agentic: bool = False
     latest: dict[str, tuple[int, int, str, int, bool, bool, bool, bool]] = field(default_factory=dict)
     values_at: dict[str, tuple[int, int]] = field(default_factory=dict)
     tools_at: dict[str, int] = field(default_factory=dict)
     order: int = 0
+    traffic: int = 0  # how many of ``items`` are tool traffic (is_agentic)
+    ids: list[str] = field(default_factory=list)  # the ids of ``items``
 
 
 @dataclass
@@ -214,18 +215,17 @@ class OfflineSummarizer:
                 self._names_memo.pop(next(iter(self._names_memo)))
         return found
 
-    def _resume(self, items: Sequence[SummaryItem], agentic: bool) -> _Fold:
-        """A copy of the longest memoised fold (:class:`_Fold`) of a prefix of ``items`` (the
-        same items, in order), or an empty one."""
+    def _resume(self, items: list[SummaryItem]) -> _Fold | None:
+        """The longest memoised fold (:class:`_Fold`) of a prefix of ``items`` (the same items,
+        in order: compared in C, each item first by identity), or ``None``."""
         best: _Fold | None = None
         for fold in self._folds:
-            done = fold.items
-            if (fold.agentic == agentic and len(done) <= len(items) and (best is None or len(done) > len(best.items))
-                    and all(a is b or a == b for a, b in zip(done, items, strict=False))):
-                best = fold
-        if best is None:
-            return _Fold(agentic=agentic)
-        return _Fold(best.items, agentic, dict(best.latest), dict(best.values_at), dict(best.tools_at), best.order)
+            n = len(fold.items)
+            if 0 < n <= len(items) and (best is None or n > len(best.items)):
+                a, b = fold.items[-1], items[n - 1]
+                if (a is b or a == b) and fold.items == items[:n]:
+                    best = fold
+        return best
 
     def summarize(self, items: Sequence[SummaryItem], *, level: int, max_tokens: int) -> SummaryDraft:
         """Summarise ``items`` (oldest first); deterministic. See the class docstring.
@@ -234,10 +234,20 @@ class OfflineSummarizer:
         prefix of them when there is one (:data:`FOLD_MIN_ITEMS` or more items; the last
         :data:`FOLD_MEMO` folds): a whole archive summarised again after it grew reads only what
         is new (issue 24); what follows the fold is the same either way."""
+        items = items if isinstance(items, list) else list(items)
+        prefix = self._resume(items) if len(items) >= FOLD_MIN_ITEMS else None
+        done = len(prefix.items) if prefix is not None else 0
+        traffic = (prefix.traffic if prefix is not None else 0) + sum(
+            1 for item in items[done:] if item.role == "tool" or item.tool_calls)
         # an agent's tool traffic: the names it read and ran (paths, code names, line numbers)
         # are what its next steps use again (SPEC §11 action support), newest first
-        agentic = self.agent_names and is_agentic(items)
-        fold = self._resume(items, agentic) if len(items) >= FOLD_MIN_ITEMS else _Fold(agentic=agentic)
+        agentic = self.agent_names and 2 * traffic >= len(items)  # is_agentic(items)
+        if prefix is not None and prefix.agentic == agentic:
+            fold = _Fold(prefix.items, agentic, dict(prefix.latest), dict(prefix.values_at), dict(prefix.tools_at),
+                         prefix.order, prefix.traffic, prefix.ids)
+        else:
+            fold = _Fold(agentic=agentic)
+        ids = fold.ids + [item.id for item in items[len(fold.items):]]
         # dedupe key → (priority, order, line, cost, superseded, said by the user, a fact they
         # stated, one an earlier summary held)
         latest = fold.latest
@@ -266,8 +276,8 @@ class OfflineSummarizer:
                     values_at.pop(name, None)
                     values_at[name] = (order, -position)
                 order += 1
-        if len(items) >= FOLD_MIN_ITEMS:
-            made = _Fold(list(items), agentic, latest, values_at, tools_at, order)  # never changed hereafter
+        if len(items) >= FOLD_MIN_ITEMS:  # never changed hereafter
+            made = _Fold(list(items), agentic, latest, values_at, tools_at, order, traffic, ids)
             self._folds = [*self._folds, made][-FOLD_MEMO:] if FOLD_MEMO > 0 else []
         # what the user said (current values) is read first, up to half of the room (issue 23: a
         # name, number or decision the user stated early outlives the agent's newer traffic and
@@ -316,12 +326,8 @@ class OfflineSummarizer:
             prose = "\n".join(lines)
             if len(chosen) < len(candidates):
                 prose += "\n" + _left_out_note(len(candidates) - len(chosen))
-        return SummaryDraft(
-            prose=prose,
-            exact_values=values,
-            tools_used=tools,
-            covered_ids=[item.id for item in items],
-        )
+        # made as validated (str fields and lists of str): validating a million ids cost ~0.1 s
+        return SummaryDraft.model_construct(prose=prose, exact_values=values, tools_used=tools, covered_ids=list(ids))
 
 
 _DIGITS_RE = re.compile(r"\d+")

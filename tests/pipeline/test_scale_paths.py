@@ -329,9 +329,9 @@ def test_a_resumed_summary_fold_summarises_as_a_fresh_read(monkeypatch: pytest.M
     resumed: list[int] = []
     read = summary_module.OfflineSummarizer._resume
 
-    def counted(self: Any, items: Any, agentic: bool) -> Any:
-        fold = read(self, items, agentic)
-        resumed.append(len(fold.items))
+    def counted(self: Any, items: Any) -> Any:
+        fold = read(self, items)
+        resumed.append(len(fold.items) if fold is not None else 0)
         return fold
 
     monkeypatch.setattr(summary_module.OfflineSummarizer, "_resume", counted)
@@ -410,6 +410,9 @@ def test_linked_items_kept_across_builds_are_the_items_made_again(monkeypatch: p
         return verdicts[-1]
 
     monkeypatch.setattr(sm, "_still_newest", counted)
+    # every archived item asked of linked_item (the items a re-summary keeps are tested apart)
+    monkeypatch.setattr(sm._LinkIndex, "archive_items",
+                        lambda self, store, archived_at, make: [make(i) for i in archived_at.tolist()])
     fast = runner()
     assert verdicts.count(True) >= 10 and verdicts.count(False) >= 1
     monkeypatch.setattr(SummaryItems, "linked", lambda self, message_id: None)
@@ -715,3 +718,113 @@ def test_the_indices_kept_for_a_summary_when_it_is_made_are_its_ids_looked_up(
     assert first_asked and all(first_asked)
     monkeypatch.setattr(sm, "_remember_made", lambda *args: None)
     assert runner() == fast
+
+
+@pytest.mark.parametrize("runner", [supersede_run, lambda: supersede_run(700), late_restatement_run])
+def test_archive_items_kept_from_the_last_resummary_are_the_items_made_again(
+    monkeypatch: pytest.MonkeyPatch, runner: Any
+) -> None:
+    """A whole-archive re-summary keeps each archived message's item from the last one while no
+    newer message superseded it or a message its chain leads to (issue 24: a million items read
+    again, ~3 s): the items it gives are those made again, some kept and some made again because
+    a restatement reached them; and the builds are those that make every item again."""
+    kept_and_made: list[tuple[int, int]] = []
+    archive_items = sm._LinkIndex.archive_items
+
+    def checked(self: Any, store: Any, archived_at: Any, make: Any) -> Any:
+        made: list[int] = []
+
+        def counted(i: int) -> Any:
+            made.append(i)
+            return make(i)
+
+        items = archive_items(self, store, archived_at, counted)
+        assert items == [make(i) for i in archived_at.tolist()]
+        kept_and_made.append((len(items) - len(made), len(made)))
+        return items
+
+    monkeypatch.setattr(sm._LinkIndex, "archive_items", checked)
+    fast = runner()
+    assert sum(k for k, _ in kept_and_made[1:]) >= 20  # kept from an earlier re-summary
+    assert sum(1 for k, m in kept_and_made[1:] if k and m) >= 1  # and some of those made again
+    monkeypatch.setattr(sm._LinkIndex, "archive_items",
+                        lambda self, store, archived_at, make: [make(i) for i in archived_at.tolist()])
+    assert runner() == fast
+
+
+def test_archive_items_marked_stale_are_those_a_new_link_reaches() -> None:
+    """The items a re-summary makes again are the messages whose supersede marks a message
+    stored since changed: the older value it supersedes and every one before it in its chain;
+    a message no new link reaches keeps its item (the same object)."""
+    memory = RelevanceMemoryManager(max_input_tokens=400, keep_recent=1)
+    memory.set_goal(final="Plan the user's trip")
+    for city in ("Lisbon", "Porto", "Faro"):
+        memory.extend([{"role": "user", "content": f"I live in {city} now."},
+                       {"role": "assistant", "content": f"Noted: {city}. Anything else?"}])
+    memory.build_context(compact=True)
+    seams = memory._seams()
+    index = sm._link_index(seams)
+    assert index is not None
+    store = seams.store
+    at = np.arange(len(store), dtype=np.int64)
+    first = index.archive_items(store, at, lambda i: sm._item(seams, store[i], {}))
+    assert [item.superseded != "" for item in first] == [True, False, True, False, False, False]
+    memory.extend([{"role": "user", "content": "I live in Braga now."}])
+    store = memory._seams().store
+    made: list[int] = []
+
+    def make(i: int) -> Any:
+        made.append(i)
+        return sm._item(memory._seams(), store[i], {})
+
+    again = index.archive_items(store, np.arange(len(store), dtype=np.int64), make)
+    assert made == [0, 2, 4, 6]  # the chain Lisbon → Porto → Faro → Braga, and the new message
+    assert all(again[i] is first[i] for i in (1, 3, 5))
+    assert all(again[i].superseded == "since step 6: braga (lives in)" for i in (0, 2, 4))
+
+
+_IDS = st.lists(st.one_of(
+    st.builds(lambda head, n: f"{head}{n}", st.sampled_from(["m", "x", "m0", ""]), st.integers(0, 12)),
+    st.sampled_from(["abc", "q", "m"])), max_size=30)
+
+
+@settings(max_examples=300, deadline=None)
+@given(ids=_IDS, data=st.data())
+def test_run_facts_resumed_from_a_prefix_are_the_facts_read_whole(ids: list[str], data: Any) -> None:
+    """What build_pyramid reads of a run, resumed from the facts of any prefix of it (issue 24:
+    a whole archive summarised again after it grew), equals reading the whole run: key parts,
+    ids, id spans (a span open at the cut grows on), traffic, tokens and supersede marks."""
+    from relevance_memory.summary._pyramid import SummaryItem, id_spans, key_parts, run_facts
+
+    items = [SummaryItem(id=i, role=data.draw(st.sampled_from(["user", "tool", "assistant"])), msg_type="x", text="",
+                         content_hash=i, superseded=data.draw(st.sampled_from(["", "since step 3: x"])),
+                         tokens=data.draw(st.integers(0, 9))) for i in ids]
+    whole = run_facts(items)
+    assert whole.spans == id_spans(ids) and whole.parts == key_parts(items) and whole.ids == ids
+    assert whole.traffic == sum(item.role == "tool" for item in items)
+    assert whole.marks == tuple((i.id, i.superseded) for i in items if i.superseded)
+    cut = data.draw(st.integers(0, len(items)))
+    assert run_facts(items, run_facts(items[:cut])) == whole
+
+
+@pytest.mark.parametrize("budget", [1000, 700])
+def test_run_facts_resumed_across_resummaries_build_as_reading_every_run(
+    monkeypatch: pytest.MonkeyPatch, budget: int
+) -> None:
+    """The summary cache's run facts, resumed from the facts of a prefix kept from an earlier
+    build, give the builds of reading every run whole — and some are resumed."""
+    from relevance_memory.summary import _pyramid
+
+    monkeypatch.setattr(_pyramid, "RUN_FACTS_MIN", 8)  # the run's archives are small
+    resumed: list[int] = []
+    read = _pyramid.run_facts
+
+    def counted(items: Any, prefix: Any = None) -> Any:
+        resumed.append(len(prefix.items) if prefix is not None else 0)
+        return read(items, prefix)
+
+    monkeypatch.setattr(_pyramid, "run_facts", counted)
+    fast = supersede_run(budget)
+    assert max(resumed) >= 40
+    monkeypatch.setattr(_pyramid, "RUN_FACTS_KEPT", 0)
+    assert supersede_run(budget) == fast
