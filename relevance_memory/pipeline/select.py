@@ -36,9 +36,11 @@ memory through its methods only.
 from __future__ import annotations
 
 import functools
-import itertools
 import math
 from collections.abc import Collection, Iterable, Mapping, Sequence
+
+import numpy as np
+import numpy.typing as npt
 
 from .._memo import same_prefix
 from .._models import USER_AUTHORED_TYPES, RelevanceScore, TaskGoal, content_text
@@ -625,31 +627,34 @@ def tool_traffic_share(store: StoreView, chains: Iterable[Chain], index: ChainIn
 
 class _TrafficSums:
     """Running sums of :func:`tool_traffic_share` over a list of chains (kept by the chain
-    index from build to build): ``totals[k]`` / ``tools[k]`` the tokens and tool-traffic tokens
-    of ``chains[:k + 1]`` (Python ints: exact)."""
+    index from build to build): ``totals_upto[k]`` / ``tools_upto[k]`` the tokens and
+    tool-traffic tokens of ``chains[:k + 1]`` (int64 arrays: exact below 2**63 tokens, and no
+    list of ints for the collector to traverse after each compaction, issue 24)."""
 
     __slots__ = ("chains", "tools_upto", "totals_upto")
 
-    def __init__(self, chains: list[Chain], totals_upto: list[int], tools_upto: list[int]) -> None:
+    def __init__(self, chains: list[Chain], totals_upto: npt.NDArray[np.int64], tools_upto: npt.NDArray[np.int64]) -> None:
         self.chains, self.totals_upto, self.tools_upto = chains, totals_upto, tools_upto
 
     @property
     def total(self) -> int:
-        return self.totals_upto[-1] if self.totals_upto else 0
+        return int(self.totals_upto[-1]) if len(self.totals_upto) else 0
 
     @property
     def tools(self) -> int:
-        return self.tools_upto[-1] if self.tools_upto else 0
+        return int(self.tools_upto[-1]) if len(self.tools_upto) else 0
 
     @classmethod
     def grown(cls, kept: _TrafficSums | None, k: int, chains: list[Chain], totals: list[int],
               traffic: list[int]) -> _TrafficSums:
         """The sums of ``chains``: ``kept``'s for its first ``k``, then ``totals`` / ``traffic``."""
-        totals_upto = kept.totals_upto[:k] if kept is not None else []
-        tools_upto = kept.tools_upto[:k] if kept is not None else []
-        for upto, added in ((totals_upto, totals), (tools_upto, traffic)):  # each running on from the kept sum
-            upto.extend(itertools.islice(itertools.accumulate(added, initial=upto[-1] if upto else 0), 1, None))
-        return cls(chains, totals_upto, tools_upto)
+        empty = np.zeros(0, dtype=np.int64)
+        sums = []
+        for upto, added in ((kept.totals_upto[:k] if kept is not None else empty, totals),
+                            (kept.tools_upto[:k] if kept is not None else empty, traffic)):
+            start = int(upto[-1]) if len(upto) else 0  # each running on from the kept sum
+            sums.append(np.concatenate([upto, start + np.cumsum(np.asarray(added, dtype=np.int64))]))
+        return cls(chains, sums[0], sums[1])
 
 
 def current_file_views(

@@ -138,7 +138,8 @@ class _LinkIndex:
     store of ``n`` messages name are those of ``supersedes`` of its ``n`` messages. ``stamp``:
     ``(messages read, fact links among them)``, replaced in one assignment."""
 
-    __slots__ = ("covered", "facts", "item_at", "items_upto", "kept_items", "newer", "older", "stamp", "verdicts")
+    __slots__ = ("covered", "facts", "item_at", "items_upto", "kept_items", "last_archive", "newer", "older", "stamp",
+                 "verdicts")
 
     def __init__(self) -> None:
         self.older: set[str] = set()
@@ -151,10 +152,12 @@ class _LinkIndex:
         self.item_at: list[SummaryItem | None] = []
         self.kept_items: npt.NDArray[np.bool_] = np.zeros(0, dtype=bool)  # which of item_at still hold
         self.items_upto = 0  # the store length item_at's marks were read at
+        # the last archive_items: its indices and items (a prefix of the next archive is read from it)
+        self.last_archive: tuple[npt.NDArray[np.int64], tuple[SummaryItem, ...]] | None = None
 
     def archive_items(
         self, store: StoreView, archived_at: npt.NDArray[np.int64], make: Callable[[int], SummaryItem],
-    ) -> list[SummaryItem]:
+    ) -> tuple[SummaryItem, ...]:
         """The items of the archived messages at ``archived_at`` (store indices, ascending), in
         order: each kept from the last whole-archive re-summary while its supersede marks hold,
         else ``make(index)`` and kept (issue 24: a re-summary of a million archived messages read
@@ -164,11 +167,13 @@ class _LinkIndex:
         link and its chain's newest link, which change only when a newer message supersedes it
         or a message its chain leads to. So the messages stored since the items were read are
         walked, and each older message their links name, and all that lead to it (back through
-        ``store.supersedes``), made again. A store shorter than what was read (an older
-        snapshot) trusts nothing kept."""
+        ``store.supersedes``), made again. When the archive starts with the last one's indices
+        (an archive grows at its end), its list is copied and only what follows is looked up.
+        A store shorter than what was read (an older snapshot) trusts nothing kept. A tuple: a
+        run of all of it is this very tuple (summarised without a copy, :class:`RunFacts`)."""
         n = len(store)
         if n < self.items_upto:
-            return [make(i) for i in archived_at.tolist()]
+            return tuple([make(i) for i in archived_at.tolist()])
         item_at, kept = self.item_at, self.kept_items
         if len(item_at) < n:
             item_at.extend([None] * (n - len(item_at)))
@@ -186,13 +191,30 @@ class _LinkIndex:
             if touched:
                 kept[np.asarray(store.indices(touched), dtype=np.int64)] = False
         self.items_upto = n
-        missing = archived_at[~kept[archived_at]]
+        last = self.last_archive
+        at = len(last[0]) if last is not None else 0
+        if last is None or len(archived_at) < at or not np.array_equal(archived_at[:at], last[0]):
+            at = 0  # not the last archive and more: read by index
+        stale = np.flatnonzero(~kept[archived_at[:at]])  # positions in the last archive made again
+        rest = archived_at[at:]
+        missing = np.concatenate([archived_at[stale], rest[~kept[rest]]])
         for i in missing.tolist():
             item_at[i] = make(i)
         kept[missing] = True
-        if len(archived_at) < 2:
-            return [item_at[i] for i in archived_at.tolist()]  # type: ignore[misc]  # all made above
-        return list(itemgetter(*archived_at.tolist())(item_at))
+        flat: tuple[SummaryItem, ...] = ()
+        if at and last is not None:  # the last archive's items, those made again replaced, then the rest
+            flat = last[1]
+            if len(stale):
+                again = list(flat)
+                for position in stale.tolist():
+                    again[position] = item_at[archived_at[position]]  # type: ignore[call-overload]  # made above
+                flat = tuple(again)
+        if len(rest) > 1:
+            flat += itemgetter(*rest.tolist())(item_at)
+        elif len(rest):
+            flat += (item_at[int(rest[0])],)  # type: ignore[operator]  # made above
+        self.last_archive = (archived_at, flat)
+        return flat
 
     def keep_covered(self, summary: RenderedSummary, indices: npt.NDArray[np.int64]) -> None:
         """Keep the store indices ``summary`` covers (bounded: emptied at 256 summaries)."""
@@ -399,8 +421,8 @@ def summarise_archive(
                      else memo_get(message.id, message.content_hash) or _item(seams, message, newest, linked))
         return found
 
-    def everything() -> list[list[SummaryItem]]:
-        flat = ([item_at(i) for i in archived] if index is None
+    def everything() -> list[Sequence[SummaryItem]]:
+        flat = (tuple([item_at(i) for i in archived]) if index is None
                 else index.archive_items(store, archived_at, item_at))
         # a run ends wherever a message is not archived
         bounds = [0, *(np.flatnonzero(np.diff(archived_at) != 1) + 1).tolist(), len(flat)]
@@ -440,7 +462,7 @@ def _remember_made(
 
 def _pyramid(
     seams: Seams, runs: list[list[SummaryItem]], reused: list[RenderedSummary], carried: Sequence[RenderedSummary],
-    everything: Callable[[], list[list[SummaryItem]]], cap: int,
+    everything: Callable[[], list[Sequence[SummaryItem]]], cap: int,
 ) -> PyramidResult:
     """The carried summaries ``reused`` again, then ``runs`` (the archived messages none of them
     covers) summarised after them — or, when that does not fit ``cap`` or needs more than level 1,
@@ -457,7 +479,7 @@ def _pyramid(
     # a fact an earlier summary kept)
     quoted = held_lines(carried)
     return build_pyramid(
-        [mark_held(run, quoted) for run in everything()],
+        [mark_held(run, quoted) for run in everything()] if quoted else everything(),
         summarizer=seams.summarizer,
         cache=seams.summary_cache,
         count=seams.tokenizer.count_message,

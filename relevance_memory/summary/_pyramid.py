@@ -151,11 +151,29 @@ def key_parts(items: Sequence[SummaryItem]) -> tuple[KeyPart, ...]:
     return tuple((i.id, i.content_hash, i.superseded, i.supersedes, i.held) for i in items)
 
 
+class _HashedKey:
+    """A :class:`SummaryCache` key with its hash computed once (issue 24: the key of a whole
+    archive's summary holds a tuple per archived message, and the cache's lookup, insertion and
+    reordering each hashed it again)."""
+
+    __slots__ = ("hash", "key")
+
+    def __init__(self, key: tuple[Any, ...]) -> None:
+        self.key = key
+        self.hash = hash(key)
+
+    def __hash__(self) -> int:
+        return self.hash
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, _HashedKey) and self.hash == other.hash and self.key == other.key
+
+
 class SummaryCache:
     """Bounded in-process cache of drafts keyed by what they cover (SPEC §7)."""
 
     def __init__(self, maxsize: int = 4096) -> None:
-        self._data: OrderedDict[tuple[Any, ...], SummaryDraft] = OrderedDict()
+        self._data: OrderedDict[_HashedKey, SummaryDraft] = OrderedDict()
         self._maxsize = maxsize
         self._facts: list[RunFacts] = []  # the newest RUN_FACTS_KEPT, of RUN_FACTS_MIN items or more
         self.hits = 0
@@ -165,11 +183,10 @@ class SummaryCache:
         """:func:`run_facts` of ``items``, resumed from the longest kept facts of a prefix of them
         (the same items, in order: compared in C, each item first by identity); kept when
         ``items`` holds :data:`RUN_FACTS_MIN` or more (issue 24: a whole archive summarised again
-        after it grew reads only what is new, as the offline summarizer's fold does). A list
-        ``items`` is kept as it is: the caller does not change it afterwards."""
+        after it grew reads only what is new, as the offline summarizer's fold does)."""
         if len(items) < RUN_FACTS_MIN:
             return run_facts(items)
-        items = items if isinstance(items, list) else list(items)
+        items = items if isinstance(items, tuple) else tuple(items)
         best: RunFacts | None = None
         for kept in self._facts:
             n = len(kept.items)
@@ -197,7 +214,7 @@ class SummaryCache:
     ) -> SummaryDraft:
         """The cached draft, or a new one from ``summarizer`` (``parts``: :func:`key_parts` of
         ``items`` when the caller has them)."""
-        key = self.key(summarizer.name, level, items, max_tokens, parts)
+        key = _HashedKey(self.key(summarizer.name, level, items, max_tokens, parts))
         draft = self._data.get(key)
         if draft is not None:
             self.hits += 1
@@ -345,9 +362,9 @@ class RunFacts:
         marks: ``(id, superseded)`` of each item marked superseded, in order.
     """
 
-    items: list[SummaryItem]
+    items: tuple[SummaryItem, ...]
     parts: tuple[KeyPart, ...]
-    ids: list[str]
+    ids: tuple[str, ...]
     spans: list[str]
     open_span: SpanState | None
     traffic: int
@@ -365,11 +382,13 @@ def run_facts(items: Sequence[SummaryItem], prefix: RunFacts | None = None) -> R
     ``len(prefix.items)`` items (the caller checked they are the same), only the rest is read:
     sums and tuples extend, and the id spans go on from the prefix's open span
     (:func:`_id_spans`). O(len(items) − len(prefix.items)) in Python, the rest copied in C.
-    A list ``items`` is kept as it is (not copied): the caller does not change it afterwards."""
-    kept = items if isinstance(items, list) else list(items)
+    A tuple ``items`` is kept as it is (not copied), and the ids are a tuple: a summary's covered
+    ids and a summarizer's fold share them (issue 24: each copy of a million is traversed by
+    the collector after the build)."""
+    kept = items if isinstance(items, tuple) else tuple(items)
     done = len(prefix.items) if prefix is not None else 0
     tail = items[done:]
-    tail_ids = [item.id for item in tail]
+    tail_ids = tuple([item.id for item in tail])
     traffic = sum(1 for item in tail if item.role == "tool" or item.tool_calls)
     tokens = sum(item.tokens for item in tail)
     marks = tuple((item.id, item.superseded) for item in tail if item.superseded)
@@ -668,11 +687,11 @@ def build_pyramid(
         role: ``system`` or ``user``.
         cap: tokens all summaries together may take (tokens).
     """
-    runs = [list(r) for r in runs if r]
+    runs = [tuple(r) for r in runs if r]  # a tuple run is the caller's, not a copy (RunFacts)
     result = PyramidResult()
     if not runs:
         return result
-    everything = list(chain.from_iterable(runs))
+    everything = tuple(chain.from_iterable(runs)) if len(runs) > 1 else runs[0]
     if cap <= 0:
         result.warnings.append("no room for summaries; archived messages were dropped (restorable by id)")
         return result
@@ -690,7 +709,9 @@ def build_pyramid(
         result.summaries = level1
         return result
     # the level-1 summaries merge: what they held of the user's facts is kept first (issue 23)
-    everything = mark_held(everything, held_lines(level1))
+    lines = held_lines(level1)
+    if lines:
+        everything = tuple(mark_held(everything, lines))
     facts = cache.facts(everything)
     draft = cache.get_or_make(summarizer, everything, level=2, max_tokens=cap, parts=facts.parts)
     rendered = _fit(draft, level=2, covered_ids=facts.ids, role=role, cap=cap, count=count, spans=facts.spans)

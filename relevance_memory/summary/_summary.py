@@ -92,14 +92,14 @@ class _Fold:
     """What :meth:`OfflineSummarizer.summarize` has read of ``items`` (oldest first): each dedupe
     key's newest line, each value's and tool call's newest occurrence, and the next order."""
 
-    items: list[SummaryItem] = field(default_factory=list)
+    items: tuple[SummaryItem, ...] = ()
     agentic: bool = False
     latest: dict[str, tuple[int, int, str, int, bool, bool, bool, bool]] = field(default_factory=dict)
     values_at: dict[str, tuple[int, int]] = field(default_factory=dict)
     tools_at: dict[str, int] = field(default_factory=dict)
     order: int = 0
     traffic: int = 0  # how many of ``items`` are tool traffic (is_agentic)
-    ids: list[str] = field(default_factory=list)  # the ids of ``items``
+    ids: list[str] = field(default_factory=list)  # the ids of ``items`` (a draft's covered ids: never changed)
 
 
 @dataclass
@@ -215,7 +215,7 @@ class OfflineSummarizer:
                 self._names_memo.pop(next(iter(self._names_memo)))
         return found
 
-    def _resume(self, items: list[SummaryItem]) -> _Fold | None:
+    def _resume(self, items: tuple[SummaryItem, ...]) -> _Fold | None:
         """The longest memoised fold (:class:`_Fold`) of a prefix of ``items`` (the same items,
         in order: compared in C, each item first by identity), or ``None``."""
         best: _Fold | None = None
@@ -234,7 +234,7 @@ class OfflineSummarizer:
         prefix of them when there is one (:data:`FOLD_MIN_ITEMS` or more items; the last
         :data:`FOLD_MEMO` folds): a whole archive summarised again after it grew reads only what
         is new (issue 24); what follows the fold is the same either way."""
-        items = items if isinstance(items, list) else list(items)
+        items = items if isinstance(items, tuple) else tuple(items)  # kept by the fold: never changed
         prefix = self._resume(items) if len(items) >= FOLD_MIN_ITEMS else None
         done = len(prefix.items) if prefix is not None else 0
         traffic = (prefix.traffic if prefix is not None else 0) + sum(
@@ -277,7 +277,7 @@ class OfflineSummarizer:
                     values_at[name] = (order, -position)
                 order += 1
         if len(items) >= FOLD_MIN_ITEMS:  # never changed hereafter
-            made = _Fold(list(items), agentic, latest, values_at, tools_at, order, traffic, ids)
+            made = _Fold(items, agentic, latest, values_at, tools_at, order, traffic, ids)
             self._folds = [*self._folds, made][-FOLD_MEMO:] if FOLD_MEMO > 0 else []
         # what the user said (current values) is read first, up to half of the room (issue 23: a
         # name, number or decision the user stated early outlives the agent's newer traffic and
@@ -326,8 +326,9 @@ class OfflineSummarizer:
             prose = "\n".join(lines)
             if len(chosen) < len(candidates):
                 prose += "\n" + _left_out_note(len(candidates) - len(chosen))
-        # made as validated (str fields and lists of str): validating a million ids cost ~0.1 s
-        return SummaryDraft.model_construct(prose=prose, exact_values=values, tools_used=tools, covered_ids=list(ids))
+        # made as validated (str fields and lists of str): validating a million ids cost ~0.1 s; the
+        # ids are the fold's (a draft is cached and shared: never changed)
+        return SummaryDraft.model_construct(prose=prose, exact_values=values, tools_used=tools, covered_ids=ids)
 
 
 _DIGITS_RE = re.compile(r"\d+")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import pytest
 from hypothesis import given, settings
@@ -301,3 +302,37 @@ def test_messages_born_in_one_tick_share_their_new_cell_and_part_on_a_write() ->
     field.observe([*messages, _msg(5, refs=("m2",)), _msg(6)])  # a new tick: a new shared cell; m2 reinforced alone
     assert cells["m5"] is cells["m6"] and cells["m5"].born_tick == 1 and cells["m0"].born_tick == 0
     assert cells["m2"] is not cells["m3"] and field.strength("m2") > field.strength("m3")
+
+
+_WRITES = st.lists(st.one_of(
+    st.tuples(st.just("write"), st.sampled_from(["m0", "m1", "m2", "m3", "m4"]), st.floats(0, 9)),
+    st.tuples(st.just("view"), st.just(""), st.just(0.0))), max_size=40)
+
+
+@settings(max_examples=200, deadline=None)
+@given(ops=_WRITES, live=st.integers(1, 4))
+def test_cells_now_is_the_table_as_of_then_however_it_is_written_after(ops: list[Any], live: int) -> None:
+    """``cells_now`` is what a copy of the cell table taken then holds, read later after more
+    writes (updates and new ids): get, [], in, len and items — also once the table stops
+    keeping it current (more live views than SNAPSHOTS_LIVE: it is copied then)."""
+    import relevance_memory.pheromone._field as field_module
+    from relevance_memory.pheromone._math import Cell
+
+    field = PheromoneField()
+    views: list[tuple[Any, dict[str, Any]]] = []
+    old = field_module.SNAPSHOTS_LIVE
+    field_module.SNAPSHOTS_LIVE = live
+    try:
+        for op, key, strength in ops:
+            if op == "write":
+                field._cells[key] = Cell("tool_result", 0, strength, 0)
+            else:
+                views.append((field.cells_now(), dict(field._cells)))
+    finally:
+        field_module.SNAPSHOTS_LIVE = old
+    for view, copy in views:
+        assert dict(view.items()) == copy and len(view) == len(copy) and sorted(view) == sorted(copy)
+        for key in ("m0", "m1", "m2", "m3", "m4"):
+            assert view.get(key) == copy.get(key) and (key in view) == (key in copy)
+            if key in copy:
+                assert view[key] == copy[key]

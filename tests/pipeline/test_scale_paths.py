@@ -412,7 +412,7 @@ def test_linked_items_kept_across_builds_are_the_items_made_again(monkeypatch: p
     monkeypatch.setattr(sm, "_still_newest", counted)
     # every archived item asked of linked_item (the items a re-summary keeps are tested apart)
     monkeypatch.setattr(sm._LinkIndex, "archive_items",
-                        lambda self, store, archived_at, make: [make(i) for i in archived_at.tolist()])
+                        lambda self, store, archived_at, make: tuple([make(i) for i in archived_at.tolist()]))
     fast = runner()
     assert verdicts.count(True) >= 10 and verdicts.count(False) >= 1
     monkeypatch.setattr(SummaryItems, "linked", lambda self, message_id: None)
@@ -739,7 +739,7 @@ def test_archive_items_kept_from_the_last_resummary_are_the_items_made_again(
             return make(i)
 
         items = archive_items(self, store, archived_at, counted)
-        assert items == [make(i) for i in archived_at.tolist()]
+        assert list(items) == [make(i) for i in archived_at.tolist()]
         kept_and_made.append((len(items) - len(made), len(made)))
         return items
 
@@ -748,7 +748,7 @@ def test_archive_items_kept_from_the_last_resummary_are_the_items_made_again(
     assert sum(k for k, _ in kept_and_made[1:]) >= 20  # kept from an earlier re-summary
     assert sum(1 for k, m in kept_and_made[1:] if k and m) >= 1  # and some of those made again
     monkeypatch.setattr(sm._LinkIndex, "archive_items",
-                        lambda self, store, archived_at, make: [make(i) for i in archived_at.tolist()])
+                        lambda self, store, archived_at, make: tuple([make(i) for i in archived_at.tolist()]))
     assert runner() == fast
 
 
@@ -800,7 +800,7 @@ def test_run_facts_resumed_from_a_prefix_are_the_facts_read_whole(ids: list[str]
                          content_hash=i, superseded=data.draw(st.sampled_from(["", "since step 3: x"])),
                          tokens=data.draw(st.integers(0, 9))) for i in ids]
     whole = run_facts(items)
-    assert whole.spans == id_spans(ids) and whole.parts == key_parts(items) and whole.ids == ids
+    assert whole.spans == id_spans(ids) and whole.parts == key_parts(items) and whole.ids == tuple(ids)
     assert whole.traffic == sum(item.role == "tool" for item in items)
     assert whole.marks == tuple((i.id, i.superseded) for i in items if i.superseded)
     cut = data.draw(st.integers(0, len(items)))
