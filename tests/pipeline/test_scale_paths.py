@@ -828,3 +828,24 @@ def test_run_facts_resumed_across_resummaries_build_as_reading_every_run(
     assert max(resumed) >= 40
     monkeypatch.setattr(_pyramid, "RUN_FACTS_KEPT", 0)
     assert supersede_run(budget) == fast
+
+
+def test_records_read_after_later_builds_are_those_of_a_copy_of_the_cells(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Forty builds' records, all kept and read only after the last build (more than the cell
+    table keeps current: the oldest views are copied), give each message the strength and score
+    of its own build — what a copy of the cells taken at each build gives."""
+
+    def records() -> list[Any]:
+        memory = RelevanceMemoryManager(max_input_tokens=600, keep_recent=1)
+        memory.set_goal(final="Plan the user's trip")
+        kept = []
+        for i in range(40):
+            memory.extend([{"role": "user", "content": f"I live in city{i % 7} now, step {i}."},
+                           {"role": "assistant", "content": f"Noted city{i % 7}; checking trains for day {i}."}])
+            kept.append(memory.build_context(compact=i % 3 == 0))
+        return [[(d.id, d.strength, d.score, d.reason) for d in b.record.messages] for b in kept]
+
+    viewed = records()
+    assert len({str(r) for r in viewed}) > 30  # strengths move from build to build
+    monkeypatch.setattr(PheromoneField, "cells_now", lambda self: dict(self._cells))
+    assert records() == viewed
