@@ -9,12 +9,13 @@ from __future__ import annotations
 
 import itertools
 import operator
-from collections.abc import Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Generic, TypeVar
 
-__all__ = ["TextMemo", "remember", "same_prefix"]
+__all__ = ["TextMemo", "longest_prefix", "remember", "same_prefix"]
 
 K = TypeVar("K")
+T = TypeVar("T")
 V = TypeVar("V")
 
 
@@ -24,6 +25,22 @@ def same_prefix(before: Sequence[object], now: Sequence[object]) -> int:
     C (``map``, ``compress``), no Python call per item."""
     same = map(operator.is_not, before, now)
     return next(itertools.compress(itertools.count(), same), min(len(before), len(now)))
+
+
+def longest_prefix(kept: Iterable[T], items: tuple[object, ...], of: Callable[[T], tuple[object, ...]]) -> T | None:
+    """The entry of ``kept`` whose ``of(entry)`` is the longest non-empty prefix of ``items`` (the
+    same items in order: equal, each first by identity, compared in C; its last item first),
+    or ``None``: what a memo of an earlier, shorter list resumes from."""
+    best: T | None = None
+    longest = 0
+    for entry in kept:
+        done = of(entry)
+        n = len(done)
+        if longest < n <= len(items):
+            a, b = done[-1], items[n - 1]
+            if (a is b or a == b) and done == items[:n]:
+                best, longest = entry, n
+    return best
 
 
 def remember(memo: dict[K, V], key: K, value: V, limit: int) -> V:

@@ -191,7 +191,7 @@ class _CellsAsOf(Mapping[str, Cell]):
     def items(self) -> Iterator[tuple[str, Cell]]:  # type: ignore[override]
         undo = self._undo
         for key, cell in self._table.items():
-            then = undo.get(key, cell) if key in undo else cell
+            then = undo.get(key, cell)  # None: added since
             if then is not None:
                 yield key, then
 

@@ -27,7 +27,6 @@ from bisect import bisect_left
 from collections.abc import Callable, Collection, Mapping, Sequence
 from collections.abc import Set as AbstractSet
 from itertools import pairwise
-from operator import itemgetter
 
 import numpy as np
 import numpy.typing as npt
@@ -201,18 +200,16 @@ class _LinkIndex:
         for i in missing.tolist():
             item_at[i] = make(i)
         kept[missing] = True
+        made: Callable[[int], SummaryItem] = item_at.__getitem__  # type: ignore[assignment]  # all made above
         flat: tuple[SummaryItem, ...] = ()
         if at and last is not None:  # the last archive's items, those made again replaced, then the rest
             flat = last[1]
             if len(stale):
                 again = list(flat)
                 for position in stale.tolist():
-                    again[position] = item_at[archived_at[position]]  # type: ignore[call-overload]  # made above
+                    again[position] = made(int(archived_at[position]))
                 flat = tuple(again)
-        if len(rest) > 1:
-            flat += itemgetter(*rest.tolist())(item_at)
-        elif len(rest):
-            flat += (item_at[int(rest[0])],)  # type: ignore[operator]  # made above
+        flat += tuple(map(made, rest.tolist()))
         self.last_archive = (archived_at, flat)
         return flat
 
@@ -378,6 +375,13 @@ def summarise_archive(
         own = links.get(message_id)
         return memo.keep_linked(message_id, own, newest.get(message_id) if own is not None else None, item)
 
+    def item_of(message: Message) -> SummaryItem:
+        """A memo hit for a message no link touches, else :func:`linked_item`."""
+        message_id = message.id
+        if message_id in older or message_id in newer:
+            return linked_item(message)
+        return memo_get(message_id, message.content_hash) or _item(seams, message, newest, linked)
+
     reused: list[RenderedSummary] = []
     already: list[npt.NDArray[np.int64]] = []  # the indices each reused summary covers
     for s in carried:
@@ -408,18 +412,12 @@ def summarise_archive(
                 and message_id not in store.superseded_by  # archived on purpose: a newer value replaces it
             ):
                 held.add(i)
-            # a memo hit for a message no link touches (inline: a call per message costs), else linked_item
-            items[i] = item = (linked_item(message) if message_id in older or message_id in newer
-                               else memo_get(message_id, message.content_hash) or _item(seams, message, newest, linked))
+            items[i] = item = item_of(message)
             out.append(item)
 
     def item_at(i: int) -> SummaryItem:
-        found = items.get(i)
-        if found is None:  # a message a carried summary covered (the first loop passed it over)
-            message = messages[i]
-            found = (linked_item(message) if message.id in older or message.id in newer
-                     else memo_get(message.id, message.content_hash) or _item(seams, message, newest, linked))
-        return found
+        # made by the loop above, else a message a carried summary covered (the loop passed it over)
+        return items.get(i) or item_of(messages[i])
 
     def everything() -> list[Sequence[SummaryItem]]:
         flat = (tuple([item_at(i) for i in archived]) if index is None

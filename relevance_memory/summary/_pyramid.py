@@ -18,7 +18,7 @@ from typing import Any, Protocol, runtime_checkable
 from pydantic import BaseModel, Field
 
 from .._markers import SUMMARY_MARKER
-from .._memo import remember
+from .._memo import longest_prefix, remember
 from .._text import has_constraint
 from ._extract import _NOTE_RE, _left_out_note, _value_rank, is_question
 
@@ -187,13 +187,7 @@ class SummaryCache:
         if len(items) < RUN_FACTS_MIN:
             return run_facts(items)
         items = items if isinstance(items, tuple) else tuple(items)
-        best: RunFacts | None = None
-        for kept in self._facts:
-            n = len(kept.items)
-            if n <= len(items) and (best is None or n > len(best.items)):
-                a, b = kept.items[-1], items[n - 1]
-                if (a is b or a == b) and kept.items == items[:n]:
-                    best = kept
+        best = longest_prefix(self._facts, items, lambda kept: kept.items)
         if best is not None and len(best.items) == len(items):
             return best
         made = run_facts(items, best)
@@ -356,8 +350,7 @@ class RunFacts:
         ids: their ids, in order.
         spans: :func:`id_spans` of ``ids``.
         open_span: the last of ``spans`` while the ids that follow may grow it (:func:`_id_spans`).
-        traffic: how many are an agent's tool traffic (a tool result or a message with tool
-            calls; :func:`is_agentic`).
+        traffic: how many are an agent's tool traffic (:func:`is_traffic`).
         tokens: their token counts summed (tokens).
         marks: ``(id, superseded)`` of each item marked superseded, in order.
     """
@@ -389,7 +382,7 @@ def run_facts(items: Sequence[SummaryItem], prefix: RunFacts | None = None) -> R
     done = len(prefix.items) if prefix is not None else 0
     tail = items[done:]
     tail_ids = tuple([item.id for item in tail])
-    traffic = sum(1 for item in tail if item.role == "tool" or item.tool_calls)
+    traffic = sum(map(is_traffic, tail))
     tokens = sum(item.tokens for item in tail)
     marks = tuple((item.id, item.superseded) for item in tail if item.superseded)
     parts = key_parts(tail)
@@ -599,9 +592,14 @@ def pointer_tokens(covered_ids: Sequence[str], *, role: str, count: Callable[[di
     return count({"role": role, "content": _pointer_text(covered_ids, 0)})
 
 
+def is_traffic(item: SummaryItem) -> bool:
+    """Whether ``item`` is an agent's tool traffic: a tool result or a message with tool calls."""
+    return item.role == "tool" or bool(item.tool_calls)
+
+
 def is_agentic(items: Sequence[SummaryItem]) -> bool:
-    """Whether ``items`` are mostly an agent's tool traffic (tool results and tool calls)."""
-    return 2 * sum(1 for item in items if item.role == "tool" or item.tool_calls) >= len(items)
+    """Whether ``items`` are mostly an agent's tool traffic (:func:`is_traffic`)."""
+    return 2 * sum(map(is_traffic, items)) >= len(items)
 
 
 AGENT_SUMMARY_RATIO = 0.2

@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .._markers import SUMMARY_MARKER
+from .._memo import longest_prefix
 from .._text import code_names
 from ._extract import (
     _estimate_tokens,
@@ -44,6 +45,7 @@ from ._pyramid import (
     SummaryDraft,
     SummaryItem,
     build_pyramid,
+    is_traffic,
     pointer_summary,
     pointer_tokens,
     render_summary,
@@ -98,7 +100,7 @@ class _Fold:
     values_at: dict[str, tuple[int, int]] = field(default_factory=dict)
     tools_at: dict[str, int] = field(default_factory=dict)
     order: int = 0
-    traffic: int = 0  # how many of ``items`` are tool traffic (is_agentic)
+    traffic: int = 0  # how many of ``items`` are tool traffic (is_traffic)
     ids: list[str] = field(default_factory=list)  # the ids of ``items`` (a draft's covered ids: never changed)
 
 
@@ -217,15 +219,8 @@ class OfflineSummarizer:
 
     def _resume(self, items: tuple[SummaryItem, ...]) -> _Fold | None:
         """The longest memoised fold (:class:`_Fold`) of a prefix of ``items`` (the same items,
-        in order: compared in C, each item first by identity), or ``None``."""
-        best: _Fold | None = None
-        for fold in self._folds:
-            n = len(fold.items)
-            if 0 < n <= len(items) and (best is None or n > len(best.items)):
-                a, b = fold.items[-1], items[n - 1]
-                if (a is b or a == b) and fold.items == items[:n]:
-                    best = fold
-        return best
+        in order), or ``None``."""
+        return longest_prefix(self._folds, items, lambda fold: fold.items)
 
     def summarize(self, items: Sequence[SummaryItem], *, level: int, max_tokens: int) -> SummaryDraft:
         """Summarise ``items`` (oldest first); deterministic. See the class docstring.
@@ -237,8 +232,7 @@ class OfflineSummarizer:
         items = items if isinstance(items, tuple) else tuple(items)  # kept by the fold: never changed
         prefix = self._resume(items) if len(items) >= FOLD_MIN_ITEMS else None
         done = len(prefix.items) if prefix is not None else 0
-        traffic = (prefix.traffic if prefix is not None else 0) + sum(
-            1 for item in items[done:] if item.role == "tool" or item.tool_calls)
+        traffic = (prefix.traffic if prefix is not None else 0) + sum(map(is_traffic, items[done:]))
         # an agent's tool traffic: the names it read and ran (paths, code names, line numbers)
         # are what its next steps use again (SPEC §11 action support), newest first
         agentic = self.agent_names and 2 * traffic >= len(items)  # is_agentic(items)
