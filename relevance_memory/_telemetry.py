@@ -46,6 +46,7 @@ are logged once); every build is one ``DEBUG`` record.
 
 from __future__ import annotations
 
+import contextvars
 import functools
 import logging
 import weakref
@@ -98,14 +99,28 @@ def _tracer() -> Any:
     return trace.get_tracer(_SCOPE, __version__)
 
 
+@functools.lru_cache(maxsize=1)
+def _trace_api() -> Any:
+    """The ``opentelemetry.trace`` module, imported once (``None`` without the API)."""
+    try:
+        from opentelemetry import trace
+    except ImportError:
+        return None
+    return trace
+
+
+_UNKNOWN: Any = object()
+_BUILD_TRACER: contextvars.ContextVar[Any] = contextvars.ContextVar("relevance_memory_build_tracer", default=_UNKNOWN)
+""":func:`_live_tracer` as the sync build in progress (in this thread or task) found it; ``_UNKNOWN`` outside one."""
+
+
 def _live_tracer() -> Any:
     """:func:`_tracer`, or ``None`` while it is the API's proxy and no tracer provider is set
     (every span it started would be a no-op span)."""
     tracer = _tracer()
     if tracer is None:
         return None
-    from opentelemetry import trace
-
+    trace = _trace_api()
     if isinstance(tracer, trace.ProxyTracer) and isinstance(
         trace.get_tracer_provider(), (trace.ProxyTracerProvider, trace.NoOpTracerProvider)
     ):
@@ -200,10 +215,19 @@ def build_span(method: Callable[..., BuiltContext]) -> Callable[..., BuiltContex
 
     @functools.wraps(method)
     def traced(self: _Memory, *args: Any, **kwargs: Any) -> BuiltContext:
-        with _span(self) as finish:
-            built = method(self, *args, **kwargs)
-            finish(built)
-            return built
+        tracer = _live_tracer()
+        token = _BUILD_TRACER.set(tracer)  # the build's scorer seam reads it: the provider is checked once a build
+        try:
+            if tracer is None:  # no span to start: the build and its log records only
+                built = method(self, *args, **kwargs)
+                log_record(self, built.record)
+                return built
+            with _span(self) as finish:
+                built = method(self, *args, **kwargs)
+                finish(built)
+                return built
+        finally:
+            _BUILD_TRACER.reset(token)
 
     return traced
 
@@ -274,8 +298,11 @@ class _TracedAsyncScorer(_TracedScorer):
 
 
 def traced_scorer(scorer: Scorer) -> Scorer:
-    """``scorer`` with each call a child span (module doc); ``scorer`` itself without OpenTelemetry."""
-    tracer = _live_tracer()
+    """``scorer`` with each call a child span (module doc); ``scorer`` itself without OpenTelemetry
+    (or without a tracer provider, as :func:`build_span` found it for the build in progress)."""
+    tracer = _BUILD_TRACER.get()
+    if tracer is _UNKNOWN:
+        tracer = _live_tracer()
     if tracer is None:
         return scorer
     kind = _TracedAsyncScorer if callable(getattr(scorer, "ascore", None)) else _TracedScorer

@@ -156,7 +156,7 @@ def settle(cell: Cell, tick: int, config: PheromoneConfig) -> Cell:
         return Cell(cell.kind, cell.born_tick, cell.strength * factor, tick, cell.latest_score, cell.latest_goal,
                     cell.earned * factor, cell.last_key, cell.last_deposit * factor, cell.subtasks, cell.score_key,
                     cell.previous_score)
-    return cell._replace(at_tick=tick)
+    return Cell(cell.kind, cell.born_tick, cell.strength, tick, *cell[4:])  # _replace(at_tick=tick), without its Python calls
 
 
 def settled_strength(cell: Cell, tick: int, config: PheromoneConfig) -> float:
@@ -308,7 +308,7 @@ def reinforce(
     amount = capped_deposit(cell.strength, config.reinforce_delta if delta is None else delta, config.s_max)
     if limit is not None:
         amount = min(amount, limit)
-    return cell._replace(strength=cell.strength + amount), amount
+    return Cell(cell.kind, cell.born_tick, cell.strength + amount, *cell[3:]), amount  # _replace(strength=…)
 
 
 def deposit(

@@ -33,12 +33,13 @@ CopyPlan = bytes | None
 _IMMUTABLE = frozenset({str, int, float, bool, type(None)})
 
 
-def copy_plan(message: Mapping[str, Any]) -> CopyPlan:
-    """The copy plan of ``message`` (a plain or frozen message dict; module doc). O(its size)."""
+def copy_plan(message: Mapping[str, Any], thawed: dict[str, Any] | None = None) -> CopyPlan:
+    """The copy plan of ``message`` (a plain or frozen message dict; module doc). O(its size).
+    ``thawed``: ``thaw(message)`` when the caller has it (not mutated since), so it is not made again."""
     if all(type(v) in _IMMUTABLE for v in message.values()):
         return None
-    try:
-        return marshal.dumps(thaw(message))  # thaw first: what the plan rebuilds is thaw's copy (no tuples)
+    try:  # thawed: what the plan rebuilds is thaw's copy (no tuples)
+        return marshal.dumps(thawed if thawed is not None else thaw(message))
     except ValueError:  # an object marshal cannot write: thaw it each time
         return b""
 

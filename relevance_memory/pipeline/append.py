@@ -21,11 +21,14 @@ import hashlib
 import itertools
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from datetime import datetime
+from typing import Any, TypeVar, cast
+
+from pydantic import BaseModel
 
 from .._cache_policy import PrefixDecision, decide_build_mode
 from .._exceptions import InvalidMessageError, RelevanceMemoryError
-from .._models import ScoreSource, TaskGoal, freeze
+from .._models import ScoreSource, TaskGoal, freeze, thaw
 from .._record import BudgetBreakdown, BudgetLine, DecisionRecord, MessageDecision
 from .._tokenizer import REPLY_PRIMING_TOKENS
 from ..pheromone._field import PheromoneField
@@ -182,9 +185,13 @@ def typical_step(store: StoreView, budget: int, share: float) -> int:
         step = message.step
         if step < 0:
             continue
-        if step not in totals and len(totals) == TYPICAL_STEPS:
-            break
-        totals[step] = totals.get(step, 0) + min(message.token_count, cap_of(message, caps))
+        total = totals.get(step)
+        if total is None:
+            if len(totals) == TYPICAL_STEPS:
+                break
+            total = 0
+        cap, tokens = cap_of(message, caps), message.token_count
+        totals[step] = total + (tokens if tokens < cap else cap)
     return sum(totals.values()) // len(totals) if totals else 0
 
 
@@ -259,7 +266,11 @@ def append(
     store, config, policy = seams.store, seams.config, seams.config.cache_policy
     steps = step.plan
     assert steps is not None
-    new = [dict(step.renditions[i].message) if i in step.renditions else store[i].to_openai() for i in steps.indices]
+    # each new message's read-only form (the next append's prefix), the caller's plain copy and
+    # its copy plan: a verbatim one's read-only form is the stored one (no copy)
+    new_frozen = [freeze(step.renditions[i].message) if i in step.renditions else store[i].raw for i in steps.indices]
+    new = [thaw(m) for m in new_frozen]
+    new_plans = [copy_plan(m, plain) for m, plain in zip(new_frozen, new, strict=True)]  # before the caller has them
     messages = plain_copies(previous.messages, previous.copies)  # plain copies: O(context), mostly in C
     messages += new
     sources: list[int | None] = [*previous.sources, *steps.indices]
@@ -293,9 +304,10 @@ def append(
             f"{len(held)} message(s) of a tool chain whose results have not all arrived are held back; "
             "they are appended with their results"
         )
-    record = DecisionRecord(
+    created_at = seams.clock()
+    record = _made_like(DecisionRecord, isinstance(created_at, datetime),
         build_id=build_id,
-        created_at=seams.clock(),
+        created_at=created_at,
         goal=goal,
         budget=previous.budget,
         encoding=seams.tokenizer.name,
@@ -313,7 +325,7 @@ def append(
         usage=ScorerUsage(),
         chains_kept=base.chains_kept + appended_roots,
         chains_total=base.chains_total + appended_roots,
-        summaries=base.summaries,
+        summaries=list(base.summaries),
         warnings=warnings,
         budget_breakdown=_appended_breakdown(base.budget_breakdown, previous.budget, appended_tokens, len(appended),
                                              step.note_tokens, base.build_id),
@@ -332,8 +344,6 @@ def append(
                                           renditions))
     built = BuiltContext(messages=messages, record=record, sources=tuple(sources))
     end = len(messages) - (1 if step.note is not None else 0)
-    new_frozen = [freeze(m) for m in messages[len(previous.messages):end]]  # only the new ones: O(new)
-    copies = (*previous.copies, *(copy_plan(m) for m in new_frozen))
     state = PrefixState(
         messages=(*previous.messages, *new_frozen), sources=tuple(sources[:end]),
         tokens=tokens - step.note_tokens, sent_tokens=tokens, note=step.note,
@@ -342,9 +352,33 @@ def append(
         history_tokens=history, counted=counted, appended_ids=(*previous.appended_ids, *record.appended_ids),
         appended_roots=roots, appended_steps=steps_seen, last_build_id=build_id, restore_tool=previous.restore_tool,
         renditions={**previous.renditions, **{i: r for i, r in step.renditions.items() if i in steps.indices}},
-        summaries=previous.summaries, copies=copies,
+        summaries=previous.summaries, copies=(*previous.copies, *new_plans),
     )
     return built, state
+
+
+_Model = TypeVar("_Model", bound=BaseModel)
+_TEMPLATES: dict[tuple[type[BaseModel], frozenset[str]], BaseModel] = {}
+
+
+def _made_like(cls: type[_Model], valid: bool, **fields: Any) -> _Model:
+    """``cls(**fields)``: when ``valid`` (every value already of its field's type, every list
+    and dict a new one the model may own), a copy of an instance validated once with the same
+    fields, updated with these (``model_copy``). An append makes its record this way: validating
+    a record's 35 fields runs more of pydantic's code than the rest of the append, a cost paid in
+    full on the first append after a compaction, whose caches the compaction emptied (issue 24).
+    Equal to the validated instance (tested); otherwise (``valid`` false) that instance."""
+    if not valid:
+        return cls(**fields)
+    key = (cls, frozenset(fields))
+    template = _TEMPLATES.get(key)
+    if template is None:
+        made = _TEMPLATES[key] = cls(**fields)
+        return made.model_copy()
+    return cast("_Model", template.model_copy(update=fields))
+
+
+_APPENDED, _SUBTASK = Purpose.APPENDED.value, Purpose.SUBTASK.value  # read once (an enum's value is a Python property)
 
 
 def _appended_breakdown(
@@ -353,17 +387,17 @@ def _appended_breakdown(
     """The base build's breakdown plus the messages appended since it (and the subtask note)."""
     spent = dict(base.spent) if base is not None else {}
     lines = list(base.lines) if base is not None else []
-    spent[Purpose.APPENDED.value] = spent.get(Purpose.APPENDED.value, 0) + appended
+    spent[_APPENDED] = spent.get(_APPENDED, 0) + appended
     lines.append(BudgetLine(
-        purpose=Purpose.APPENDED.value, tokens=appended, kind="spend",
+        purpose=_APPENDED, tokens=appended, kind="spend",
         note=f"{count} message(s) appended verbatim since build {base_id}",
     ))
-    base_note = spent.get(Purpose.SUBTASK.value, 0)
+    base_note = spent.get(_SUBTASK, 0)
     if base_note != note_tokens:
-        spent[Purpose.SUBTASK.value] = note_tokens
-        lines.append(BudgetLine(purpose=Purpose.SUBTASK.value, tokens=note_tokens, kind="spend",
+        spent[_SUBTASK] = note_tokens
+        lines.append(BudgetLine(purpose=_SUBTASK, tokens=note_tokens, kind="spend",
                                 note="the current subtask, shown at the end"))
-    return BudgetBreakdown(budget=budget, spent=spent, unused=budget - sum(spent.values()), lines=lines)
+    return _made_like(BudgetBreakdown, True, budget=budget, spent=spent, unused=budget - sum(spent.values()), lines=lines)
 
 
 def _lazy_decisions(

@@ -27,7 +27,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import threading
-from collections.abc import AsyncIterator, Generator, Iterator, Sequence
+from collections.abc import AsyncIterator, Generator, Sequence
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from typing import Any
 
@@ -51,6 +52,32 @@ TARGET_GROWTH_SLACK = 64
 """Tokens added on top of what a compaction left out when its target grows (framing, goal block)."""
 
 
+class _Held(AbstractContextManager[None]):
+    """:meth:`BuildLock.hold`'s context manager: one object a lock, no generator made each build
+    (an append's set-up is a fixed cost of every step, issue 24)."""
+
+    __slots__ = ("_lock",)
+
+    def __init__(self, lock: threading.Lock) -> None:
+        self._lock = lock
+
+    def __enter__(self) -> None:
+        lock = self._lock
+        if not lock.acquire(blocking=False):
+            try:
+                asyncio.get_running_loop()
+            except RuntimeError:
+                lock.acquire()  # another thread builds: wait for it
+            else:
+                raise RuntimeError(
+                    "build_context() was called inside an event loop while another build of this memory "
+                    "is running; await abuild_context() instead (waiting here would block the loop)"
+                )
+
+    def __exit__(self, *exc: object) -> None:
+        self._lock.release()
+
+
 @dataclass(frozen=True)
 class Cycle:
     """What a memory keeps between builds (SPEC §3.1).
@@ -71,30 +98,16 @@ class BuildLock:
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
+        self._held = _Held(self._lock)
 
-    @contextlib.contextmanager
-    def hold(self) -> Iterator[None]:
-        """Hold the lock for a sync build (another thread's build: wait for it).
+    def hold(self) -> AbstractContextManager[None]:
+        """Hold the lock for a sync build (another thread's build: wait for it); a context manager.
 
         Raises:
-            RuntimeError: called inside an event loop while another build holds the lock
+            RuntimeError: on entering, inside an event loop while another build holds the lock
                 (waiting would block the loop: await the async build instead).
         """
-        lock = self._lock
-        if not lock.acquire(blocking=False):
-            try:
-                asyncio.get_running_loop()
-            except RuntimeError:
-                lock.acquire()  # another thread builds: wait for it
-            else:
-                raise RuntimeError(
-                    "build_context() was called inside an event loop while another build of this memory "
-                    "is running; await abuild_context() instead (waiting here would block the loop)"
-                )
-        try:
-            yield
-        finally:
-            lock.release()
+        return self._held
 
     @contextlib.asynccontextmanager
     async def ahold(self) -> AsyncIterator[None]:

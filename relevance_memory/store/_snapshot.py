@@ -7,6 +7,7 @@ copies of the message list; reads stop at the snapshot's length.
 
 from __future__ import annotations
 
+import functools
 import itertools
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import Any
@@ -175,22 +176,49 @@ class StoreSnapshot:
             self._store = store
             self._n = n = len(store.messages)
             self.messages: Sequence[Message] = _Prefix(store.messages, n)
-            self.terms: Sequence[frozenset[str]] = _Prefix(store.terms, n)
-            self.idents: Sequence[frozenset[str]] = _Prefix(store.idents, n)
-            self.episodes: Sequence[int] = _Prefix(store.episodes, n)
             self.excluded: Mapping[str, str] = dict(store.excluded)
-            self.referenced_by: Mapping[str, Sequence[str]] = _RefsView(store.referenced_by, store._by_id, n)
             self.doc_freq: Mapping[str, int] = store.doc_freq
             self.first_user_index: int | None = store.first_user_index
             self.step_count: int = store.step_count
             self.chain_merges: int = store.chain_merges
             self._unanswered = {i: store.unanswered_calls(i) for i in store.pending_calls}
             self.pending_calls: list[int] = sorted(self._unanswered)
-            self.superseded_by: Mapping[str, SupersedeLink] = _LinkView(store.superseded_by, store._by_id, n)
-            self.supersedes: Mapping[str, Sequence[str]] = _SupersedesView(store.supersedes, store._by_id, n)
             self._edited = {p: i for p, i in store.edited_views().items() if store._by_id.get(i, n) < n}
             # a file edited again after the snapshot was taken keeps no edit here (ordering only)
             self._edits = {p: i for p, i in store.file_edits().items() if store._by_id.get(i, n) < n}
+
+    # the views of the append-only per-message lists and link tables, made on first use (each
+    # reads only below the snapshot's length, so one made later is the same view; an append
+    # reads none of them)
+    @functools.cached_property
+    def terms(self) -> Sequence[frozenset[str]]:
+        """Each message's terms (the store's list up to the snapshot's length)."""
+        return _Prefix(self._store.terms, self._n)
+
+    @functools.cached_property
+    def idents(self) -> Sequence[frozenset[str]]:
+        """Each message's identifiers (the store's list up to the snapshot's length)."""
+        return _Prefix(self._store.idents, self._n)
+
+    @functools.cached_property
+    def episodes(self) -> Sequence[int]:
+        """Each message's episode (the store's list up to the snapshot's length)."""
+        return _Prefix(self._store.episodes, self._n)
+
+    @functools.cached_property
+    def referenced_by(self) -> Mapping[str, Sequence[str]]:
+        """``MessageStore.referenced_by`` as it was at the snapshot."""
+        return _RefsView(self._store.referenced_by, self._store._by_id, self._n)
+
+    @functools.cached_property
+    def superseded_by(self) -> Mapping[str, SupersedeLink]:
+        """``MessageStore.superseded_by`` as it was at the snapshot."""
+        return _LinkView(self._store.superseded_by, self._store._by_id, self._n)
+
+    @functools.cached_property
+    def supersedes(self) -> Mapping[str, Sequence[str]]:
+        """``MessageStore.supersedes`` as it was at the snapshot."""
+        return _SupersedesView(self._store.supersedes, self._store._by_id, self._n)
 
     def __len__(self) -> int:
         return self._n
@@ -199,7 +227,9 @@ class StoreSnapshot:
         return iter(self.messages)
 
     def __getitem__(self, index: int) -> Message:
-        return self.messages[index]
+        if type(index) is int and 0 <= index < self._n:  # the common case: one call, not two (an append reads ~25)
+            return self._store.messages[index]
+        return self.messages[index]  # negative or out of range: the view's rules
 
     def get(self, message_id: str) -> Message:
         """The message with ``message_id`` if it was in the store when the snapshot was taken.

@@ -237,7 +237,9 @@ class SupersedeDetector:
         """Every file the agent edited (:func:`edited_paths`: heredoc writes, ``sed -i``,
         ``> F``) → the id of the newest message showing or writing it, for the files shown
         at all; a view and an edit name the same file when one path ends with the other
-        (``/testbed/a/b.py`` and ``a/b.py``). Memoised until the next message."""
+        (``/testbed/a/b.py`` and ``a/b.py``). Memoised until a message shows or edits a file
+        (a step that does neither, e.g. a test run, leaves it as it was: an append reads it at
+        every build, issue 24)."""
         if self._current is None:
             current: dict[str, str] = {}
             for edited in self._edited:
@@ -264,7 +266,6 @@ class SupersedeDetector:
 
     def observe(self, item: SupersedeItem) -> list[SupersedeLink]:
         """Links in which ``item`` is the newer message (possibly none)."""
-        self._current = None
         links: list[SupersedeLink] = []
         if item.role == "tool" and item.call is not None:
             links.extend(self._observe_result(item))
@@ -331,6 +332,7 @@ class SupersedeDetector:
         for _name, arguments in item.calls:
             parsed = parse_call(arguments)
             for path in parsed.edited:
+                self._current = None  # what edited_views reads changed
                 self._edited[path] = item.id
                 self._edited.move_to_end(path)
                 while len(self._edited) > self.max_keys:
@@ -341,6 +343,7 @@ class SupersedeDetector:
         return links
 
     def _observe_view(self, item_id: str, step: int, view: FileView, content_hash: str) -> list[SupersedeLink]:
+        self._current = None  # what edited_views reads changes
         live = self._views.setdefault(view.path, [])
         self._touch(self._views, view.path)
         self._by_name.setdefault(posixpath.basename(view.path), set()).add(view.path)

@@ -427,3 +427,65 @@ def test_a_large_history_is_ingested_and_built_with_the_collector_paused(monkeyp
     finally:
         gc.enable()
     assert asked == [1, 2]
+
+
+def _appended_records(monkeypatch: pytest.MonkeyPatch | None, clock: Any) -> list[Any]:
+    """The records of a run with appends: a held-back chain, a note, a goal change (subtask)."""
+    from relevance_memory.pipeline import append as append_module
+
+    if monkeypatch is not None:  # every record validated from its fields
+        monkeypatch.setattr(append_module, "_made_like", lambda cls, valid, **fields: cls(**fields))
+    memory = RelevanceMemoryManager(max_input_tokens=2500, keep_recent=2, clock=clock, on_invalid="repair")
+    memory.extend([*OPENING, *(m for n in range(10) for m in step(n))])
+    records = [memory.build_context().record]
+    for n in range(10, 40):
+        if n == 20:
+            memory.set_goal(subtask="run the parser's tests")
+        new = step(n, size=15, parallel=n == 25)
+        if n == 25:  # the call and one of its two results: held back, then appended whole
+            memory.extend(new[:2])
+            records.append(memory.build_context().record)
+            new = new[2:]
+        memory.extend(new)
+        records.append(memory.build_context().record)
+    return records
+
+
+def test_an_appended_record_equals_the_one_validated_from_its_fields(monkeypatch: pytest.MonkeyPatch) -> None:
+    """An append makes its record and budget breakdown as copies of a template validated once
+    (``_made_like``, issue 24); each equals the record validated from the same fields — every
+    field, the fields set, the lazily built decisions — and owns its lists."""
+    from datetime import datetime, timezone
+
+    def clock() -> datetime:
+        return datetime(2026, 1, 1, tzinfo=timezone.utc)
+
+    fast = _appended_records(None, clock)
+    with monkeypatch.context() as patched:
+        checked = _appended_records(patched, clock)
+    modes = [r.mode for r in fast]
+    assert modes.count("appended") >= 20 and "compacted" in modes
+    assert any("held back" in w for r in fast for w in r.warnings)
+    for a, b in zip(fast, checked, strict=True):
+        assert a.model_dump(mode="json") == b.model_dump(mode="json")
+        assert a.model_fields_set == b.model_fields_set
+        assert a.budget_breakdown is not None and b.budget_breakdown is not None
+        assert a.budget_breakdown.model_fields_set == b.budget_breakdown.model_fields_set
+    appended = [r for r in fast if r.mode == "appended"]
+    first, second = appended[0], appended[1]
+    for name in ("warnings", "appended_ids", "summaries"):
+        assert getattr(first, name) is not getattr(second, name)
+    assert first.usage is not second.usage and first.budget_breakdown is not second.budget_breakdown
+    first.warnings.append("mine")
+    assert "mine" not in second.warnings
+
+
+def test_an_appended_record_with_a_clock_that_gives_no_datetime_is_validated() -> None:
+    """A clock that returns a timestamp string is coerced by validation, as a compaction's record is."""
+    memory = RelevanceMemoryManager(max_input_tokens=3000, keep_recent=2, clock=lambda: "2026-01-01T00:00:00Z")  # type: ignore[arg-type,return-value]
+    memory.extend([*OPENING, *step(0)])
+    memory.build_context()
+    memory.extend(step(1))
+    built = memory.build_context()
+    assert built.record.mode == "appended"
+    assert built.record.created_at is not None and built.record.created_at.year == 2026

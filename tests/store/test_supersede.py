@@ -379,3 +379,32 @@ def test_shell_words_split_as_shlex_does(pieces: list[str]) -> None:
 
     assert shell_words(text, punctuation=True) == reference(True)
     assert shell_words(text, punctuation=False) == reference(False)
+
+
+_EDIT_STEPS = [
+    "cat /testbed/app/util.py", "nl -ba app/util.py", "sed -n '1,20p' app/util.py", "cat README.md",
+    "cd /testbed && sed -i 's/+ 1/* 2/' app/util.py", "sed -i 's/a/b/' README.md",
+    "cat <<'EOF' > tests/test_util.py\ndef test_f():\n    assert f(2) == 4\nEOF", "cat tests/test_util.py",
+    "python -m pytest -q", "ls", "grep -n def app/util.py", "echo done",
+]
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.tuples(st.sampled_from(_EDIT_STEPS), st.integers(0, 3)), min_size=1, max_size=25))
+def test_edited_views_kept_between_steps_equal_those_made_again(steps: list[tuple[str, int]]) -> None:
+    """``edited_views`` is kept until a message shows or edits a file (issue 24: an append reads
+    it at every build); after every message it equals the map made again from the detector's
+    tables, and a step that neither shows nor edits a file leaves the same map."""
+    memory = RelevanceMemoryManager()
+    memory.extend([{"role": "user", "content": "Fix the bug in app/util.py."}])
+    detector = memory.store._detector
+    assert detector is not None
+    for n, (command, version) in enumerate(steps):
+        before = detector.edited_views()
+        for message in (_bash(f"c{n}", command), _out(f"c{n}", f"line {version}\n")):
+            memory.extend([message])
+            kept = detector.edited_views()
+            detector._current = None  # made again from the tables
+            assert kept == detector.edited_views()
+        if command in ("python -m pytest -q", "ls", "echo done"):  # neither shows nor edits a file
+            assert detector.edited_views() == before
