@@ -154,7 +154,7 @@ class NoticeIndex:
         for message in messages[self._seen:]:
             if message.tool_calls:
                 self._tools = True
-            if message.role == "user" and user_authored(message.role, message.msg_type.value):
+            if message.role == "user" and user_authored(message.role, message.msg_type._value_):
                 text = content_text(message.content)
                 if len(_WORD.findall(text)) < NOTICE_MIN_WORDS:
                     continue  # "ok", "thanks", "go on": short turns people repeat, not notices
@@ -238,7 +238,7 @@ class GoalTracker:
         self.notices.update(messages)
         start, self._said_read = max(first, self._said_read), len(messages)
         self._said.extend(i for i in range(start, len(messages))
-                          if user_authored(messages[i].role, messages[i].msg_type.value))
+                          if user_authored(messages[i].role, messages[i].msg_type._value_))
         return self._said
 
     def _user_spoke_again(self, messages: Sequence[Message], said: list[int]) -> bool:

@@ -69,13 +69,16 @@ _PREFERENCE_RE = re.compile(
 )
 
 
+_USER_CHAT = MessageType.USER_CHAT.value
+
+
 def pheromone_kind(msg_type: str, role: str, text: str) -> str:
     """The kind that picks a message's half-life and initial strength (SPEC §5).
 
     A user message stating a taste or habit ("I prefer …", "不吃香菜") is a
     ``preference``; otherwise the message type itself.
     """
-    if role == "user" and msg_type == MessageType.USER_CHAT.value and _PREFERENCE_RE.search(text):
+    if role == "user" and msg_type == _USER_CHAT and _PREFERENCE_RE.search(text):
         return "preference"
     return msg_type
 
@@ -463,8 +466,8 @@ class PheromoneField:
         """
         start_tick = self.tick
         for message in messages[self._observed :]:
-            kind, role = message.msg_type.value, message.role
-            text = message.text if role == "user" and kind == MessageType.USER_CHAT.value else ""  # only chat is read
+            kind, role = message.msg_type._value_, message.role  # the member's value (not the Python property .value)
+            text = message.text if role == "user" and kind == _USER_CHAT else ""  # only chat is read
             self._add(message.id, pheromone_kind(kind, role, text), message.references)
             self._observed += 1
             if self._observed % self.config.tick_every == 0:

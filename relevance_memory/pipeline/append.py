@@ -22,7 +22,7 @@ import itertools
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any, TypeVar, cast
+from typing import Any, TypeVar
 
 from pydantic import BaseModel
 
@@ -358,7 +358,7 @@ def append(
 
 
 _Model = TypeVar("_Model", bound=BaseModel)
-_TEMPLATES: dict[tuple[type[BaseModel], frozenset[str]], BaseModel] = {}
+_TEMPLATES: dict[tuple[type[BaseModel], frozenset[str]], Any] = {}
 
 
 def _made_like(cls: type[_Model], valid: bool, **fields: Any) -> _Model:
@@ -375,7 +375,8 @@ def _made_like(cls: type[_Model], valid: bool, **fields: Any) -> _Model:
     if template is None:
         made = _TEMPLATES[key] = cls(**fields)
         return made.model_copy()
-    return cast("_Model", template.model_copy(update=fields))
+    copy: _Model = template.model_copy(update=fields)
+    return copy
 
 
 _APPENDED, _SUBTASK = Purpose.APPENDED.value, Purpose.SUBTASK.value  # read once (an enum's value is a Python property)
