@@ -36,7 +36,7 @@ _IMMUTABLE = frozenset({str, int, float, bool, type(None)})
 def copy_plan(message: Mapping[str, Any], thawed: dict[str, Any] | None = None) -> CopyPlan:
     """The copy plan of ``message`` (a plain or frozen message dict; module doc). O(its size).
     ``thawed``: ``thaw(message)`` when the caller has it (not mutated since), so it is not made again."""
-    if all(type(v) in _IMMUTABLE for v in message.values()):
+    if _IMMUTABLE.issuperset(map(type, message.values())):  # every value immutable (in C)
         return None
     try:  # thawed: what the plan rebuilds is thaw's copy (no tuples)
         return marshal.dumps(thawed if thawed is not None else thaw(message))

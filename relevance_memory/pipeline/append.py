@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import hashlib
 import itertools
+import operator
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -130,6 +131,9 @@ class BuildStep:
     renditions: Mapping[int, Rendition] = field(default_factory=dict)
 
 
+_ID = operator.attrgetter("id")
+
+
 def _tail(store: StoreView, start: int, renditions: Mapping[int, Rendition]) -> list[TailItem]:
     """The stored messages from ``start`` as :class:`TailItem` (O(new)); an excerpted one
     counts its excerpt's tokens."""
@@ -137,7 +141,7 @@ def _tail(store: StoreView, start: int, renditions: Mapping[int, Rendition]) -> 
     return [
         TailItem(
             index=m.index, tokens=renditions[m.index].tokens if m.index in renditions else m.token_count, role=m.role,
-            call_ids=tuple(c.id for c in m.tool_calls), tool_call_id=m.tool_call_id, excluded=m.id in excluded,
+            call_ids=tuple(map(_ID, m.tool_calls)), tool_call_id=m.tool_call_id, excluded=m.id in excluded,
         )
         for m in store.messages[start:]
     ]
@@ -322,7 +326,7 @@ def append(
         scorer=base.scorer,
         scorer_model=base.scorer_model,
         rubric_version=base.rubric_version,
-        usage=ScorerUsage(),
+        usage=_made_like(ScorerUsage, True),
         chains_kept=base.chains_kept + appended_roots,
         chains_total=base.chains_total + appended_roots,
         summaries=list(base.summaries),
@@ -389,14 +393,14 @@ def _appended_breakdown(
     spent = dict(base.spent) if base is not None else {}
     lines = list(base.lines) if base is not None else []
     spent[_APPENDED] = spent.get(_APPENDED, 0) + appended
-    lines.append(BudgetLine(
-        purpose=_APPENDED, tokens=appended, kind="spend",
+    lines.append(_made_like(
+        BudgetLine, True, purpose=_APPENDED, tokens=appended, kind="spend",
         note=f"{count} message(s) appended verbatim since build {base_id}",
     ))
     base_note = spent.get(_SUBTASK, 0)
     if base_note != note_tokens:
         spent[_SUBTASK] = note_tokens
-        lines.append(BudgetLine(purpose=_SUBTASK, tokens=note_tokens, kind="spend",
+        lines.append(_made_like(BudgetLine, True, purpose=_SUBTASK, tokens=note_tokens, kind="spend",
                                 note="the current subtask, shown at the end"))
     return _made_like(BudgetBreakdown, True, budget=budget, spent=spent, unused=budget - sum(spent.values()), lines=lines)
 

@@ -123,7 +123,8 @@ def entry_caps(budget: int, share: float, room: int | None = None) -> tuple[int,
     """``(a tool output's or a call's cap, any other message's cap)`` in a context of ``budget``
     tokens (:func:`entry_cap`; tokens); with ``room`` (what the pinned prompt and the newest user
     message leave), each at most ``room`` and at least :data:`MIN_EXCERPT_TOKENS`."""
-    tool_cap, prose_cap = (max(MIN_ENTRY_CAP, int(budget * min(1.0, share * factor))) for factor in (1.0, PROSE_FACTOR))
+    tool_cap = max(MIN_ENTRY_CAP, int(budget * min(1.0, share)))  # share × 1.0
+    prose_cap = max(MIN_ENTRY_CAP, int(budget * min(1.0, share * PROSE_FACTOR)))
     if room is None:
         return tool_cap, prose_cap
     return max(MIN_EXCERPT_TOKENS, min(tool_cap, room)), max(MIN_EXCERPT_TOKENS, min(prose_cap, room))
