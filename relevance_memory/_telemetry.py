@@ -3,7 +3,9 @@
 OpenTelemetry is optional (``pip install 'relevance-memory[otel]'``: ``opentelemetry-api``).
 Without it nothing here does anything but logging; with the API and no SDK configured (no
 global tracer provider), no span is started either — the API's would be no-op spans, at ~20 µs
-a build (checked each build: a provider set later is followed from then on). Only the manager (builds, its scorer seam) and the managed client
+a build (checked when each build starts: a provider set later is followed from the next build
+on; a build and its scorer calls are traced together or not at all — a provider set while a
+build waits for another build's lock traces the builds after it). Only the manager (builds, its scorer seam) and the managed client
 (the model call) call this module — the pipeline's stages stay pure.
 
 Spans, named after the OpenTelemetry GenAI semantic conventions where they define a name

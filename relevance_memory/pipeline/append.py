@@ -22,7 +22,6 @@ import itertools
 import operator
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import datetime
 from typing import Any, TypeVar
 
 from pydantic import BaseModel
@@ -308,10 +307,10 @@ def append(
             f"{len(held)} message(s) of a tool chain whose results have not all arrived are held back; "
             "they are appended with their results"
         )
-    created_at = seams.clock()
-    record = _made_like(DecisionRecord, isinstance(created_at, datetime),
+    record = _made_like(
+        DecisionRecord,
         build_id=build_id,
-        created_at=created_at,
+        created_at=seams.clock(),
         goal=goal,
         budget=previous.budget,
         encoding=seams.tokenizer.name,
@@ -326,7 +325,7 @@ def append(
         scorer=base.scorer,
         scorer_model=base.scorer_model,
         rubric_version=base.rubric_version,
-        usage=_made_like(ScorerUsage, True),
+        usage=_made_like(ScorerUsage),
         chains_kept=base.chains_kept + appended_roots,
         chains_total=base.chains_total + appended_roots,
         summaries=list(base.summaries),
@@ -362,23 +361,28 @@ def append(
 
 
 _Model = TypeVar("_Model", bound=BaseModel)
-_TEMPLATES: dict[tuple[type[BaseModel], frozenset[str]], Any] = {}
+_TEMPLATES: dict[tuple[type[BaseModel], frozenset[str]], tuple[Any, tuple[tuple[str, type], ...]]] = {}
 
 
-def _made_like(cls: type[_Model], valid: bool, **fields: Any) -> _Model:
-    """``cls(**fields)``: when ``valid`` (every value already of its field's type, every list
-    and dict a new one the model may own), a copy of an instance validated once with the same
-    fields, updated with these (``model_copy``). An append makes its record this way: validating
-    a record's 35 fields runs more of pydantic's code than the rest of the append, a cost paid in
-    full on the first append after a compaction, whose caches the compaction emptied (issue 24).
-    Equal to the validated instance (tested); otherwise (``valid`` false) that instance."""
-    if not valid:
-        return cls(**fields)
+def _made_like(cls: type[_Model], **fields: Any) -> _Model:
+    """``cls(**fields)``, made as a copy of an instance validated once with the same fields,
+    updated with these (``model_copy``), when each value is of the exact type validation gave
+    that field then (every list and dict passed must be a new one the model may own). Any other
+    value — a clock's string, a seam's float or str subclass — is validated, as before. An
+    append makes its record this way: validating a record's 35 fields runs more of pydantic's
+    code than the rest of the append, a cost paid in full on the first append after a
+    compaction, whose CPU caches the compaction emptied (issue 24). Equal to the validated
+    instance, field types included (tested)."""
     key = (cls, frozenset(fields))
-    template = _TEMPLATES.get(key)
-    if template is None:
-        made = _TEMPLATES[key] = cls(**fields)
+    known = _TEMPLATES.get(key)
+    if known is None:
+        made = cls(**fields)
+        _TEMPLATES[key] = (made, tuple((name, type(made.__dict__[name])) for name in fields))
         return made.model_copy()
+    template, kinds = known
+    for name, kind in kinds:
+        if type(fields[name]) is not kind:  # not what validation gives: validate
+            return cls(**fields)
     copy: _Model = template.model_copy(update=fields)
     return copy
 
@@ -394,15 +398,15 @@ def _appended_breakdown(
     lines = list(base.lines) if base is not None else []
     spent[_APPENDED] = spent.get(_APPENDED, 0) + appended
     lines.append(_made_like(
-        BudgetLine, True, purpose=_APPENDED, tokens=appended, kind="spend",
+        BudgetLine, purpose=_APPENDED, tokens=appended, kind="spend",
         note=f"{count} message(s) appended verbatim since build {base_id}",
     ))
     base_note = spent.get(_SUBTASK, 0)
     if base_note != note_tokens:
         spent[_SUBTASK] = note_tokens
-        lines.append(_made_like(BudgetLine, True, purpose=_SUBTASK, tokens=note_tokens, kind="spend",
+        lines.append(_made_like(BudgetLine, purpose=_SUBTASK, tokens=note_tokens, kind="spend",
                                 note="the current subtask, shown at the end"))
-    return _made_like(BudgetBreakdown, True, budget=budget, spent=spent, unused=budget - sum(spent.values()), lines=lines)
+    return _made_like(BudgetBreakdown, budget=budget, spent=spent, unused=budget - sum(spent.values()), lines=lines)
 
 
 def _lazy_decisions(

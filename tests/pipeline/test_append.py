@@ -434,7 +434,7 @@ def _appended_records(monkeypatch: pytest.MonkeyPatch | None, clock: Any) -> lis
     from relevance_memory.pipeline import append as append_module
 
     if monkeypatch is not None:  # every record validated from its fields
-        monkeypatch.setattr(append_module, "_made_like", lambda cls, valid, **fields: cls(**fields))
+        monkeypatch.setattr(append_module, "_made_like", lambda cls, **fields: cls(**fields))
     memory = RelevanceMemoryManager(max_input_tokens=2500, keep_recent=2, clock=clock, on_invalid="repair")
     memory.extend([*OPENING, *(m for n in range(10) for m in step(n))])
     records = [memory.build_context().record]

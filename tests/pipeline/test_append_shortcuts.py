@@ -193,7 +193,7 @@ def _records(clock: Any, **kwargs: Any) -> list[Any]:
 
 def _validated_records(monkeypatch: pytest.MonkeyPatch, clock: Any, **kwargs: Any) -> list[Any]:
     with monkeypatch.context() as patched:  # every record validated from its fields, as before the commit
-        patched.setattr(append_module, "_made_like", lambda cls, valid, **fields: cls(**fields), raising=False)
+        patched.setattr(append_module, "_made_like", lambda cls, **fields: cls(**fields), raising=False)
         return _records(clock, **kwargs)
 
 
@@ -205,11 +205,10 @@ class _FloatPolicy(CachePolicy):
 
 
 def test_an_appended_record_with_a_policy_giving_a_float_equals_the_validated_one(monkeypatch: pytest.MonkeyPatch) -> None:
-    """FAILS on 804bc9a. ``_made_like`` skips validation whenever ``created_at`` is a datetime,
-    but ``cacheable_tokens`` comes from a seam the caller may replace (a ``CachePolicy``
-    subclass): before the commit pydantic coerced ``1152.0`` to ``1152``; now the record holds
-    the float (except the first append's, made by the template's validation), so
-    ``model_dump`` differs and ``to_json`` emits a PydanticSerializationUnexpectedValue warning."""
+    """``cacheable_tokens`` comes from a seam the caller may replace (a ``CachePolicy``
+    subclass): validation coerces ``1152.0`` to ``1152``. Failed on 804bc9a, where
+    ``_made_like`` skipped validation whenever ``created_at`` was a datetime (the record held the
+    float; ``to_json`` warned); a value of another type than validation gave is validated now."""
     fast = _records(_clock, cache_policy=_FloatPolicy())
     checked = _validated_records(monkeypatch, _clock, cache_policy=_FloatPolicy())
     appended = [(a, b) for a, b in zip(fast, checked, strict=True) if a.mode == "appended"]
@@ -232,9 +231,8 @@ class _NamedCounter(TiktokenCounter):
 
 
 def test_an_appended_records_encoding_has_the_validated_type(monkeypatch: pytest.MonkeyPatch) -> None:
-    """FAILS on 804bc9a (type only). ``encoding`` comes from the tokenizer seam: validation made
-    a ``str`` subclass (a str enum) a plain ``str``; an appended record made by ``model_copy``
-    keeps the enum member (its JSON and ``==`` are unchanged)."""
+    """``encoding`` comes from the tokenizer seam: validation makes a ``str`` subclass (a str
+    enum) a plain ``str``. Failed on 804bc9a (type only: the copy kept the enum member)."""
     fast = _records(_clock, tokenizer=_NamedCounter())
     checked = _validated_records(monkeypatch, _clock, tokenizer=_NamedCounter())
     for a, b in zip(fast, checked, strict=True):
@@ -554,15 +552,14 @@ def _waits_in_build_lock(thread: threading.Thread) -> bool:
     return False
 
 
-def test_a_provider_set_while_a_build_waits_for_the_lock_traces_its_scorer(
+def test_a_provider_set_while_a_build_waits_for_the_lock_traces_from_the_next_build(
     monkeypatch: pytest.MonkeyPatch, proxy_tracer: Any
 ) -> None:
-    """FAILS on 804bc9a. Before the commit the scorer was wrapped when the build's seams were
-    made (after the build lock was taken), with the tracer as it was then; now it is the tracer
-    ``build_span`` found before waiting for the lock. A provider set (e.g. by the app's start-up
-    in another thread) while a build waits for another build's lock: the old code traced that
-    build's scorer calls (as spans without a build parent, since the build span was not started);
-    the new code traces none of them."""
+    """The tracer is read once, when a build starts (``build_span``, before it waits for the
+    lock): a provider set (e.g. by the app's start-up in another thread) while a build waits
+    for another build's lock traces neither that build nor its scorer calls — before 804bc9a its
+    scorer calls were traced as spans without a build parent — and traces the next build, its
+    scorer calls as children of its span (review of 804bc9a; the module doc says so)."""
     from relevance_memory.testing import FixedScorer
 
     scorer = FixedScorer(2, scores={"m1": 5})
@@ -588,8 +585,13 @@ def test_a_provider_set_while_a_build_waits_for_the_lock_traces_its_scorer(
     lock.release()
     thread.join()
     assert not errors and scorer.calls
-    scores = [s for s in exporter.get_finished_spans() if s.name.startswith("score ")]
-    assert scores, "no scorer span although a tracer provider was set when the scorer was called"
+    assert exporter.get_finished_spans() == ()  # the waiting build started untraced: no orphan scorer span
+    memory.extend([m for k in range(21, 40) for m in step(k, 60)])
+    assert memory.build_context().record.mode == "compacted"
+    spans = exporter.get_finished_spans()
+    (build,) = [s for s in spans if s.name == "search_memory"]
+    scores = [s for s in spans if s.name.startswith("score ")]
+    assert scores and all(s.parent is not None and s.parent.span_id == build.context.span_id for s in scores)
 
 
 # --------------------------------------------------------------------------- 6: BuildLock
