@@ -377,8 +377,11 @@ def _made_like(cls: type[_Model], **fields: Any) -> _Model:
     known = _TEMPLATES.get(key)
     if known is None:
         made = cls(**fields)
-        _TEMPLATES[key] = (made, tuple((name, type(made.__dict__[name])) for name in fields))
-        return made.model_copy()
+        kinds = tuple((name, type(made.__dict__[name])) for name in fields)
+        # the template holds none of this call's values (every copy replaces them all): a
+        # record's summaries or breakdown are not kept alive by it
+        _TEMPLATES[key] = (made.model_copy(update=dict.fromkeys(fields)), kinds)
+        return made
     template, kinds = known
     for name, kind in kinds:
         if type(fields[name]) is not kind:  # not what validation gives: validate

@@ -489,3 +489,26 @@ def test_an_appended_record_with_a_clock_that_gives_no_datetime_is_validated() -
     built = memory.build_context()
     assert built.record.mode == "appended"
     assert built.record.created_at is not None and built.record.created_at.year == 2026
+
+
+def test_the_record_template_keeps_no_values_of_a_build() -> None:
+    """The templates appended records are copied from (``_made_like``) hold none of the values of
+    the build that made them: a large record's summaries or breakdown are not kept alive."""
+    import gc
+    import weakref
+
+    from relevance_memory.pipeline import append as append_module
+
+    append_module._TEMPLATES.clear()
+    memory = RelevanceMemoryManager(max_input_tokens=2500, keep_recent=2)
+    memory.extend([*OPENING, *(m for n in range(12) for m in step(n))])
+    memory.build_context()
+    memory.extend(step(12, size=10))
+    record = memory.build_context().record
+    assert record.mode == "appended" and append_module._TEMPLATES
+    for template, kinds in append_module._TEMPLATES.values():
+        assert all(template.__dict__[name] is None for name, _ in kinds)
+    breakdown = weakref.ref(record.budget_breakdown)
+    del record, memory
+    gc.collect()
+    assert breakdown() is None
