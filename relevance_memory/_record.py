@@ -253,11 +253,8 @@ class DecisionRecord(BaseModel):
         """Build :attr:`messages` with ``build()`` on first use instead of now (O(1) here);
         ``users()``, when given, builds only the decisions about messages a user wrote
         (:meth:`user_decisions`), the same objects' content as ``build()`` gives them."""
-        private = self.__pydantic_private__  # the private attributes' own dict: set in one call, not three
-        if private is None:  # not made by pydantic (never for a record): its setter
-            self._messages, self._lazy_messages, self._lazy_user_messages = None, build, users
-            return
-        private.update(_messages=None, _lazy_messages=build, _lazy_user_messages=users)
+        # the private attributes' own dict (a record always has one): set in one call, not three
+        self.__pydantic_private__.update(_messages=None, _lazy_messages=build, _lazy_user_messages=users)  # type: ignore[union-attr]
 
     def user_decisions(self) -> list[MessageDecision]:
         """The decisions about messages a user wrote (:func:`~relevance_memory._models.user_authored`),

@@ -196,9 +196,9 @@ def _start_attributes(manager: _Memory) -> dict[str, Any]:
 
 
 @contextmanager
-def _span(manager: _Memory) -> Iterator[Callable[[BuiltContext], None]]:
-    """A build's span around the body; yields ``finish(built)``, which sets the record's attributes."""
-    tracer = _live_tracer()
+def _span(manager: _Memory, tracer: Any) -> Iterator[Callable[[BuiltContext], None]]:
+    """A build's span around the body (``tracer``: :func:`_live_tracer`, as the build found it);
+    yields ``finish(built)``, which sets the record's attributes."""
     if tracer is None:
         yield lambda built: log_record(manager, built.record)
         return
@@ -224,7 +224,7 @@ def build_span(method: Callable[..., BuiltContext]) -> Callable[..., BuiltContex
                 built = method(self, *args, **kwargs)
                 log_record(self, built.record)
                 return built
-            with _span(self) as finish:
+            with _span(self, tracer) as finish:
                 built = method(self, *args, **kwargs)
                 finish(built)
                 return built
@@ -239,7 +239,7 @@ def abuild_span(method: Callable[..., Awaitable[BuiltContext]]) -> Callable[...,
 
     @functools.wraps(method)
     async def traced(self: _Memory, *args: Any, **kwargs: Any) -> BuiltContext:
-        with _span(self) as finish:
+        with _span(self, _live_tracer()) as finish:
             built = await method(self, *args, **kwargs)
             finish(built)
             return built

@@ -99,82 +99,23 @@ settles them in one batch this large: a few ms, once per this many ticking obser
 _Write = tuple[str, Cell | None]  # (message id, its cell before the write; None: it had none)
 
 
-class _AsOf(Mapping[str, Cell]):
-    """A cell table as it was at journal position ``position``: a write at or after it is
-    undone (its cell before that write is read instead; a message first written there is
-    absent). ``writes`` holds, per message id, the positions of its journalled writes and
-    the cells before each, ascending. Reads are O(log writes of that id); iteration follows
-    the table's own order (the order every reader of a ranking is indifferent to: ties are
-    broken by birth tick and id, never by position)."""
+class _PastCells(Mapping[str, Cell]):
+    """A cell table as it was earlier: the live table ``_cells`` read through ``_changed`` (the
+    ids written since, each with what :meth:`_then` needs to give its cell then; ``None``: the id
+    had none). Iteration follows the table's own order (the order every reader of a ranking is
+    indifferent to: ties are broken by birth tick and id, never by position)."""
 
-    __slots__ = ("_born", "_cells", "_position", "_writes")
+    __slots__ = ()
+    _cells: Mapping[str, Cell]
+    _changed: Mapping[str, Any]
 
-    def __init__(self, cells: dict[str, Cell], writes: dict[str, tuple[list[int], list[Cell | None]]],
-                 position: int, born: list[int]) -> None:
-        # born: the journal positions of the writes that added an id (ascending)
-        self._cells, self._writes, self._position, self._born = cells, writes, position, born
-
-    def _as_of(self, key: str, now: Cell | None) -> Cell | None:
-        written = self._writes.get(key)
-        if written is None:
-            return now
-        positions, before = written
-        at = bisect.bisect_left(positions, self._position)
-        return before[at] if at < len(positions) else now
-
-    def __getitem__(self, key: str) -> Cell:
-        cell = self._as_of(key, self._cells.get(key))
-        if cell is None:
-            raise KeyError(key)
-        return cell
+    def _then(self, key: str, now: Cell | None) -> Cell | None:
+        """The cell of ``key`` then, ``now`` being its cell in the live table (read first)."""
+        raise NotImplementedError
 
     def get(self, key: str, default: Any = None) -> Any:
-        cell = self._as_of(key, self._cells.get(key))
+        cell = self._then(key, self._cells.get(key))  # the table first: a write records what it replaces before it writes
         return default if cell is None else cell
-
-    def __contains__(self, key: object) -> bool:
-        return isinstance(key, str) and self.get(key) is not None
-
-    def __iter__(self) -> Iterator[str]:
-        return (key for key, _ in self.items())
-
-    def __len__(self) -> int:  # O(log writes): the ids added at or after the position are not there yet
-        return len(self._cells) - (len(self._born) - bisect.bisect_left(self._born, self._position))
-
-    def items(self) -> Iterator[tuple[str, Cell]]:  # type: ignore[override]
-        as_of, writes = self._as_of, self._writes
-        for key, cell in self._cells.items():
-            then = as_of(key, cell) if key in writes else cell
-            if then is not None:
-                yield key, then
-
-
-SNAPSHOTS_LIVE = 16
-"""Most :class:`_CellsAsOf` a cell table keeps current by recording what each write replaces;
-the oldest live one beyond them becomes a copy of its cells (a caller keeping many records)."""
-
-
-class _CellsAsOf(Mapping[str, Cell]):
-    """A cell table as it was when taken (:meth:`PheromoneField.cells_now`): the live table read
-    through ``undo``, the cell each write since replaced (``None``: the id had none), which the
-    table fills in while this view lives (issue 24: a copy of a million cells for every
-    compaction's record cost ~0.15 s; a build writes a few hundred). Reads are O(1); a view the
-    table stops keeping current (:data:`SNAPSHOTS_LIVE`) is made a copy first."""
-
-    __slots__ = ("__weakref__", "_table", "_undo")
-
-    def __init__(self, table: Mapping[str, Cell]) -> None:
-        self._table = table
-        self._undo: dict[str, Cell | None] = {}
-
-    def get(self, key: str, default: Any = None) -> Any:
-        # the table first: a write records what it replaces before it writes
-        now = self._table.get(key, default)
-        undo = self._undo
-        if key in undo:
-            cell = undo[key]
-            return default if cell is None else cell
-        return now
 
     def __getitem__(self, key: str) -> Cell:
         cell = self.get(key)
@@ -188,25 +129,72 @@ class _CellsAsOf(Mapping[str, Cell]):
     def __iter__(self) -> Iterator[str]:
         return (key for key, _ in self.items())
 
-    def __len__(self) -> int:  # no id leaves a table: those added since are not counted
-        return len(self._table) - sum(1 for cell in self._undo.values() if cell is None)
-
     def items(self) -> Iterator[tuple[str, Cell]]:  # type: ignore[override]
-        undo = self._undo
-        for key, cell in self._table.items():
-            then = undo.get(key, cell)  # None: added since
-            if then is not None:
-                yield key, then
+        then, changed = self._then, self._changed
+        for key, cell in self._cells.items():
+            past = then(key, cell) if key in changed else cell
+            if past is not None:
+                yield key, past
+
+
+class _AsOf(_PastCells):
+    """A cell table as it was at journal position ``position``: a write at or after it is
+    undone (its cell before that write is read instead; a message first written there is
+    absent). ``_changed`` holds, per message id, the positions of its journalled writes and
+    the cells before each, ascending. Reads are O(log writes of that id)."""
+
+    __slots__ = ("_born", "_cells", "_changed", "_position")
+
+    def __init__(self, cells: dict[str, Cell], writes: dict[str, tuple[list[int], list[Cell | None]]],
+                 position: int, born: list[int]) -> None:
+        # born: the journal positions of the writes that added an id (ascending)
+        self._cells, self._changed, self._position, self._born = cells, writes, position, born
+
+    def _then(self, key: str, now: Cell | None) -> Cell | None:
+        written = self._changed.get(key)
+        if written is None:
+            return now
+        positions, before = written
+        at = bisect.bisect_left(positions, self._position)
+        return before[at] if at < len(positions) else now  # type: ignore[no-any-return]
+
+    def __len__(self) -> int:  # O(log writes): the ids added at or after the position are not there yet
+        return len(self._cells) - (len(self._born) - bisect.bisect_left(self._born, self._position))
+
+
+SNAPSHOTS_LIVE = 16
+"""Most :class:`_CellsAsOf` a cell table keeps current by recording what each write replaces;
+the oldest live one beyond them becomes a copy of its cells (a caller keeping many records)."""
+
+
+class _CellsAsOf(_PastCells):
+    """A cell table as it was when taken (:meth:`PheromoneField.cells_now`): the live table read
+    through ``_changed``, the cell each write since replaced (``None``: the id had none), which
+    the table fills in while this view lives (issue 24: a copy of a million cells for every
+    compaction's record cost ~0.15 s; a build writes a few hundred). Reads are O(1); a view the
+    table stops keeping current (:data:`SNAPSHOTS_LIVE`) is made a copy first."""
+
+    __slots__ = ("__weakref__", "_cells", "_changed")
+
+    def __init__(self, table: Mapping[str, Cell]) -> None:
+        self._cells = table
+        self._changed: dict[str, Cell | None] = {}
+
+    def _then(self, key: str, now: Cell | None) -> Cell | None:
+        return self._changed.get(key, now)  # a stored None (the id had no cell) is returned as it is
+
+    def __len__(self) -> int:  # no id leaves a table: those added since are not counted
+        return len(self._cells) - sum(1 for cell in self._changed.values() if cell is None)
 
     def detach(self) -> None:
         """Hold a copy of the cells as of the view, not the live table (O(cells))."""
-        copy = dict(self._table)  # one C-level copy, then what was written since undone
-        for key, cell in list(self._undo.items()):
+        copy = dict(self._cells)  # one C-level copy, then what was written since undone
+        for key, cell in list(self._changed.items()):
             if cell is None:
                 copy.pop(key, None)
             else:
                 copy[key] = cell
-        self._table, self._undo = copy, {}
+        self._cells, self._changed = copy, {}
 
 
 class _CellTable(dict):  # type: ignore[type-arg]
@@ -247,8 +235,8 @@ class _CellTable(dict):  # type: ignore[type-arg]
             view = ref()
             if view is None:
                 dead = True
-            elif key not in view._undo:
-                view._undo[key] = dict.get(self, key)
+            elif key not in view._changed:
+                view._changed[key] = dict.get(self, key)
         if dead:
             self.views = [ref for ref in self.views if ref() is not None]
 

@@ -172,24 +172,21 @@ class StoreSnapshot:
     """
 
     def __init__(self, store: MessageStore) -> None:
-        # the store's own fields, read under its lock (no writer meanwhile: every message they
-        # name is below the snapshot's length); not through its properties and locking
-        # methods, one call each (a snapshot is taken at every build, issue 24)
-        with store._lock:
+        # read under the store's lock: no writer meanwhile, so every message what is read names
+        # is below the snapshot's length
+        with store.lock:
             self._store = store
             self._n = n = len(store.messages)
             self.messages: Sequence[Message] = _Prefix(store.messages, n)
             self.excluded: Mapping[str, str] = dict(store.excluded)
             self.doc_freq: Mapping[str, int] = store.doc_freq
-            self.first_user_index: int | None = store._first_user
-            self.step_count: int = store._step + 1
-            self.chain_merges: int = store._chain_merges
-            pending = store._pending
-            self._unanswered = {i: store.unanswered_calls(i) for i in pending} if pending else {}
+            self.first_user_index: int | None = store.first_user_index
+            self.step_count: int = store.step_count
+            self.chain_merges: int = store.chain_merges
+            self._unanswered = {i: store.unanswered_calls(i) for i in store.pending_calls}
             self.pending_calls: list[int] = sorted(self._unanswered)
-            detector = store._detector
-            self._edited: dict[str, str] = detector.edited_views() if detector is not None else {}
-            self._edits: dict[str, str] = detector.edits() if detector is not None else {}
+            self._edited = store.edited_views()
+            self._edits = store.file_edits()
 
     # the views of the append-only per-message lists and link tables, made on first use (each
     # reads only below the snapshot's length, so one made later is the same view; an append

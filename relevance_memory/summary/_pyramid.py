@@ -367,7 +367,7 @@ class RunFacts:
     @property
     def agentic(self) -> bool:
         """:func:`is_agentic` of the items."""
-        return 2 * self.traffic >= len(self.items)
+        return mostly_traffic(self.traffic, len(self.items))
 
 
 def run_facts(items: Sequence[SummaryItem], prefix: RunFacts | None = None) -> RunFacts:
@@ -597,9 +597,15 @@ def is_traffic(item: SummaryItem) -> bool:
     return item.role == "tool" or bool(item.tool_calls)
 
 
+def mostly_traffic(traffic: int, count: int) -> bool:
+    """Whether ``traffic`` tool-traffic items of ``count`` are most of them (at least half): the
+    rule of :func:`is_agentic`, for a caller that keeps the count."""
+    return 2 * traffic >= count
+
+
 def is_agentic(items: Sequence[SummaryItem]) -> bool:
     """Whether ``items`` are mostly an agent's tool traffic (:func:`is_traffic`)."""
-    return 2 * sum(map(is_traffic, items)) >= len(items)
+    return mostly_traffic(sum(map(is_traffic, items)), len(items))
 
 
 AGENT_SUMMARY_RATIO = 0.2

@@ -46,6 +46,7 @@ from ._pyramid import (
     SummaryItem,
     build_pyramid,
     is_traffic,
+    mostly_traffic,
     pointer_summary,
     pointer_tokens,
     render_summary,
@@ -235,7 +236,7 @@ class OfflineSummarizer:
         traffic = (prefix.traffic if prefix is not None else 0) + sum(map(is_traffic, items[done:]))
         # an agent's tool traffic: the names it read and ran (paths, code names, line numbers)
         # are what its next steps use again (SPEC §11 action support), newest first
-        agentic = self.agent_names and 2 * traffic >= len(items)  # is_agentic(items)
+        agentic = self.agent_names and mostly_traffic(traffic, len(items))  # is_agentic(items)
         if prefix is not None and prefix.agentic == agentic:
             fold = _Fold(prefix.items, agentic, dict(prefix.latest), dict(prefix.values_at), dict(prefix.tools_at),
                          prefix.order, prefix.traffic, prefix.ids)
