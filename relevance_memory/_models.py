@@ -14,7 +14,7 @@ from datetime import datetime
 from enum import Enum
 from typing import Annotated, Any, Literal, NoReturn, TypeVar
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_serializer, field_validator
 
 __all__ = [
     "FrozenDict",
@@ -251,7 +251,27 @@ class Message(BaseModel):
 
     def to_openai(self) -> dict[str, Any]:
         """The message as an OpenAI chat dict, exactly as it was given (a plain, mutable deep copy)."""
-        return thaw(self.raw)  # type: ignore[no-any-return]
+        kept = self.__dict__["raw"]
+        if type(kept) is RawShape:
+            return kept.rebuild(self, dict, list)  # type: ignore[no-any-return]
+        return thaw(kept)  # type: ignore[no-any-return]
+
+    def __eq__(self, other: object) -> bool:
+        """Equal fields, :attr:`raw` compared as the dicts it stands for (a :class:`RawShape`
+        kept in its place equals the dict it makes)."""
+        if not isinstance(other, Message):
+            return NotImplemented
+        mine, theirs = self.__dict__, other.__dict__
+        if type(mine["raw"]) is not RawShape and type(theirs["raw"]) is not RawShape:
+            return super().__eq__(other)
+        return (type(self) is type(other) and self.raw == other.raw
+                and all(value == theirs[key] for key, value in mine.items() if key != "raw")
+                and self.__pydantic_private__ == other.__pydantic_private__
+                and self.__pydantic_extra__ == other.__pydantic_extra__)
+
+    @field_serializer("raw")
+    def _serialize_raw(self, value: Any) -> dict[str, Any]:
+        return self.to_openai()  # kept as its shape (RawShape): the dict it stands for
 
     @property
     def text(self) -> str:
@@ -271,6 +291,117 @@ class Message(BaseModel):
         return self.producer or self.role
 
 
+class RawShape:
+    """How a stored message's OpenAI dict (:attr:`Message.raw`) is made again from the
+    message's own fields, when it held nothing else: its keys in the order given, and of each
+    tool call its keys (the payload's: ``function``, or ``custom``) and its payload's keys.
+    The store keeps this shape in place of the dict when the dict's values are the fields'
+    very objects (issue 24: the read-only copy of the caller's dict was ~400 of the ~2,000
+    bytes a message kept); equal shapes are one object (:func:`raw_shape`).
+
+    Reading :attr:`Message.raw` of such a message makes the :class:`FrozenDict` again (a new
+    object each read, equal to the one given: the same keys, in the same order, and values).
+    """
+
+    __slots__ = ("calls", "keys")
+    __hash__ = None  # type: ignore[assignment]  # a message is unhashable, as with its dict kept
+
+    def __init__(self, keys: tuple[str, ...], calls: tuple[tuple[tuple[str, ...], tuple[str, ...]], ...]) -> None:
+        self.keys = keys
+        self.calls = calls
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (_interned_shape, (self.keys, self.calls))
+
+    def rebuild(self, message: Message, mapping: Any = FrozenDict, sequence: Any = FrozenList) -> Any:
+        """The dict this shape stands for, of ``message``'s fields: ``mapping`` for each dict,
+        ``sequence`` for ``tool_calls`` (frozen by default; ``dict``/``list`` give a plain copy;
+        a list content is thawed then too)."""
+        fields = message.__dict__
+        out: dict[str, Any] = {}
+        for key in self.keys:
+            if key == "tool_calls":
+                calls = []
+                for call, (call_keys, payload_keys) in zip(fields["tool_calls"], self.calls, strict=True):
+                    made: dict[str, Any] = {}
+                    for name in call_keys:
+                        if name == "id":
+                            made[name] = call.id
+                        elif name == "type":
+                            made[name] = call.type
+                        else:
+                            made[name] = mapping({k: call.name if k == "name" else call.arguments for k in payload_keys})
+                    calls.append(mapping(made))
+                out[key] = sequence(calls)
+            elif key == "content" and mapping is dict:
+                out[key] = thaw(fields["content"])
+            else:
+                out[key] = fields[key]
+        return out if mapping is dict else mapping(out)
+
+
+_SHAPES: dict[tuple[Any, ...], RawShape] = {}
+_MOST_SHAPES = 4096
+"""Distinct :class:`RawShape` objects kept; a message of another shape keeps its dict."""
+_RAW_FIELDS = frozenset({"role", "content", "tool_calls", "tool_call_id", "name"})
+
+
+def _interned_shape(keys: tuple[str, ...], calls: tuple[tuple[tuple[str, ...], tuple[str, ...]], ...]) -> RawShape:
+    shape = _SHAPES.get((keys, calls))
+    if shape is None:
+        shape = RawShape(keys, calls)
+        if len(_SHAPES) < _MOST_SHAPES:
+            _SHAPES[(keys, calls)] = shape
+    return shape
+
+
+def raw_shape(raw: Mapping[str, Any], fields: Mapping[str, Any]) -> RawShape | None:
+    """The :class:`RawShape` that makes ``raw`` (read-only or plain) again from ``fields`` (a
+    :class:`Message`'s fields, as ingest made them of ``raw``), or ``None`` when it cannot: a key that is no
+    field (``refusal``, ``audio`` …), or a value that is not the field's very object (the
+    field was converted or validated). Pure; O(keys)."""
+    keys = tuple(raw)
+    calls: list[tuple[tuple[str, ...], tuple[str, ...]]] = []
+    for key in keys:
+        if key not in _RAW_FIELDS:
+            return None
+        if key == "tool_calls":
+            given, parsed = raw[key], fields["tool_calls"]
+            if type(given) not in _LISTS or len(given) != len(parsed):
+                return None
+            for call, made in zip(given, parsed, strict=True):
+                if type(call) not in _DICTS or call.get("id") is not made.id or call.get("type") is not made.type:
+                    return None
+                payload_key = "custom" if made.type == "custom" else "function"
+                payload = call.get(payload_key)
+                if type(payload) not in _DICTS or len(call) != 3:
+                    return None
+                argument_key = "input" if made.type == "custom" else "arguments"
+                for name, value in payload.items():
+                    if value is not (made.name if name == "name" else made.arguments if name == argument_key else _NOTHING):
+                        return None
+                calls.append((tuple(call), tuple(payload)))
+        elif raw[key] is not fields[key]:
+            return None
+    return _interned_shape(keys, tuple(calls))
+
+
+_NOTHING = object()
+_LISTS = (FrozenList, list)
+_DICTS = (FrozenDict, dict)
+
+
+def _message_raw(self: Message) -> dict[str, Any]:
+    kept = self.__dict__["raw"]
+    return kept.rebuild(self) if type(kept) is RawShape else kept  # type: ignore[no-any-return]
+
+
+_message_raw.__doc__ = """The original OpenAI dict, read-only (:class:`FrozenDict`), exported unchanged by
+:meth:`Message.to_openai`; made again from the fields when the store kept only its
+:class:`RawShape`."""
+setattr(Message, "raw", property(_message_raw))  # noqa: B010  # a pydantic field: set after the class is made
+
+
 _TRUSTED_FIELDS: dict[type[BaseModel], tuple[set[str], dict[str, Any] | None]] = {}
 
 
@@ -286,23 +417,42 @@ def _shared_keys(names: Iterable[str]) -> dict[str, Any] | None:
     return keys if sys.getsizeof(keys.copy()) < sys.getsizeof(dict(keys)) else None
 
 
-def trusted(cls: type[_Model], fields: dict[str, Any]) -> _Model:
+def _trusted_keys(cls: type[BaseModel]) -> tuple[set[str], dict[str, Any] | None]:
+    known = _TRUSTED_FIELDS.get(cls)
+    if known is None:
+        known = _TRUSTED_FIELDS[cls] = (set(cls.model_fields), _shared_keys(cls.model_fields))
+    return known
+
+
+def trusted_fields(cls: type[BaseModel], fields: dict[str, Any]) -> dict[str, Any]:
+    """``fields`` (every field of ``cls``, in declaration order) copied under the key table
+    shared by the instances :func:`trusted` makes: the dict an instance will hold, made when
+    its values are known (issue 24: ingest checks a whole batch before committing it; a
+    per-message dict of its own held until then, and freed after, left ~0.7 KB a message of
+    unused heap). Pass it to ``trusted(cls, fields, owned=True)``."""
+    keys = _trusted_keys(cls)[1]
+    if keys is None:
+        return fields
+    values = keys.copy()
+    values.update(fields)
+    return values
+
+
+def trusted(cls: type[_Model], fields: dict[str, Any], *, owned: bool = False) -> _Model:
     """An instance of the pydantic model ``cls`` made from ``fields`` without validating them
     again: what ingest builds after checking every value itself (issue 24: validating a
     :class:`Message` cost more than counting its tokens).
 
     ``fields`` must hold every field of ``cls``, in declaration order, each already of its
     declared type; the instance's dict holds them under a key table shared by every instance
-    of ``cls`` made here (:func:`_shared_keys`). This is pydantic's
+    of ``cls`` made here (:func:`_shared_keys`) — ``fields`` itself when ``owned`` (made by
+    :func:`trusted_fields`, and given up to the instance). This is pydantic's
     ``model_construct`` without its per-field default handling, and with one fields-set
     shared by every instance made this way (a set per message cost 0.7 KB).
     """
     instance = cls.__new__(cls)
-    known = _TRUSTED_FIELDS.get(cls)
-    if known is None:
-        known = _TRUSTED_FIELDS[cls] = (set(cls.model_fields), _shared_keys(cls.model_fields))
-    shared, keys = known
-    if keys is not None:  # the fields' values under the model's one shared key table
+    shared, keys = _trusted_keys(cls)
+    if keys is not None and not owned:  # the fields' values under the model's one shared key table
         values = keys.copy()
         values.update(fields)
         fields = values

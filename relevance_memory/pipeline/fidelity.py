@@ -297,7 +297,7 @@ def _shrink_arguments(arguments: str, max_tokens: int, keep: Collection[str], co
 
 
 def _with_content(message: Message, content: Any, calls: list[dict[str, Any]] | None = None) -> dict[str, Any]:
-    out: dict[str, Any] = thaw(message.raw)
+    out: dict[str, Any] = message.to_openai()
     out["content"] = content
     if calls is not None:
         out["tool_calls"] = calls
@@ -318,7 +318,7 @@ def excerpt_message(
     """
     original = message.token_count
     if original <= cap:
-        return Rendition(thaw(message.raw), original, "verbatim", original)
+        return Rendition(message.to_openai(), original, "verbatim", original)
     text = content_text(message.content)
     parts = message.content if isinstance(message.content, list) else []
     other_parts = sum(1 for p in parts if not (isinstance(p, Mapping) and p.get("type") in ("text", "input_text")))
@@ -384,7 +384,7 @@ def elide_message(message: Message, keep: Collection[str], counter: TokenCounter
     draft = _with_content(message, line)
     tokens = counter.count_message(draft)
     if tokens >= message.token_count:
-        return Rendition(thaw(message.raw), message.token_count, "verbatim", message.token_count)
+        return Rendition(message.to_openai(), message.token_count, "verbatim", message.token_count)
     return Rendition(draft, tokens, "elided", message.token_count,
                      f"elided: {tokens} of {message.token_count:,} tokens sent (one restorable line)")
 

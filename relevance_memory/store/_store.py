@@ -65,7 +65,17 @@ from .._collector import paused_collector
 from .._config import EPISODE_GAP_S
 from .._exceptions import ConfigError, InvalidMessageError
 from .._memo import remember
-from .._models import ROLES, Message, MessageType, ToolCall, content_hash, content_text, trusted
+from .._models import (
+    ROLES,
+    Message,
+    MessageType,
+    ToolCall,
+    content_hash,
+    content_text,
+    raw_shape,
+    trusted,
+    trusted_fields,
+)
 from .._text import distinct_terms, has_constraint, identifiers
 from .._tokenizer import TiktokenCounter, TokenCounter
 from ..scoring._embedding import VectorIndex
@@ -79,6 +89,7 @@ from ._validate import (
     _validate_content,
     _validate_tool_calls,
     own_message,
+    plain_message,
 )
 
 __all__ = ["MessageStore"]
@@ -127,7 +138,8 @@ class MessageStore:
     Attributes:
         messages: every message in arrival order (read-only by convention).
         excluded: message id → reason, for messages kept in the store but never emitted.
-        referenced_by: message id → ids of later messages that reference it.
+        referenced_by: message id → ids of later messages that reference it (a tuple while
+            there is one, then a list).
         terms: per message (by index), its distinct lexical terms (for the offline scorer), a
             ``frozenset`` on each read (:class:`StringRows`).
         idents: per message (by index), its identifiers (paths, ids, numbers, code names), a
@@ -144,7 +156,8 @@ class MessageStore:
         doc_freq: term → number of messages containing it (incremental IDF statistics).
         superseded_by: older message id → the :class:`SupersedeLink` to the first newer message
             that superseded it (never deleted; the decision record shows both ends).
-        supersedes: newer message id → ids of the older messages it superseded.
+        supersedes: newer message id → ids of the older messages it superseded (a tuple while
+            there is one, then a list).
     """
 
     def __init__(
@@ -173,7 +186,7 @@ class MessageStore:
         self.messages: list[Message] = []
         self._by_id: dict[str, int] = {}
         self.excluded: dict[str, str] = {}
-        self.referenced_by: dict[str, list[str]] = {}
+        self.referenced_by: dict[str, tuple[str] | list[str]] = {}
         # tool_call_id → index of the latest assistant calling it while the call waits for its result
         # (then the id's owner is in _answered: one entry per id, not two)
         self._call_owner: dict[str, int] = {}
@@ -204,7 +217,7 @@ class MessageStore:
         # (role, content, name, *calls) → tokens, for the package's counter (its count reads only these)
         self._count_memo: dict[tuple[Any, ...], int] | None = {} if type(counter) is TiktokenCounter else None
         self.superseded_by: dict[str, SupersedeLink] = {}
-        self.supersedes: dict[str, list[str]] = {}
+        self.supersedes: dict[str, tuple[str] | list[str]] = {}
 
     # ----------------------------------------------------------------- access
     def __len__(self) -> int:
@@ -387,9 +400,11 @@ class MessageStore:
         """
         index = stage.index
         base = len(self.messages)
-        # the store's own deep, read-only copy: later edits of the caller's objects change nothing
+        # the store's own deep, read-only copy: later edits of the caller's objects change nothing;
+        # a plain dict of strings is read as it is (only its strings are kept, and its shape)
+        plain = plain_message(given)
         try:
-            message = own_message(given)
+            message = given if plain else own_message(given)
         except TypeError:
             raise InvalidMessageError(
                 f"expected an OpenAI chat dict or SDK message object, got {type(given).__name__}", index=index
@@ -493,7 +508,7 @@ class MessageStore:
             "name": name, "msg_type": kind, "step": step, "token_count": self._count(message, role, content, name, calls),
             "trace_id": meta.get("trace_id"), "chain_id": "", "parent_id": parent_id,
             "producer": meta.get("producer"), "scope": meta.get("scope") or "private",
-            "timestamp": given or replayed or (self._clock() if self._clock else None),
+            "timestamp": given or replayed or self._now(stage),
             "content_hash": content_hash(role, content, message.get("tool_calls")), "references": (), "raw": message,
         }
         if not _checked_types(fields):  # metadata of another type: pydantic validates (and coerces) it
@@ -501,6 +516,12 @@ class MessageStore:
                 fields = dict(Message(**fields).__dict__)
             except ValueError as exc:  # pydantic's ValidationError: metadata of the wrong type
                 raise InvalidMessageError(f"invalid metadata: {exc}", index=index) from None
+        shape = raw_shape(message, fields)
+        if shape is not None:  # the dict is made again from the fields when read (issue 24)
+            fields["raw"] = shape
+        elif plain:  # never the caller's own dict: the store's read-only copy
+            fields["raw"] = own_message(message)
+        fields = trusted_fields(Message, fields)  # the dict the message will hold (no copy at commit)
 
         # record in the stage: the next message of the batch is checked against this one
         stage.index += 1
@@ -525,6 +546,14 @@ class MessageStore:
             block_owner=block_owner,
             clock_stamped=given is None and (replayed is not None or self._clock is not None),
         )
+
+    def _now(self, stage: _Stage) -> datetime | None:
+        """The clock's reading for the messages of ``stage``'s batch: read once, when the batch's
+        first message without a timestamp is checked — the batch is added at one moment, and its
+        messages share one ``datetime`` (issue 24: 48 bytes a message); ``None`` without a clock."""
+        if stage.now is None and self._clock is not None:
+            stage.now = self._clock()
+        return stage.now
 
     def _count(self, message: Mapping[str, Any], role: str, content: Any, name: str | None,
                calls: list[dict[str, Any]]) -> int:
@@ -564,7 +593,7 @@ class MessageStore:
         references = self._references(idents, draft.parent_index)
         if references:
             fields["references"] = tuple(references)
-        stored = trusted(Message, fields)
+        stored = trusted(Message, fields, owned=True)
         message_id = stored.id
         # each distinct term and identifier is kept once, a message's rows as numbers
         # (:class:`StringRows`; issue 24: the per-message frozensets and their strings were
@@ -599,7 +628,9 @@ class MessageStore:
         for ref in references:
             held = refs_of.get(ref)
             if held is None:
-                refs_of[ref] = [message_id]  # one slot, not an empty list grown to four
+                refs_of[ref] = (message_id,)  # one referrer: a tuple (a list is two blocks; issue 24)
+            elif isinstance(held, tuple):
+                refs_of[ref] = [*held, message_id]
             else:
                 held.append(message_id)
         self._index_identifiers(index, idents)
@@ -641,7 +672,9 @@ class MessageStore:
             self.superseded_by[link.older] = link
             olders = self.supersedes.get(link.newer)
             if olders is None:
-                self.supersedes[link.newer] = [link.older]  # one slot, not an empty list grown to four
+                self.supersedes[link.newer] = (link.older,)  # one: a tuple (a list is two blocks; issue 24)
+            elif isinstance(olders, tuple):
+                self.supersedes[link.newer] = [*olders, link.older]
             else:
                 olders.append(link.older)
 

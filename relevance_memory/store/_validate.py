@@ -57,6 +57,45 @@ def own_message(given: Any) -> FrozenDict:
     return frozen
 
 
+_PLAIN_KEYS = frozenset({"role", "content", "tool_calls", "tool_call_id", "name"})
+_PLAIN_CALL_KEYS = frozenset({"id", "type", "function"})
+_PLAIN_FUNCTION_KEYS = frozenset({"name", "arguments"})
+
+
+def plain_message(given: Any) -> bool:
+    """Whether ``given`` is a plain ``dict`` that holds only what a stored message's fields
+    hold (``role``, ``content``, ``tool_calls``, ``tool_call_id``, ``name``), of immutable
+    values: a string or ``None`` content, function calls of strings. Ingest then reads it
+    without a read-only copy (it keeps none of the caller's containers: only their strings,
+    and the dict's :class:`~relevance_memory._models.RawShape`; issue 24: the copy was ~400
+    bytes a message, freed only after the whole batch was checked). Pure; O(keys)."""
+    if type(given) is not dict or not _PLAIN_KEYS.issuperset(given):
+        return False
+    content = given.get("content")
+    if content is not None and type(content) is not str:
+        return False
+    for key in ("role", "tool_call_id", "name"):
+        value = given.get(key)
+        if value is not None and type(value) is not str:
+            return False
+    calls = given.get("tool_calls")
+    if calls is None:
+        return "tool_calls" not in given
+    if type(calls) is not list:
+        return False
+    for call in calls:
+        if type(call) is not dict or call.keys() != _PLAIN_CALL_KEYS:
+            return False
+        function = call["function"]
+        if (type(function) is not dict or not _PLAIN_FUNCTION_KEYS.issuperset(function)
+                or type(call["id"]) is not str or type(call["type"]) is not str):
+            return False
+        for value in function.values():
+            if type(value) is not str:
+                return False
+    return True
+
+
 def _checked_types(fields: Mapping[str, Any]) -> bool:
     """Whether the fields ingest did not make itself are of the exact types
     :class:`~relevance_memory._models.Message` declares (then it is built without validation)."""
@@ -275,6 +314,7 @@ class _Stage:
     id_set: set[str] = field(default_factory=set)
     call_owner: dict[str, int] = field(default_factory=dict)
     answered: dict[str, int] = field(default_factory=dict)  # tool_call_id → latest answered owner
+    now: datetime | None = None  # the store clock's reading for this batch (read once: one moment)
 
 
 @dataclass(slots=True)

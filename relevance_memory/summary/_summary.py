@@ -162,7 +162,10 @@ class OfflineSummarizer:
     def _extract(self, item: SummaryItem) -> list[_Line]:
         """Per message, memoised by (role, tool name, content hash, supersede marks) — what the lines
         are made of; not the id, so the same content at another id (a command run again) is read
-        once (issue 24): its candidate lines."""
+        once (issue 24): its candidate lines. A message with no text, and a superseded tool
+        result, have none: they are not memoised (nearly half of an agent's archive; issue 24)."""
+        if not item.text or (item.role == "tool" and item.superseded):
+            return []
         memo_key = (item.role, item.source if item.role == "tool" else "",
                     f"{item.content_hash}{item.superseded}{item.supersedes}", item.text if not item.content_hash else "")
         cached = self._memo.pop(memo_key, None)
@@ -170,9 +173,7 @@ class OfflineSummarizer:
             self._memo[memo_key] = cached  # most recently used last
             return cached
         out: list[_Line] = []
-        if item.role == "tool" and item.superseded:
-            units = []  # a stale result: its newer one says what holds now (issue 23); restorable by id
-        elif item.role == "tool":
+        if item.role == "tool":  # (a superseded result has none: its newer one says what holds now, issue 23)
             units = _tool_lines(item.text, self.max_sentence_chars)
         else:
             units = []

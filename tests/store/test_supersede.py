@@ -264,7 +264,7 @@ def test_store_links_agree_with_the_detector_and_a_snapshot_sees_only_its_own() 
     links = detect_supersedes(items_from_messages(messages))
     assert {(k, v.newer) for k, v in store.superseded_by.items()} == {(link.older, link.newer) for link in links}
     assert dict(after.superseded_by) == store.superseded_by
-    assert {k: list(v) for k, v in after.supersedes.items()} == store.supersedes
+    assert {k: list(v) for k, v in after.supersedes.items()} == {k: list(v) for k, v in store.supersedes.items()}
     assert dict(before.superseded_by) == {} and dict(before.supersedes) == {}
     newer = next(iter(store.supersedes))
     with pytest.raises(KeyError):
