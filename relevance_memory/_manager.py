@@ -56,7 +56,8 @@ class RelevanceMemoryManager:
             :class:`DiskScoreCache` in ``config.score_cache_dir`` when that is set.
         summarizer: summarizer of the archive (SPEC §7); default :class:`OfflineSummarizer`.
         tokenizer: token counter; default exact tiktoken counts for ``config.model``.
-        clock: returns "now" (timezone-aware); injected for tests.
+        clock: returns "now" (timezone-aware); injected for tests. A batch of messages is
+            stamped with one reading (``extend``).
         order: how selection orders each tier (:class:`OrderPolicy`; default
             :data:`~relevance_memory.pipeline.order.DEFAULT_ORDER`, SPEC §3 step 6).
         vectors: the message-vector index to keep vectors in (by content hash; shared by

@@ -216,7 +216,8 @@ class Message(BaseModel):
         parent_id: the message this one answers (a tool result's call), if known.
         producer: name of the agent that produced it (multi-agent provenance).
         scope: visibility scope (``private`` by default; shared boards come later).
-        timestamp: when the message was added (clock injected into the manager).
+        timestamp: when the message was added (clock injected into the manager; the messages
+            of one ``extend`` share its one reading).
         content_hash: sha256 over role, content and tool calls (hex, 16 chars).
         references: ids of earlier messages this one refers to (identifiers, paths,
             numbers, or the tool call it answers).

@@ -125,7 +125,8 @@ class MessageStore:
         on_invalid: ``"raise"`` or ``"repair"`` for orphan tool messages (module doc).
         reference_max_df: identifiers held by more earlier messages than this are too
             common to count as references.
-        clock: returns the timestamp stamped on new messages (injected; default: none).
+        clock: returns the timestamp stamped on new messages (injected; default: none), read
+            once a batch (``add``: one message; ``extend``: all of them).
         vectors: where each message's embedding is kept, by content hash (issue 11): each
             distinct content is embedded once, in batches of :data:`VECTOR_BATCH` on ingest
             (the rest when a build asks, :meth:`message_vectors`); ``None``: no vectors.

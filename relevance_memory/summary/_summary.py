@@ -81,7 +81,7 @@ def _speaker(item: SummaryItem) -> str:
     return "A system note said"
 
 
-_Line = tuple[int, str, str, list[str], int, bool]
+_Line = tuple[int, str, str, tuple[str, ...], int, bool]
 """(priority, dedupe key, rendered line, exact values, estimated tokens, a fact the user stated)."""
 
 FOLD_MIN_ITEMS = 1024
@@ -155,17 +155,17 @@ class OfflineSummarizer:
     max_names: int = 400
     agent_names: bool = True
     memo_size: int = 500_000
-    _memo: dict[tuple[str, str, str, str], list[_Line]] = field(default_factory=dict, repr=False, compare=False)
-    _names_memo: dict[tuple[str, str], list[str]] = field(default_factory=dict, repr=False, compare=False)
+    _memo: dict[tuple[str, str, str, str], tuple[_Line, ...]] = field(default_factory=dict, repr=False, compare=False)
+    _names_memo: dict[tuple[str, str], tuple[str, ...]] = field(default_factory=dict, repr=False, compare=False)
     _folds: list[_Fold] = field(default_factory=list, repr=False, compare=False)
 
-    def _extract(self, item: SummaryItem) -> list[_Line]:
+    def _extract(self, item: SummaryItem) -> tuple[_Line, ...]:
         """Per message, memoised by (role, tool name, content hash, supersede marks) — what the lines
         are made of; not the id, so the same content at another id (a command run again) is read
         once (issue 24): its candidate lines. A message with no text, and a superseded tool
         result, have none: they are not memoised (nearly half of an agent's archive; issue 24)."""
         if not item.text or (item.role == "tool" and item.superseded):
-            return []
+            return ()
         memo_key = (item.role, item.source if item.role == "tool" else "",
                     f"{item.content_hash}{item.superseded}{item.supersedes}", item.text if not item.content_hash else "")
         cached = self._memo.pop(memo_key, None)
@@ -199,13 +199,13 @@ class OfflineSummarizer:
                 sentence = sentence[: self.max_sentence_chars - 1] + "…"
             speaker = _speaker(item)
             line = f"{speaker} (earlier; {item.superseded}): “{sentence}”" if item.superseded else f"{speaker}: “{sentence}”"
-            out.append((priority, key, line, values, _estimate_tokens(line) + 1, fact))
-        self._memo[memo_key] = out
+            out.append((priority, key, line, tuple(values), _estimate_tokens(line) + 1, fact))
+        made = self._memo[memo_key] = tuple(out)  # tuples: one block each, none for no values
         while len(self._memo) > self.memo_size:  # LRU: drop the least recently used
             self._memo.pop(next(iter(self._memo)))
-        return out
+        return made
 
-    def _names(self, item: SummaryItem) -> list[str]:
+    def _names(self, item: SummaryItem) -> tuple[str, ...]:
         """The code names of a message's text and tool-call arguments (:func:`code_names`),
         memoised by content hash (the text itself without one). Of a row of tabular output (``ls -l``) only its last
         field, the name, counts: sizes, dates and modes are columns, not names."""
@@ -213,7 +213,7 @@ class OfflineSummarizer:
         found = self._names_memo.get(key)
         if found is None:
             text = "\n".join((line.split() or [""])[-1] if _is_table_row(line) else line for line in item.text.splitlines())
-            found = code_names("\n".join([text, *(arguments for _, arguments in item.tool_calls)]))
+            found = tuple(code_names("\n".join([text, *(arguments for _, arguments in item.tool_calls)])))
             self._names_memo[key] = found
             while len(self._names_memo) > self.memo_size:
                 self._names_memo.pop(next(iter(self._names_memo)))
