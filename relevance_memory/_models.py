@@ -14,7 +14,7 @@ from datetime import datetime
 from enum import Enum
 from typing import Annotated, Any, Literal, NoReturn, TypeVar
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_serializer, field_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_serializer, field_validator, model_validator
 
 __all__ = [
     "FrozenDict",
@@ -250,6 +250,15 @@ class Message(BaseModel):
     references: tuple[str, ...] = ()
     raw: Annotated[dict[str, Any], _Frozen] = Field(default_factory=dict, repr=False)
 
+    @model_validator(mode="before")
+    @classmethod
+    def _raw_of_shape(cls, data: Any) -> Any:
+        """A :class:`RawShape` given for ``raw`` (``Message(**vars(message))``) stands for the
+        dict it makes of the other fields given."""
+        if isinstance(data, Mapping) and type(data.get("raw")) is RawShape:
+            data = {**data, "raw": data["raw"].rebuild(data)}
+        return data
+
     def to_openai(self) -> dict[str, Any]:
         """The message as an OpenAI chat dict, exactly as it was given (a plain, mutable deep copy)."""
         kept = self.__dict__["raw"]
@@ -269,6 +278,13 @@ class Message(BaseModel):
                 and all(value == theirs[key] for key, value in mine.items() if key != "raw")
                 and self.__pydantic_private__ == other.__pydantic_private__
                 and self.__pydantic_extra__ == other.__pydantic_extra__)
+
+    def __iter__(self) -> Any:
+        """``(field, value)`` pairs, as pydantic gives them (``dict(message)``), with :attr:`raw`
+        the dict (a :class:`RawShape` kept in its place made again). ``vars(message)`` is the
+        instance's own storage: there ``raw`` may be the shape."""
+        for key, value in super().__iter__():
+            yield (key, self.raw) if key == "raw" else (key, value)
 
     @field_serializer("raw")
     def _serialize_raw(self, value: Any) -> dict[str, Any]:
@@ -314,11 +330,23 @@ class RawShape:
     def __reduce__(self) -> tuple[Any, ...]:
         return (_interned_shape, (self.keys, self.calls))
 
-    def rebuild(self, message: Message, mapping: Any = FrozenDict, sequence: Any = FrozenList) -> Any:
-        """The dict this shape stands for, of ``message``'s fields: ``mapping`` for each dict,
-        ``sequence`` for ``tool_calls`` (frozen by default; ``dict``/``list`` give a plain copy;
-        a list content is thawed then too)."""
-        fields = message.__dict__
+    def rebuild(self, message: Message | Mapping[str, Any], mapping: Any = FrozenDict, sequence: Any = FrozenList) -> Any:
+        """The dict this shape stands for, of ``message``'s fields (or of a mapping of them, its
+        ``tool_calls`` :class:`ToolCall` objects): ``mapping`` for each dict, ``sequence`` for
+        ``tool_calls`` (frozen by default; ``dict``/``list`` give a plain copy; a list content is
+        thawed then too).
+
+        Raises:
+            ValueError: a mapping's fields do not fit the shape (a missing field, or fewer tool
+                calls than the shape has).
+        """
+        fields = message.__dict__ if isinstance(message, Message) else message
+        if not isinstance(message, Message):
+            missing = [key for key in self.keys if key not in fields]
+            calls = fields.get("tool_calls", ())
+            if missing or len(calls) != len(self.calls) or not all(isinstance(c, ToolCall) for c in calls):
+                problem = f"fields {missing} missing" if missing else f"{len(calls)} tool call(s) for {len(self.calls)}"
+                raise ValueError(f"raw: the fields given do not make the dict its shape stands for ({problem})")
         out: dict[str, Any] = {}
         for key in self.keys:
             if key == "tool_calls":

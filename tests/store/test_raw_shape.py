@@ -195,3 +195,20 @@ def test_one_referrer_is_kept_as_a_tuple_then_a_list_and_a_snapshot_sees_its_own
     memory.add({"role": "user", "content": "Is ORD-7731 done?"})
     assert store.referenced_by["m0"] == ["m1", "m2"]
     assert list(before.referenced_by["m0"]) == ["m1"] and list(StoreSnapshot(store).referenced_by["m0"]) == ["m1", "m2"]
+
+
+def test_a_message_iterated_or_remade_from_its_storage_gives_the_dict() -> None:
+    memory = _memory()
+    memory.extend(copy.deepcopy(RUN))
+    for stored, sent in zip(memory.messages, RUN, strict=True):
+        fields = dict(stored)
+        assert type(fields["raw"]) is FrozenDict and json.dumps(fields["raw"]) == json.dumps(sent)
+        assert Message(**fields) == stored and Message(**vars(stored)) == stored
+        assert Message.model_validate(vars(stored)).raw == sent
+    shaped = memory.messages[2]
+    try:
+        Message(**{**vars(shaped), "tool_calls": ()})
+    except ValueError as exc:
+        assert "0 tool call(s) for 2" in str(exc)
+    else:
+        raise AssertionError("a shape with its tool calls missing was accepted")
