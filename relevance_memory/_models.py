@@ -14,7 +14,16 @@ from datetime import datetime
 from enum import Enum
 from typing import Annotated, Any, Literal, NoReturn, TypeVar
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_serializer, field_validator, model_validator
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    Field,
+    SerializerFunctionWrapHandler,
+    field_serializer,
+    field_validator,
+    model_validator,
+)
 
 __all__ = [
     "FrozenDict",
@@ -279,6 +288,13 @@ class Message(BaseModel):
                 and self.__pydantic_private__ == other.__pydantic_private__
                 and self.__pydantic_extra__ == other.__pydantic_extra__)
 
+    def model_copy(self, *, update: Mapping[str, Any] | None = None, deep: bool = False) -> Message:
+        """pydantic's ``model_copy``; :attr:`raw` stays the dict as given when ``update`` changes
+        a field it is made of (a :class:`RawShape` kept in its place is made into the dict first)."""
+        if update and "raw" not in update and type(self.__dict__["raw"]) is RawShape and not _RAW_FIELDS.isdisjoint(update):
+            update = {**update, "raw": self.raw}
+        return super().model_copy(update=update, deep=deep)
+
     def __iter__(self) -> Any:
         """``(field, value)`` pairs, as pydantic gives them (``dict(message)``), with :attr:`raw`
         the dict (a :class:`RawShape` kept in its place made again). ``vars(message)`` is the
@@ -286,9 +302,9 @@ class Message(BaseModel):
         for key, value in super().__iter__():
             yield (key, self.raw) if key == "raw" else (key, value)
 
-    @field_serializer("raw")
-    def _serialize_raw(self, value: Any) -> dict[str, Any]:
-        return self.to_openai()  # kept as its shape (RawShape): the dict it stands for
+    @field_serializer("raw", mode="wrap")
+    def _serialize_raw(self, value: Any, handler: SerializerFunctionWrapHandler) -> Any:
+        return handler(self.raw if type(value) is RawShape else value)  # a shape: the dict it stands for
 
     @property
     def text(self) -> str:
@@ -321,7 +337,8 @@ class RawShape:
     """
 
     __slots__ = ("calls", "keys")
-    __hash__ = None  # type: ignore[assignment]  # a message is unhashable, as with its dict kept
+    def __hash__(self) -> int:  # a message is unhashable, as with its dict kept
+        raise TypeError("unhashable type: 'FrozenDict'")
 
     def __init__(self, keys: tuple[str, ...], calls: tuple[tuple[tuple[str, ...], tuple[str, ...]], ...]) -> None:
         self.keys = keys
