@@ -614,18 +614,22 @@ def test_model_copy_with_an_update_leaves_raw_as_it_was() -> None:
     ''')
 
 
-def test_deepcopy_and_hash_of_a_stored_message() -> None:
-    """``copy.deepcopy`` of a message deep-copied its kept FrozenDict into a plain dict
-    (``FrozenDict.__deepcopy__`` thaws); a copy of a message kept as its shape reads a read-only
-    dict of the same value, as the message itself does (a documented difference, accepted: a
-    stored message is read-only). ``hash()`` raises the same TypeError."""
-    old, new = both('''
+_CALL_RUN = '''
     m = memory()
     m.extend([{"role": "user", "content": "hi"}, {"role": "assistant", "content": None, "tool_calls": [
         {"id": "c1", "type": "function", "function": {"name": "ls", "arguments": "{}"}}]},
         {"role": "tool", "tool_call_id": "c1", "content": "out"}])
     RESULT = []
-    for s in m.messages:
+    for s in m.messages:'''
+"""A user message, a call and its result: the start of the scripts that read each message."""
+
+
+def test_deepcopy_and_hash_of_a_stored_message() -> None:
+    """``copy.deepcopy`` of a message deep-copied its kept FrozenDict into a plain dict
+    (``FrozenDict.__deepcopy__`` thaws); a copy of a message kept as its shape reads a read-only
+    dict of the same value, as the message itself does (a documented difference, accepted: a
+    stored message is read-only). ``hash()`` raises the same TypeError."""
+    old, new = both(_CALL_RUN + '''
         twin = copy.deepcopy(s)
 
         def edit():
@@ -838,13 +842,7 @@ def test_iterating_a_stored_message_gives_its_raw_dict_as_before() -> None:
     """pydantic's ``dict(model)`` / ``iter(model)`` read the instance's ``__dict__``, where
     ``raw`` may be a ``RawShape``: ``Message.__iter__`` gives the dict, and a message made again
     from ``vars(message)`` makes the dict of the shape (fixed in d0d0b66 after 6ac491e)."""
-    assert_same('''
-    m = memory()
-    m.extend([{"role": "user", "content": "hi"}, {"role": "assistant", "content": None, "tool_calls": [
-        {"id": "c1", "type": "function", "function": {"name": "ls", "arguments": "{}"}}]},
-        {"role": "tool", "tool_call_id": "c1", "content": "out"}])
-    RESULT = []
-    for s in m.messages:
+    assert_same(_CALL_RUN + '''
         RESULT.append([attempt(lambda: typed(dict(s)["raw"])),
                        attempt(lambda: json.dumps(dict(s)["raw"])),
                        attempt(lambda: Message(**dict(s)) == s),
