@@ -182,7 +182,7 @@ class Seams:
 
 
 # --------------------------------------------------------------------------- outputs
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Chain:
     """A trace chain: messages kept or dropped together (SPEC §2).
 

@@ -849,3 +849,13 @@ def test_records_read_after_later_builds_are_those_of_a_copy_of_the_cells(monkey
     assert len({str(r) for r in viewed}) > 30  # strengths move from build to build
     monkeypatch.setattr(PheromoneField, "cells_now", lambda self: dict(self._cells))
     assert records() == viewed
+
+
+def test_a_chain_keeps_no_dict_of_its_own() -> None:
+    """Issue 24: the chain index keeps a Chain for every trace chain of the history (half a
+    million at a million messages); a slotted one holds its three fields, not a dict of them."""
+    from relevance_memory.pipeline._state import Chain
+
+    chain = Chain(4, (4, 5, 6), 120)
+    assert not hasattr(chain, "__dict__") and Chain.__slots__ == ("root", "members", "tokens")
+    assert replace(chain, tokens=130) == Chain(4, (4, 5, 6), 130)
