@@ -291,7 +291,7 @@ class Message(BaseModel):
     def model_copy(self, *, update: Mapping[str, Any] | None = None, deep: bool = False) -> Message:
         """pydantic's ``model_copy``; :attr:`raw` stays the dict as given when ``update`` changes
         a field it is made of (a :class:`RawShape` kept in its place is made into the dict first)."""
-        if update and "raw" not in update and type(self.__dict__["raw"]) is RawShape and not _RAW_FIELDS.isdisjoint(update):
+        if update and "raw" not in update and type(self.__dict__["raw"]) is RawShape and not RAW_FIELDS.isdisjoint(update):
             update = {**update, "raw": self.raw}
         return super().model_copy(update=update, deep=deep)
 
@@ -337,12 +337,13 @@ class RawShape:
     """
 
     __slots__ = ("calls", "keys")
-    def __hash__(self) -> int:  # a message is unhashable, as with its dict kept
-        raise TypeError("unhashable type: 'FrozenDict'")
 
     def __init__(self, keys: tuple[str, ...], calls: tuple[tuple[tuple[str, ...], tuple[str, ...]], ...]) -> None:
         self.keys = keys
         self.calls = calls
+
+    def __hash__(self) -> int:  # a message is unhashable, as with its dict kept
+        raise TypeError("unhashable type: 'FrozenDict'")
 
     def __reduce__(self) -> tuple[Any, ...]:
         return (_interned_shape, (self.keys, self.calls))
@@ -357,8 +358,10 @@ class RawShape:
             ValueError: a mapping's fields do not fit the shape (a missing field, or fewer tool
                 calls than the shape has).
         """
-        fields = message.__dict__ if isinstance(message, Message) else message
-        if not isinstance(message, Message):
+        if isinstance(message, Message):
+            fields: Mapping[str, Any] = message.__dict__
+        else:
+            fields = message
             missing = [key for key in self.keys if key not in fields]
             calls = fields.get("tool_calls", ())
             if missing or len(calls) != len(self.calls) or not all(isinstance(c, ToolCall) for c in calls):
@@ -389,7 +392,8 @@ class RawShape:
 _SHAPES: dict[tuple[Any, ...], RawShape] = {}
 _MOST_SHAPES = 4096
 """Distinct :class:`RawShape` objects kept; a message of another shape keeps its dict."""
-_RAW_FIELDS = frozenset({"role", "content", "tool_calls", "tool_call_id", "name"})
+RAW_FIELDS = frozenset({"role", "content", "tool_calls", "tool_call_id", "name"})
+"""The fields a message's OpenAI dict is made of (all a :class:`RawShape` rebuilds)."""
 
 
 def _interned_shape(keys: tuple[str, ...], calls: tuple[tuple[tuple[str, ...], tuple[str, ...]], ...]) -> RawShape:
@@ -409,7 +413,7 @@ def raw_shape(raw: Mapping[str, Any], fields: Mapping[str, Any]) -> RawShape | N
     keys = tuple(raw)
     calls: list[tuple[tuple[str, ...], tuple[str, ...]]] = []
     for key in keys:
-        if key not in _RAW_FIELDS:
+        if key not in RAW_FIELDS:
             return None
         if key == "tool_calls":
             given, parsed = raw[key], fields["tool_calls"]
@@ -497,13 +501,10 @@ def trusted(cls: type[_Model], fields: dict[str, Any], *, owned: bool = False) -
     shared by every instance made this way (a set per message cost 0.7 KB).
     """
     instance = cls.__new__(cls)
-    shared, keys = _trusted_keys(cls)
-    if keys is not None and not owned:  # the fields' values under the model's one shared key table
-        values = keys.copy()
-        values.update(fields)
-        fields = values
+    if not owned:  # the fields' values under the model's one shared key table
+        fields = trusted_fields(cls, fields)
     object.__setattr__(instance, "__dict__", fields)
-    object.__setattr__(instance, "__pydantic_fields_set__", shared)
+    object.__setattr__(instance, "__pydantic_fields_set__", _trusted_keys(cls)[0])
     object.__setattr__(instance, "__pydantic_extra__", None)
     object.__setattr__(instance, "__pydantic_private__", None)
     return instance

@@ -112,6 +112,18 @@ _COUNT_MEMO = 256
 """Messages (by role, content, name and calls) whose token counts ingest memoises."""
 
 
+def _add_id(index: dict[str, tuple[str] | list[str]], key: str, message_id: str) -> None:
+    """Append ``message_id`` to ``index[key]``: a 1-tuple for the first (a list is two blocks;
+    issue 24), a list from the second on."""
+    held = index.get(key)
+    if held is None:
+        index[key] = (message_id,)
+    elif isinstance(held, tuple):
+        index[key] = [*held, message_id]
+    else:
+        held.append(message_id)
+
+
 def _text_rows(text: str) -> tuple[tuple[str, ...], tuple[str, ...]]:
     """A message text's distinct lexical terms (first-seen order) and its identifiers (sorted)."""
     return distinct_terms(text), tuple(sorted(identifiers(text)))
@@ -625,15 +637,8 @@ class MessageStore:
                 self._trace_root[trace_id] = index
         if draft.excluded_reason is not None:
             self.excluded[message_id] = draft.excluded_reason
-        refs_of = self.referenced_by
         for ref in references:
-            held = refs_of.get(ref)
-            if held is None:
-                refs_of[ref] = (message_id,)  # one referrer: a tuple (a list is two blocks; issue 24)
-            elif isinstance(held, tuple):
-                refs_of[ref] = [*held, message_id]
-            else:
-                held.append(message_id)
+            _add_id(self.referenced_by, ref, message_id)
         self._index_identifiers(index, idents)
         if draft.excluded_reason is None:
             self._observe_supersede(stored, text_for_refs, parent_index)
@@ -671,13 +676,7 @@ class MessageStore:
             if link.older in self.superseded_by or link.older in self.excluded:
                 continue
             self.superseded_by[link.older] = link
-            olders = self.supersedes.get(link.newer)
-            if olders is None:
-                self.supersedes[link.newer] = (link.older,)  # one: a tuple (a list is two blocks; issue 24)
-            elif isinstance(olders, tuple):
-                self.supersedes[link.newer] = [*olders, link.older]
-            else:
-                olders.append(link.older)
+            _add_id(self.supersedes, link.newer, link.older)
 
     def _embed_full_batches(self) -> None:
         """Embed pending messages in batches of :data:`VECTOR_BATCH` while a whole batch has

@@ -16,7 +16,7 @@ from typing import Any, overload
 
 from .._exceptions import InvalidMessageError
 from .._io import message_to_dict
-from .._models import FrozenDict, FrozenList, freeze
+from .._models import RAW_FIELDS, FrozenDict, FrozenList, freeze
 
 _NAME_RE = re.compile(r"^[^\s<|\\/>]+$")
 """The API's pattern for a message's ``name`` (no whitespace, ``<``, ``|``, ``\\``, ``/``, ``>``)."""
@@ -57,7 +57,6 @@ def own_message(given: Any) -> FrozenDict:
     return frozen
 
 
-_PLAIN_KEYS = frozenset({"role", "content", "tool_calls", "tool_call_id", "name"})
 _PLAIN_CALL_KEYS = frozenset({"id", "type", "function"})
 _PLAIN_FUNCTION_KEYS = frozenset({"name", "arguments"})
 
@@ -69,7 +68,7 @@ def plain_message(given: Any) -> bool:
     without a read-only copy (it keeps none of the caller's containers: only their strings,
     and the dict's :class:`~relevance_memory._models.RawShape`; issue 24: the copy was ~400
     bytes a message, freed only after the whole batch was checked). Pure; O(keys)."""
-    if type(given) is not dict or not _PLAIN_KEYS.issuperset(given):
+    if type(given) is not dict or not RAW_FIELDS.issuperset(given):
         return False
     content = given.get("content")
     if content is not None and type(content) is not str:
