@@ -155,19 +155,22 @@ class OfflineSummarizer:
     max_names: int = 400
     agent_names: bool = True
     memo_size: int = 500_000
-    _memo: dict[tuple[str, str, str, str], tuple[_Line, ...]] = field(default_factory=dict, repr=False, compare=False)
-    _names_memo: dict[tuple[str, str], tuple[str, ...]] = field(default_factory=dict, repr=False, compare=False)
+    _memo: dict[tuple[str, str, str, bool, str], tuple[_Line, ...]] = field(default_factory=dict, repr=False, compare=False)
+    _names_memo: dict[tuple[str, tuple[tuple[str, str], ...]], tuple[str, ...]] = field(default_factory=dict, repr=False, compare=False)
     _folds: list[_Fold] = field(default_factory=list, repr=False, compare=False)
 
     def _extract(self, item: SummaryItem) -> tuple[_Line, ...]:
-        """Per message, memoised by (role, tool name, content hash, supersede marks) — what the lines
-        are made of; not the id, so the same content at another id (a command run again) is read
+        """Per message, memoised by (role, tool name, supersede marks, text) — what the lines
+        are made of; not the id nor the content hash, so the same content at another id (a command run again) is read
         once (issue 24): its candidate lines. A message with no text, and a superseded tool
         result, have none: they are not memoised (nearly half of an agent's archive; issue 24)."""
         if not item.text or (item.role == "tool" and item.superseded):
             return ()
-        memo_key = (item.role, item.source if item.role == "tool" else "",
-                    f"{item.content_hash}{item.superseded}{item.supersedes}", item.text if not item.content_hash else "")
+        # what the lines are made of, and nothing else: the content hash also covers the tool
+        # calls (their ids differ on every run of the same step), so the same text said again
+        # shares one entry (issue 24: a million-message archive's memo was half its summary's
+        # memory); the key holds the message's own strings, no new one
+        memo_key = (item.role, item.source if item.role == "tool" else "", item.superseded, item.supersedes, item.text)
         cached = self._memo.pop(memo_key, None)
         if cached is not None:
             self._memo[memo_key] = cached  # most recently used last
@@ -207,9 +210,9 @@ class OfflineSummarizer:
 
     def _names(self, item: SummaryItem) -> tuple[str, ...]:
         """The code names of a message's text and tool-call arguments (:func:`code_names`),
-        memoised by content hash (the text itself without one). Of a row of tabular output (``ls -l``) only its last
+        memoised by the text and the calls. Of a row of tabular output (``ls -l``) only its last
         field, the name, counts: sizes, dates and modes are columns, not names."""
-        key = ("", item.content_hash) if item.content_hash else (item.text, "\n".join(a for _, a in item.tool_calls))
+        key = (item.text, item.tool_calls)  # what the names are read from (not the calls' ids: see _extract)
         found = self._names_memo.get(key)
         if found is None:
             text = "\n".join((line.split() or [""])[-1] if _is_table_row(line) else line for line in item.text.splitlines())
