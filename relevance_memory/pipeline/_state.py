@@ -14,6 +14,7 @@ the stage function in its own module, and one line in the runner.
 
 from __future__ import annotations
 
+from array import array
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -221,9 +222,8 @@ class ChainIndex:
     def _start(self, merges: int) -> None:
         self._n = 0
         self._merges = merges
-        self.roots: list[int] = []  # index → chain root (a new list after a merge: readers keep theirs)
-        self._members: dict[int, list[int]] = {}
-        self._tokens: dict[int, int] = {}
+        # index → chain root, 4 bytes a message (a new array after a merge: readers keep theirs)
+        self.roots: array[int] = array("i")
         self.chains: dict[int, Chain] = {}  # root → Chain, every stored message
         self.over_entry_cap: list[int] = []  # indices with more than MIN_ENTRY_CAP tokens, ascending
         self.over_excerpt_min: list[int] = []  # indices with more than MIN_EXCERPT_TOKENS tokens, ascending
@@ -241,22 +241,23 @@ class ChainIndex:
             self._start(store.chain_merges)
         if n == self._n:
             return self
-        chain_root, members, tokens, roots = store.chain_root, self._members, self._tokens, self.roots
+        chain_root, roots = store.chain_root, self.roots
         tool_tokens = self.tool_tokens
-        touched: dict[int, None] = {}
+        # root → [tokens, member, member …] of the messages arrived now: a chain is its members'
+        # one tuple (no list of every member beside it; issue 24), grown by the new ones
+        arrived: dict[int, list[int]] = {}
         added = 0
         for message in store.messages[self._n:n]:
             index, count = message.index, message.token_count
             added += count
             root = chain_root(index)
             roots.append(root)
-            held = members.get(root)
-            if held is None:
-                members[root], tokens[root] = [index], count
+            got = arrived.get(root)
+            if got is None:
+                arrived[root] = [count, index]
             else:
-                held.append(index)
-                tokens[root] += count
-            touched[root] = None
+                got[0] += count
+                got.append(index)
             if message.role == "user":
                 self.user_role.append(index)
             elif message.role == "tool" or message.tool_calls:
@@ -265,8 +266,11 @@ class ChainIndex:
                 self.over_excerpt_min.append(index)
                 if count > MIN_ENTRY_CAP:
                     self.over_entry_cap.append(index)
-        for root in touched:  # a new root is the newest index: it goes last, in root order
-            self.chains[root] = Chain(root, tuple(members[root]), tokens[root])
+        chains = self.chains
+        for root, got in arrived.items():  # a new root is the newest index: it goes last, in root order
+            held = chains.get(root)
+            chains[root] = (Chain(root, tuple(got[1:]), got[0]) if held is None else
+                            Chain(root, held.members + tuple(got[1:]), held.tokens + got[0]))
         self.total_tokens += added
         self._n = n
         return self
