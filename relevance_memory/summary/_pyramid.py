@@ -13,6 +13,7 @@ from collections import OrderedDict
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field, replace
 from itertools import chain
+from operator import attrgetter
 from typing import Any, Protocol, runtime_checkable
 
 from pydantic import BaseModel, Field
@@ -148,19 +149,39 @@ class Summarizer(Protocol):
 def key_parts(items: Sequence[SummaryItem]) -> tuple[KeyPart, ...]:
     """What a :class:`SummaryCache` key reads of ``items``: ``(id, content hash, superseded,
     supersedes, held)`` of each (pure)."""
-    return tuple((i.id, i.content_hash, i.superseded, i.supersedes, i.held) for i in items)
+    return tuple(map(_key_part, items))
+
+
+_key_part: Callable[[SummaryItem], KeyPart] = attrgetter("id", "content_hash", "superseded", "supersedes", "held")
+
+PARTS_DIGEST_START = 0
+"""The :func:`parts_digest` of no items."""
+
+
+def parts_digest(items: Iterable[SummaryItem], start: int = PARTS_DIGEST_START) -> int:
+    """A hash of the :func:`key_parts` of ``items``, folded item by item from ``start`` (the
+    digest of the items before them), so the digest of a run resumed from its prefix's is the
+    digest of the whole run (:func:`run_facts`). Pure; equal within one process only (string
+    hashes are salted per process). Issue 24: a summary cache key held a tuple of parts for
+    every archived message — 88 bytes a message, a million of them at a million."""
+    acc = start
+    for part in map(_key_part, items):
+        acc = hash((acc, part))
+    return acc
 
 
 class _HashedKey:
-    """A :class:`SummaryCache` key with its hash computed once (issue 24: the key of a whole
-    archive's summary holds a tuple per archived message, and the cache's lookup, insertion and
-    reordering each hashed it again)."""
+    """A :class:`SummaryCache` key: ``(summarizer, level, max tokens, items)``, hashed once from
+    the items' :func:`parts_digest` (issue 24: the cache's lookup, insertion and reordering each
+    hashed it again). Equal keys have equal items — each item the same object (compared in C) or
+    equal in every field — so equal keys have equal digests."""
 
     __slots__ = ("hash", "key")
 
-    def __init__(self, key: tuple[Any, ...]) -> None:
+    def __init__(self, key: tuple[str, int, int, tuple[SummaryItem, ...]], digest: int | None = None) -> None:
         self.key = key
-        self.hash = hash(key)
+        name, level, max_tokens, items = key
+        self.hash = hash((name, level, max_tokens, len(items), parts_digest(items) if digest is None else digest))
 
     def __hash__(self) -> int:
         return self.hash
@@ -195,20 +216,19 @@ class SummaryCache:
         return made
 
     @staticmethod
-    def key(
-        name: str, level: int, items: Sequence[SummaryItem], max_tokens: int, parts: tuple[Any, ...] | None = None
-    ) -> tuple[Any, ...]:
-        """(summarizer, level, max tokens, ((id, content hash, superseded, supersedes, held), …));
-        ``parts``: :func:`key_parts` of ``items`` when the caller has them."""
-        return (name, level, max_tokens, key_parts(items) if parts is None else parts)
+    def key(name: str, level: int, items: Sequence[SummaryItem], max_tokens: int) -> tuple[Any, ...]:
+        """(summarizer, level, max tokens, items as a tuple): what a draft is cached under (an
+        item's every field: its id, content hash, supersede marks, held lines …)."""
+        return (name, level, max_tokens, items if isinstance(items, tuple) else tuple(items))
 
     def get_or_make(
         self, summarizer: Summarizer, items: Sequence[SummaryItem], *, level: int, max_tokens: int,
-        parts: tuple[Any, ...] | None = None,
+        digest: int | None = None,
     ) -> SummaryDraft:
-        """The cached draft, or a new one from ``summarizer`` (``parts``: :func:`key_parts` of
-        ``items`` when the caller has them)."""
-        key = _HashedKey(self.key(summarizer.name, level, items, max_tokens, parts))
+        """The cached draft, or a new one from ``summarizer`` (``digest``: :func:`parts_digest`
+        of ``items`` when the caller has it)."""
+        items = items if isinstance(items, tuple) else tuple(items)
+        key = _HashedKey((summarizer.name, level, max_tokens, items), digest)
         draft = self._data.get(key)
         if draft is not None:
             self.hits += 1
@@ -346,7 +366,7 @@ class RunFacts:
 
     Attributes:
         items: the items, oldest first (never changed).
-        parts: :func:`key_parts` of them (the summary cache key).
+        digest: :func:`parts_digest` of them (hashes the summary cache key).
         ids: their ids, in order.
         spans: :func:`id_spans` of ``ids``.
         open_span: the last of ``spans`` while the ids that follow may grow it (:func:`_id_spans`).
@@ -356,7 +376,7 @@ class RunFacts:
     """
 
     items: tuple[SummaryItem, ...]
-    parts: tuple[KeyPart, ...]
+    digest: int
     ids: tuple[str, ...]
     spans: list[str]
     open_span: SpanState | None
@@ -385,14 +405,13 @@ def run_facts(items: Sequence[SummaryItem], prefix: RunFacts | None = None) -> R
     traffic = sum(map(is_traffic, tail))
     tokens = sum(item.tokens for item in tail)
     marks = tuple((item.id, item.superseded) for item in tail if item.superseded)
-    parts = key_parts(tail)
     if prefix is None or not done:
         spans, state = _id_spans(tail_ids)
-        return RunFacts(kept, parts, tail_ids, spans, state, traffic, tokens, marks)
+        return RunFacts(kept, parts_digest(tail), tail_ids, spans, state, traffic, tokens, marks)
     more, state = _id_spans(tail_ids, prefix.open_span)
     spans = [*prefix.spans[:-1], *more] if prefix.open_span is not None else [*prefix.spans, *more]
     return RunFacts(
-        kept, prefix.parts + parts, prefix.ids + tail_ids, spans,
+        kept, parts_digest(tail, prefix.digest), prefix.ids + tail_ids, spans,
         state, prefix.traffic + traffic, prefix.tokens + tokens, prefix.marks + marks,
     )
 
@@ -703,7 +722,7 @@ def build_pyramid(
     for run in runs:
         facts = cache.facts(run)
         draft = cache.get_or_make(summarizer, run, level=1, max_tokens=_level1_tokens(facts.agentic, facts.tokens, cap),
-                                  parts=facts.parts)
+                                  digest=facts.digest)
         rendered = _fit(draft, level=1, covered_ids=facts.ids, role=role, cap=cap, count=count, spans=facts.spans)
         if rendered is None:
             level1 = []
@@ -717,7 +736,7 @@ def build_pyramid(
     if lines:
         everything = tuple(mark_held(everything, lines))
     facts = cache.facts(everything)
-    draft = cache.get_or_make(summarizer, everything, level=2, max_tokens=cap, parts=facts.parts)
+    draft = cache.get_or_make(summarizer, everything, level=2, max_tokens=cap, digest=facts.digest)
     rendered = _fit(draft, level=2, covered_ids=facts.ids, role=role, cap=cap, count=count, spans=facts.spans)
     if rendered is None:
         result.pointer = pointer_summary(facts.ids, role=role, cap=cap, count=count)

@@ -171,7 +171,7 @@ def test_the_chain_index_follows_merges_exclusions_and_pending_calls() -> None:
         merges.append(store.chain_merges)
         messages = list(store.messages)
         roots = [store.chain_root(i) for i in range(len(store))]
-        assert index.roots == roots
+        assert list(index.roots) == roots
         assert index.chains == partition_module.group_chains(messages, roots)
         excluded = set(excluded_messages(store, "repair"))
         for skip in (excluded, excluded | {0}, set(range(len(store)))):
@@ -378,7 +378,7 @@ def test_the_chain_index_grown_with_a_store_equals_a_grouping_from_scratch() -> 
             store.chain_merges += 1
         skip = {i for i in range(len(messages)) if rng.random() < 0.05} if build % 9 == 8 else set()
         index.update(store)  # type: ignore[arg-type]
-        assert index.roots == roots
+        assert list(index.roots) == roots
         grown = index.without(skip, messages)
         scratch = partition_module.group_chains(messages, roots, skip)
         if grown is not None:
@@ -423,25 +423,25 @@ def test_linked_items_kept_across_builds_are_the_items_made_again(monkeypatch: p
 def test_summary_cache_keys_reused_by_the_level2_summary_are_its_items_keys(
     monkeypatch: pytest.MonkeyPatch, runner: Any
 ) -> None:
-    """build_pyramid hands the level-2 draft its runs' key parts (issue 24: no second tuple per
-    archived message): they are the key parts of the items it is asked about, and the builds
-    are those made with every key computed from the items."""
-    from relevance_memory.summary._pyramid import SummaryCache, key_parts
+    """build_pyramid hands each draft its run's key digest (issue 24: no tuple per archived
+    message in a key): it is the digest of the items it is asked about, and the builds are
+    those made with every key computed from the items."""
+    from relevance_memory.summary._pyramid import SummaryCache, parts_digest
 
     given: list[int] = []
     made = SummaryCache.get_or_make
 
-    def checked(self: Any, summarizer: Any, items: Any, *, level: int, max_tokens: int, parts: Any = None) -> Any:
-        if parts is not None:
-            assert parts == key_parts(items)
+    def checked(self: Any, summarizer: Any, items: Any, *, level: int, max_tokens: int, digest: Any = None) -> Any:
+        if digest is not None:
+            assert digest == parts_digest(items)
             given.append(level)
-        return made(self, summarizer, items, level=level, max_tokens=max_tokens, parts=parts)
+        return made(self, summarizer, items, level=level, max_tokens=max_tokens, digest=digest)
 
     monkeypatch.setattr(SummaryCache, "get_or_make", checked)
     fast = runner()
     assert given.count(2) >= 1 and given.count(1) >= 1
 
-    def from_items(self: Any, summarizer: Any, items: Any, *, level: int, max_tokens: int, parts: Any = None) -> Any:
+    def from_items(self: Any, summarizer: Any, items: Any, *, level: int, max_tokens: int, digest: Any = None) -> Any:
         return made(self, summarizer, items, level=level, max_tokens=max_tokens)
 
     monkeypatch.setattr(SummaryCache, "get_or_make", from_items)
@@ -794,13 +794,13 @@ def test_run_facts_resumed_from_a_prefix_are_the_facts_read_whole(ids: list[str]
     """What build_pyramid reads of a run, resumed from the facts of any prefix of it (issue 24:
     a whole archive summarised again after it grew), equals reading the whole run: key parts,
     ids, id spans (a span open at the cut grows on), traffic, tokens and supersede marks."""
-    from relevance_memory.summary._pyramid import SummaryItem, id_spans, key_parts, run_facts
+    from relevance_memory.summary._pyramid import SummaryItem, id_spans, parts_digest, run_facts
 
     items = [SummaryItem(id=i, role=data.draw(st.sampled_from(["user", "tool", "assistant"])), msg_type="x", text="",
                          content_hash=i, superseded=data.draw(st.sampled_from(["", "since step 3: x"])),
                          tokens=data.draw(st.integers(0, 9))) for i in ids]
     whole = run_facts(items)
-    assert whole.spans == id_spans(ids) and whole.parts == key_parts(items) and whole.ids == tuple(ids)
+    assert whole.spans == id_spans(ids) and whole.digest == parts_digest(items) and whole.ids == tuple(ids)
     assert whole.traffic == sum(item.role == "tool" for item in items)
     assert whole.marks == tuple((i.id, i.superseded) for i in items if i.superseded)
     cut = data.draw(st.integers(0, len(items)))
