@@ -222,6 +222,18 @@ def image_tokens(part: Mapping[str, Any], default: int = 765) -> int:
     return IMAGE_TOKENS_LOW + IMAGE_TOKENS_PER_TILE * tiles
 
 
+def unshared(text: str) -> str:
+    """``text`` itself when it is ASCII, else a new string equal to it, to hand to a Rust
+    tokenizer in its place: reading a
+    non-ASCII ``str`` as UTF-8 (PyO3, ``PyUnicode_AsUTF8AndSize``) keeps the UTF-8 copy inside
+    that string object for as long as it lives — a stored message's content, an excerpt kept
+    from build to build — 1–1.5× its size again (issue 24: 44 bytes a message of a 100k first
+    build's memory was such copies; a history in Chinese would double its text). The copy is
+    freed with the count. O(len) ``memcpy``; ASCII text needs none (its UTF-8 is its data;
+    ``isascii`` reads a flag)."""
+    return text if text.isascii() else "".join((text, ""))
+
+
 class TiktokenCounter:
     """Exact token counts with a shipped tiktoken encoding (no network).
 
@@ -241,15 +253,16 @@ class TiktokenCounter:
         self._image_default = image_tokens
 
     def count_text(self, text: str) -> int:
-        """Tokens of ``text``; special-token strings count as ordinary text."""
-        return len(self._enc.encode_ordinary(text)) if text else 0
+        """Tokens of ``text``; special-token strings count as ordinary text. A text with a
+        non-ASCII character is counted from a copy (:func:`unshared`)."""
+        return len(self._enc.encode_ordinary(unshared(text))) if text else 0
 
     def count_texts(self, texts: Sequence[str]) -> list[int]:
         """Tokens of each string in ``texts``, one after another: tiktoken's batch call starts a
         thread pool per call, which cost an excerpt's per-line counts ~50 µs a line (a 30k-message
         first build spent 10 s of 17 s starting threads, issue 24); the counts are the same."""
         encode = self._enc.encode_ordinary
-        return [len(encode(text)) if text else 0 for text in texts]
+        return [len(encode(unshared(text))) if text else 0 for text in texts]
 
     def _content_tokens(self, content: Any) -> int:
         if content is None:

@@ -50,6 +50,7 @@ import numpy.typing as npt
 from .._config import EmbedderName
 from .._exceptions import ConfigError
 from .._memo import remember
+from .._tokenizer import unshared
 
 __all__ = [
     "DEFAULT_EMBEDDER",
@@ -239,7 +240,7 @@ class StaticEmbedder:
         packed = bytearray()
         lengths: list[int] = []
         if specials is None:
-            for enc in self._tokenizer.encode_batch(texts, add_special_tokens=False):
+            for enc in self._tokenizer.encode_batch(list(map(unshared, texts)), add_special_tokens=False):
                 packed += _pack(enc.ids)
                 lengths.append(len(enc.ids))
             return packed, lengths
@@ -249,7 +250,7 @@ class StaticEmbedder:
             if not text:
                 pass
             elif _META in text or any(special in text for special in specials):
-                packed += _pack(self._tokenizer.encode(text, add_special_tokens=False).ids)
+                packed += _pack(self._tokenizer.encode(unshared(text), add_special_tokens=False).ids)
             else:
                 run = 0  # ▁ before the next word: the one prepended, then one per space
                 for word in text.split(" "):
@@ -507,7 +508,7 @@ class OnnxSentenceEmbedder:
             return out
         if self._session is None:
             self._load()
-        encodings = self._tokenizer.encode_batch([_clip(t, self._max_chars) for t in texts])
+        encodings = self._tokenizer.encode_batch([unshared(_clip(t, self._max_chars)) for t in texts])
         for row, enc in enumerate(encodings):
             # [CLS] [SEP] only, or nothing but [UNK] (emoji, a base64 blob, a 100+ character
             # "word"): no token the model knows. A zero row, not one vector that every such

@@ -18,6 +18,7 @@ import sentencex
 from .._memo import TextMemo
 from .._models import is_blob
 from .._text import ERROR_RE, has_constraint, identifiers
+from .._tokenizer import unshared
 
 # --------------------------------------------------------------------------- offline
 _NUMBER_RE = re.compile(r"\d")
@@ -168,8 +169,10 @@ def _json_facts(text: str) -> list[str]:
 
 
 def _segment(text: str) -> list[str]:
-    """Sentences of a prose line (``sentencex``, Wikimedia's rule-based segmenter)."""
-    return [" ".join(s.split()) for s in sentencex.segment("en", text) if s.strip()]
+    """Sentences of a prose line (``sentencex``, Wikimedia's rule-based segmenter; given a copy
+    of a non-ASCII line, :func:`~relevance_memory._tokenizer.unshared`: a Rust reader keeps a
+    UTF-8 copy inside the string it read, and a line may be a stored message's whole text)."""
+    return [" ".join(s.split()) for s in sentencex.segment("en", unshared(text)) if s.strip()]
 
 
 _BRACKETED_RE = re.compile(r"^[(（\[【][^)）\]】]{0,30}[)）\]】]$")

@@ -1,0 +1,121 @@
+"""What a build keeps of a large history, and what it shares (issue 24: a million messages in
+3 GB): the summarizer's memos are keyed by what they read, a summary cache key holds the items
+and no tuple per item, and a text a Rust tokenizer read keeps no UTF-8 copy inside it."""
+
+from __future__ import annotations
+
+import sys
+from dataclasses import replace
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from relevance_memory import RelevanceMemoryManager, TiktokenCounter
+from relevance_memory._tokenizer import unshared
+from relevance_memory.summary._pyramid import SummaryCache, SummaryItem, key_parts, parts_digest, run_facts
+from relevance_memory.summary._summary import OfflineSummarizer
+
+THOUGHT = "THOUGHT: The test passed. Now run tests/test_query.py again; keep QuerySet.bulk_create as it is."
+
+
+def _thought(n: int, **fields: object) -> SummaryItem:
+    """The same assistant text at id ``m{n}``, with a call whose id (and so content hash) differs."""
+    item = SummaryItem(id=f"m{n}", role="assistant", msg_type="reasoning", text=THOUGHT, content_hash=f"h{n}",
+                       tool_calls=(("bash", '{"command": "pytest tests/test_query.py"}'),), tokens=30)
+    return replace(item, **fields) if fields else item
+
+
+def test_the_same_text_at_other_ids_and_call_ids_is_read_once() -> None:
+    """Issue 24: the extraction memo was keyed by the content hash, which covers the tool calls'
+    ids, so a step run again (same text, new call id) added an entry — half a summary's memory
+    at a million messages. Keyed by what the lines are made of, the entry is shared."""
+    summarizer = OfflineSummarizer()
+    first, again = _thought(1), _thought(9)
+    lines = summarizer._extract(first)
+    assert lines and summarizer._extract(again) is lines
+    assert summarizer._names(again) is summarizer._names(first)
+    assert "tests/test_query.py" in summarizer._names(first)
+    assert len(summarizer._memo) == 1 and len(summarizer._names_memo) == 1
+    # what the lines depend on still tells them apart: the supersede marks, the role, the text
+    marked = _thought(10, superseded="a newer result since step 12 (m24)")
+    assert summarizer._extract(marked) != lines and "(earlier; a newer result" in summarizer._extract(marked)[0][2]
+    assert summarizer._extract(_thought(11, role="user")) != lines
+    longer = summarizer._extract(_thought(12, text=THOUGHT + " The fix goes in utils/dateparse.py."))
+    assert longer is not lines and longer[: len(lines)] == lines
+    other_call = _thought(13, tool_calls=(("bash", '{"command": "cat src/app/models.py"}'),))
+    assert summarizer._extract(other_call) is lines  # the lines do not read the calls
+    assert summarizer._names(other_call) != summarizer._names(first)  # the names do
+    assert len(summarizer._memo) == 4
+
+
+def test_a_summary_from_shared_memo_entries_equals_one_made_fresh() -> None:
+    items = [_thought(n, superseded="a newer result since step 40 (m80)" if n % 7 == 3 else "") for n in range(40)]
+    shared = OfflineSummarizer()
+    for cut in (10, 25, 40):
+        made = shared.summarize(items[:cut], level=1, max_tokens=300)
+    assert made == OfflineSummarizer().summarize(items, level=1, max_tokens=300)
+
+
+def test_a_summary_cache_key_holds_the_items_not_a_tuple_per_item() -> None:
+    """Issue 24: a key held ``(id, hash, marks, held)`` of every item — 88 bytes a message of a
+    whole archive's summary. It holds the items tuple itself; equal items, even remade as other
+    objects, find the draft; a changed mark does not."""
+    items = tuple(_thought(n) for n in range(30))
+    cache, summarizer = SummaryCache(), OfflineSummarizer()
+    draft = cache.get_or_make(summarizer, items, level=1, max_tokens=200)
+    (key,) = cache._data
+    assert key.key[3] is items and cache.misses == 1
+    assert cache.get_or_make(summarizer, tuple(replace(i) for i in items), level=1, max_tokens=200) is draft
+    assert cache.get_or_make(summarizer, items, level=1, max_tokens=200, digest=run_facts(items).digest) is draft
+    assert cache.hits == 2
+    marked = (*items[:-1], replace(items[-1], superseded="since step 9: other"))
+    assert cache.get_or_make(summarizer, marked, level=1, max_tokens=200) is not draft
+    assert cache.get_or_make(summarizer, items, level=2, max_tokens=200) is not draft
+    assert cache.misses == 3
+
+
+@settings(max_examples=200, deadline=None)
+@given(marks=st.lists(st.sampled_from(["", "since step 3: x", "since step 4: y"]), min_size=1, max_size=40),
+       cuts=st.lists(st.integers(0, 40), max_size=4))
+def test_the_key_digest_resumed_from_any_prefix_is_the_whole_digest(marks: list[str], cuts: list[int]) -> None:
+    """The digest folds item by item, so a run's digest resumed from its prefix's (as
+    :func:`run_facts` does) is the digest of the whole run, whatever the cuts; runs whose key
+    parts differ have (almost surely) different digests."""
+    items = [_thought(n, superseded=mark) for n, mark in enumerate(marks)]
+    whole = parts_digest(items)
+    digest, done = parts_digest(()), 0
+    for cut in sorted(c for c in cuts if c <= len(items)):
+        digest, done = parts_digest(items[done:cut], digest), cut
+    assert parts_digest(items[done:], digest) == whole
+    changed = [replace(items[-1], supersedes=True)] if items else []
+    assert key_parts(items[:-1] + changed) != key_parts(items)
+    assert parts_digest(items[:-1] + changed) != whole
+
+
+TEXTS = ["Le café coûte 4 € — « vérifié » ✓ " * 40, "東京の会議は午後3時に始まります。" * 30, "naïve résumé " * 90]
+
+
+def test_counting_a_non_ascii_text_leaves_no_utf8_copy_inside_it() -> None:
+    """Issue 24: tiktoken (PyO3) reading a non-ASCII ``str`` keeps its UTF-8 encoding inside the
+    string for as long as it lives — a stored message's content doubled. Counting reads a
+    transient copy: the same counts, the string's size unchanged."""
+    counter = TiktokenCounter("o200k_base")
+    for text in TEXTS:
+        size = sys.getsizeof(text)
+        count = counter.count_text(text)
+        assert counter.count_texts([text, "ascii only"]) == [count, counter.count_text("ascii only")]
+        assert sys.getsizeof(text) == size
+        assert count == len(counter._enc.encode_ordinary(unshared(text))) > 0
+    ascii_text = "plain ascii " * 50
+    assert unshared(ascii_text) is ascii_text and unshared(TEXTS[0]) == TEXTS[0] and unshared(TEXTS[0]) is not TEXTS[0]
+
+
+def test_a_stored_non_ascii_message_keeps_its_size_through_ingest_and_a_build() -> None:
+    memory = RelevanceMemoryManager(max_input_tokens=2000, keep_recent=2)
+    contents = [f"{text} (step {n})" for n in range(6) for text in TEXTS]
+    sizes = [sys.getsizeof(c) for c in contents]
+    memory.extend([{"role": "user", "content": c} for c in contents])
+    built = memory.build_context()
+    assert [m.content for m in memory.messages] == contents
+    assert [sys.getsizeof(m.content) for m in memory.messages] == sizes
+    assert built.record.tokens_after <= 2000
