@@ -191,11 +191,23 @@ class _HashedKey:
 
 
 class SummaryCache:
-    """Bounded in-process cache of drafts keyed by what they cover (SPEC §7)."""
+    """Bounded in-process cache of drafts keyed by what they cover (SPEC §7), least recently
+    used first out.
 
-    def __init__(self, maxsize: int = 4096) -> None:
+    Args:
+        maxsize: most drafts kept.
+        max_items: most items the kept drafts' keys cover together (the newest draft is kept
+            whatever its size). A draft of a whole archive keeps the archive's items tuple and
+            the ids it covers, ~16 bytes a message each: at a million messages every compaction
+            added ~30 MB that stayed for the next 4,096 (issue 24). The default holds the drafts
+            of the last two compactions of a million-message archive (level-1 runs and level 2).
+    """
+
+    def __init__(self, maxsize: int = 4096, max_items: int = 4_000_000) -> None:
         self._data: OrderedDict[_HashedKey, SummaryDraft] = OrderedDict()
         self._maxsize = maxsize
+        self._max_items = max_items
+        self._items = 0  # items the kept keys cover together
         self._facts: list[RunFacts] = []  # the newest RUN_FACTS_KEPT, of RUN_FACTS_MIN items or more
         self.hits = 0
         self.misses = 0
@@ -237,8 +249,10 @@ class SummaryCache:
         self.misses += 1
         draft = summarizer.summarize(items, level=level, max_tokens=max_tokens)
         self._data[key] = draft
-        while len(self._data) > self._maxsize:
-            self._data.popitem(last=False)
+        self._items += len(items)
+        while len(self._data) > 1 and (len(self._data) > self._maxsize or self._items > self._max_items):
+            dropped, _ = self._data.popitem(last=False)
+            self._items -= len(dropped.key[3])
         return draft
 
 

@@ -119,3 +119,20 @@ def test_a_stored_non_ascii_message_keeps_its_size_through_ingest_and_a_build() 
     assert [m.content for m in memory.messages] == contents
     assert [sys.getsizeof(m.content) for m in memory.messages] == sizes
     assert built.record.tokens_after <= 2000
+
+
+def test_the_summary_cache_is_bounded_by_the_items_its_keys_cover() -> None:
+    """Issue 24: a draft of a whole archive keeps the archive's items and covered ids; bounded by
+    count alone (4,096), a million-message loop kept every compaction's. Least recently used out
+    first; the newest draft stays whatever its size."""
+    cache, summarizer = SummaryCache(max_items=100), OfflineSummarizer()
+    runs = [tuple(_thought(n * 100 + k) for k in range(size)) for n, size in enumerate((40, 50, 30, 120))]
+    drafts = [cache.get_or_make(summarizer, run, level=1, max_tokens=200) for run in runs[:2]]
+    assert [len(k.key[3]) for k in cache._data] == [40, 50] and cache._items == 90
+    assert cache.get_or_make(summarizer, runs[0], level=1, max_tokens=200) is drafts[0]  # now the newest
+    cache.get_or_make(summarizer, runs[2], level=1, max_tokens=200)  # 120 > 100: the oldest (50) goes
+    assert [len(k.key[3]) for k in cache._data] == [40, 30] and cache._items == 70
+    huge = cache.get_or_make(summarizer, runs[3], level=1, max_tokens=200)
+    assert [len(k.key[3]) for k in cache._data] == [120] and cache._items == 120
+    assert cache.get_or_make(summarizer, runs[3], level=1, max_tokens=200) is huge
+    assert (cache.hits, cache.misses) == (2, 4)
