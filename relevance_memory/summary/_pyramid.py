@@ -173,8 +173,10 @@ def parts_digest(items: Iterable[SummaryItem], start: int = PARTS_DIGEST_START) 
 class _HashedKey:
     """A :class:`SummaryCache` key: ``(summarizer, level, max tokens, items)``, hashed once from
     the items' :func:`parts_digest` (issue 24: the cache's lookup, insertion and reordering each
-    hashed it again). Equal keys have equal items — each item the same object (compared in C) or
-    equal in every field — so equal keys have equal digests."""
+    hashed it again). Keys are equal when their items' :func:`key_parts` are — what a key held
+    before it held the items (a memory made again by ``fresh()`` finds the drafts of items that
+    differ only in what the parts leave out, such as ``msg_type``): the items are compared in C
+    first (each the same object, or equal in every field), their parts only when that fails."""
 
     __slots__ = ("hash", "key")
 
@@ -187,7 +189,10 @@ class _HashedKey:
         return self.hash
 
     def __eq__(self, other: object) -> bool:
-        return isinstance(other, _HashedKey) and self.hash == other.hash and self.key == other.key
+        if not isinstance(other, _HashedKey) or self.hash != other.hash or self.key[:3] != other.key[:3]:
+            return False
+        mine, theirs = self.key[3], other.key[3]
+        return mine == theirs or key_parts(mine) == key_parts(theirs)
 
 
 class SummaryCache:

@@ -58,8 +58,8 @@ def test_a_summary_from_shared_memo_entries_equals_one_made_fresh() -> None:
 
 def test_a_summary_cache_key_holds_the_items_not_a_tuple_per_item() -> None:
     """Issue 24: a key held ``(id, hash, marks, held)`` of every item — 88 bytes a message of a
-    whole archive's summary. It holds the items tuple itself; equal items, even remade as other
-    objects, find the draft; a changed mark does not."""
+    whole archive's summary. It holds the items tuple itself; items with equal parts, even remade
+    as other objects, find the draft; a changed mark does not."""
     items = tuple(_thought(n) for n in range(30))
     cache, summarizer = SummaryCache(), OfflineSummarizer()
     draft = cache.get_or_make(summarizer, items, level=1, max_tokens=200)
@@ -67,7 +67,11 @@ def test_a_summary_cache_key_holds_the_items_not_a_tuple_per_item() -> None:
     assert key.key[3] is items and cache.misses == 1
     assert cache.get_or_make(summarizer, tuple(replace(i) for i in items), level=1, max_tokens=200) is draft
     assert cache.get_or_make(summarizer, items, level=1, max_tokens=200, digest=run_facts(items).digest) is draft
-    assert cache.hits == 2
+    # the parts are what a key compares: an item that differs in what they leave out finds the draft
+    # (a memory made again by fresh() reads a message's type from its dict)
+    assert cache.get_or_make(summarizer, tuple(replace(i, msg_type="chat") for i in items), level=1,
+                             max_tokens=200) is draft
+    assert cache.hits == 3
     marked = (*items[:-1], replace(items[-1], superseded="since step 9: other"))
     assert cache.get_or_make(summarizer, marked, level=1, max_tokens=200) is not draft
     assert cache.get_or_make(summarizer, items, level=2, max_tokens=200) is not draft
