@@ -55,6 +55,28 @@ _CJK = r"\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uac00-\ud7af\uf900-\ufaff"
 _TERM_RE = re.compile(rf"[{_CJK}]+|[^\W_]+(?:['’][a-z]+)?", re.UNICODE)
 _TERM_ASCII_RE = re.compile(r"[a-z0-9]+(?:'[a-z]+)?")
 """:data:`_TERM_RE` on lower-cased ASCII text (``[^\\W_]`` is ``[a-z0-9]`` there)."""
+_TERM_BYTES = bytes(c if chr(c) in "abcdefghijklmnopqrstuvwxyz0123456789'" else 32 for c in range(256))
+"""Byte table keeping what a :data:`_TERM_ASCII_RE` match is made of (``[a-z0-9']``), the rest a space."""
+
+
+def _ascii_terms(text: str) -> list[str]:
+    """``_TERM_ASCII_RE.findall(text)`` for ASCII ``text``, the same list (issue 37: a byte
+    translation and a split cost a third of the regular expression).
+
+    A match never spans a character outside ``[a-z0-9']``, so the matches of ``text`` are those
+    of its runs of these characters, one run after the other; a run without ``'`` is one match."""
+    runs = text.encode("ascii").translate(_TERM_BYTES).decode("ascii").split()
+    if "'" not in text:
+        return runs
+    out: list[str] = []
+    for run in runs:
+        if "'" in run:
+            out += _TERM_ASCII_RE.findall(run)
+        else:
+            out.append(run)
+    return out
+
+
 _CJK_RUN = re.compile(rf"^[{_CJK}]+$")
 _ANY_CJK = re.compile(rf"[{_CJK}]")
 
@@ -66,6 +88,25 @@ STOPWORDS = frozenset(
 _TOKEN_RE = re.compile(r"\d{1,3}(?:,\d{3})+(?:\.\d+)?(?![\w,])|[\w./:\\-]+")
 _TOKEN_ASCII_RE = re.compile(_TOKEN_RE.pattern, re.ASCII)
 """:data:`_TOKEN_RE` for ASCII text (the same matches; ASCII classes are quicker to test)."""
+_TOKEN_BYTES = bytes(
+    c if chr(c) in "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_./:\\-" else 32 for c in range(256)
+)
+"""Byte table keeping what the second branch of :data:`_TOKEN_ASCII_RE` matches (``[\\w./:\\\\-]``
+in ASCII), the rest a space."""
+_DIGIT_COMMA = re.compile(r"\d,\d")
+
+
+def _ascii_tokens(text: str) -> list[str]:
+    """``_TOKEN_ASCII_RE.findall(text)`` for ASCII ``text``, the same list (issue 37).
+
+    The first branch (``50,000``) needs a digit, a comma and a digit: without them only the
+    second matches, and its matches are the runs of ``[\\w./:\\\\-]``: a byte translation and
+    a split, a fifth of the regular expression's time. Otherwise the regular expression."""
+    if "," in text and _DIGIT_COMMA.search(text) is not None:
+        return _TOKEN_ASCII_RE.findall(text)
+    return text.encode("ascii").translate(_TOKEN_BYTES).decode("ascii").split()
+
+
 _FILE_EXT = re.compile(
     r"\.(?:py|pyi|js|ts|tsx|json|md|rst|txt|ya?ml|toml|cfg|ini|rs|go|java|c|h|cpp|hpp|html|css|sh|sql|csv|log)$"
 )
@@ -84,7 +125,7 @@ def lexical_terms(text: str) -> list[str]:
     """
     lowered = text.lower()
     if lowered.isascii():  # the same terms, by a simpler expression (no CJK, no ’)
-        return [t for t in _TERM_ASCII_RE.findall(lowered) if t not in STOPWORDS and (len(t) > 1 or t.isdigit())]
+        return [t for t in _ascii_terms(lowered) if t not in STOPWORDS and (len(t) > 1 or t.isdigit())]
     if _ANY_CJK.search(lowered) is None:
         return [t for t in _TERM_RE.findall(lowered) if t not in STOPWORDS and (len(t) > 1 or t.isdigit())]
     out: list[str] = []
@@ -109,7 +150,7 @@ def distinct_terms(text: str) -> tuple[str, ...]:
     ASCII case deduplicated before it is filtered (issue 24: ingest reads every message's terms)."""
     lowered = text.lower()
     if lowered.isascii():
-        seen = dict.fromkeys(_TERM_ASCII_RE.findall(lowered))
+        seen = dict.fromkeys(_ascii_terms(lowered))
         for dropped in _ASCII_DROPPED.intersection(seen):
             del seen[dropped]
         return tuple(seen)
@@ -208,7 +249,7 @@ def identifiers(text: str) -> set[str]:
     reach a context or a record unsorted (same input → same bytes, issue 11).
     """
     memo = _IDENT_MEMO
-    tokens = (_TOKEN_ASCII_RE if text.isascii() else _TOKEN_RE).findall(text)
+    tokens = _ascii_tokens(text) if text.isascii() else _TOKEN_RE.findall(text)
     distinct = list(dict.fromkeys(tokens))  # first occurrences, in order (deterministic)
     if len(distinct) <= _ALL_AT_ONCE:  # a message's worth: every token's memo entry in one pass
         known = list(map(memo.get, distinct, repeat(_UNSEEN, len(distinct))))

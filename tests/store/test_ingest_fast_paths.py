@@ -14,7 +14,15 @@ from hypothesis import strategies as st
 from relevance_memory import RelevanceMemoryManager
 from relevance_memory._io import message_to_dict
 from relevance_memory._models import FrozenDict, Message, freeze
-from relevance_memory._text import _TERM_ASCII_RE, _TERM_RE, _TOKEN_ASCII_RE, _TOKEN_RE, identifiers
+from relevance_memory._text import (
+    _TERM_ASCII_RE,
+    _TERM_RE,
+    _TOKEN_ASCII_RE,
+    _TOKEN_RE,
+    _ascii_terms,
+    _ascii_tokens,
+    identifiers,
+)
 from relevance_memory.store._validate import own_message
 
 FIXTURE = Path(__file__).resolve().parents[2] / "fixtures" / "django__django-15280.json"
@@ -27,6 +35,36 @@ def test_ascii_expressions_match_the_unicode_ones_on_ascii_text(text: str) -> No
     lowered = text.lower()
     assert _TERM_ASCII_RE.findall(lowered) == _TERM_RE.findall(lowered)
     assert _TOKEN_ASCII_RE.findall(text) == _TOKEN_RE.findall(text)
+
+
+# ASCII text dense in what the expressions turn on: digits, commas, apostrophes, the separators
+# ids and paths use, spaces and control characters, letters of both cases
+_DENSE = st.text(alphabet=st.one_of(st.sampled_from(list("0123456789,,,'''.//::\\\\--__ \t\n\x0b\x1c\x7faZz")),
+                                    st.characters(min_codepoint=0, max_codepoint=127)), max_size=120)
+
+
+@settings(max_examples=600, deadline=None)
+@given(_DENSE)
+def test_ascii_translations_match_the_expressions(text: str) -> None:
+    """Issue 37: the byte-translation splits are the expressions' matches, exactly (text as
+    given and lower-cased: the store reads both)."""
+    for variant in (text, text.lower()):
+        assert _ascii_terms(variant) == _TERM_ASCII_RE.findall(variant)
+        assert _ascii_tokens(variant) == _TOKEN_ASCII_RE.findall(variant)
+
+
+def test_ascii_translations_on_the_cases_each_branch_takes() -> None:
+    texts = [
+        "50,000 rows at 41,872.5, then 1,2 and ,123 x1,000y",
+        "I don't know it's 'quoted' o'clock can't' 'x 9'a a'9",
+        "src/app/models.py:12 C:\\dir\\f.txt ORD-1001 -- ./a_b..",
+        "", "   ", "\x00\x1f\x7f",
+    ]
+    for text in texts:
+        assert _ascii_terms(text.lower()) == _TERM_ASCII_RE.findall(text.lower())
+        assert _ascii_tokens(text) == _TOKEN_ASCII_RE.findall(text)
+    assert _ascii_tokens("x 41,872 y: a,b") == ["x", "41,872", "y:", "a", "b"]
+    assert _ascii_terms("i don't care, 'x' o'") == ["i", "don't", "care", "x", "o"]
 
 
 def test_identifiers_are_the_same_on_a_second_read() -> None:
