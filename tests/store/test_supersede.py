@@ -408,3 +408,51 @@ def test_edited_views_kept_between_steps_equal_those_made_again(steps: list[tupl
             assert kept == detector.edited_views()
         if command in ("python -m pytest -q", "ls", "echo done"):  # neither shows nor edits a file
             assert detector.edited_views() == before
+
+
+class _ViewReference(SupersedeDetector):
+    """The detector with :meth:`_observe_view` as it was before issue 37 (a ``contains`` call
+    per live view): the one-pass version must link and keep the same."""
+
+    def _observe_view(self, item_id: str, step: int, view: FileView, content_hash: str) -> list[Any]:
+        from relevance_memory.store._supersede import _MAX_LIVE_PER_KEY, SupersedeLink, _LiveView
+
+        self._current = None
+        live = self._views.setdefault(view.path, [])
+        self._touch(self._views, view.path)
+        self._by_name.setdefault(view.path.rsplit("/", 1)[-1], set()).add(view.path)
+        links: list[SupersedeLink] = []
+        kept: list[_LiveView] = []
+        for older in live:
+            if older.item_id != item_id and view.contains(older.view) and older.content_hash != content_hash:
+                verb = "written whole" if view.write else "shown again"
+                links.append(SupersedeLink(
+                    older.item_id, item_id, "resource", self._label(f"file {older.view.label}"),
+                    f"file {older.view.label} {verb} at step {step} ({view.label})",
+                    older_step=older.step, newer_step=step,
+                ))
+            else:
+                kept.append(older)
+        kept.append(_LiveView(item_id, step, view, content_hash))
+        self._views[view.path] = kept[-_MAX_LIVE_PER_KEY:]
+        return links
+
+
+_VIEW_STEPS = st.lists(st.tuples(
+    st.sampled_from(["a.py", "d/a.py", "b.md"]),
+    st.integers(1, 6), st.one_of(st.none(), st.integers(0, 8)), st.booleans(),
+    st.integers(0, 5), st.sampled_from(["h0", "h1", "h2"]),
+), max_size=160)
+
+
+@settings(max_examples=300, deadline=None)
+@given(_VIEW_STEPS)
+def test_file_view_links_are_those_of_a_contains_call_per_live_view(steps: list[tuple[Any, ...]]) -> None:
+    """Issue 37: views of a few files with overlapping ranges, repeated ids and contents, more
+    than the 64 kept live per file: the same links, and the same views kept."""
+    fast, slow = SupersedeDetector(), _ViewReference()
+    for n, (path, start, length, write, owner, digest) in enumerate(steps):
+        view = FileView(path, start, None if length is None else start + length, write)
+        got = fast._observe_view(f"m{owner}", n, view, digest)
+        assert got == slow._observe_view(f"m{owner}", n, view, digest)
+        assert fast._views == slow._views and list(fast._views) == list(slow._views)
