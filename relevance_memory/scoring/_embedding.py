@@ -244,7 +244,7 @@ class StaticEmbedder:
                 packed += _pack(enc.ids)
                 lengths.append(len(enc.ids))
             return packed, lengths
-        get = self._segments.get
+        get, get_numbered = self._segments.get, self._numbered.get  # a key is in the one memo its digits pick
         for text in texts:
             before = len(packed)
             if not text:
@@ -259,7 +259,11 @@ class StaticEmbedder:
                         continue
                     key = word if run == 1 else _META * run + word
                     got = get(key)
-                    packed += got if got is not None else self._piece_ids(_META * run + word, key)
+                    if got is None:
+                        got = get_numbered(key)
+                        if got is None:
+                            got = self._piece_ids(_META * run + word, key)
+                    packed += got
                     run = 0
                 if run:  # trailing spaces: a piece of ▁ alone
                     got = get(_META * run)
