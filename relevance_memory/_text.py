@@ -96,15 +96,28 @@ in ASCII), the rest a space."""
 _DIGIT_COMMA = re.compile(r"\d,\d")
 
 
+_TOKEN_COMMA_BYTES = bytes(c if c == 44 else _TOKEN_BYTES[c] for c in range(256))
+""":data:`_TOKEN_BYTES` keeping the comma too: what a :data:`_TOKEN_ASCII_RE` match is made of."""
+
+
 def _ascii_tokens(text: str) -> list[str]:
     """``_TOKEN_ASCII_RE.findall(text)`` for ASCII ``text``, the same list (issue 37).
 
     The first branch (``50,000``) needs a digit, a comma and a digit: without them only the
     second matches, and its matches are the runs of ``[\\w./:\\\\-]``: a byte translation and
-    a split, a fifth of the regular expression's time. Otherwise the regular expression."""
-    if "," in text and _DIGIT_COMMA.search(text) is not None:
-        return _TOKEN_ASCII_RE.findall(text)
-    return text.encode("ascii").translate(_TOKEN_BYTES).decode("ascii").split()
+    a split, a fifth of the regular expression's time. Otherwise a match never spans a character
+    outside ``[\\w./:\\\\-,]`` (and one that ends a run is followed by none of ``[\\w,]``, as
+    the first branch asks): the matches are those of the runs of these characters, a run
+    without a comma being one match, a run with one read by the regular expression."""
+    if "," not in text or _DIGIT_COMMA.search(text) is None:
+        return text.encode("ascii").translate(_TOKEN_BYTES).decode("ascii").split()
+    out: list[str] = []
+    for run in text.encode("ascii").translate(_TOKEN_COMMA_BYTES).decode("ascii").split():
+        if "," in run:
+            out += _TOKEN_ASCII_RE.findall(run)
+        else:
+            out.append(run)
+    return out
 
 
 _FILE_EXT = re.compile(
@@ -250,18 +263,20 @@ def identifiers(text: str) -> set[str]:
     """
     memo = _IDENT_MEMO
     tokens = _ascii_tokens(text) if text.isascii() else _TOKEN_RE.findall(text)
-    distinct = list(dict.fromkeys(tokens))  # first occurrences, in order (deterministic)
-    if len(distinct) <= _ALL_AT_ONCE:  # a message's worth: every token's memo entry in one pass
-        known = list(map(memo.get, distinct, repeat(_UNSEEN, len(distinct))))
+    unique = set(tokens)
+    if len(unique) <= _ALL_AT_ONCE:  # a message's worth: every token's memo entry in one pass
+        # in the set's order (a set of identifiers is the same in any order; the memo holds a
+        # pure function, so the order it fills in changes only speed; issue 37)
+        known = list(map(memo.get, unique, repeat(_UNSEEN, len(unique))))
         if _UNSEEN in known:
-            for n, token in enumerate(known):
-                if token is _UNSEEN:
-                    known[n] = _remember(memo, distinct[n])
+            for n, raw in enumerate(unique):  # the same order again: the set is not changed
+                if known[n] is _UNSEEN:
+                    known[n] = _remember(memo, raw)
         found: set[str] = set(filter(None, known))
         if len(found) <= _MAX_IDENTS:
             return found
     found = set()  # the first identifiers, in order, up to the cap (a huge output stops early)
-    for raw in distinct:
+    for raw in dict.fromkeys(tokens):  # first occurrences, in order (deterministic)
         token = memo.get(raw, _UNSEEN)
         if token is _UNSEEN:
             token = _remember(memo, raw)

@@ -21,6 +21,7 @@ from relevance_memory._text import (
     _TOKEN_RE,
     _ascii_terms,
     _ascii_tokens,
+    _identifier,
     identifiers,
 )
 from relevance_memory.store._validate import own_message
@@ -249,3 +250,44 @@ def test_a_snapshot_reads_backwards_and_its_link_views_answer_bool_as_of_when_it
     assert [m.id for m in reversed(after.messages)] == [m.id for m in reversed(list(after.messages))]
     assert not before.superseded_by and not before.supersedes  # the link to m2 is newer than the snapshot
     assert after.superseded_by and after.supersedes and len(after.superseded_by) == len(after.supersedes) == 1
+
+
+def _identifiers_reference(text: str) -> set[str]:
+    """:func:`identifiers` as its docstring says it: the first 200 identifiers of the text's
+    distinct tokens, in order of first occurrence (no memo, no fast path)."""
+    found: set[str] = set()
+    for raw in dict.fromkeys(_TOKEN_RE.findall(text)):
+        token = _identifier(raw)
+        if token is not None:
+            found.add(token)
+            if len(found) >= 200:
+                break
+    return found
+
+
+_PIECES = st.one_of(
+    st.sampled_from(["build_context", "CamelCase", "src/app.py", "ORD-1001", "a.b.c", "the", "and", "x1", "50,000",
+                     "1,2", "12,345.6", "2026-11-20", "41872", "-", "./", "é_ü", "日本"]),
+    st.integers(0, 10**7).map(str), st.integers(0, 10**6).map(lambda n: f"{n:,}"),
+    st.integers(0, 999).map(lambda n: f"id_{n}"), _DENSE,
+)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(_PIECES, max_size=400), st.sampled_from([" ", ", ", "\n", ",", "; ", ""]))
+def test_identifiers_are_those_of_the_plain_loop(pieces: list[str], separator: str) -> None:
+    """Issue 37: the memo read in the set's order, and the ASCII tokens, give the identifiers of
+    the plain ordered loop (past the 200 cap too)."""
+    text = separator.join(pieces)
+    assert identifiers(text) == _identifiers_reference(text)
+    assert identifiers(text) == _identifiers_reference(text)  # memo entries read back
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.lists(st.integers(0, 3000), min_size=150, max_size=400, unique=True),
+       st.lists(st.sampled_from(["word", "the", "1,234", "id_7"]), max_size=50))
+def test_identifiers_past_the_cap_are_the_first_200(numbers: list[int], others: list[str]) -> None:
+    text = " ".join([*(f"id_{n}" for n in numbers), *others])
+    assert identifiers(text) == _identifiers_reference(text)
+    many = " ".join(f"call_{n}" for n in range(300))
+    assert identifiers(many) == {f"call_{n}" for n in range(200)}
