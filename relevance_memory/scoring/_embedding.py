@@ -41,6 +41,7 @@ import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from importlib import resources
+from itertools import pairwise
 from pathlib import Path
 from typing import Any, Protocol, cast, get_args, runtime_checkable
 
@@ -328,14 +329,17 @@ class StaticEmbedder:
         owner, ids = np.divmod(keys, self._vocab)
         bounds = np.searchsorted(owner, np.arange(len(texts) + 1))
         edges = bounds.tolist()
-        weights = counts.astype(np.float64)
-        table = self._table
+        weights = counts.astype(np.float64)[:, None]
+        take, multiply, add = self._table.take, np.multiply, np.add.reduce
         totals = np.zeros((len(texts), self.dim), dtype=np.float64)
-        for row in range(len(texts)):
-            a, b = edges[row], edges[row + 1]
+        # one scratch block for every text's scaled rows (the longest text's worth), not two
+        # arrays a text (issue 37); the same rows, products and sums as before
+        scratch = np.empty((int(np.diff(bounds).max()), self.dim), dtype=np.float64)
+        for row, (a, b) in enumerate(pairwise(edges)):
             if a < b:
                 # float32 rows times float64 counts: each row made float64 exactly, then scaled
-                totals[row] = np.add.reduce(table[ids[a:b]] * weights[a:b, None], axis=0)
+                scaled = multiply(take(ids[a:b], axis=0), weights[a:b], out=scratch[: b - a])
+                add(scaled, axis=0, out=totals[row])
         norms = np.sqrt(np.add.reduce(totals * totals, axis=1))
         live = norms > 0.0
         out[live] = (totals[live] / norms[live][:, None]).astype(np.float32)

@@ -10,6 +10,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from relevance_memory._models import TaskGoal
 from relevance_memory.scoring import _embedding, _semantic
@@ -260,3 +262,56 @@ def test_semantic_scorer_lifts_a_meaning_match_and_says_which_signal_fired() -> 
 def test_semantic_ranks_share_of_candidates() -> None:
     assert semantic_ranks([0.9, 0.1, 0.9, 0.5]) == [0.0, 3 / 50, 0.0, 2 / 50]
     assert semantic_ranks([float(i) for i in range(100)])[99] == 0.0
+
+
+def _embed_one_by_one(emb: StaticEmbedder, text: str) -> np.ndarray:
+    """The vector of one text as the module docstring defines it, step by step: the clipped
+    text's token ids, each distinct id's row (float64) times its count, summed in ascending id
+    order by one reduction, scaled to unit length in float64, then float32 (issue 37: the batch
+    path keeps these bits)."""
+    out = np.zeros((1, emb.dim), dtype=np.float32)
+    ids = np.asarray(list(emb._token_ids([_embedding._clip(text, emb._max_chars)])[0]), dtype=np.int64)
+    if ids.size == 0:
+        return out[0]
+    distinct, counts = np.unique(np.clip(ids, 0, emb._vocab - 1), return_counts=True)
+    totals = np.add.reduce(emb._table[distinct] * counts.astype(np.float64)[:, None], axis=0)[None, :]
+    norms = np.sqrt(np.add.reduce(totals * totals, axis=1))
+    if norms[0] > 0.0:
+        out[0] = (totals[0] / norms[0]).astype(np.float32)
+    return out[0]
+
+
+def wide_embedder() -> StaticEmbedder:
+    """A float32 model of 60 words whose rows mix ±2**60 with small values: a float64 sum loses
+    the small ones beside the large ones, so the order rows are added in shows in the vectors
+    ((2**60 + 1) - 2**60 is 0, (2**60 - 2**60) + 1 is 1; the default model's fp16 rows sum
+    exactly in any order)."""
+    from tokenizers import Tokenizer
+    from tokenizers.models import WordLevel
+    from tokenizers.pre_tokenizers import Whitespace
+
+    vocab = {"[UNK]": 0, **{f"w{n}": n + 1 for n in range(60)}}
+    tok = Tokenizer(WordLevel(vocab, unk_token="[UNK]"))
+    tok.pre_tokenizer = Whitespace()
+    rng = np.random.default_rng(37)
+    table = rng.choice(np.array([2.0**60, -(2.0**60), 1.0, -1.0, 3.0, 0.5], dtype=np.float32), (61, 8))
+    return StaticEmbedder(table, tok, name="wide", version="wide-1")
+
+
+_WIDE = wide_embedder()
+_WORDS = st.lists(st.sampled_from([f"w{n}" for n in range(60)] + ["power", "bank", "the", "12", " ", "\n"]),
+                  max_size=300).map(" ".join)
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.one_of(st.text(max_size=300), st.sampled_from(TEXTS), _WORDS), min_size=1, max_size=12))
+def test_batch_vectors_are_the_bits_of_each_text_summed_alone(texts: list[str]) -> None:
+    """Issue 37: embed() sums each text's rows in one scratch block; the vectors are the bits of
+    the step-by-step definition, for the default model, a float16 word-level one and a float32
+    one whose sums round."""
+    for emb in (default_embedder(), tiny_embedder(), _WIDE):
+        if not isinstance(emb, StaticEmbedder):
+            continue
+        expected = np.stack([_embed_one_by_one(emb, t) for t in texts])
+        assert np.array_equal(emb.embed(texts), expected)
+        assert emb.embed(texts).tobytes() == expected.tobytes()
