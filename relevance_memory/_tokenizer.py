@@ -231,7 +231,7 @@ def unshared(text: str) -> str:
     build's memory was such copies; a history in Chinese would double its text). The copy is
     freed with the count. O(len) ``memcpy``; ASCII text needs none (its UTF-8 is its data;
     ``isascii`` reads a flag)."""
-    return text if text.isascii() else "".join((text, ""))
+    return "".join((text, "")) if type(text) is str and not text.isascii() else text  # not a str: the reader's own error
 
 
 class TiktokenCounter:

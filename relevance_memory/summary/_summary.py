@@ -156,7 +156,7 @@ class OfflineSummarizer:
     agent_names: bool = True
     memo_size: int = 500_000
     _memo: dict[tuple[str, str, str, bool, str], tuple[_Line, ...]] = field(default_factory=dict, repr=False, compare=False)
-    _names_memo: dict[tuple[str, tuple[tuple[str, str], ...]], tuple[str, ...]] = field(default_factory=dict, repr=False, compare=False)
+    _names_memo: dict[tuple[str, tuple[tuple[str, ...], ...]], tuple[str, ...]] = field(default_factory=dict, repr=False, compare=False)
     _folds: list[_Fold] = field(default_factory=list, repr=False, compare=False)
 
     def _extract(self, item: SummaryItem) -> tuple[_Line, ...]:
@@ -212,7 +212,8 @@ class OfflineSummarizer:
         """The code names of a message's text and tool-call arguments (:func:`code_names`),
         memoised by the text and the calls. Of a row of tabular output (``ls -l``) only its last
         field, the name, counts: sizes, dates and modes are columns, not names."""
-        key = (item.text, item.tool_calls)  # what the names are read from (not the calls' ids: see _extract)
+        calls = item.tool_calls  # what the names are read from (not the calls' ids: see _extract)
+        key = (item.text, calls if type(calls) is tuple else tuple(map(tuple, calls)))  # a caller's list too
         found = self._names_memo.get(key)
         if found is None:
             text = "\n".join((line.split() or [""])[-1] if _is_table_row(line) else line for line in item.text.splitlines())

@@ -140,3 +140,23 @@ def test_the_summary_cache_is_bounded_by_the_items_its_keys_cover() -> None:
     assert [len(k.key[3]) for k in cache._data] == [120] and cache._items == 120
     assert cache.get_or_make(summarizer, runs[3], level=1, max_tokens=200) is huge
     assert (cache.hits, cache.misses) == (2, 4)
+
+
+def test_items_and_texts_as_callers_make_them_are_read_as_before() -> None:
+    """helper-31's review: a hand-made item whose calls are lists (the dataclass does not check)
+    is summarised as the same item with tuples — the names memo key is made hashable — and a
+    counter given something other than a string raises the tokenizer's own TypeError."""
+    listed = _thought(1, tool_calls=[["bash", '{"command": "cat src/app/models.py"}']])
+    as_tuples = _thought(1, tool_calls=(("bash", '{"command": "cat src/app/models.py"}'),))
+    summarizer = OfflineSummarizer()
+    assert summarizer._names(listed) == summarizer._names(as_tuples) and "src/app/models.py" in summarizer._names(listed)
+    assert summarizer.summarize([listed], level=1, max_tokens=200) == OfflineSummarizer().summarize(
+        [as_tuples], level=1, max_tokens=200)
+    counter = TiktokenCounter("o200k_base")
+    for bad in (123, ["a list"], b"bytes"):
+        try:
+            counter.count_text(bad)  # type: ignore[arg-type]
+        except TypeError:
+            pass
+        else:  # pragma: no cover - the assertion below names it
+            raise AssertionError(f"count_text({bad!r}) did not raise TypeError")
