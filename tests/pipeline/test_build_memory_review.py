@@ -360,6 +360,11 @@ def test_offline_summarizer_called_directly_with_repeated_texts() -> None:
     ''')
 
 
+@pytest.mark.xfail(strict=True, reason=(
+    "0d6e708: the old memos were keyed by the content hash, so an item with another text (or other calls) "
+    "but the same hash read the first one's lines (port 4000 for 5000) and names (src/alpha.py for src/beta.py): "
+    "stale; now keyed by the text and calls, each reads its own. A memory's items cannot do this (their hash "
+    "is the sha256 of their content): harmless, the old output was wrong"))
 def test_offline_summarizer_given_items_whose_content_hash_does_not_match_their_text() -> None:
     """Old: the memos were keyed by the content hash, so a second item with the same hash but
     another text (or other calls) read the first one's lines and names; new: by the text."""
@@ -572,3 +577,66 @@ def test_random_histories_build_as_before() -> None:
         RESULT.append(out)
     """))
     assert compacted > 0 and summaries > 0, (compacted, summaries)
+
+
+def test_pending_calls_repair_mode_and_a_tools_schema() -> None:
+    """Builds while a tool call waits for its result, in both ``on_invalid`` modes; ``tools=``."""
+    result = assert_same(SCRIPTED + textwrap.dedent('''
+    TOOLS = [{"type": "function", "function": {"name": "bash", "description": "run a command",
+              "parameters": {"type": "object", "properties": {"command": {"type": "string"}}}}}]
+    RESULT = {}
+    for mode in ("raise", "repair"):
+        for budget in (1500, 2600):
+            m = memory(on_invalid=mode)
+            out = []
+            for k, batch in enumerate(steps(scripted(80))):
+                if len(batch) >= 2 and batch[-1]["role"] == "tool" and k % 4 == 1:
+                    m.extend(batch[:-1])  # the call alone: built while it waits
+                    out.append(build(m, budget=budget, tools=TOOLS))
+                    m.extend(batch[-1:])
+                else:
+                    m.extend(batch)
+                out.append(build(m, budget=budget, tools=TOOLS if k % 2 else None))
+            RESULT[f"{mode}@{budget}"] = out
+    '''))
+    compacted, summaries = _exercised(result)
+    assert compacted > 0 and summaries > 0, (compacted, summaries)
+
+
+def test_agents_on_a_board_build_as_before() -> None:
+    """Two agents sharing a board: imported messages (user messages named after their producer)."""
+    result = assert_same(SCRIPTED + textwrap.dedent('''
+    from relevance_memory.board import InMemoryBoard
+    board = InMemoryBoard("review")
+    a = memory(agent="a", board=board)
+    b = memory(agent="b", board=board)
+    RESULT = []
+    for k, batch in enumerate(steps(scripted(60))):
+        for msg in batch:
+            a.add(msg, **({"scope": "shared"} if k % 3 == 0 else {}))
+        b.add({"role": "user", "content": f"b step {k}: checked src/util.py, port {4000 + k % 2}"})
+        RESULT.append([build(a, budget=1600), build(b, budget=1500)])
+    '''))
+    compacted, summaries = _exercised(result)
+    assert compacted > 0 and summaries > 0, (compacted, summaries)
+
+
+@pytest.mark.xfail(strict=True, reason=(
+    "eedb4fa changed the internal SummaryCache API (relevance_memory.summary._pyramid, not exported, "
+    "reachable as RelevanceMemoryManager.summary_cache): key() returns the items, not their key parts; "
+    "get_or_make() takes digest=, not parts= (TypeError); RunFacts has digest, not parts. Nothing in the "
+    "package or its docs calls them so: harmless"))
+def test_the_summary_cache_methods_answer_as_before() -> None:
+    assert_same('''
+    from relevance_memory.summary._pyramid import SummaryCache, run_facts, key_parts
+    items = (SummaryItem(id="m1", role="user", msg_type="user_chat", text="port 4000", content_hash="a" * 16),
+             SummaryItem(id="m2", role="tool", msg_type="tool_result", text="ok", content_hash="b" * 16, source="bash"))
+    cache = SummaryCache()
+    s = OfflineSummarizer()
+    RESULT = {
+        "key": attempt(lambda: repr(SummaryCache.key("offline", 1, items, 200))),
+        "parts": attempt(lambda: repr(cache.get_or_make(s, items, level=1, max_tokens=200, parts=key_parts(items)))),
+        "facts": attempt(lambda: repr(run_facts(items).parts)),
+        "plain": attempt(lambda: repr(cache.get_or_make(s, items, level=1, max_tokens=200))),
+    }
+    ''')
