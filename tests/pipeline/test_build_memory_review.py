@@ -640,3 +640,47 @@ def test_the_summary_cache_methods_answer_as_before() -> None:
         "plain": attempt(lambda: repr(cache.get_or_make(s, items, level=1, max_tokens=200))),
     }
     ''')
+
+
+def test_archives_past_a_thousand_messages_resume_facts_folds_and_cache_as_before() -> None:
+    """Archives of more than RUN_FACTS_MIN / FOLD_MIN_ITEMS (1024) items: the run facts (now a
+    digest resumed from the prefix's) and the offline summarizer's fold are resumed; the cache
+    must hit and miss as before, and a custom summarizer be called with the same items."""
+    result = assert_same(SCRIPTED + textwrap.dedent('''
+    import hashlib
+
+    class Calls:
+        name = "calls"
+
+        def __init__(self):
+            self.seen = []
+
+        def summarize(self, items, *, level, max_tokens):
+            self.seen.append([level, max_tokens, len(items), hashlib.sha256(repr(items).encode()).hexdigest()])
+            return SummaryDraft(prose=f"{len(items)} messages.", covered_ids=[i.id for i in items])
+    RESULT = {}
+    for label in ("offline", "calls", "merges"):
+        probe = Calls() if label == "calls" else None
+        m = memory(summarizer=probe) if probe else memory()
+        out = []
+        users = 0
+        for k, batch in enumerate(steps(scripted(1300))):
+            if label == "merges":
+                for msg in batch:
+                    meta = {}
+                    if msg["role"] == "user":
+                        users += 1
+                        meta["trace_id"] = f"u{users % 4}"
+                    elif msg["role"] == "tool" and k % 97 == 0:
+                        meta["trace_id"] = f"u{k % 4}"
+                    m.add(msg, **meta)
+            else:
+                m.extend(batch)
+            if k % 9 == 8:
+                out.append(build(m, budget=(1800, 3000, 2200)[k % 3], compact=k % 45 == 8))
+        RESULT[label] = [out, m.summary_cache.hits, m.summary_cache.misses, probe.seen if probe else None,
+                         len(m.messages), m.store.chain_merges]
+    '''))
+    assert all(r[4] > 2000 for r in result.values()) and result["merges"][5] > 3
+    compacted, summaries = _exercised(result)
+    assert compacted > 0 and summaries > 0 and result["offline"][1] > 0, (compacted, summaries)
