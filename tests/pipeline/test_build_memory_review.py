@@ -684,3 +684,38 @@ def test_archives_past_a_thousand_messages_resume_facts_folds_and_cache_as_befor
     assert all(r[4] > 2000 for r in result.values()) and result["merges"][5] > 3
     compacted, summaries = _exercised(result)
     assert compacted > 0 and summaries > 0 and result["offline"][1] > 0, (compacted, summaries)
+
+
+def test_items_whose_tool_calls_are_lists_are_summarised_as_before() -> None:
+    """A :class:`SummaryItem` is a plain dataclass: items made from JSON hold lists. The old
+    ``_names`` memo key joined the calls' arguments into a string; the new one holds
+    ``item.tool_calls`` itself, so a list there is unhashable."""
+    assert_same(SCRIPTED + textwrap.dedent('''
+    from dataclasses import replace
+    RESULT = {}
+    s = OfflineSummarizer()
+    for calls in ([("bash", '{"command": "cat src/a.py"}')], (["bash", '{"command": "cat src/a.py"}'],)):
+        it = SummaryItem(id="m1", role="assistant", msg_type="tool_call", text="Reading src/a.py now.",
+                         content_hash="0123456789abcdef", tool_calls=calls)
+        RESULT[repr(calls)] = attempt(lambda: s.summarize([it], level=1, max_tokens=200).model_dump())
+
+    class AsJson:
+        """A summarizer that sends the items through JSON (as to a worker) and back to the offline one."""
+        name = "as-json"
+
+        def __init__(self):
+            self.inner = OfflineSummarizer()
+
+        def summarize(self, items, *, level, max_tokens):
+            back = [SummaryItem(**json.loads(json.dumps(i.__getstate__() if hasattr(i, "__getstate__") and
+                                                        isinstance(i.__getstate__(), dict) else
+                                                        {f: getattr(i, f) for f in i.__dataclass_fields__})))
+                    for i in items]
+            return self.inner.summarize(back, level=level, max_tokens=max_tokens)
+    m = memory(summarizer=AsJson())
+    out = []
+    for batch in steps(scripted(60)):
+        m.extend(batch)
+        out.append(build(m, budget=1800))
+    RESULT["memory"] = out
+    '''))
