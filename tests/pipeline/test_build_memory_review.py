@@ -719,3 +719,55 @@ def test_items_whose_tool_calls_are_lists_are_summarised_as_before() -> None:
         out.append(build(m, budget=1800))
     RESULT["memory"] = out
     '''))
+
+
+NON_ASCII = [
+    "修复 src/app.py：f7 应该相乘。部署端口是 4000。", "Café crème à l'hôtel Zürich — naïve façade, señor.",
+    "Deploy 🚀 to port 4001 ✅ then notify 👩‍💻 team 🎉", "日本語のテキスト：ファイルを読みました。ポートは 4002 です。",
+    "Ελληνικά και русский текст: порт 4003.", "plain ascii line about src/util.py", "👍🏽" * 30, "é" * 200,
+]
+
+
+@pytest.mark.parametrize("embedder", ["wordllama", "minilm"])
+def test_both_embedders_read_non_ascii_text_as_before(embedder: str) -> None:
+    """c1ae1e9 hands the static (tokenizers) and ONNX (tokenizers) embedders copies of non-ASCII
+    text: the same vectors, the same scores, the same builds."""
+    result = assert_same(SCRIPTED + textwrap.dedent(f'''
+    import numpy as np
+    from relevance_memory import MemoryConfig
+    LINES = {NON_ASCII!r}
+    RESULT = {{}}
+    try:
+        m = RelevanceMemoryManager(MemoryConfig(embedder={embedder!r}, max_input_tokens=4000), clock=lambda: T)
+    except Exception as e:
+        RESULT["skip"] = str(e)
+    else:
+        vectors = np.asarray(m.vectors.embedder.embed(LINES + [LINES[0] + " " + LINES[2]]))
+        RESULT["vectors"] = np.round(vectors, 6).tolist()
+        out = []
+        for k in range(60):
+            cid = f"c{{k}}"
+            text = LINES[k % len(LINES)] + f" (step {{k}})"
+            m.extend([{{"role": "user", "content": text}}] if k % 5 == 0 else
+                     [call(cid, f"cat 文件_{{k % 4}}.txt"), result(cid, (text + "\\\\n") * (1 + k % 5))])
+            out.append(build(m, budget=1600))
+        RESULT["builds"] = out
+    '''))
+    if "skip" in result:
+        pytest.skip(result["skip"])
+    compacted, summaries = _exercised(result)
+    assert compacted > 0 and summaries > 0, (compacted, summaries)
+
+
+@pytest.mark.xfail(strict=True, reason=(
+    "c1ae1e9: TiktokenCounter.count_text/count_texts given a non-str (an int, a float, a list: not what they "
+    "are typed to take) raise AttributeError (unshared() reads .isascii) where tiktoken raised TypeError; "
+    "bytes with a non-ASCII byte: a join TypeError with another message. Every manager path validates or "
+    "makes these strings first: harmless (an error stays an error), noted for a caller catching TypeError"))
+def test_a_token_counter_given_a_non_string_raises_as_before() -> None:
+    assert_same('''
+    from relevance_memory import TiktokenCounter
+    tk = TiktokenCounter()
+    RESULT = [[attempt(lambda: tk.count_text(v)), attempt(lambda: tk.count_texts([v, "é"]))]
+              for v in (5, 3.5, ["a"], b"abc", b"\\xc3\\xa9")]
+    ''')
