@@ -771,3 +771,26 @@ def test_a_token_counter_given_a_non_string_raises_as_before() -> None:
     RESULT = [[attempt(lambda: tk.count_text(v)), attempt(lambda: tk.count_texts([v, "é"]))]
               for v in (5, 3.5, ["a"], b"abc", b"\\xc3\\xa9")]
     ''')
+
+
+def test_resyncs_with_the_default_summarizer_build_as_before() -> None:
+    """A managed loop's resync: an old message edited (or explicit metadata dropped), ``fresh()``
+    sharing the summary cache, then building on; with the default (offline) summarizer."""
+    result = assert_same(SCRIPTED + textwrap.dedent('''
+    RESULT = []
+    history = scripted(70)
+    for at in range(3, len(history), 11):
+        m = memory()
+        for i, msg in enumerate(history):
+            m.add(copy.deepcopy(msg), **({"msg_type": "user_chat"} if msg["role"] == "assistant" and i % 5 == 0
+                                         and not msg.get("tool_calls") else {}))
+        first = build(m, budget=1800)
+        edited = copy.deepcopy(history)
+        if edited[at].get("content"):
+            edited[at]["content"] = edited[at]["content"] + " (edited)"
+        f = m.fresh(edited)
+        f.extend(scripted(8, 5)[2:])
+        RESULT.append([at, first, build(f, budget=1800), build(f, budget=2600)])
+    '''))
+    compacted, summaries = _exercised(result)
+    assert summaries > 0, (compacted, summaries)
