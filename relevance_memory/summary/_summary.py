@@ -212,9 +212,13 @@ class OfflineSummarizer:
         """The code names of a message's text and tool-call arguments (:func:`code_names`),
         memoised by the text and the calls. Of a row of tabular output (``ls -l``) only its last
         field, the name, counts: sizes, dates and modes are columns, not names."""
-        calls = item.tool_calls  # what the names are read from (not the calls' ids: see _extract)
-        key = (item.text, calls if type(calls) is tuple else tuple(map(tuple, calls)))  # a caller's list too
-        found = self._names_memo.get(key)
+        # what the names are read from (not the calls' ids: see _extract)
+        key: tuple[str, tuple[tuple[str, ...], ...]] = (item.text, item.tool_calls)
+        try:
+            found = self._names_memo.get(key)
+        except TypeError:  # a caller's lists (an item made from JSON): the same calls as tuples
+            key = (item.text, tuple(tuple(call) for call in item.tool_calls))
+            found = self._names_memo.get(key)
         if found is None:
             text = "\n".join((line.split() or [""])[-1] if _is_table_row(line) else line for line in item.text.splitlines())
             found = tuple(code_names("\n".join([text, *(arguments for _, arguments in item.tool_calls)])))

@@ -469,12 +469,6 @@ def test_fresh_with_the_offline_summarizer_after_a_resync() -> None:
     '''))
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "eedb4fa: a summary cache key holds the items (every field), not (id, content hash, marks, held): after "
-    "fresh(), an archived message added with an explicit msg_type (metadata fresh() does not carry) is another "
-    "item, so its runs are summarised again (old: 1 hit, 5 misses; new: 0 hits, 6 misses). The offline "
-    "summarizer does not read msg_type: the built contexts are equal (the test above); only the work and the "
-    "public hits/misses counters differ"))
 def test_fresh_with_the_offline_summarizer_hits_the_shared_cache_as_before() -> None:
     assert_same(FRESH.replace("FIXTURE", repr(str(ROOT / "fixtures" / "django__django-15280.json"))) + textwrap.dedent('''
     m = with_types(memory())
@@ -759,11 +753,6 @@ def test_both_embedders_read_non_ascii_text_as_before(embedder: str) -> None:
     assert compacted > 0 and summaries > 0, (compacted, summaries)
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "c1ae1e9: TiktokenCounter.count_text/count_texts given a non-str (an int, a float, a list: not what they "
-    "are typed to take) raise AttributeError (unshared() reads .isascii) where tiktoken raised TypeError; "
-    "bytes with a non-ASCII byte: a join TypeError with another message. Every manager path validates or "
-    "makes these strings first: harmless (an error stays an error), noted for a caller catching TypeError"))
 def test_a_token_counter_given_a_non_string_raises_as_before() -> None:
     assert_same('''
     from relevance_memory import TiktokenCounter

@@ -147,9 +147,11 @@ def test_items_and_texts_as_callers_make_them_are_read_as_before() -> None:
     is summarised as the same item with tuples — the names memo key is made hashable — and a
     counter given something other than a string raises the tokenizer's own TypeError."""
     listed = _thought(1, tool_calls=[["bash", '{"command": "cat src/app/models.py"}']])
+    inner_lists = _thought(1, tool_calls=(["bash", '{"command": "cat src/app/models.py"}'],))
     as_tuples = _thought(1, tool_calls=(("bash", '{"command": "cat src/app/models.py"}'),))
     summarizer = OfflineSummarizer()
-    assert summarizer._names(listed) == summarizer._names(as_tuples) and "src/app/models.py" in summarizer._names(listed)
+    assert summarizer._names(listed) == summarizer._names(inner_lists) == summarizer._names(as_tuples)
+    assert "src/app/models.py" in summarizer._names(listed)
     assert summarizer.summarize([listed], level=1, max_tokens=200) == OfflineSummarizer().summarize(
         [as_tuples], level=1, max_tokens=200)
     counter = TiktokenCounter("o200k_base")
