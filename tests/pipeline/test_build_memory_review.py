@@ -151,7 +151,9 @@ def test_fixture_loops_step_by_step_at_tight_budgets(path: Path) -> None:
 
 @pytest.mark.skipif(not SHARED_RUNS, reason="no shared SWE-bench runs on this machine")
 def test_shared_swebench_runs_step_by_step() -> None:
-    compacted, summaries = _exercised(assert_same(f"PATHS = {[str(p) for p in SHARED_RUNS]!r}\nBUDGETS = [2000]\n" + LOOP))
+    """Five of the shared runs (all fifteen, old and new, take ~70 s of a CI run; all fifteen
+    were compared when the review was written)."""
+    compacted, summaries = _exercised(assert_same(f"PATHS = {[str(p) for p in SHARED_RUNS[:5]]!r}\nBUDGETS = [2000]\n" + LOOP))
     assert compacted > 0 and summaries > 0, (compacted, summaries)
 
 
