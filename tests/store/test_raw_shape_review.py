@@ -11,11 +11,6 @@ Skipped without git and the repository's history."""
 from __future__ import annotations
 
 import json
-import os
-import shutil
-import subprocess
-import sys
-import tempfile
 import textwrap
 from pathlib import Path
 from typing import Any
@@ -23,6 +18,7 @@ from typing import Any
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from review_trees import old_tree, run_script
 
 ROOT = Path(__file__).resolve().parents[2]
 OLD_COMMIT = "91718ec"
@@ -30,20 +26,7 @@ FIXTURE = ROOT / "fixtures" / "django__django-15280.json"
 
 
 def _old_tree() -> Path:
-    target = Path(tempfile.gettempdir()) / f"raw_shape_review_{OLD_COMMIT}"
-    if not (target / "relevance_memory" / "__init__.py").exists():
-        try:
-            archive = subprocess.run(["git", "-C", str(ROOT), "archive", OLD_COMMIT, "relevance_memory"],
-                                     check=True, capture_output=True).stdout
-        except (OSError, subprocess.CalledProcessError):
-            pytest.skip(f"needs git and the repository's history ({OLD_COMMIT}) to compare with the old code")
-        staging = Path(tempfile.mkdtemp(prefix=f"{target.name}.", dir=target.parent))
-        subprocess.run(["tar", "-x", "-C", str(staging)], input=archive, check=True)
-        try:
-            staging.rename(target)  # whole or not at all (parallel test processes)
-        except OSError:
-            shutil.rmtree(staging, ignore_errors=True)
-    return target
+    return old_tree(OLD_COMMIT, "raw_shape_review")
 
 
 PRELUDE = '''
@@ -99,13 +82,7 @@ def memory(**kw):
 
 
 def run(body: str, tree: Path) -> Any:
-    script = PRELUDE + "\n" + textwrap.dedent(body) + "\nprint(json.dumps(RESULT, default=repr))\n"
-    env = {**os.environ, "PYTHONPATH": str(tree), "PYTHONHASHSEED": "0"}
-    with tempfile.TemporaryDirectory() as cwd:
-        done = subprocess.run([sys.executable, "-c", script], env=env, cwd=cwd, capture_output=True, text=True,
-                              timeout=600)
-    assert done.returncode == 0, done.stderr[-3000:]
-    return json.loads(done.stdout.strip().splitlines()[-1])
+    return run_script(PRELUDE + "\n" + textwrap.dedent(body) + "\nprint(json.dumps(RESULT, default=repr))\n", tree)
 
 
 def both(body: str) -> tuple[Any, Any]:
