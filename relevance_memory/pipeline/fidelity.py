@@ -392,17 +392,29 @@ def elide_message(message: Message, keep: Collection[str], counter: TokenCounter
 class Renditions:
     """Memo of renditions by (message id, content hash, fidelity, cap, final goal): the same
     message at the same cap is the same bytes from build to build (an appended excerpt stays in
-    the provider's cached prefix). Bounded (LRU, ``maxsize`` entries).
+    the provider's cached prefix). Bounded (LRU): ``maxsize`` renditions in all, and at most
+    ``per_message`` of one message.
 
     Every build asks for the rendition of every oversized stored message, oldest first: an LRU
     smaller than their number misses on every one of them (issue 24: about 2.6 % of an agent's
     messages are oversized, 26,000 at a million messages, above the old 20,000 entries — each
     compaction cut them all again). The default holds those of ~10 million messages; an entry is
-    one excerpt (at most its entry cap, a few kB)."""
+    one excerpt (at most its entry cap, a few kB). A build asks for a few caps of one message (its
+    entry cap, the selection's excerpt and elided forms, the caps that fit its chain); a budget
+    that changes from build to build (a window less what the tools and reply take) asks for new
+    ones each time, and without ``per_message`` every oversized message kept an excerpt for every
+    budget seen (issue 24: 48 per message after 60 such builds, growing without end)."""
 
-    def __init__(self, maxsize: int = 250_000) -> None:
-        self._data: OrderedDict[tuple[Any, ...], Rendition] = OrderedDict()
+    def __init__(self, maxsize: int = 250_000, per_message: int = 8) -> None:
+        # message id → (content hash, fidelity, cap, goal) → rendition, both least recently used first
+        self._data: OrderedDict[str, dict[tuple[Any, ...], Rendition]] = OrderedDict()
+        self._size = 0  # renditions held in all
         self._maxsize = maxsize
+        self._per_message = per_message
+
+    def __len__(self) -> int:
+        """Renditions held."""
+        return self._size
 
     def get(
         self, message: Message, fidelity: Fidelity, cap: int, keep: Collection[str] | Callable[[], Collection[str]],
@@ -414,17 +426,27 @@ class Renditions:
         re-read them for every oversized message)."""
         if fidelity == "verbatim":
             return Rendition(message.to_openai(), message.token_count, "verbatim", message.token_count)
-        key = (message.id, message.content_hash, fidelity, cap if fidelity == "excerpt" else 0, goal)
-        found = self._data.get(key)
-        if found is not None:
-            self._data.move_to_end(key)
-            return found
+        key = (message.content_hash, fidelity, cap if fidelity == "excerpt" else 0, goal)
+        held = self._data.get(message.id)
+        if held is not None:
+            self._data.move_to_end(message.id)
+            found = held.pop(key, None)
+            if found is not None:
+                held[key] = found  # most recently used last
+                return found
         names = keep() if callable(keep) else keep
         made = (excerpt_message(message, cap, names, counter, goal) if fidelity == "excerpt"
                 else elide_message(message, names, counter, goal))
-        self._data[key] = made
-        while len(self._data) > self._maxsize:
-            self._data.popitem(last=False)
+        if held is None:
+            held = self._data[message.id] = {}
+        held[key] = made
+        self._size += 1
+        if len(held) > self._per_message:
+            del held[next(iter(held))]
+            self._size -= 1
+        while self._size > self._maxsize and len(self._data) > 1:
+            _, dropped = self._data.popitem(last=False)
+            self._size -= len(dropped)
         return made
 
 

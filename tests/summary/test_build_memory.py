@@ -162,3 +162,56 @@ def test_items_and_texts_as_callers_make_them_are_read_as_before() -> None:
             pass
         else:  # pragma: no cover - the assertion below names it
             raise AssertionError(f"count_text({bad!r}) did not raise TypeError")
+
+
+def _fixture_messages() -> list[dict[str, object]]:
+    import json
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[2] / "fixtures" / "django__django-15280.json"
+    return list(json.loads(path.read_text(encoding="utf-8"))["messages"])
+
+
+def test_a_budget_that_changes_every_build_keeps_a_few_excerpts_a_message() -> None:
+    """Issue 24: the excerpt memo kept one excerpt of every oversized message for every budget
+    seen (a budget that is the window less what the tools take changes every call): 48 a message
+    after 60 such builds. Now at most ``per_message`` (8) a message, least recently used out, and
+    every context is byte-identical to one made with an unbounded memo."""
+    import random
+
+    from relevance_memory.pipeline.fidelity import Renditions
+
+    messages = _fixture_messages()
+    bounded = RelevanceMemoryManager(max_input_tokens=6000, keep_recent=3)
+    unbounded = RelevanceMemoryManager(max_input_tokens=6000, keep_recent=3)
+    unbounded._renditions = Renditions(per_message=10**9)
+    rng = random.Random(3)
+    for start in range(0, len(messages), 6):
+        budget = rng.randrange(4000, 8000)
+        for memory in (bounded, unbounded):
+            memory.extend(messages[start:start + 6])
+        built = [m.build_context(budget=budget) for m in (bounded, unbounded)]
+        assert built[0].messages == built[1].messages
+    held = bounded._renditions._data
+    assert held and max(map(len, held.values())) == 8
+    assert len(bounded._renditions) == sum(map(len, held.values())) < len(unbounded._renditions)
+    assert max(map(len, unbounded._renditions._data.values())) > 8  # the case the bound is for
+
+
+def test_the_excerpt_memo_drops_a_message_s_least_recently_used_cap() -> None:
+    from relevance_memory import TiktokenCounter
+    from relevance_memory.pipeline.fidelity import Renditions
+
+    memory = RelevanceMemoryManager(max_input_tokens=8000)
+    memory.extend(_fixture_messages()[:40])
+    big = max(memory.messages, key=lambda m: m.token_count)
+    counter, memo = TiktokenCounter("o200k_base"), Renditions(per_message=2)
+    first = memo.get(big, "excerpt", 300, (), counter, "goal")
+    assert memo.get(big, "excerpt", 300, (), counter, "goal") is first  # a hit is the same object
+    second = memo.get(big, "excerpt", 400, (), counter, "goal")
+    assert memo.get(big, "excerpt", 300, (), counter, "goal") is first  # 300 now the most recent
+    memo.get(big, "elided", 0, (), counter, "goal")  # a third: 400, the least recently used, goes
+    assert len(memo) == 2
+    again = memo.get(big, "excerpt", 400, (), counter, "goal")
+    assert again is not second and again == second  # made again, the same bytes
+    assert big.token_count > 400 and first.tokens <= 300 and again.tokens <= 400
