@@ -224,14 +224,16 @@ def image_tokens(part: Mapping[str, Any], default: int = 765) -> int:
 
 def unshared(text: str) -> str:
     """``text`` itself when it is ASCII, else a new string equal to it, to hand to a Rust
-    tokenizer in its place: reading a
-    non-ASCII ``str`` as UTF-8 (PyO3, ``PyUnicode_AsUTF8AndSize``) keeps the UTF-8 copy inside
-    that string object for as long as it lives — a stored message's content, an excerpt kept
-    from build to build — 1–1.5× its size again (issue 24: 44 bytes a message of a 100k first
-    build's memory was such copies; a history in Chinese would double its text). The copy is
-    freed with the count. O(len) ``memcpy``; ASCII text needs none (its UTF-8 is its data;
-    ``isascii`` reads a flag)."""
-    return "".join((text, "")) if type(text) is str and not text.isascii() else text  # not a str: the reader's own error
+    reader (tiktoken, tokenizers, sentencex) in its place.
+
+    Reading a non-ASCII ``str`` as UTF-8 (PyO3, ``PyUnicode_AsUTF8AndSize``) keeps the UTF-8
+    copy inside that string object for as long as it lives — a stored message's content, an
+    excerpt kept from build to build — 1–1.5× its size again (issue 24: 44 bytes a message of a
+    100k first build's memory were such copies; a history in Chinese would double its text).
+    The copy is freed with the count. O(len) ``memcpy``; ASCII text needs none (its UTF-8 is its
+    data; ``isascii`` reads a flag). Anything but a ``str`` is returned as it is, so the reader
+    raises its own error."""
+    return "".join((text, "")) if type(text) is str and not text.isascii() else text
 
 
 class TiktokenCounter:

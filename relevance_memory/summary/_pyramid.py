@@ -234,8 +234,9 @@ class SummaryCache:
 
     @staticmethod
     def key(name: str, level: int, items: Sequence[SummaryItem], max_tokens: int) -> tuple[Any, ...]:
-        """(summarizer, level, max tokens, items as a tuple): what a draft is cached under (an
-        item's every field: its id, content hash, supersede marks, held lines …)."""
+        """(summarizer, level, max tokens, items as a tuple): what a draft is cached under; two
+        keys are the same when their items' :func:`key_parts` are (id, content hash, supersede
+        marks, held lines)."""
         return (name, level, max_tokens, items if isinstance(items, tuple) else tuple(items))
 
     def get_or_make(
