@@ -60,7 +60,7 @@ _TERM_BYTES = bytes(c if chr(c) in "abcdefghijklmnopqrstuvwxyz0123456789'" else 
 
 
 def _ascii_terms(text: str) -> list[str]:
-    """``_TERM_ASCII_RE.findall(text)`` for ASCII ``text``, the same list (issue 37: a byte
+    """``_TERM_ASCII_RE.findall(text)`` for ASCII ``text``, the same list (issue 24: a byte
     translation and a split cost a third of the regular expression).
 
     A match never spans a character outside ``[a-z0-9']``, so the matches of ``text`` are those
@@ -101,7 +101,7 @@ _TOKEN_COMMA_BYTES = bytes(c if c == 44 else _TOKEN_BYTES[c] for c in range(256)
 
 
 def _ascii_tokens(text: str) -> list[str]:
-    """``_TOKEN_ASCII_RE.findall(text)`` for ASCII ``text``, the same list (issue 37).
+    """``_TOKEN_ASCII_RE.findall(text)`` for ASCII ``text``, the same list (issue 24).
 
     The first branch (``50,000``) needs a digit, a comma and a digit: without them only the
     second matches, and its matches are the runs of ``[\\w./:\\\\-]``: a byte translation and
@@ -266,7 +266,7 @@ def identifiers(text: str) -> set[str]:
     unique = set(tokens)
     if len(unique) <= _ALL_AT_ONCE:  # a message's worth: every token's memo entry in one pass
         # in the set's order (a set of identifiers is the same in any order; the memo holds a
-        # pure function, so the order it fills in changes only speed; issue 37)
+        # pure function, so the order it fills in changes only speed; issue 24)
         known = list(map(memo.get, unique, repeat(_UNSEEN, len(unique))))
         if _UNSEEN in known:
             for n, raw in enumerate(unique):  # the same order again: the set is not changed

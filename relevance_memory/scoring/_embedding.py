@@ -333,7 +333,7 @@ class StaticEmbedder:
         take, multiply, add = self._table.take, np.multiply, np.add.reduce
         totals = np.zeros((len(texts), self.dim), dtype=np.float64)
         # one scratch block for every text's scaled rows (the longest text's worth), not two
-        # arrays a text (issue 37); the same rows, products and sums as before
+        # arrays a text (issue 24); the same rows, products and sums as before
         scratch = np.empty((int(np.diff(bounds).max()), self.dim), dtype=np.float64)
         for row, (a, b) in enumerate(pairwise(edges)):
             if a < b:

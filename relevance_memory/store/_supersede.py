@@ -350,28 +350,17 @@ class SupersedeDetector:
         self._touch(self._views, view.path)
         self._by_name.setdefault(posixpath.basename(view.path), set()).add(view.path)
         links: list[SupersedeLink] = []
-        # the older views this one contains (view.contains(older.view), written out: every live
-        # view of the key has its path), then of those the ones of another message and content;
-        # most views contain none (another range of the file): one pass, no call per view
-        start, end = view.start, view.end
-        if end is None:
-            covered = [older for older in live if older.view.start >= start]
-        else:
-            covered = [older for older in live
-                       if older.view.start >= start and older.view.end is not None and older.view.end <= end]
-        stale = [older for older in covered if older.item_id != item_id and older.content_hash != content_hash]
-        if stale:
-            verb = "written whole" if view.write else "shown again"
-            for older in stale:
+        kept: list[_LiveView] = []
+        for older in live:
+            if older.item_id != item_id and view.contains(older.view) and older.content_hash != content_hash:
+                verb = "written whole" if view.write else "shown again"
                 links.append(SupersedeLink(
                     older.item_id, item_id, "resource", self._label(f"file {older.view.label}"),
                     f"file {older.view.label} {verb} at step {step} ({view.label})",
                     older_step=older.step, newer_step=step,
                 ))
-            gone = set(map(id, stale))
-            kept = [older for older in live if id(older) not in gone]
-        else:
-            kept = live.copy()
+            else:
+                kept.append(older)
         kept.append(_LiveView(item_id, step, view, content_hash))
         self._views[view.path] = kept[-_MAX_LIVE_PER_KEY:]
         return links

@@ -267,7 +267,7 @@ def test_semantic_ranks_share_of_candidates() -> None:
 def _embed_one_by_one(emb: StaticEmbedder, text: str) -> np.ndarray:
     """The vector of one text as the module docstring defines it, step by step: the clipped
     text's token ids, each distinct id's row (float64) times its count, summed in ascending id
-    order by one reduction, scaled to unit length in float64, then float32 (issue 37: the batch
+    order by one reduction, scaled to unit length in float64, then float32 (issue 24: the batch
     path keeps these bits)."""
     out = np.zeros((1, emb.dim), dtype=np.float32)
     ids = np.asarray(list(emb._token_ids([_embedding._clip(text, emb._max_chars)])[0]), dtype=np.int64)
@@ -306,7 +306,7 @@ _WORDS = st.lists(st.sampled_from([f"w{n}" for n in range(60)] + ["power", "bank
 @settings(max_examples=60, deadline=None)
 @given(st.lists(st.one_of(st.text(max_size=300), st.sampled_from(TEXTS), _WORDS), min_size=1, max_size=12))
 def test_batch_vectors_are_the_bits_of_each_text_summed_alone(texts: list[str]) -> None:
-    """Issue 37: embed() sums each text's rows in one scratch block; the vectors are the bits of
+    """Issue 24: embed() sums each text's rows in one scratch block; the vectors are the bits of
     the step-by-step definition, for the default model, a float16 word-level one and a float32
     one whose sums round."""
     for emb in (default_embedder(), tiny_embedder(), _WIDE):

@@ -47,7 +47,7 @@ _DENSE = st.text(alphabet=st.one_of(st.sampled_from(list("0123456789,,,'''.//::\
 @settings(max_examples=600, deadline=None)
 @given(_DENSE)
 def test_ascii_translations_match_the_expressions(text: str) -> None:
-    """Issue 37: the byte-translation splits are the expressions' matches, exactly (text as
+    """Issue 24: the byte-translation splits are the expressions' matches, exactly (text as
     given and lower-cased: the store reads both)."""
     for variant in (text, text.lower()):
         assert _ascii_terms(variant) == _TERM_ASCII_RE.findall(variant)
@@ -276,7 +276,7 @@ _PIECES = st.one_of(
 @settings(max_examples=200, deadline=None)
 @given(st.lists(_PIECES, max_size=400), st.sampled_from([" ", ", ", "\n", ",", "; ", ""]))
 def test_identifiers_are_those_of_the_plain_loop(pieces: list[str], separator: str) -> None:
-    """Issue 37: the memo read in the set's order, and the ASCII tokens, give the identifiers of
+    """Issue 24: the memo read in the set's order, and the ASCII tokens, give the identifiers of
     the plain ordered loop (past the 200 cap too)."""
     text = separator.join(pieces)
     assert identifiers(text) == _identifiers_reference(text)

@@ -411,8 +411,8 @@ def test_edited_views_kept_between_steps_equal_those_made_again(steps: list[tupl
 
 
 class _ViewReference(SupersedeDetector):
-    """The detector with :meth:`_observe_view` as it was before issue 37 (a ``contains`` call
-    per live view): the one-pass version must link and keep the same."""
+    """The detector's :meth:`_observe_view` rule written out here (a ``contains`` call per live
+    view): the detector must link and keep the same."""
 
     def _observe_view(self, item_id: str, step: int, view: FileView, content_hash: str) -> list[Any]:
         from relevance_memory.store._supersede import _MAX_LIVE_PER_KEY, SupersedeLink, _LiveView
@@ -448,7 +448,7 @@ _VIEW_STEPS = st.lists(st.tuples(
 @settings(max_examples=300, deadline=None)
 @given(_VIEW_STEPS)
 def test_file_view_links_are_those_of_a_contains_call_per_live_view(steps: list[tuple[Any, ...]]) -> None:
-    """Issue 37: views of a few files with overlapping ranges, repeated ids and contents, more
+    """Issue 24: views of a few files with overlapping ranges, repeated ids and contents, more
     than the 64 kept live per file: the same links, and the same views kept."""
     fast, slow = SupersedeDetector(), _ViewReference()
     for n, (path, start, length, write, owner, digest) in enumerate(steps):
