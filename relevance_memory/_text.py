@@ -59,22 +59,28 @@ _TERM_BYTES = bytes(c if chr(c) in "abcdefghijklmnopqrstuvwxyz0123456789'" else 
 """Byte table keeping what a :data:`_TERM_ASCII_RE` match is made of (``[a-z0-9']``), the rest a space."""
 
 
-def _ascii_terms(text: str) -> list[str]:
-    """``_TERM_ASCII_RE.findall(text)`` for ASCII ``text``, the same list (issue 24: a byte
-    translation and a split cost a third of the regular expression).
-
-    A match never spans a character outside ``[a-z0-9']``, so the matches of ``text`` are those
-    of its runs of these characters, one run after the other; a run without ``'`` is one match."""
-    runs = text.encode("ascii").translate(_TERM_BYTES).decode("ascii").split()
-    if "'" not in text:
+def _ascii_runs(text: str, table: bytes, joiner: str, pattern: re.Pattern[str]) -> list[str]:
+    """``pattern.findall(text)`` for ASCII ``text`` whose matches are made only of the bytes
+    ``table`` keeps (the rest it makes spaces): the matches are those of the runs of kept bytes,
+    one run after the other, and a run without ``joiner`` (the one kept character on which the
+    expression itself decides where matches end) is one match, read without the expression (issue 24: a byte translation
+    and a split cost a third to a fifth of it)."""
+    runs = text.encode("ascii").translate(table).decode("ascii").split()
+    if joiner not in text:
         return runs
     out: list[str] = []
     for run in runs:
-        if "'" in run:
-            out += _TERM_ASCII_RE.findall(run)
+        if joiner in run:
+            out += pattern.findall(run)
         else:
             out.append(run)
     return out
+
+
+def _ascii_terms(text: str) -> list[str]:
+    """``_TERM_ASCII_RE.findall(text)`` for ASCII ``text``, the same list: a match never spans a
+    character outside ``[a-z0-9']``, and a run without ``'`` is one match (:func:`_ascii_runs`)."""
+    return _ascii_runs(text, _TERM_BYTES, "'", _TERM_ASCII_RE)
 
 
 _CJK_RUN = re.compile(rf"^[{_CJK}]+$")
@@ -104,20 +110,12 @@ def _ascii_tokens(text: str) -> list[str]:
     """``_TOKEN_ASCII_RE.findall(text)`` for ASCII ``text``, the same list (issue 24).
 
     The first branch (``50,000``) needs a digit, a comma and a digit: without them only the
-    second matches, and its matches are the runs of ``[\\w./:\\\\-]``: a byte translation and
-    a split, a fifth of the regular expression's time. Otherwise a match never spans a character
-    outside ``[\\w./:\\\\-,]`` (and one that ends a run is followed by none of ``[\\w,]``, as
-    the first branch asks): the matches are those of the runs of these characters, a run
-    without a comma being one match, a run with one read by the regular expression."""
+    second matches, and its matches are the runs of ``[\\w./:\\\\-]``. Otherwise a match never spans a
+    character outside ``[\\w./:\\\\-,]`` (and one that ends a run is followed by none of ``[\\w,]``,
+    as the first branch asks), and a run without a comma is one match (:func:`_ascii_runs`)."""
     if "," not in text or _DIGIT_COMMA.search(text) is None:
         return text.encode("ascii").translate(_TOKEN_BYTES).decode("ascii").split()
-    out: list[str] = []
-    for run in text.encode("ascii").translate(_TOKEN_COMMA_BYTES).decode("ascii").split():
-        if "," in run:
-            out += _TOKEN_ASCII_RE.findall(run)
-        else:
-            out.append(run)
-    return out
+    return _ascii_runs(text, _TOKEN_COMMA_BYTES, ",", _TOKEN_ASCII_RE)
 
 
 _FILE_EXT = re.compile(

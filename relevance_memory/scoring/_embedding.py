@@ -273,14 +273,12 @@ class StaticEmbedder:
         return packed, lengths
 
     def _piece_ids(self, piece: str, key: str) -> bytes:
-        """BPE of one ``▁``-piece, packed, memoised under ``key`` (:meth:`_batch_ids`): a piece
-        with a digit (a number, an id, a hash: few repeat but nearby) in a small memo of its own,
-        the rest in the large one (issue 24: a history of new numbers filled the large memo)."""
+        """BPE of one ``▁``-piece, packed, memoised under ``key`` (:meth:`_batch_ids`, which
+        looked ``key`` up first): a piece with a digit (a number, an id, a hash: few repeat but
+        nearby) in a small memo of its own, the rest in the large one (issue 24: a history of new
+        numbers filled the large memo)."""
         numbered = _DIGIT.search(key) is not None
         cache = self._numbered if numbered else self._segments
-        got = cache.get(key)
-        if got is not None:
-            return got
         got = _pack([token.id for token in self._tokenizer.model.tokenize(piece)])
         return remember(cache, key, got, _NUMBERED_CACHE if numbered else _SEGMENT_CACHE)
 

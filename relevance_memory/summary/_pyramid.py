@@ -233,7 +233,9 @@ class SummaryCache:
         return made
 
     @staticmethod
-    def key(name: str, level: int, items: Sequence[SummaryItem], max_tokens: int) -> tuple[Any, ...]:
+    def key(
+        name: str, level: int, items: Sequence[SummaryItem], max_tokens: int
+    ) -> tuple[str, int, int, tuple[SummaryItem, ...]]:
         """(summarizer, level, max tokens, items as a tuple): what a draft is cached under; two
         keys are the same when their items' :func:`key_parts` are (id, content hash, supersede
         marks, held lines)."""
@@ -245,8 +247,8 @@ class SummaryCache:
     ) -> SummaryDraft:
         """The cached draft, or a new one from ``summarizer`` (``digest``: :func:`parts_digest`
         of ``items`` when the caller has it)."""
-        items = items if isinstance(items, tuple) else tuple(items)
-        key = _HashedKey((summarizer.name, level, max_tokens, items), digest)
+        key = _HashedKey(self.key(summarizer.name, level, items, max_tokens), digest)
+        items = key.key[3]
         draft = self._data.get(key)
         if draft is not None:
             self.hits += 1
