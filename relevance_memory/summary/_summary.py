@@ -161,8 +161,8 @@ class OfflineSummarizer:
 
     def _extract(self, item: SummaryItem) -> tuple[_Line, ...]:
         """Per message, memoised by (role, tool name, supersede marks, text) — what the lines
-        are made of; not the id nor the content hash, so the same content at another id (a command run again) is read
-        once (issue 24): its candidate lines. A message with no text, and a superseded tool
+        are made of; not the id nor the content hash, so the same content at another id (a
+        command run again) is read once (issue 24): its candidate lines. A message with no text, and a superseded tool
         result, have none: they are not memoised (nearly half of an agent's archive; issue 24)."""
         if not item.text or (item.role == "tool" and item.superseded):
             return ()
