@@ -22,7 +22,11 @@ For each history, two child processes (clean memory figures), one after the othe
     ``extend``; builds that compacted inside the loop are listed apart; then a *requested
     compaction* (``compact=True``) and a *full rebuild* (a new budget). In the same loop,
     *tokenizing the step*: the step's two messages counted by tiktoken
-    (``TiktokenCounter.count_message``), the baseline of the append ratios.
+    (``TiktokenCounter.count_message``), the baseline of the append ratios. Last, *a full
+    garbage collection*: one ``gc.collect()`` timed, with the objects the collector tracks
+    per message, before the ingest (the caller's history and the modules loaded) and at the
+    end: the pause of the one step that CPython's own full pass falls in, which 100 steps
+    rarely see.
 ``baselines``  the caller's own dicts (RSS of making the history, and its Python
     allocations up to ``--trace-max``); ``trim_messages`` on the same messages, warm (its
     counter memoised per message, ``_trim_baseline.trimmer``).
@@ -153,11 +157,12 @@ def child_ours(kind: str, n: int, args: argparse.Namespace) -> dict[str, Any]:
     # the baseline in the same process, just before: tiktoken counting every message
     wall, cpu, _ = timed(lambda: [counter.count_message(m) for m in history])
     tiktoken = {"tiktoken_s": wall, "tiktoken_cpu_s": cpu}
-    gc.collect()
+    # the collector's full pass before the ingest: the caller's history and the modules loaded
+    caller = {f"caller_{k}": v for k, v in full_collection(len(history)).items()}
     before = rss_bytes()
     wall, cpu, _ = timed(lambda: (memory.extend(history[2:]), memory.store.message_vectors()))
     gc.collect()
-    row: dict[str, Any] = {**tiktoken, "messages": len(history), "ingest_s": wall, "ingest_cpu_s": cpu,
+    row: dict[str, Any] = {**tiktoken, **caller, "messages": len(history), "ingest_s": wall, "ingest_cpu_s": cpu,
                            "rss_per_message_b": (rss_bytes() - before) / (len(history) - 2),
                            "history_tokens": sum(m.token_count for m in memory.messages)}
     if args.only == "ingest":
@@ -217,7 +222,19 @@ def child_ours(kind: str, n: int, args: argparse.Namespace) -> dict[str, Any]:
     wall, cpu, built = timed(lambda: memory.build_context(budget=args.budget - 100))
     row.update(full_rebuild_s=wall, full_rebuild_cpu_s=cpu, full_rebuild_mode=built.record.mode)
     row["peak_rss_mib"] = peak_rss_bytes() / 2**20
+    row.update(full_collection(len(history)))
     return row
+
+
+def full_collection(messages: int) -> dict[str, Any]:
+    """One full pass of the cyclic garbage collector, timed (ms), and the objects it tracks
+    per message of the history (``messages``): the pause of the step that CPython's own full
+    pass falls in (it comes when the objects that outlived the young generations grow by a
+    quarter of the old ones: every ~1,100 agent steps at 20,000 messages here)."""
+    gc.collect()
+    tracked = len(gc.get_objects())
+    wall, cpu, _ = timed(gc.collect)
+    return {"full_gc_ms": 1e3 * wall, "full_gc_cpu_ms": 1e3 * cpu, "gc_tracked_per_message": tracked / messages}
 
 
 def child_tracemalloc(kind: str, n: int, args: argparse.Namespace) -> dict[str, Any]:
@@ -347,6 +364,12 @@ def summarise(row: dict[str, Any]) -> str:
         f"{row['compaction_s'] / row['trim_warm_s']:.0f}x trim_messages "
         f"warm {1e3 * row['trim_warm_s']:.1f} ms); full rebuild {row['full_rebuild_s']:.2f} s ({row['full_rebuild_mode']})",
     ]
+    if "full_gc_ms" in row:
+        lines.append(
+            f"  a full garbage collection at the end {row['full_gc_ms']:.0f} ms (cpu {row['full_gc_cpu_ms']:.0f}), "
+            f"{row['gc_tracked_per_message']:.1f} tracked objects a message; before the ingest (the caller's history "
+            f"and the modules) {row['caller_full_gc_ms']:.0f} ms, {row['caller_gc_tracked_per_message']:.1f} a message"
+        )
     return "\n".join(lines)
 
 
