@@ -157,6 +157,31 @@ def _word_bpe_specials(tokenizer: Any) -> tuple[str, ...] | None:
         return None
 
 
+def _exact_ids(table: npt.NDArray[Any]) -> int:
+    """How many token ids a text may have for its float64 row sums to be exact, whatever the
+    order they are added in (0: none; :meth:`StaticEmbedder.embed`).
+
+    Holds for a table of float16 values (WordLlama's; a float32 or float64 table holding only
+    such values too), finite, with no ``-0.0``: a float16 value is a whole multiple of 2**-24
+    (its smallest subnormal) with 11 significant bits, so every row times a count (below 2**29)
+    is exact in float64 and a whole multiple of 2**-24, and so is every partial sum of ``n`` of
+    them, at most ``n × max|row|`` in size: below 2**29 (2**53 multiples of 2**-24) every such
+    multiple is a float64, so no sum rounds. An exact sum is the same bits in any order (a BLAS
+    product's too) as adding in ascending id order; with no ``-0.0`` row an exact zero is
+    ``+0.0`` either way."""
+    if table.size == 0 or not bool(np.isfinite(table).all()):
+        return 0
+    if bool((np.signbit(table) & (table == 0)).any()):
+        return 0
+    peak = float(np.abs(table).max())
+    if table.dtype != np.float16 and (
+        peak > float(np.finfo(np.float16).max)
+        or not np.array_equal(table.astype(np.float16).astype(table.dtype), table)  # some value is no float16
+    ):
+        return 0
+    return int(2.0**29 / peak) - 1 if peak > 0.0 else 2**31
+
+
 def _clip(text: str, max_chars: int) -> str:
     if len(text) <= max_chars:
         return text
@@ -204,6 +229,7 @@ class StaticEmbedder:
         self._specials = _word_bpe_specials(tokenizer)
         self._segments: dict[str, bytes] = {}  # piece → its token ids, packed (:func:`_pack`)
         self._numbered: dict[str, bytes] = {}
+        self._exact_ids = _exact_ids(self._table)
 
     def __getstate__(self) -> dict[str, Any]:
         state = dict(self.__dict__)
@@ -312,7 +338,9 @@ class StaticEmbedder:
 
         The arithmetic is the same per text whatever the batch: each distinct token's row
         (in float64) times its count, summed in ascending token id order, scaled to unit
-        length in float64, then float32 — the same bits as summing each text alone."""
+        length in float64, then float32 — the same bits as summing each text alone. For a
+        table whose sums cannot round (:func:`_exact_ids`: the default model's) the sum is one
+        BLAS product a text, the same bits in any order."""
         out = np.zeros((len(texts), self.dim), dtype=np.float32)
         if not texts:
             return out
@@ -327,17 +355,28 @@ class StaticEmbedder:
         owner, ids = np.divmod(keys, self._vocab)
         bounds = np.searchsorted(owner, np.arange(len(texts) + 1))
         edges = bounds.tolist()
-        weights = counts.astype(np.float64)[:, None]
-        take, multiply, add = self._table.take, np.multiply, np.add.reduce
+        take = self._table.take
         totals = np.zeros((len(texts), self.dim), dtype=np.float64)
-        # one scratch block for every text's scaled rows (the longest text's worth), not two
-        # arrays a text (issue 24); the same rows, products and sums as before
-        scratch = np.empty((int(np.diff(bounds).max()), self.dim), dtype=np.float64)
-        for row, (a, b) in enumerate(pairwise(edges)):
-            if a < b:
-                # float32 rows times float64 counts: each row made float64 exactly, then scaled
-                scaled = multiply(take(ids[a:b], axis=0), weights[a:b], out=scratch[: b - a])
-                add(scaled, axis=0, out=totals[row])
+        if max(lengths) <= self._exact_ids:
+            # sums that cannot round (:func:`_exact_ids`): a text's counts times its rows made
+            # float64, one BLAS product (issue 24: no scaled copy of the rows written and read
+            # again; a third of the time), the same bits as the reduction below
+            weights = counts.astype(np.float64)
+            dot, f64 = np.dot, np.float64
+            for row, (a, b) in enumerate(pairwise(edges)):
+                if a < b:
+                    dot(weights[a:b], take(ids[a:b], axis=0).astype(f64), out=totals[row])
+        else:
+            scales = counts.astype(np.float64)[:, None]
+            multiply, add = np.multiply, np.add.reduce
+            # one scratch block for every text's scaled rows (the longest text's worth), not two
+            # arrays a text (issue 24); the same rows, products and sums as before
+            scratch = np.empty((int(np.diff(bounds).max()), self.dim), dtype=np.float64)
+            for row, (a, b) in enumerate(pairwise(edges)):
+                if a < b:
+                    # float32 rows times float64 counts: each row made float64 exactly, then scaled
+                    scaled = multiply(take(ids[a:b], axis=0), scales[a:b], out=scratch[: b - a])
+                    add(scaled, axis=0, out=totals[row])
         norms = np.sqrt(np.add.reduce(totals * totals, axis=1))
         live = norms > 0.0
         out[live] = (totals[live] / norms[live][:, None]).astype(np.float32)

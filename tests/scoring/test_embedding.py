@@ -3,6 +3,7 @@ the default model read from its wheel, and the lexical fallback without it."""
 
 from __future__ import annotations
 
+import copy
 import hashlib
 import pickle
 from collections.abc import Callable
@@ -315,3 +316,31 @@ def test_batch_vectors_are_the_bits_of_each_text_summed_alone(texts: list[str]) 
         expected = np.stack([_embed_one_by_one(emb, t) for t in texts])
         assert np.array_equal(emb.embed(texts), expected)
         assert emb.embed(texts).tobytes() == expected.tobytes()
+
+
+def test_exact_sums_take_one_product_a_text_and_keep_the_bits() -> None:
+    """Issue 24: a table of float16 values sums exactly in float64 (``_exact_ids``), so embed()
+    takes one BLAS product a text; the default and the tiny model do, the wide one (sums that
+    round) and a table with ``-0.0``, a non-finite or a non-float16 value do not. Each vector is
+    the bits of the reduction path, taken when a text has more ids than the exact bound."""
+    assert _embedding._exact_ids(tiny_embedder()._table) > 10_000
+    assert _WIDE._exact_ids == 0
+    assert _embedding._exact_ids(np.array([[1.0, -0.0]], dtype=np.float32)) == 0
+    assert _embedding._exact_ids(np.array([[1.0, np.inf]], dtype=np.float16)) == 0
+    assert _embedding._exact_ids(np.array([[1.0, 0.1]], dtype=np.float32)) == 0  # 0.1 is no float16
+    assert _embedding._exact_ids(np.array([[8.0, 0.5]], dtype=np.float32)) == 2**26 - 1  # 8 × (2**26 - 1) < 2**29
+    fixture = Path(__file__).resolve().parents[2] / "fixtures" / "django__django-15280.json"
+    import json
+
+    texts = [str(m.get("content") or "") for m in json.loads(fixture.read_text(encoding="utf-8"))["messages"]]
+    texts += [*TEXTS, "power bank " * 50, "w3 w3 w5"]
+    for emb in (default_embedder(), tiny_embedder()):
+        if not isinstance(emb, StaticEmbedder):
+            continue
+        assert emb._exact_ids > 10_000
+        fast = emb.embed(texts)
+        reducing = copy.copy(emb)  # not the process's default embedder itself
+        reducing._exact_ids = 0  # every batch takes the reduction
+        slow = reducing.embed(texts)
+        assert fast.tobytes() == slow.tobytes()
+        assert fast.tobytes() == np.stack([_embed_one_by_one(emb, t) for t in texts]).tobytes()
