@@ -122,6 +122,8 @@ _SEGMENT_CACHE = 200_000
 _NUMBERED_CACHE = 1024
 """Pieces with a digit whose token ids :class:`StaticEmbedder` memoises (the latest, about)."""
 _DIGIT = re.compile(r"\d")
+_DIGIT_CUTS = re.compile(r"(\d)")
+"""Cuts a piece around each digit: ``[head, digit, run, digit, run, …]``."""
 _PACKED = np.dtype("<i4")
 """How :class:`StaticEmbedder` packs token ids in its memo and batches (little-endian int32)."""
 _PACKED_BYTES = _PACKED.itemsize
@@ -182,6 +184,26 @@ def _exact_ids(table: npt.NDArray[Any]) -> int:
     return int(2.0**29 / peak) - 1 if peak > 0.0 else 2**31
 
 
+def _digits_alone(tokenizer: Any) -> bool:
+    """Whether every digit of a word is a token of its own in the BPE of ``tokenizer``: no merge
+    joins a digit (``\\d``) to anything, so a digit never leaves its one-character symbol and no
+    merge reaches across it — the BPE of a word is that of the runs between its digits and the
+    digits', one by one (:meth:`StaticEmbedder._piece_ids`) — and unknown characters are not
+    fused (``byte_fallback``, or no ``fuse_unk``), so an unknown digit beside one stays two.
+    WordLlama's Llama-2 tokenizer is such a one (SentencePiece's ``split_digits``)."""
+    try:
+        model = json.loads(tokenizer.to_str())["model"]
+        if model.get("fuse_unk") and not model.get("byte_fallback"):
+            return False
+        for merge in model["merges"]:
+            pair = merge if isinstance(merge, str) else "".join(merge)
+            if _DIGIT.search(pair) is not None:
+                return False
+        return True
+    except (AttributeError, KeyError, TypeError, ValueError):
+        return False
+
+
 def _clip(text: str, max_chars: int) -> str:
     if len(text) <= max_chars:
         return text
@@ -227,6 +249,8 @@ class StaticEmbedder:
         self._vocab = int(table.shape[0])
         self._max_chars = max_chars
         self._specials = _word_bpe_specials(tokenizer)
+        self._digits_alone = self._specials is not None and _digits_alone(tokenizer)
+        self._between: dict[str, bytes] = {}  # a run between or after digits (no ▁ before it) → its token ids
         self._segments: dict[str, bytes] = {}  # piece → its token ids, packed (:func:`_pack`)
         self._numbered: dict[str, bytes] = {}
         self._exact_ids = _exact_ids(self._table)
@@ -235,6 +259,7 @@ class StaticEmbedder:
         state = dict(self.__dict__)
         state["_segments"] = {}  # caches: rebuilt on use
         state["_numbered"] = {}
+        state["_between"] = {}
         return state
 
     def _token_ids(self, texts: list[str]) -> list[Sequence[int]]:
@@ -304,9 +329,32 @@ class StaticEmbedder:
         nearby) in a small memo of its own, the rest in the large one (issue 24: a history of new
         numbers filled the large memo)."""
         numbered = _DIGIT.search(key) is not None
+        if numbered and self._digits_alone:
+            got = self._digit_cut_ids(piece)
+        else:
+            got = _pack([token.id for token in self._tokenizer.model.tokenize(piece)])
         cache = self._numbered if numbered else self._segments
-        got = _pack([token.id for token in self._tokenizer.model.tokenize(piece)])
         return remember(cache, key, got, _NUMBERED_CACHE if numbered else _SEGMENT_CACHE)
+
+    def _digit_cut_ids(self, piece: str) -> bytes:
+        """BPE of a ``▁``-piece with a digit, for a tokenizer whose digits are tokens of their own
+        (:func:`_digits_alone`): the ids of its head (its ``▁`` and the word up to the first digit,
+        a digit-free piece of the large memo), then of each digit and each run after one, from a
+        memo of their own (issue 24: a history of new numbers missed the small memo of numbered
+        pieces, a BPE pass of ≈10 µs each; the runs and digits between them repeat)."""
+        head, *rest = _DIGIT_CUTS.split(piece)
+        word = head.lstrip(_META)
+        key = word if word and len(head) - len(word) == 1 else head  # a piece's memo key (:meth:`_batch_ids`)
+        got = self._segments.get(key)
+        out = bytearray(got if got is not None else self._piece_ids(head, key))
+        between, tokenize = self._between, self._tokenizer.model.tokenize
+        for part in rest:
+            if part:
+                got = between.get(part)
+                if got is None:
+                    got = remember(between, part, _pack([token.id for token in tokenize(part)]), _SEGMENT_CACHE)
+                out += got
+        return bytes(out)
 
     @classmethod
     def from_files(

@@ -344,3 +344,30 @@ def test_exact_sums_take_one_product_a_text_and_keep_the_bits() -> None:
         slow = reducing.embed(texts)
         assert fast.tobytes() == slow.tobytes()
         assert fast.tobytes() == np.stack([_embed_one_by_one(emb, t) for t in texts]).tobytes()
+
+
+_PIECES_TEXT = st.lists(
+    st.one_of(st.sampled_from(["0", "7", "42", "1999", "٣", "１", "x", "px", "foo", "_", ".py", "(", "/", "-", "\n", "▁",
+                               "ing", "the", "日本", "😀", "é"]),
+              st.text(alphabet="0123456789 abc_.-", max_size=12)),
+    max_size=30,
+).map(lambda parts: "".join(parts))
+
+
+@settings(max_examples=80, deadline=None)
+@given(st.lists(st.one_of(_PIECES_TEXT, st.lists(_PIECES_TEXT, max_size=6).map(" ".join),
+                          st.lists(_PIECES_TEXT, max_size=6).map("  ".join)), min_size=1, max_size=8))
+def test_numbered_pieces_cut_at_their_digits_are_the_tokenizers_ids(texts: list[str]) -> None:
+    """Issue 24: the default model's tokenizer keeps every digit a token of its own, so a piece
+    with a digit is read as its head, its digits and the runs between them (``_digit_cut_ids``),
+    not by a BPE pass: the ids are the tokenizer's own, with cold memos and warm ones."""
+    emb = default_embedder()
+    if not isinstance(emb, StaticEmbedder):
+        pytest.skip("no default model")
+    assert emb._digits_alone
+    fresh = copy.copy(emb)
+    fresh._segments, fresh._numbered, fresh._between = {}, {}, {}
+    expected = [enc.ids for enc in emb._tokenizer.encode_batch(texts, add_special_tokens=False)]
+    assert [list(ids) for ids in fresh._token_ids(texts)] == expected
+    fresh._numbered.clear()  # the numbered pieces again, from the warm memos of their parts
+    assert [list(ids) for ids in fresh._token_ids(texts)] == expected
