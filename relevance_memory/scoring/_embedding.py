@@ -134,16 +134,28 @@ def _pack(ids: Sequence[int]) -> bytes:
     return np.asarray(ids, dtype=_PACKED).tobytes()
 
 
-def _word_bpe_specials(tokenizer: Any) -> tuple[str, ...] | None:
-    """The special tokens' strings when ``tokenizer`` is a SentencePiece-style BPE whose ids a
-    text's ``▁``-pieces give one by one (:meth:`StaticEmbedder._token_ids`), else ``None``.
+def _tokenizer_config(tokenizer: Any) -> dict[str, Any] | None:
+    """The JSON configuration of a ``tokenizers.Tokenizer`` (parsed once: ≈0.1 s for WordLlama's),
+    or ``None`` when it has none."""
+    try:
+        config = json.loads(tokenizer.to_str())
+    except (AttributeError, TypeError, ValueError):
+        return None
+    return config if isinstance(config, dict) else None
+
+
+def _word_bpe_specials(config: dict[str, Any] | None) -> tuple[str, ...] | None:
+    """The special tokens' strings when the tokenizer of ``config`` (:func:`_tokenizer_config`) is a
+    SentencePiece-style BPE whose ids a text's ``▁``-pieces give one by one
+    (:meth:`StaticEmbedder._token_ids`), else ``None``.
 
     Holds when the normalizer is exactly "prepend ``▁``, spaces → ``▁``", there is no
     pre-tokenizer, the model is BPE without dropout, and no vocabulary entry has a ``▁`` after
     another character (so no merge can join two pieces): WordLlama's Llama-2 tokenizer is one.
     """
+    if config is None:
+        return None
     try:
-        config = json.loads(tokenizer.to_str())
         model = config["model"]
         normalizer = config.get("normalizer") or {}
         steps = normalizer.get("normalizers", []) if normalizer.get("type") == "Sequence" else []
@@ -159,7 +171,7 @@ def _word_bpe_specials(tokenizer: Any) -> tuple[str, ...] | None:
         return None
 
 
-def _exact_ids(table: npt.NDArray[Any]) -> int:
+def _exact_ids(table: npt.NDArray[Any], *, half: bool = False) -> int:
     """How many token ids a text may have for its float64 row sums to be exact, whatever the
     order they are added in (0: none; :meth:`StaticEmbedder.embed`).
 
@@ -170,13 +182,13 @@ def _exact_ids(table: npt.NDArray[Any]) -> int:
     them, at most ``n × max|row|`` in size: below 2**29 (2**53 multiples of 2**-24) every such
     multiple is a float64, so no sum rounds. An exact sum is the same bits in any order (a BLAS
     product's too) as adding in ascending id order; with no ``-0.0`` row an exact zero is
-    ``+0.0`` either way."""
-    if table.size == 0 or not bool(np.isfinite(table).all()):
+    ``+0.0`` either way. ``half``: the table was given as float16 (its values are float16's)."""
+    if table.size == 0:
         return 0
-    if bool((np.signbit(table) & (table == 0)).any()):
+    peak = max(abs(float(table.max())), abs(float(table.min())))  # NaN and ±inf show here
+    if not math.isfinite(peak) or bool((np.signbit(table) & (table == 0)).any()):
         return 0
-    peak = float(np.abs(table).max())
-    if table.dtype != np.float16 and (
+    if not half and table.dtype != np.float16 and (
         peak > float(np.finfo(np.float16).max)
         or not np.array_equal(table.astype(np.float16).astype(table.dtype), table)  # some value is no float16
     ):
@@ -184,22 +196,22 @@ def _exact_ids(table: npt.NDArray[Any]) -> int:
     return int(2.0**29 / peak) - 1 if peak > 0.0 else 2**31
 
 
-def _digits_alone(tokenizer: Any) -> bool:
-    """Whether every digit of a word is a token of its own in the BPE of ``tokenizer``: no merge
+def _digits_alone(config: dict[str, Any] | None) -> bool:
+    """Whether every digit of a word is a token of its own in the BPE of the tokenizer of ``config``
+    (:func:`_tokenizer_config`): no merge
     joins a digit (``\\d``) to anything, so a digit never leaves its one-character symbol and no
     merge reaches across it — the BPE of a word is that of the runs between its digits and the
     digits', one by one (:meth:`StaticEmbedder._piece_ids`) — and unknown characters are not
     fused (``byte_fallback``, or no ``fuse_unk``), so an unknown digit beside one stays two.
     WordLlama's Llama-2 tokenizer is such a one (SentencePiece's ``split_digits``)."""
+    if config is None:
+        return False
     try:
-        model = json.loads(tokenizer.to_str())["model"]
+        model = config["model"]
         if model.get("fuse_unk") and not model.get("byte_fallback"):
             return False
-        for merge in model["merges"]:
-            pair = merge if isinstance(merge, str) else "".join(merge)
-            if _DIGIT.search(pair) is not None:
-                return False
-        return True
+        merges = "\n".join(merge if isinstance(merge, str) else "".join(merge) for merge in model["merges"])
+        return _DIGIT.search(merges) is None
     except (AttributeError, KeyError, TypeError, ValueError):
         return False
 
@@ -248,12 +260,13 @@ class StaticEmbedder:
         self.dim = int(table.shape[1])
         self._vocab = int(table.shape[0])
         self._max_chars = max_chars
-        self._specials = _word_bpe_specials(tokenizer)
-        self._digits_alone = self._specials is not None and _digits_alone(tokenizer)
+        config = _tokenizer_config(tokenizer)
+        self._specials = _word_bpe_specials(config)
+        self._digits_alone = self._specials is not None and _digits_alone(config)
         self._between: dict[str, bytes] = {}  # a run between or after digits (no ▁ before it) → its token ids
         self._segments: dict[str, bytes] = {}  # piece → its token ids, packed (:func:`_pack`)
         self._numbered: dict[str, bytes] = {}
-        self._exact_ids = _exact_ids(self._table)
+        self._exact_ids = _exact_ids(self._table, half=table.dtype == np.float16)
 
     def __getstate__(self) -> dict[str, Any]:
         state = dict(self.__dict__)

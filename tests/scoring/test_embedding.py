@@ -371,3 +371,14 @@ def test_numbered_pieces_cut_at_their_digits_are_the_tokenizers_ids(texts: list[
     assert [list(ids) for ids in fresh._token_ids(texts)] == expected
     fresh._numbered.clear()  # the numbered pieces again, from the warm memos of their parts
     assert [list(ids) for ids in fresh._token_ids(texts)] == expected
+
+
+def test_digits_alone_reads_the_merges_and_the_unknown_rule() -> None:
+    """A merge holding a digit (either format), or unknown characters fused without byte
+    fallback, and the digit cut is off; a tokenizer without a configuration has none."""
+    model = {"merges": [["▁", "t"], ["e", "r"]], "fuse_unk": True, "byte_fallback": True}
+    assert _embedding._digits_alone({"model": model})
+    assert not _embedding._digits_alone({"model": {**model, "merges": [*model["merges"], ["1", "0"]]}})
+    assert not _embedding._digits_alone({"model": {**model, "merges": ["▁ t", "x 9"]}})
+    assert not _embedding._digits_alone({"model": {**model, "byte_fallback": False}})
+    assert not _embedding._digits_alone(None) and _embedding._tokenizer_config(object()) is None
