@@ -122,6 +122,8 @@ _SEGMENT_CACHE = 200_000
 _NUMBERED_CACHE = 1024
 """Pieces with a digit whose token ids :class:`StaticEmbedder` memoises (the latest, about)."""
 _DIGIT = re.compile(r"\d")
+_DIGIT_CUTS = re.compile(r"(\d)")
+"""Cuts a piece around each digit: ``[head, digit, run, digit, run, …]``."""
 _PACKED = np.dtype("<i4")
 """How :class:`StaticEmbedder` packs token ids in its memo and batches (little-endian int32)."""
 _PACKED_BYTES = _PACKED.itemsize
@@ -132,16 +134,28 @@ def _pack(ids: Sequence[int]) -> bytes:
     return np.asarray(ids, dtype=_PACKED).tobytes()
 
 
-def _word_bpe_specials(tokenizer: Any) -> tuple[str, ...] | None:
-    """The special tokens' strings when ``tokenizer`` is a SentencePiece-style BPE whose ids a
-    text's ``▁``-pieces give one by one (:meth:`StaticEmbedder._token_ids`), else ``None``.
+def _tokenizer_config(tokenizer: Any) -> dict[str, Any] | None:
+    """The JSON configuration of a ``tokenizers.Tokenizer`` (parsed once: ≈0.1 s for WordLlama's),
+    or ``None`` when it has none."""
+    try:
+        config = json.loads(tokenizer.to_str())
+    except (AttributeError, TypeError, ValueError):
+        return None
+    return config if isinstance(config, dict) else None
+
+
+def _word_bpe_specials(config: dict[str, Any] | None) -> tuple[str, ...] | None:
+    """The special tokens' strings when the tokenizer of ``config`` (:func:`_tokenizer_config`) is a
+    SentencePiece-style BPE whose ids a text's ``▁``-pieces give one by one
+    (:meth:`StaticEmbedder._token_ids`), else ``None``.
 
     Holds when the normalizer is exactly "prepend ``▁``, spaces → ``▁``", there is no
     pre-tokenizer, the model is BPE without dropout, and no vocabulary entry has a ``▁`` after
     another character (so no merge can join two pieces): WordLlama's Llama-2 tokenizer is one.
     """
+    if config is None:
+        return None
     try:
-        config = json.loads(tokenizer.to_str())
         model = config["model"]
         normalizer = config.get("normalizer") or {}
         steps = normalizer.get("normalizers", []) if normalizer.get("type") == "Sequence" else []
@@ -155,6 +169,51 @@ def _word_bpe_specials(tokenizer: Any) -> tuple[str, ...] | None:
         return tuple(added["content"] for added in config.get("added_tokens", []))
     except (AttributeError, KeyError, TypeError, ValueError):
         return None
+
+
+def _exact_ids(table: npt.NDArray[Any], *, half: bool = False) -> int:
+    """How many token ids a text may have for its float64 row sums to be exact, whatever the
+    order they are added in (0: none; :meth:`StaticEmbedder.embed`).
+
+    Holds for a table of float16 values (WordLlama's; a float32 or float64 table holding only
+    such values too), finite, with no ``-0.0``: a float16 value is a whole multiple of 2**-24
+    (its smallest subnormal) with 11 significant bits, so every row times a count (below 2**29)
+    is exact in float64 and a whole multiple of 2**-24, and so is every partial sum of ``n`` of
+    them, at most ``n × max|row|`` in size: below 2**29 (2**53 multiples of 2**-24) every such
+    multiple is a float64, so no sum rounds. An exact sum is the same bits in any order (a BLAS
+    product's too) as adding in ascending id order; with no ``-0.0`` row an exact zero is
+    ``+0.0`` either way. ``half``: the table was given as float16 (its values are float16's)."""
+    if table.size == 0:
+        return 0
+    peak = max(abs(float(table.max())), abs(float(table.min())))  # NaN and ±inf show here
+    if not math.isfinite(peak) or bool((np.signbit(table) & (table == 0)).any()):
+        return 0
+    if not half and table.dtype != np.float16 and (
+        peak > float(np.finfo(np.float16).max)
+        or not np.array_equal(table.astype(np.float16).astype(table.dtype), table)  # some value is no float16
+    ):
+        return 0
+    return int(2.0**29 / peak) - 1 if peak > 0.0 else 2**31
+
+
+def _digits_alone(config: dict[str, Any] | None) -> bool:
+    """Whether every digit of a word is a token of its own in the BPE of the tokenizer of ``config``
+    (:func:`_tokenizer_config`): no merge
+    joins a digit (``\\d``) to anything, so a digit never leaves its one-character symbol and no
+    merge reaches across it — the BPE of a word is that of the runs between its digits and the
+    digits', one by one (:meth:`StaticEmbedder._piece_ids`) — and unknown characters are not
+    fused (``byte_fallback``, or no ``fuse_unk``), so an unknown digit beside one stays two.
+    WordLlama's Llama-2 tokenizer is such a one (SentencePiece's ``split_digits``)."""
+    if config is None:
+        return False
+    try:
+        model = config["model"]
+        if model.get("fuse_unk") and not model.get("byte_fallback"):
+            return False
+        merges = "\n".join(merge if isinstance(merge, str) else "".join(merge) for merge in model["merges"])
+        return _DIGIT.search(merges) is None
+    except (AttributeError, KeyError, TypeError, ValueError):
+        return False
 
 
 def _clip(text: str, max_chars: int) -> str:
@@ -201,14 +260,19 @@ class StaticEmbedder:
         self.dim = int(table.shape[1])
         self._vocab = int(table.shape[0])
         self._max_chars = max_chars
-        self._specials = _word_bpe_specials(tokenizer)
+        config = _tokenizer_config(tokenizer)
+        self._specials = _word_bpe_specials(config)
+        self._digits_alone = self._specials is not None and _digits_alone(config)
+        self._between: dict[str, bytes] = {}  # a run between or after digits (no ▁ before it) → its token ids
         self._segments: dict[str, bytes] = {}  # piece → its token ids, packed (:func:`_pack`)
         self._numbered: dict[str, bytes] = {}
+        self._exact_ids = _exact_ids(self._table, half=table.dtype == np.float16)
 
     def __getstate__(self) -> dict[str, Any]:
         state = dict(self.__dict__)
         state["_segments"] = {}  # caches: rebuilt on use
         state["_numbered"] = {}
+        state["_between"] = {}
         return state
 
     def _token_ids(self, texts: list[str]) -> list[Sequence[int]]:
@@ -278,9 +342,32 @@ class StaticEmbedder:
         nearby) in a small memo of its own, the rest in the large one (issue 24: a history of new
         numbers filled the large memo)."""
         numbered = _DIGIT.search(key) is not None
+        if numbered and self._digits_alone:
+            got = self._digit_cut_ids(piece)
+        else:
+            got = _pack([token.id for token in self._tokenizer.model.tokenize(piece)])
         cache = self._numbered if numbered else self._segments
-        got = _pack([token.id for token in self._tokenizer.model.tokenize(piece)])
         return remember(cache, key, got, _NUMBERED_CACHE if numbered else _SEGMENT_CACHE)
+
+    def _digit_cut_ids(self, piece: str) -> bytes:
+        """BPE of a ``▁``-piece with a digit, for a tokenizer whose digits are tokens of their own
+        (:func:`_digits_alone`): the ids of its head (its ``▁`` and the word up to the first digit,
+        a digit-free piece of the large memo), then of each digit and each run after one, from a
+        memo of their own (issue 24: a history of new numbers missed the small memo of numbered
+        pieces, a BPE pass of ≈10 µs each; the runs and digits between them repeat)."""
+        head, *rest = _DIGIT_CUTS.split(piece)
+        word = head.lstrip(_META)
+        key = word if word and len(head) - len(word) == 1 else head  # a piece's memo key (:meth:`_batch_ids`)
+        got = self._segments.get(key)
+        out = bytearray(got if got is not None else self._piece_ids(head, key))
+        between, tokenize = self._between, self._tokenizer.model.tokenize
+        for part in rest:
+            if part:
+                got = between.get(part)
+                if got is None:
+                    got = remember(between, part, _pack([token.id for token in tokenize(part)]), _SEGMENT_CACHE)
+                out += got
+        return bytes(out)
 
     @classmethod
     def from_files(
@@ -312,7 +399,9 @@ class StaticEmbedder:
 
         The arithmetic is the same per text whatever the batch: each distinct token's row
         (in float64) times its count, summed in ascending token id order, scaled to unit
-        length in float64, then float32 — the same bits as summing each text alone."""
+        length in float64, then float32 — the same bits as summing each text alone. For a
+        table whose sums cannot round (:func:`_exact_ids`: the default model's) the sum is one
+        BLAS product a text, the same bits in any order."""
         out = np.zeros((len(texts), self.dim), dtype=np.float32)
         if not texts:
             return out
@@ -327,17 +416,28 @@ class StaticEmbedder:
         owner, ids = np.divmod(keys, self._vocab)
         bounds = np.searchsorted(owner, np.arange(len(texts) + 1))
         edges = bounds.tolist()
-        weights = counts.astype(np.float64)[:, None]
-        take, multiply, add = self._table.take, np.multiply, np.add.reduce
+        take = self._table.take
         totals = np.zeros((len(texts), self.dim), dtype=np.float64)
-        # one scratch block for every text's scaled rows (the longest text's worth), not two
-        # arrays a text (issue 24); the same rows, products and sums as before
-        scratch = np.empty((int(np.diff(bounds).max()), self.dim), dtype=np.float64)
-        for row, (a, b) in enumerate(pairwise(edges)):
-            if a < b:
-                # float32 rows times float64 counts: each row made float64 exactly, then scaled
-                scaled = multiply(take(ids[a:b], axis=0), weights[a:b], out=scratch[: b - a])
-                add(scaled, axis=0, out=totals[row])
+        if max(lengths) <= self._exact_ids:
+            # sums that cannot round (:func:`_exact_ids`): a text's counts times its rows made
+            # float64, one BLAS product (issue 24: no scaled copy of the rows written and read
+            # again; a third of the time), the same bits as the reduction below
+            weights = counts.astype(np.float64)
+            dot, f64 = np.dot, np.float64
+            for row, (a, b) in enumerate(pairwise(edges)):
+                if a < b:
+                    dot(weights[a:b], take(ids[a:b], axis=0).astype(f64), out=totals[row])
+        else:
+            scales = counts.astype(np.float64)[:, None]
+            multiply, add = np.multiply, np.add.reduce
+            # one scratch block for every text's scaled rows (the longest text's worth), not two
+            # arrays a text (issue 24); the same rows, products and sums as before
+            scratch = np.empty((int(np.diff(bounds).max()), self.dim), dtype=np.float64)
+            for row, (a, b) in enumerate(pairwise(edges)):
+                if a < b:
+                    # float32 rows times float64 counts: each row made float64 exactly, then scaled
+                    scaled = multiply(take(ids[a:b], axis=0), scales[a:b], out=scratch[: b - a])
+                    add(scaled, axis=0, out=totals[row])
         norms = np.sqrt(np.add.reduce(totals * totals, axis=1))
         live = norms > 0.0
         out[live] = (totals[live] / norms[live][:, None]).astype(np.float32)

@@ -3,6 +3,7 @@ the default model read from its wheel, and the lexical fallback without it."""
 
 from __future__ import annotations
 
+import copy
 import hashlib
 import pickle
 from collections.abc import Callable
@@ -315,3 +316,69 @@ def test_batch_vectors_are_the_bits_of_each_text_summed_alone(texts: list[str]) 
         expected = np.stack([_embed_one_by_one(emb, t) for t in texts])
         assert np.array_equal(emb.embed(texts), expected)
         assert emb.embed(texts).tobytes() == expected.tobytes()
+
+
+def test_exact_sums_take_one_product_a_text_and_keep_the_bits() -> None:
+    """Issue 24: a table of float16 values sums exactly in float64 (``_exact_ids``), so embed()
+    takes one BLAS product a text; the default and the tiny model do, the wide one (sums that
+    round) and a table with ``-0.0``, a non-finite or a non-float16 value do not. Each vector is
+    the bits of the reduction path, taken when a text has more ids than the exact bound."""
+    assert _embedding._exact_ids(tiny_embedder()._table) > 10_000
+    assert _WIDE._exact_ids == 0
+    assert _embedding._exact_ids(np.array([[1.0, -0.0]], dtype=np.float32)) == 0
+    assert _embedding._exact_ids(np.array([[1.0, np.inf]], dtype=np.float16)) == 0
+    assert _embedding._exact_ids(np.array([[1.0, 0.1]], dtype=np.float32)) == 0  # 0.1 is no float16
+    assert _embedding._exact_ids(np.array([[8.0, 0.5]], dtype=np.float32)) == 2**26 - 1  # 8 × (2**26 - 1) < 2**29
+    fixture = Path(__file__).resolve().parents[2] / "fixtures" / "django__django-15280.json"
+    import json
+
+    texts = [str(m.get("content") or "") for m in json.loads(fixture.read_text(encoding="utf-8"))["messages"]]
+    texts += [*TEXTS, "power bank " * 50, "w3 w3 w5"]
+    for emb in (default_embedder(), tiny_embedder()):
+        if not isinstance(emb, StaticEmbedder):
+            continue
+        assert emb._exact_ids > 10_000
+        fast = emb.embed(texts)
+        reducing = copy.copy(emb)  # not the process's default embedder itself
+        reducing._exact_ids = 0  # every batch takes the reduction
+        slow = reducing.embed(texts)
+        assert fast.tobytes() == slow.tobytes()
+        assert fast.tobytes() == np.stack([_embed_one_by_one(emb, t) for t in texts]).tobytes()
+
+
+_PIECES_TEXT = st.lists(
+    st.one_of(st.sampled_from(["0", "7", "42", "1999", "٣", "１", "x", "px", "foo", "_", ".py", "(", "/", "-", "\n", "▁",
+                               "ing", "the", "日本", "😀", "é"]),
+              st.text(alphabet="0123456789 abc_.-", max_size=12)),
+    max_size=30,
+).map(lambda parts: "".join(parts))
+
+
+@settings(max_examples=80, deadline=None)
+@given(st.lists(st.one_of(_PIECES_TEXT, st.lists(_PIECES_TEXT, max_size=6).map(" ".join),
+                          st.lists(_PIECES_TEXT, max_size=6).map("  ".join)), min_size=1, max_size=8))
+def test_numbered_pieces_cut_at_their_digits_are_the_tokenizers_ids(texts: list[str]) -> None:
+    """Issue 24: the default model's tokenizer keeps every digit a token of its own, so a piece
+    with a digit is read as its head, its digits and the runs between them (``_digit_cut_ids``),
+    not by a BPE pass: the ids are the tokenizer's own, with cold memos and warm ones."""
+    emb = default_embedder()
+    if not isinstance(emb, StaticEmbedder):
+        pytest.skip("no default model")
+    assert emb._digits_alone
+    fresh = copy.copy(emb)
+    fresh._segments, fresh._numbered, fresh._between = {}, {}, {}
+    expected = [enc.ids for enc in emb._tokenizer.encode_batch(texts, add_special_tokens=False)]
+    assert [list(ids) for ids in fresh._token_ids(texts)] == expected
+    fresh._numbered.clear()  # the numbered pieces again, from the warm memos of their parts
+    assert [list(ids) for ids in fresh._token_ids(texts)] == expected
+
+
+def test_digits_alone_reads_the_merges_and_the_unknown_rule() -> None:
+    """A merge holding a digit (either format), or unknown characters fused without byte
+    fallback, and the digit cut is off; a tokenizer without a configuration has none."""
+    model = {"merges": [["▁", "t"], ["e", "r"]], "fuse_unk": True, "byte_fallback": True}
+    assert _embedding._digits_alone({"model": model})
+    assert not _embedding._digits_alone({"model": {**model, "merges": [*model["merges"], ["1", "0"]]}})
+    assert not _embedding._digits_alone({"model": {**model, "merges": ["▁ t", "x 9"]}})
+    assert not _embedding._digits_alone({"model": {**model, "byte_fallback": False}})
+    assert not _embedding._digits_alone(None) and _embedding._tokenizer_config(object()) is None
