@@ -48,7 +48,7 @@ end
 --@CONFIG@
 -- the globals the batch uses most, as locals (a global is a table lookup on every use)
 local type, pairs, ipairs, unpack, HUGE = type, pairs, ipairs, unpack, math.huge
-local max, min, find, ssub = math.max, math.min, string.find, string.sub
+local max, min, find, ssub, slen = math.max, math.min, string.find, string.sub, string.len
 local mpack, unpack_limit, call = cmsgpack.pack, cmsgpack.unpack_limit, redis.call
 local batch = cmsgpack.unpack(ARGV[1])
 local NONE = false
@@ -85,6 +85,24 @@ local function valid(c)  -- inline and on locals: it runs for every cell a batch
     and type(c[SUBS]) == 'string' and #c[SUBS] % DIGEST == 0
     and type(c[CONTRIB]) == 'table' and type(c[USERS]) == 'table'
     and type(n) == 'number' and n >= 0 and n % 1 == 0
+end
+
+-- valid(c) without its type() calls (a C call each, ~8 % of a batch's server instructions):
+-- the same answer for every cell it answers for, and an error for one whose checked slot
+-- has another type (Lua 5.1 refuses to order a number and a non-number, and to index a
+-- number or a boolean; arithmetic is not used: it would take a numeric string for a number).
+-- Only decode_all calls it, inside a pcall: on an error every cell of the scope is decoded
+-- again one pcall each, through valid().
+local function valid_or_error(c)
+  if #c ~= 25 then return false end
+  local form, s, e, l, n = c[FORM], c[S], c[EARNED], c[LDEP], c[NEV]
+  local born, at, subs = c[BORN], c[AT], c[SUBS]
+  return (form == 3 or form == 1) and RATES[c[KIND]] ~= nil
+    and -HUGE < s and s < HUGE and -HUGE < e and e < HUGE and -HUGE < l and l < HUGE  -- finite numbers
+    and (born <= HUGE or born ~= born) and (at <= HUGE or at ~= at)  -- numbers (NaN too, as valid)
+    and subs.len == slen and #subs % DIGEST == 0  -- a string (its metatable's len; a table has none)
+    and c[CONTRIB].len ~= slen and c[USERS].len ~= slen  -- tables (no string, and no function in a table)
+    and n >= 0 and n % 1 == 0
 end
 
 local BAD = {}  -- a scope's cache holds per id the cell, false (no such item) or BAD (corrupt)
@@ -141,7 +159,7 @@ local function decode_all(sc)  -- every cell the batch names, in one pcall (a pc
   for id, raw in pairs(sc.raw) do
     if raw then
       local c = unpacked(raw)
-      if valid(c) then cache[id] = c else cache[id] = BAD end
+      if c ~= nil and valid_or_error(c) then cache[id] = c else cache[id] = BAD end
     else
       cache[id] = false
     end
