@@ -49,7 +49,7 @@ end
 -- the globals the batch uses most, as locals (a global is a table lookup on every use)
 local type, pairs, ipairs, unpack, HUGE = type, pairs, ipairs, unpack, math.huge
 local max, min, find, ssub, slen = math.max, math.min, string.find, string.sub, string.len
-local mpack, unpack_limit, call = cmsgpack.pack, cmsgpack.unpack_limit, redis.call
+local mpack, unpack_limit, call, spack = cmsgpack.pack, cmsgpack.unpack_limit, redis.call, struct.pack
 local batch = cmsgpack.unpack(ARGV[1])
 local NONE = false
 local P, OPLEN = batch[2], 8  -- the ops, flat: op i's slots are P[o + 1 .. o + OPLEN], o = OPLEN * (i - 1)
@@ -248,7 +248,13 @@ local function event(sc, id, agent, op, tick, amount, at)
   if KEPT == 0 then return end
   local list = sc.new_events[id]
   if list == nil then list = {}; sc.new_events[id] = list end
-  list[#list + 1] = mpack({agent, op, tick, amount, at})  -- one string (mpack(a, b, ...) makes one per value)
+  if #agent < 32 and #op < 32 then  -- MessagePack written by struct.pack: no table, no type walk
+    -- (fixarray of 5, two fixstr, three float64: what Python reads back is the same values)
+    list[#list + 1] = spack('>BBc0Bc0BdBdBd', 0x95, 0xa0 + #agent, agent, 0xa0 + #op, op, 0xcb, tick,
+                            0xcb, amount, 0xcb, at)
+  else
+    list[#list + 1] = mpack({agent, op, tick, amount, at})  -- one string (mpack(a, b, ...) makes one per value)
+  end
 end
 
 local out, amt = {}, {}

@@ -458,3 +458,23 @@ def test_a_cell_with_a_mistyped_slot_is_corrupt_in_a_batch_beside_valid_cells(
     assert redis.apply(ops).outcomes == want
     assert redis.apply(ops[1:2]).outcomes == want[1:2]  # alone in its batch: the same verdict
     redis.close()
+
+
+@pytest.mark.parametrize("width", [1, 31, 32, 300])
+def test_events_of_short_and_long_agents_and_ops_read_back_as_the_memory_board_keeps_them(
+        redis_url: str, width: int) -> None:
+    """The script writes an event whose agent and op are under 32 bytes with struct.pack
+    (float64 numbers), any other with cmsgpack: both read back as the in-memory board's."""
+    config = BoardConfig(events_kept=4, agent_share=None)
+    name = f"p-{uuid.uuid4().hex[:10]}"
+    memory, redis = InMemoryBoard(name, config), RedisBoard.from_url(redis_url, name, config, **SLOW_OK)
+    agent, by = "a" * width, "é" * width  # two bytes a character: an op of 11 + 2 × width bytes
+    ops = [Add("shared", "m", "tool_result", agent, at=1.25), Advance("shared", agent, 3),
+           Deposit("shared", "m", 4, "s", "g", agent, at=2.0), Reinforce("shared", "m", agent, delta=0.1, at=3.5),
+           Use("shared", "m", agent, 2**40, at=4.0), Supersede("shared", "m", by, agent, at=5.0)]
+    for op in ops:
+        assert memory.apply([op]).outcomes == redis.apply([op]).outcomes
+    got = redis.snapshot("shared", ["m"], agent=agent, provenance=True).cells["m"].cell
+    assert got == memory.snapshot("shared", ["m"], agent=agent, provenance=True).cells["m"].cell
+    assert [e.op for e in got.events] == ["deposit:4", "reinforce", f"use:{2**40}", f"superseded:{by}"]
+    redis.close()
