@@ -18,7 +18,8 @@ empty) then the subtask's. (Every byte of a cell is hashed by Redis's Lua each t
 script reads or makes it; the hex text of forms 1 and 2 was nine tenths of a cell's
 bytes in board_throughput's benchmark.) Lua's ``cmsgpack`` writes every string as a
 MessagePack *str*, so a cell is read with ``raw=True`` (:func:`read_slots`). An event is ``[agent, op,
-tick, amount, at]``, stored in the scope's events hash under the field ``"<id>\t<seq>"``
+tick, amount, at]`` (the script writes the three numbers as float64 when agent and op are under 32
+bytes, else as ``cmsgpack`` does; read back as int, float, float), stored in the scope's events hash under the field ``"<id>\t<seq>"``
 (seq counts the item's events from 0, or from its last repair): an item's events are the
 seqs ``next − events_kept`` to ``next − 1`` (:func:`event_fields`); a batch writes new
 ones and deletes the seqs that fell out, and never reads one (``_board.lua``).

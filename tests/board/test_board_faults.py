@@ -188,3 +188,33 @@ def test_a_board_stored_before_the_tick_moved_keeps_its_tick(redis_url: str) -> 
     again = RedisBoard.from_url(redis_url, name)  # another client: already moved, nothing to do
     assert again.tick("shared") == 17
     raw.close()
+
+
+def test_a_late_reply_is_never_taken_for_the_next_batch(own_redis: RedisServer) -> None:
+    """A batch that times out leaves its reply coming on its connection: that connection is
+    dropped, so the next batch (on a fresh one) reads its own reply, not the late one."""
+    proxy = DelayProxy(own_redis.port)
+    try:
+        name, ticker = f"f-{uuid.uuid4().hex[:8]}", Ticker()
+        board = _remote(proxy.url, name, timeout=0.3, ticker=ticker)
+        board.apply([Add("shared", "m1", "tool_result", "a")])
+        proxy.delay = 0.6  # later than the timeout: the reply of this batch comes after it
+        with pytest.raises(BoardUnavailableError):
+            board.apply([Add("shared", "m2", "tool_result", "a")])
+        proxy.delay = 0.0  # the late reply is still on its way (held until 0.6 s): the next batch goes now
+        ticker.advance(1.0)
+        got = board.apply([Add("shared", "m3", "tool_result", "a"), Reinforce("shared", "m1", "a")])
+        assert got.outcomes == ("added", "reinforced") and not got.duplicate
+        assert board.apply([Add("shared", "m2", "tool_result", "a")]).outcomes == ("exists",)  # it was applied
+        board.close()
+    finally:
+        proxy.close()
+
+
+def test_a_server_that_lost_the_script_is_sent_it_again(redis_url: str) -> None:
+    board = RedisBoard.from_url(redis_url, f"f-{uuid.uuid4().hex[:8]}")
+    board.apply([Add("shared", "m1", "tool_result", "a")])
+    board._raw.script_flush()
+    assert board.apply([Reinforce("shared", "m1", "a")]).outcomes == ("reinforced",)
+    assert board.apply([Reinforce("shared", "m1", "a")]).outcomes == ("reinforced",)
+    board.close()

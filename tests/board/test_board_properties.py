@@ -422,3 +422,59 @@ def test_an_op_with_a_none_where_the_script_needs_a_value_is_refused_whole(redis
             redis.apply([Reinforce("shared", "m", "a"), bad, Reinforce("shared", "m", "b")])
     assert redis.snapshot("shared", ["m"], agent="a", provenance=True).cells == before
     redis.close()
+
+
+# A stored form-3 cell's slots changed one at a time (slot index, value): the batch script
+# checks them without type() inside one pcall (valid_or_error), falling back to one pcall per
+# cell when a slot's type makes it fail; either way the verdict must be valid()'s.
+_SLOT_CASES = [
+    (3, "1.5", True), (3, b"1.5", True), (3, float("inf"), True), (3, float("nan"), True), (3, False, True),
+    (5, "0", True), (5, [], True), (6, float("-inf"), True),
+    (2, "7", True), (2, False, True), (2, float("nan"), False), (4, "0", True), (4, {"a": 1}, True),
+    (7, 12, True), (7, [], True), (7, b"x" * 11, True), (7, b"x" * 24, False), (7, False, True),
+    (12, "a", True), (12, 3, True), (12, False, True), (12, {"len": 1.0}, False), (12, [], False),
+    (15, b"", True), (15, 0, True), (15, {"len": 2}, False),
+    (24, "3", True), (24, -1, True), (24, 1.5, True), (24, float("inf"), True), (24, False, True), (24, 2, False),
+    (1, "no such kind", True), (0, 4, True),
+]
+
+
+@pytest.mark.parametrize(("slot", "value", "corrupt"), _SLOT_CASES)
+def test_a_cell_with_a_mistyped_slot_is_corrupt_in_a_batch_beside_valid_cells(
+        redis_url: str, slot: int, value: Any, corrupt: bool) -> None:
+    import msgpack
+
+    config = BoardConfig(agent_share=None)
+    name = f"p-{uuid.uuid4().hex[:10]}"
+    redis = RedisBoard.from_url(redis_url, name, config, **SLOW_OK)
+    redis.apply([Add("shared", i, "tool_result", "a") for i in ("m0", "m1", "m2")])
+    redis.apply([Deposit("shared", i, 4, "s0", "g", "a") for i in ("m0", "m1", "m2")])
+    key = redis.key("cells", "shared")
+    slots = msgpack.unpackb(redis._raw.hget(key, "m1"), raw=True)
+    slots[slot] = value
+    redis._raw.hset(key, "m1", msgpack.packb(slots, use_bin_type=False))
+    ops = [Reinforce("shared", i, "a") for i in ("m0", "m1", "m2")]
+    want = ("reinforced", "corrupt" if corrupt else "reinforced", "reinforced")
+    assert redis.apply(ops).outcomes == want
+    assert redis.apply(ops[1:2]).outcomes == want[1:2]  # alone in its batch: the same verdict
+    redis.close()
+
+
+@pytest.mark.parametrize("width", [1, 31, 32, 300])
+def test_events_of_short_and_long_agents_and_ops_read_back_as_the_memory_board_keeps_them(
+        redis_url: str, width: int) -> None:
+    """The script writes an event whose agent and op are under 32 bytes with struct.pack
+    (float64 numbers), any other with cmsgpack: both read back as the in-memory board's."""
+    config = BoardConfig(events_kept=4, agent_share=None)
+    name = f"p-{uuid.uuid4().hex[:10]}"
+    memory, redis = InMemoryBoard(name, config), RedisBoard.from_url(redis_url, name, config, **SLOW_OK)
+    agent, by = "a" * width, "é" * width  # two bytes a character: an op of 11 + 2 × width bytes
+    ops = [Add("shared", "m", "tool_result", agent, at=1.25), Advance("shared", agent, 3),
+           Deposit("shared", "m", 4, "s", "g", agent, at=2.0), Reinforce("shared", "m", agent, delta=0.1, at=3.5),
+           Use("shared", "m", agent, 2**40, at=4.0), Supersede("shared", "m", by, agent, at=5.0)]
+    for op in ops:
+        assert memory.apply([op]).outcomes == redis.apply([op]).outcomes
+    got = redis.snapshot("shared", ["m"], agent=agent, provenance=True).cells["m"].cell
+    assert got == memory.snapshot("shared", ["m"], agent=agent, provenance=True).cells["m"].cell
+    assert [e.op for e in got.events] == ["deposit:4", "reinforce", f"use:{2**40}", f"superseded:{by}"]
+    redis.close()
