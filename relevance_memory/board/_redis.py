@@ -570,7 +570,10 @@ class RedisBoard:
         pool = getattr(raw, "connection_pool", None)
         if pool is None or getattr(raw, "connection", None) is not None or not hasattr(pool, "get_connection"):
             return script(keys=keys, args=[payload])
-        conn = pool.get_connection()
+        try:
+            conn = pool.get_connection()
+        except TypeError:  # redis-py 5.0 asks for the command's name (later versions deprecate it)
+            conn = pool.get_connection("EVALSHA")
         try:
             try:
                 conn.send_command("EVALSHA", script.sha, len(keys), *keys, payload)

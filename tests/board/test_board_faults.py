@@ -218,3 +218,25 @@ def test_a_server_that_lost_the_script_is_sent_it_again(redis_url: str) -> None:
     assert board.apply([Reinforce("shared", "m1", "a")]).outcomes == ("reinforced",)
     assert board.apply([Reinforce("shared", "m1", "a")]).outcomes == ("reinforced",)
     board.close()
+
+
+def test_a_pool_that_asks_for_the_command_name_is_served(redis_url: str) -> None:
+    """redis-py 5.0's ``ConnectionPool.get_connection`` takes the command's name (later
+    versions deprecate it): the direct script path passes it when asked."""
+    board = RedisBoard.from_url(redis_url, f"f-{uuid.uuid4().hex[:8]}")
+    pool = board._raw.connection_pool
+    take = pool.get_connection
+    asked: list[str] = []
+
+    def get_connection(command_name: str, *keys: object, **options: object) -> object:  # 5.0's signature
+        asked.append(command_name)
+        return take()
+
+    pool.get_connection = get_connection
+    try:
+        assert board.apply([Add("shared", "m1", "tool_result", "a")]).outcomes == ("added",)
+        assert board.apply([Reinforce("shared", "m1", "a")]).outcomes == ("reinforced",)
+    finally:
+        del pool.get_connection
+    assert asked == ["EVALSHA", "EVALSHA"]
+    board.close()
