@@ -342,10 +342,7 @@ class StaticEmbedder:
         nearby) in a small memo of its own, the rest in the large one (issue 24: a history of new
         numbers filled the large memo)."""
         numbered = _DIGIT.search(key) is not None
-        if numbered and self._digits_alone:
-            got = self._digit_cut_ids(piece)
-        else:
-            got = _pack([token.id for token in self._tokenizer.model.tokenize(piece)])
+        got = self._digit_cut_ids(piece) if numbered and self._digits_alone else self._bpe(piece)
         cache = self._numbered if numbered else self._segments
         return remember(cache, key, got, _NUMBERED_CACHE if numbered else _SEGMENT_CACHE)
 
@@ -360,14 +357,18 @@ class StaticEmbedder:
         key = word if word and len(head) - len(word) == 1 else head  # a piece's memo key (:meth:`_batch_ids`)
         got = self._segments.get(key)
         out = bytearray(got if got is not None else self._piece_ids(head, key))
-        between, tokenize = self._between, self._tokenizer.model.tokenize
+        between = self._between
         for part in rest:
             if part:
                 got = between.get(part)
                 if got is None:
-                    got = remember(between, part, _pack([token.id for token in tokenize(part)]), _SEGMENT_CACHE)
+                    got = remember(between, part, self._bpe(part), _SEGMENT_CACHE)
                 out += got
         return bytes(out)
+
+    def _bpe(self, text: str) -> bytes:
+        """The BPE model's token ids of ``text`` (no normalizer, no pre-tokenizer), packed."""
+        return _pack([token.id for token in self._tokenizer.model.tokenize(text)])
 
     @classmethod
     def from_files(
