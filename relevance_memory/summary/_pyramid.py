@@ -75,8 +75,7 @@ class SummaryItems:
     archive (an item shares its message's strings; a few hundred bytes each)."""
 
     def __init__(self, maxsize: int = 2_000_000) -> None:
-        self._data: dict[str, SummaryItem] = {}
-        self._marked: dict[str, tuple[SummaryItem, str, bool, SummaryItem]] = {}  # base, marks, marked item
+        self._data: dict[str, SummaryItem] = {}  # message id → its item without supersede fields
         self._linked: dict[str, tuple[object, object, SummaryItem]] = {}  # own link, newest link, marked item
         self._maxsize = maxsize
         self.links: object = None
@@ -93,15 +92,21 @@ class SummaryItems:
         return remember(self._data, item.id, item, self._maxsize)
 
     def marked(self, item: SummaryItem, superseded: str, supersedes: bool) -> SummaryItem:
-        """``item`` (as :meth:`get` gives it) with its supersede fields, the same object while
-        they stay the same (a summary's cache key and the summarizer's memo read them; making it
-        again for every build cost a ``dataclasses.replace`` per linked message, issue 24)."""
-        found = self._marked.get(item.id)
-        if found is not None and found[0] is item and found[1] == superseded and found[2] == supersedes:
-            return found[3]
-        made = replace(item, superseded=superseded, supersedes=supersedes)
-        remember(self._marked, item.id, (item, superseded, supersedes, made), self._maxsize)
-        return made
+        """``item`` (as :meth:`get` gives it) with its supersede fields: the marked item
+        :meth:`keep_linked` keeps for its message while it is this one marked the same (a
+        summary's cache key and the summarizer's memo read them; making it again for every build
+        cost a ``dataclasses.replace`` per linked message, issue 24), else a new one. A message
+        marked keeps only its marked item: its item without the marks is dropped from the memo
+        (issue 39: one object fewer the collector walks per linked message; made again only
+        when the message's links change)."""
+        self._data.pop(item.id, None)
+        found = self._linked.get(item.id)
+        if found is not None:
+            made = found[2]
+            if (made.superseded == superseded and made.supersedes == supersedes
+                    and replace(made, superseded=item.superseded, supersedes=item.supersedes) == item):
+                return made
+        return replace(item, superseded=superseded, supersedes=supersedes)
 
     def linked(self, message_id: str) -> tuple[object, object, SummaryItem] | None:
         """What :meth:`keep_linked` kept for ``message_id``: ``(own link, newest link, marked
