@@ -264,15 +264,15 @@ class Message(BaseModel):
     def _raw_of_shape(cls, data: Any) -> Any:
         """A :class:`RawShape` given for ``raw`` (``Message(**vars(message))``) stands for the
         dict it makes of the other fields given."""
-        if isinstance(data, Mapping) and type(data.get("raw")) is RawShape:
-            data = {**data, "raw": data["raw"].rebuild(data)}
+        if isinstance(data, Mapping) and _is_shape(data.get("raw")):
+            data = {**data, "raw": rebuild_raw(data["raw"], data)}
         return data
 
     def to_openai(self) -> dict[str, Any]:
         """The message as an OpenAI chat dict, exactly as it was given (a plain, mutable deep copy)."""
         kept = self.__dict__["raw"]
         if type(kept) is RawShape:
-            return kept.rebuild(self, dict, list)  # type: ignore[no-any-return]
+            return rebuild_raw(kept, self, dict, list)  # type: ignore[no-any-return]
         return thaw(kept)  # type: ignore[no-any-return]
 
     def __eq__(self, other: object) -> bool:
@@ -297,14 +297,30 @@ class Message(BaseModel):
 
     def __iter__(self) -> Any:
         """``(field, value)`` pairs, as pydantic gives them (``dict(message)``), with :attr:`raw`
-        the dict (a :class:`RawShape` kept in its place made again). ``vars(message)`` is the
-        instance's own storage: there ``raw`` may be the shape."""
+        the dict (a :class:`RawShape` kept in its place made again) and :attr:`msg_type` the
+        :class:`MessageType`. ``vars(message)`` is the instance's own storage: there ``raw`` may
+        be the shape, and ``msg_type`` its value (a string)."""
         for key, value in super().__iter__():
-            yield (key, self.raw) if key == "raw" else (key, value)
+            yield (key, self.raw) if key == "raw" else (key, self.msg_type) if key == "msg_type" else (key, value)
+
+    def __repr_args__(self) -> Any:
+        """pydantic's repr fields, :attr:`msg_type` the :class:`MessageType` (the store keeps its value)."""
+        for key, value in super().__repr_args__():
+            yield (key, self.msg_type) if key == "msg_type" else (key, value)
+
+    def __hash__(self) -> int:
+        """pydantic's hash of a frozen model (of every field, in order), :attr:`raw` the dict it
+        is: a stored message is unhashable, its dict kept or only its shape."""
+        fields = self.__dict__
+        return hash(tuple(self.raw if name == "raw" else fields[name] for name in type(self).model_fields))
 
     @field_serializer("raw", mode="wrap")
     def _serialize_raw(self, value: Any, handler: SerializerFunctionWrapHandler) -> Any:
         return handler(self.raw if type(value) is RawShape else value)  # a shape: the dict it stands for
+
+    @field_serializer("msg_type", mode="wrap")
+    def _serialize_msg_type(self, value: Any, handler: SerializerFunctionWrapHandler) -> Any:
+        return handler(_MESSAGE_TYPES.get(value, value) if type(value) is str else value)  # the store keeps the value
 
     @property
     def text(self) -> str:
@@ -324,88 +340,81 @@ class Message(BaseModel):
         return self.producer or self.role
 
 
-class RawShape:
-    """How a stored message's OpenAI dict (:attr:`Message.raw`) is made again from the
-    message's own fields, when it held nothing else: its keys in the order given, and of each
-    tool call its keys (the payload's: ``function``, or ``custom``) and its payload's keys.
-    The store keeps this shape in place of the dict when the dict's values are the fields'
-    very objects (issue 24: the read-only copy of the caller's dict was ~400 of the ~2,000
-    bytes a message kept); equal shapes are one object (:func:`raw_shape`).
+RawShape: type[tuple[Any, ...]] = tuple
+"""How a stored message's OpenAI dict (:attr:`Message.raw`) is made again from the
+message's own fields, when it held nothing else: a plain ``(keys, calls)`` tuple — its keys in
+the order given, and of each tool call its keys (the payload's: ``function``, or ``custom``) and
+its payload's keys (:func:`rebuild_raw` makes the dict). The store keeps this shape in place of
+the dict when the dict's values are the fields' very objects (issue 24: the read-only copy of the
+caller's dict was ~400 of the ~2,000 bytes a message kept); equal shapes are one object
+(:func:`raw_shape`). A tuple of strings, not an object of a class of ours: the garbage collector
+stops tracking it, and a message's dict that holds only such values (issue 39).
 
-    Reading :attr:`Message.raw` of such a message makes the :class:`FrozenDict` again (a new
-    object each read, equal to the one given: the same keys, in the same order, and values).
+Reading :attr:`Message.raw` of such a message makes the :class:`FrozenDict` again (a new
+object each read, equal to the one given: the same keys, in the same order, and values).
+"""
+
+_ShapeCalls = tuple[tuple[tuple[str, ...], tuple[str, ...]], ...]
+
+
+def rebuild_raw(shape: tuple[tuple[str, ...], _ShapeCalls], message: Message | Mapping[str, Any],
+                mapping: Any = FrozenDict, sequence: Any = FrozenList) -> Any:
+    """The dict ``shape`` (a :data:`RawShape`) stands for, of ``message``'s fields (or of a
+    mapping of them, its ``tool_calls`` :class:`ToolCall` objects): ``mapping`` for each dict,
+    ``sequence`` for ``tool_calls`` (frozen by default; ``dict``/``list`` give a plain copy; a
+    list content is thawed then too).
+
+    Raises:
+        ValueError: a mapping's fields do not fit the shape (a missing field, or fewer tool
+            calls than the shape has).
     """
-
-    __slots__ = ("calls", "keys")
-
-    def __init__(self, keys: tuple[str, ...], calls: tuple[tuple[tuple[str, ...], tuple[str, ...]], ...]) -> None:
-        self.keys = keys
-        self.calls = calls
-
-    def __hash__(self) -> int:  # a message is unhashable, as with its dict kept
-        raise TypeError("unhashable type: 'FrozenDict'")
-
-    def __reduce__(self) -> tuple[Any, ...]:
-        return (_interned_shape, (self.keys, self.calls))
-
-    def rebuild(self, message: Message | Mapping[str, Any], mapping: Any = FrozenDict, sequence: Any = FrozenList) -> Any:
-        """The dict this shape stands for, of ``message``'s fields (or of a mapping of them, its
-        ``tool_calls`` :class:`ToolCall` objects): ``mapping`` for each dict, ``sequence`` for
-        ``tool_calls`` (frozen by default; ``dict``/``list`` give a plain copy; a list content is
-        thawed then too).
-
-        Raises:
-            ValueError: a mapping's fields do not fit the shape (a missing field, or fewer tool
-                calls than the shape has).
-        """
-        if isinstance(message, Message):
-            fields: Mapping[str, Any] = message.__dict__
+    keys, shape_calls = shape
+    if isinstance(message, Message):
+        fields: Mapping[str, Any] = message.__dict__
+    else:
+        fields = message
+        missing = [key for key in keys if key not in fields]
+        calls = fields.get("tool_calls", ())
+        if missing or len(calls) != len(shape_calls) or not all(isinstance(c, ToolCall) for c in calls):
+            problem = f"fields {missing} missing" if missing else f"{len(calls)} tool call(s) for {len(shape_calls)}"
+            raise ValueError(f"raw: the fields given do not make the dict its shape stands for ({problem})")
+    out: dict[str, Any] = {}
+    for key in keys:
+        if key == "tool_calls":
+            calls = []
+            for call, (call_keys, payload_keys) in zip(fields["tool_calls"], shape_calls, strict=True):
+                made: dict[str, Any] = {}
+                for name in call_keys:
+                    if name == "id":
+                        made[name] = call.id
+                    elif name == "type":
+                        made[name] = call.type
+                    else:
+                        made[name] = mapping({k: call.name if k == "name" else call.arguments for k in payload_keys})
+                calls.append(mapping(made))
+            out[key] = sequence(calls)
+        elif key == "content" and mapping is dict:
+            out[key] = thaw(fields["content"])
         else:
-            fields = message
-            missing = [key for key in self.keys if key not in fields]
-            calls = fields.get("tool_calls", ())
-            if missing or len(calls) != len(self.calls) or not all(isinstance(c, ToolCall) for c in calls):
-                problem = f"fields {missing} missing" if missing else f"{len(calls)} tool call(s) for {len(self.calls)}"
-                raise ValueError(f"raw: the fields given do not make the dict its shape stands for ({problem})")
-        out: dict[str, Any] = {}
-        for key in self.keys:
-            if key == "tool_calls":
-                calls = []
-                for call, (call_keys, payload_keys) in zip(fields["tool_calls"], self.calls, strict=True):
-                    made: dict[str, Any] = {}
-                    for name in call_keys:
-                        if name == "id":
-                            made[name] = call.id
-                        elif name == "type":
-                            made[name] = call.type
-                        else:
-                            made[name] = mapping({k: call.name if k == "name" else call.arguments for k in payload_keys})
-                    calls.append(mapping(made))
-                out[key] = sequence(calls)
-            elif key == "content" and mapping is dict:
-                out[key] = thaw(fields["content"])
-            else:
-                out[key] = fields[key]
-        return out if mapping is dict else mapping(out)
+            out[key] = fields[key]
+    return out if mapping is dict else mapping(out)
 
 
-_SHAPES: dict[tuple[Any, ...], RawShape] = {}
+_SHAPES: dict[tuple[Any, ...], tuple[Any, ...]] = {}
 _MOST_SHAPES = 4096
 """Distinct :class:`RawShape` objects kept; a message of another shape keeps its dict."""
 RAW_FIELDS = frozenset({"role", "content", "tool_calls", "tool_call_id", "name"})
 """The fields a message's OpenAI dict is made of (all a :class:`RawShape` rebuilds)."""
 
 
-def _interned_shape(keys: tuple[str, ...], calls: tuple[tuple[tuple[str, ...], tuple[str, ...]], ...]) -> RawShape:
-    shape = _SHAPES.get((keys, calls))
-    if shape is None:
-        shape = RawShape(keys, calls)
-        if len(_SHAPES) < _MOST_SHAPES:
-            _SHAPES[(keys, calls)] = shape
-    return shape
+def _interned_shape(keys: tuple[str, ...], calls: _ShapeCalls) -> tuple[tuple[str, ...], _ShapeCalls]:
+    """The one :data:`RawShape` ``(keys, calls)`` (the first :data:`_MOST_SHAPES` distinct ones
+    are kept; a message pickled with a shape of the class it once was loads through here)."""
+    shape = (keys, calls)
+    return _SHAPES.setdefault(shape, shape) if len(_SHAPES) < _MOST_SHAPES else _SHAPES.get(shape, shape)
 
 
-def raw_shape(raw: Mapping[str, Any], fields: Mapping[str, Any]) -> RawShape | None:
+def raw_shape(raw: Mapping[str, Any], fields: Mapping[str, Any]) -> tuple[tuple[str, ...], _ShapeCalls] | None:
     """The :class:`RawShape` that makes ``raw`` (read-only or plain) again from ``fields`` (a
     :class:`Message`'s fields, as ingest made them of ``raw``), or ``None`` when it cannot: a key that is no
     field (``refusal``, ``audio`` …), or a value that is not the field's very object (the
@@ -443,13 +452,42 @@ _DICTS = (FrozenDict, dict)
 
 def _message_raw(self: Message) -> dict[str, Any]:
     kept = self.__dict__["raw"]
-    return kept.rebuild(self) if type(kept) is RawShape else kept  # type: ignore[no-any-return]
+    return rebuild_raw(kept, self) if type(kept) is RawShape else kept  # type: ignore[no-any-return]
 
 
 _message_raw.__doc__ = """The original OpenAI dict, read-only (:class:`FrozenDict`), exported unchanged by
 :meth:`Message.to_openai`; made again from the fields when the store kept only its
 :class:`RawShape`."""
 setattr(Message, "raw", property(_message_raw))  # noqa: B010  # a pydantic field: set after the class is made
+
+_MESSAGE_TYPES: dict[str, MessageType] = {kind.value: kind for kind in MessageType}
+
+
+def _message_msg_type(self: Message) -> MessageType:
+    kept = self.__dict__["msg_type"]
+    return _MESSAGE_TYPES[kept] if type(kept) is str else kept  # type: ignore[no-any-return]
+
+
+_message_msg_type.__doc__ = """See :class:`MessageType`. The store keeps its value (a string: issue 39, a
+message's dict that holds no enum member, nor any other object of a class, is one the
+garbage collector stops tracking); this is the member."""
+setattr(Message, "msg_type", property(_message_msg_type))  # noqa: B010  # a pydantic field: set after the class is made
+
+
+def _is_shape(value: Any) -> bool:
+    """Whether ``value`` is a :data:`RawShape` (``(keys, calls)``: a tuple of two tuples)."""
+    return type(value) is RawShape and len(value) == 2 and type(value[0]) is tuple and type(value[1]) is tuple
+
+
+def stored_fields(fields: dict[str, Any]) -> dict[str, Any]:
+    """``fields`` of a :class:`Message` as the store keeps them (in place; returned): its
+    ``msg_type`` the member's value, so the message's dict holds no object of a class when its
+    ``raw`` is a :data:`RawShape` and it has no tool calls or content parts — a dict CPython's
+    collector stops tracking (issue 39: one object fewer a message for every full collection)."""
+    kind = fields["msg_type"]
+    if type(kind) is MessageType:
+        fields["msg_type"] = kind.value
+    return fields
 
 
 _TRUSTED_FIELDS: dict[type[BaseModel], tuple[set[str], dict[str, Any] | None]] = {}

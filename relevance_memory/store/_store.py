@@ -73,6 +73,7 @@ from .._models import (
     content_hash,
     content_text,
     raw_shape,
+    stored_fields,
     trusted,
     trusted_fields,
 )
@@ -606,7 +607,7 @@ class MessageStore:
         references = self._references(idents, draft.parent_index)
         if references:
             fields["references"] = tuple(references)
-        stored = trusted(Message, fields, owned=True)
+        stored = trusted(Message, stored_fields(fields), owned=True)  # its msg_type a string (issue 39)
         message_id = stored.id
         # each distinct term and identifier is kept once, a message's rows as numbers
         # (:class:`StringRows`; issue 24: the per-message frozensets and their strings were
