@@ -25,6 +25,8 @@ from pydantic import (
     model_validator,
 )
 
+from ._memo import remember
+
 __all__ = [
     "FrozenDict",
     "FrozenList",
@@ -263,7 +265,10 @@ class Message(BaseModel):
     @classmethod
     def _raw_of_shape(cls, data: Any) -> Any:
         """A :class:`RawShape` given for ``raw`` (``Message(**vars(message))``) stands for the
-        dict it makes of the other fields given."""
+        dict it makes of the other fields given; ``tool_calls`` given as the store keeps them
+        (rows, :func:`stored_fields`) stand for their :class:`ToolCall` objects."""
+        if isinstance(data, Mapping) and _is_rows(data.get("tool_calls")):
+            data = {**data, "tool_calls": _calls_of_rows(data["tool_calls"])}
         if isinstance(data, Mapping) and _is_shape(data.get("raw")):
             data = {**data, "raw": rebuild_raw(data["raw"], data)}
         return data
@@ -277,14 +282,14 @@ class Message(BaseModel):
 
     def __eq__(self, other: object) -> bool:
         """Equal fields, :attr:`raw` compared as the dicts it stands for (a :class:`RawShape`
-        kept in its place equals the dict it makes)."""
+        kept in its place equals the dict it makes), :attr:`tool_calls` as :class:`ToolCall` objects."""
         if not isinstance(other, Message):
             return NotImplemented
         mine, theirs = self.__dict__, other.__dict__
-        if type(mine["raw"]) is not RawShape and type(theirs["raw"]) is not RawShape:
+        if not _kept_apart(mine) and not _kept_apart(theirs):
             return super().__eq__(other)
-        return (type(self) is type(other) and self.raw == other.raw
-                and all(value == theirs[key] for key, value in mine.items() if key != "raw")
+        return (type(self) is type(other) and self.raw == other.raw and self.tool_calls == other.tool_calls
+                and all(value == theirs[key] for key, value in mine.items() if key not in ("raw", "tool_calls"))
                 and self.__pydantic_private__ == other.__pydantic_private__
                 and self.__pydantic_extra__ == other.__pydantic_extra__)
 
@@ -297,26 +302,32 @@ class Message(BaseModel):
 
     def __iter__(self) -> Any:
         """``(field, value)`` pairs, as pydantic gives them (``dict(message)``), with :attr:`raw`
-        the dict (a :class:`RawShape` kept in its place made again) and :attr:`msg_type` the
-        :class:`MessageType`. ``vars(message)`` is the instance's own storage: there ``raw`` may
-        be the shape, and ``msg_type`` its value (a string)."""
+        the dict (a :class:`RawShape` kept in its place made again), :attr:`msg_type` the
+        :class:`MessageType` and :attr:`tool_calls` :class:`ToolCall` objects. ``vars(message)``
+        is the instance's own storage: there ``raw`` may be the shape, ``msg_type`` its value (a
+        string) and ``tool_calls`` rows (:func:`stored_fields`)."""
         for key, value in super().__iter__():
-            yield (key, self.raw) if key == "raw" else (key, self.msg_type) if key == "msg_type" else (key, value)
+            yield (key, getattr(self, key)) if key in _KEPT_APART else (key, value)
 
     def __repr_args__(self) -> Any:
-        """pydantic's repr fields, :attr:`msg_type` the :class:`MessageType` (the store keeps its value)."""
+        """pydantic's repr fields, :attr:`msg_type` the :class:`MessageType` and
+        :attr:`tool_calls` the :class:`ToolCall` objects (the store keeps their values)."""
         for key, value in super().__repr_args__():
-            yield (key, self.msg_type) if key == "msg_type" else (key, value)
+            yield (key, getattr(self, key)) if key in _KEPT_APART else (key, value)
 
     def __hash__(self) -> int:
         """pydantic's hash of a frozen model (of every field, in order), :attr:`raw` the dict it
         is: a stored message is unhashable, its dict kept or only its shape."""
         fields = self.__dict__
-        return hash(tuple(self.raw if name == "raw" else fields[name] for name in type(self).model_fields))
+        return hash(tuple(getattr(self, name) if name in _KEPT_APART else fields[name] for name in type(self).model_fields))
 
     @field_serializer("raw", mode="wrap")
     def _serialize_raw(self, value: Any, handler: SerializerFunctionWrapHandler) -> Any:
         return handler(self.raw if type(value) is RawShape else value)  # a shape: the dict it stands for
+
+    @field_serializer("tool_calls", mode="wrap")
+    def _serialize_tool_calls(self, value: Any, handler: SerializerFunctionWrapHandler) -> Any:
+        return handler(self.tool_calls if _is_rows(value) else value)  # rows: the calls they stand for
 
     @field_serializer("msg_type", mode="wrap")
     def _serialize_msg_type(self, value: Any, handler: SerializerFunctionWrapHandler) -> Any:
@@ -340,15 +351,16 @@ class Message(BaseModel):
         return self.producer or self.role
 
 
-RawShape: type[tuple[Any, ...]] = tuple
+RawShape: type[str] = str
 """How a stored message's OpenAI dict (:attr:`Message.raw`) is made again from the
-message's own fields, when it held nothing else: a plain ``(keys, calls)`` tuple — its keys in
-the order given, and of each tool call its keys (the payload's: ``function``, or ``custom``) and
-its payload's keys (:func:`rebuild_raw` makes the dict). The store keeps this shape in place of
-the dict when the dict's values are the fields' very objects (issue 24: the read-only copy of the
-caller's dict was ~400 of the ~2,000 bytes a message kept); equal shapes are one object
-(:func:`raw_shape`). A tuple of strings, not an object of a class of ours: the garbage collector
-stops tracking it, and a message's dict that holds only such values (issue 39).
+message's own fields, when it held nothing else: its keys in the order given, and of each tool
+call its keys (the payload's: ``function``, or ``custom``) and its payload's keys, written in one
+string (:func:`_interned_shape`; :func:`rebuild_raw` makes the dict). The store keeps this shape
+in place of the dict when the dict's values are the fields' very objects (issue 24: the read-only
+copy of the caller's dict was ~400 of the ~2,000 bytes a message kept); equal shapes are one
+object (:func:`raw_shape`). A string, not an object of a class of ours nor nested tuples: the
+garbage collector never tracks it, and stops tracking a message's dict that holds only such
+values in its first pass over it (issue 39).
 
 Reading :attr:`Message.raw` of such a message makes the :class:`FrozenDict` again (a new
 object each read, equal to the one given: the same keys, in the same order, and values).
@@ -357,7 +369,7 @@ object each read, equal to the one given: the same keys, in the same order, and 
 _ShapeCalls = tuple[tuple[tuple[str, ...], tuple[str, ...]], ...]
 
 
-def rebuild_raw(shape: tuple[tuple[str, ...], _ShapeCalls], message: Message | Mapping[str, Any],
+def rebuild_raw(shape: str, message: Message | Mapping[str, Any],
                 mapping: Any = FrozenDict, sequence: Any = FrozenList) -> Any:
     """The dict ``shape`` (a :data:`RawShape`) stands for, of ``message``'s fields (or of a
     mapping of them, its ``tool_calls`` :class:`ToolCall` objects): ``mapping`` for each dict,
@@ -368,7 +380,7 @@ def rebuild_raw(shape: tuple[tuple[str, ...], _ShapeCalls], message: Message | M
         ValueError: a mapping's fields do not fit the shape (a missing field, or fewer tool
             calls than the shape has).
     """
-    keys, shape_calls = shape
+    keys, shape_calls = _parsed_shape(shape)
     if isinstance(message, Message):
         fields: Mapping[str, Any] = message.__dict__
     else:
@@ -382,15 +394,18 @@ def rebuild_raw(shape: tuple[tuple[str, ...], _ShapeCalls], message: Message | M
     for key in keys:
         if key == "tool_calls":
             calls = []
-            for call, (call_keys, payload_keys) in zip(fields["tool_calls"], shape_calls, strict=True):
+            kept_calls = fields["tool_calls"]
+            rows = (_rows_of(kept_calls) if _is_rows(kept_calls)
+                    else [(call.id, call.type, call.name, call.arguments) for call in kept_calls])
+            for (ident, kind, tool, arguments), (call_keys, payload_keys) in zip(rows, shape_calls, strict=True):
                 made: dict[str, Any] = {}
                 for name in call_keys:
                     if name == "id":
-                        made[name] = call.id
+                        made[name] = ident
                     elif name == "type":
-                        made[name] = call.type
+                        made[name] = kind
                     else:
-                        made[name] = mapping({k: call.name if k == "name" else call.arguments for k in payload_keys})
+                        made[name] = mapping({k: tool if k == "name" else arguments for k in payload_keys})
                 calls.append(mapping(made))
             out[key] = sequence(calls)
         elif key == "content" and mapping is dict:
@@ -400,21 +415,45 @@ def rebuild_raw(shape: tuple[tuple[str, ...], _ShapeCalls], message: Message | M
     return out if mapping is dict else mapping(out)
 
 
-_SHAPES: dict[tuple[Any, ...], tuple[Any, ...]] = {}
+_SHAPES: dict[tuple[Any, ...], str] = {}  # (keys, calls) → the shape
+_PARSED: dict[str, tuple[tuple[str, ...], _ShapeCalls]] = {}  # the shape → (keys, calls)
+_SHAPE_MARK = "\x1e"
+"""How a :data:`RawShape` starts (a string given for ``raw`` that does not is no shape)."""
 _MOST_SHAPES = 4096
 """Distinct :class:`RawShape` objects kept; a message of another shape keeps its dict."""
 RAW_FIELDS = frozenset({"role", "content", "tool_calls", "tool_call_id", "name"})
 """The fields a message's OpenAI dict is made of (all a :class:`RawShape` rebuilds)."""
 
 
-def _interned_shape(keys: tuple[str, ...], calls: _ShapeCalls) -> tuple[tuple[str, ...], _ShapeCalls]:
-    """The one :data:`RawShape` ``(keys, calls)`` (the first :data:`_MOST_SHAPES` distinct ones
-    are kept; a message pickled with a shape of the class it once was loads through here)."""
-    shape = (keys, calls)
-    return _SHAPES.setdefault(shape, shape) if len(_SHAPES) < _MOST_SHAPES else _SHAPES.get(shape, shape)
+def _interned_shape(keys: tuple[str, ...], calls: _ShapeCalls) -> str:
+    """The one :data:`RawShape` of ``keys`` and ``calls`` (``(call keys, payload keys)`` of each
+    tool call): :data:`_SHAPE_MARK`, the keys ``,``-joined, then for each call ``;``, its keys,
+    ``:`` and its payload's keys (the keys are field names and tool-call keys: no ``,;:``). The
+    first :data:`_MOST_SHAPES` distinct ones are kept; a message pickled with a shape of the
+    class it once was loads through here."""
+    shape = _SHAPES.get((keys, calls))
+    if shape is None:
+        shape = _SHAPE_MARK + ",".join(keys) + "".join(f";{','.join(c)}:{','.join(p)}" for c, p in calls)
+        if len(_SHAPES) < _MOST_SHAPES:
+            _SHAPES[(keys, calls)] = shape
+            _PARSED[shape] = (keys, calls)
+    return shape
 
 
-def raw_shape(raw: Mapping[str, Any], fields: Mapping[str, Any]) -> tuple[tuple[str, ...], _ShapeCalls] | None:
+def _parsed_shape(shape: str) -> tuple[tuple[str, ...], _ShapeCalls]:
+    """``(keys, calls)`` of a :data:`RawShape` (:func:`_interned_shape` reversed)."""
+    known = _PARSED.get(shape)
+    if known is not None:
+        return known
+
+    def names(text: str) -> tuple[str, ...]:
+        return tuple(text.split(",")) if text else ()
+
+    first, *calls = shape[len(_SHAPE_MARK):].split(";")
+    return names(first), tuple((names(c), names(p)) for c, _, p in (call.partition(":") for call in calls))
+
+
+def raw_shape(raw: Mapping[str, Any], fields: Mapping[str, Any]) -> str | None:
     """The :class:`RawShape` that makes ``raw`` (read-only or plain) again from ``fields`` (a
     :class:`Message`'s fields, as ingest made them of ``raw``), or ``None`` when it cannot: a key that is no
     field (``refusal``, ``audio`` …), or a value that is not the field's very object (the
@@ -475,19 +514,83 @@ setattr(Message, "msg_type", property(_message_msg_type))  # noqa: B010  # a pyd
 
 
 def _is_shape(value: Any) -> bool:
-    """Whether ``value`` is a :data:`RawShape` (``(keys, calls)``: a tuple of two tuples)."""
-    return type(value) is RawShape and len(value) == 2 and type(value[0]) is tuple and type(value[1]) is tuple
+    """Whether ``value`` is a :data:`RawShape` (a string that starts with :data:`_SHAPE_MARK`)."""
+    return type(value) is RawShape and value.startswith(_SHAPE_MARK)
 
 
 def stored_fields(fields: dict[str, Any]) -> dict[str, Any]:
     """``fields`` of a :class:`Message` as the store keeps them (in place; returned): its
-    ``msg_type`` the member's value, so the message's dict holds no object of a class when its
-    ``raw`` is a :data:`RawShape` and it has no tool calls or content parts — a dict CPython's
-    collector stops tracking (issue 39: one object fewer a message for every full collection)."""
+    ``msg_type`` the member's value, and its ``tool_calls`` one flat tuple of strings, ``id, type,
+    name, arguments`` of each call in turn (a tuple of strings only, which one pass of the
+    collector untracks; :attr:`Message.tool_calls` gives the :class:`ToolCall` objects, these ones while
+    :data:`_CALLS_KEPT` newer calls have not been read), so the message's dict holds no object
+    of a class when its ``raw`` is a :data:`RawShape` and it has no content parts — a dict
+    CPython's collector stops tracking, and no call objects nor a tuple of them are kept
+    (issue 39: one to three objects fewer a message for every full collection)."""
     kind = fields["msg_type"]
     if type(kind) is MessageType:
         fields["msg_type"] = kind.value
+    calls = fields["tool_calls"]
+    if calls and type(calls[0]) is ToolCall:
+        flat: list[str] = []
+        for call in calls:
+            row = (call.id, call.type, call.name, call.arguments)
+            remember(_CALLS, row, call, _CALLS_KEPT)
+            flat.extend(row)
+        fields["tool_calls"] = tuple(flat)
     return fields
+
+
+_CALLS: dict[tuple[str, str, str, str], ToolCall] = {}
+_CALLS_KEPT = 4096
+"""Tool calls (by their row) whose :class:`ToolCall` objects are kept for the next read of the
+messages making them (a build reads the newest messages' calls again and again); only speed
+depends on it."""
+
+
+def _tool_call(row: tuple[str, str, str, str]) -> ToolCall:
+    """The :class:`ToolCall` of a stored row ``(id, type, name, arguments)``."""
+    call = _CALLS.get(row)
+    if call is None:
+        ident, kind, name, arguments = row
+        call = remember(_CALLS, row, trusted(ToolCall, {"id": ident, "type": kind, "name": name, "arguments": arguments}),
+                        _CALLS_KEPT)
+    return call
+
+
+def _rows_of(flat: tuple[str, ...]) -> list[tuple[str, str, str, str]]:
+    """The ``(id, type, name, arguments)`` rows of ``tool_calls`` as the store keeps them (:func:`stored_fields`)."""
+    return [flat[at:at + 4] for at in range(0, len(flat), 4)]  # type: ignore[misc]
+
+
+def _calls_of_rows(flat: tuple[str, ...]) -> tuple[ToolCall, ...]:
+    """The :class:`ToolCall` objects of ``tool_calls`` as the store keeps them."""
+    return tuple(map(_tool_call, _rows_of(flat)))
+
+
+def _message_tool_calls(self: Message) -> tuple[ToolCall, ...]:
+    kept = self.__dict__["tool_calls"]
+    return _calls_of_rows(kept) if kept and type(kept[0]) is str else kept  # type: ignore[no-any-return]
+
+
+_message_tool_calls.__doc__ = """Parsed view of the assistant's ``tool_calls`` (empty if none). The store keeps
+each call as a row of strings (:func:`stored_fields`); this gives their :class:`ToolCall` objects."""
+setattr(Message, "tool_calls", property(_message_tool_calls))  # noqa: B010  # a pydantic field: set after the class is made
+
+
+def _is_rows(value: Any) -> bool:
+    """Whether ``value`` is ``tool_calls`` as the store keeps them: a non-empty flat tuple of strings."""
+    return type(value) is tuple and len(value) % 4 == 0 and bool(value) and type(value[0]) is str
+
+
+_KEPT_APART = frozenset({"raw", "msg_type", "tool_calls"})
+"""Fields a stored message's dict may hold in another form than the field's (read through the
+field's property)."""
+
+
+def _kept_apart(fields: Mapping[str, Any]) -> bool:
+    """Whether a message's dict holds ``raw`` as a shape or ``tool_calls`` as rows."""
+    return type(fields["raw"]) is RawShape or _is_rows(fields["tool_calls"])
 
 
 _TRUSTED_FIELDS: dict[type[BaseModel], tuple[set[str], dict[str, Any] | None]] = {}
