@@ -337,15 +337,16 @@ class Message(BaseModel):
     def text(self) -> str:
         """Plain text of the content plus tool-call names and arguments (for scoring)."""
         parts = [content_text(self.content)]
-        for call in self.tool_calls:
-            parts.append(f"{call.name}({call.arguments})")
+        for _, _, name, arguments in call_rows(self):
+            parts.append(f"{name}({arguments})")
         return "\n".join(p for p in parts if p)
 
     @property
     def source(self) -> str:
         """Short provenance label used in scoring prompts: tool name or role."""
-        if self.tool_calls:
-            return ",".join(sorted({c.name for c in self.tool_calls}))
+        rows = call_rows(self)
+        if rows:
+            return ",".join(sorted({name for _, _, name, _ in rows}))
         if self.role == "tool" and self.name:
             return self.name
         return self.producer or self.role
@@ -551,11 +552,36 @@ depends on it."""
 def _tool_call(row: tuple[str, str, str, str]) -> ToolCall:
     """The :class:`ToolCall` of a stored row ``(id, type, name, arguments)``."""
     call = _CALLS.get(row)
-    if call is None:
+    if call is None:  # trusted(ToolCall, …) without its calls: a first build reads every message's calls
         ident, kind, name, arguments = row
-        call = remember(_CALLS, row, trusted(ToolCall, {"id": ident, "type": kind, "name": name, "arguments": arguments}),
-                        _CALLS_KEPT)
+        call = _new_call(ToolCall)
+        _set(call, "__dict__", {"id": ident, "type": kind, "name": name, "arguments": arguments})
+        _set(call, "__pydantic_fields_set__", _CALL_FIELDS)
+        _set(call, "__pydantic_extra__", None)
+        _set(call, "__pydantic_private__", None)
+        remember(_CALLS, row, call, _CALLS_KEPT)
     return call
+
+
+_new_call = ToolCall.__new__
+_set = object.__setattr__
+_CALL_FIELDS = set(ToolCall.model_fields)  # shared by every call made here, as trusted() shares its set
+
+
+def call_rows(message: Message) -> list[tuple[str, str, str, str]]:
+    """``(id, type, name, arguments)`` of each of ``message``'s tool calls, in order, read without
+    making :class:`ToolCall` objects (issue 39: the store keeps them as strings)."""
+    kept = message.__dict__["tool_calls"]
+    if not kept:
+        return []
+    if type(kept[0]) is str:
+        return _rows_of(kept)
+    return [(call.id, call.type, call.name, call.arguments) for call in kept]
+
+
+def has_tool_calls(message: Message) -> bool:
+    """Whether ``message`` makes tool calls (``bool(message.tool_calls)``, without making them)."""
+    return bool(message.__dict__["tool_calls"])
 
 
 def _rows_of(flat: tuple[str, ...]) -> list[tuple[str, str, str, str]]:

@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 from ._exceptions import ConfigError
-from ._models import Message, TaskGoal, content_text, user_authored
+from ._models import Message, TaskGoal, content_text, has_tool_calls, user_authored
 
 __all__ = [
     "NOTICE_MIN_WORDS",
@@ -152,7 +152,7 @@ class NoticeIndex:
     def update(self, messages: Sequence[Message]) -> None:
         """Index the messages stored since the last call."""
         for message in messages[self._seen:]:
-            if message.tool_calls:
+            if has_tool_calls(message):
                 self._tools = True
             if message.role == "user" and user_authored(message.role, message.msg_type._value_):
                 text = content_text(message.content)

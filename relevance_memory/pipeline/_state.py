@@ -22,7 +22,7 @@ from typing import Any, Protocol, TypeVar
 
 from .._cache_policy import BuildMode
 from .._config import MemoryConfig
-from .._models import Message, RelevanceScore, TaskGoal
+from .._models import Message, RelevanceScore, TaskGoal, has_tool_calls
 from .._record import DecisionRecord
 from .._requests import NoticeIndex
 from .._tokenizer import TokenCounter
@@ -260,7 +260,7 @@ class ChainIndex:
                 got.append(index)
             if message.role == "user":
                 self.user_role.append(index)
-            elif message.role == "tool" or message.tool_calls:
+            elif message.role == "tool" or has_tool_calls(message):
                 tool_tokens[root] = tool_tokens.get(root, 0) + count
             if count > MIN_EXCERPT_TOKENS:
                 self.over_excerpt_min.append(index)

@@ -32,7 +32,7 @@ import numpy as np
 import numpy.typing as npt
 
 from .._memo import remember
-from .._models import Message, RelevanceScore, content_text, user_authored
+from .._models import Message, RelevanceScore, call_rows, content_text, user_authored
 from ..scoring._scorer import REQUEST_REASON
 from ..store._supersede import SupersedeLink
 from ..summary._pyramid import held_lines, mark_held
@@ -81,9 +81,9 @@ def _tool_name(seams: Seams, message: Message) -> str:
     """The tool a tool result answers (from its call), else the message's source label."""
     if message.role == "tool" and message.parent_id is not None:
         parent = seams.store.get(message.parent_id)
-        for call in parent.tool_calls:
-            if call.id == message.tool_call_id:
-                return call.name
+        for call_id, _, name, _ in call_rows(parent):  # no ToolCall objects made (issue 39)
+            if call_id == message.tool_call_id:
+                return name
     return message.source
 
 
@@ -102,7 +102,7 @@ def _item(
         msg_type=message.msg_type.value,
         text=content_text(message.content),
         content_hash=message.content_hash,
-        tool_calls=tuple((c.name, c.arguments) for c in message.tool_calls),
+        tool_calls=tuple((name, arguments) for _, _, name, arguments in call_rows(message)),
         source=_tool_name(seams, message),
         tokens=message.token_count,
     ))
