@@ -485,6 +485,15 @@ def raw_shape(raw: Mapping[str, Any], fields: Mapping[str, Any]) -> str | None:
     return _interned_shape(keys, tuple(calls))
 
 
+def plain_shape(raw: Mapping[str, Any]) -> RawShape:
+    """:func:`raw_shape` of a plain message (``plain_message`` in the store's validation) that
+    ingest validated, and whose fields it made without conversion: the same shape, without
+    comparing each value with its field (there, each field is the dict's own object; issue 24).
+    Pure; O(keys)."""
+    calls = raw.get("tool_calls")
+    return _interned_shape(tuple(raw), tuple([(tuple(c), tuple(c["function"])) for c in calls]) if calls else ())
+
+
 _NOTHING = object()
 _LISTS = (FrozenList, list)
 _DICTS = (FrozenDict, dict)

@@ -33,10 +33,13 @@ import numpy.typing as npt
 
 from ..scoring._semantic import grown_rank_order, rank_order
 
-__all__ = ["CHUNK_SIZE", "K1", "QUERY_MEMO", "B", "ChunkedBM25", "PrefilterIndex"]
+__all__ = ["BLOCK_CHUNKS", "CHUNK_SIZE", "K1", "QUERY_MEMO", "B", "ChunkedBM25", "PrefilterIndex"]
 
 CHUNK_SIZE = 256
 """Messages per BM25 index chunk."""
+BLOCK_CHUNKS = 64
+"""Full chunks merged into one block for scoring (their postings, weights unchanged): a query
+scans ~n / 16,384 blocks instead of n / 256 chunks (3,907 NumPy calls at a million messages)."""
 QUERY_MEMO = 4
 """Queries whose scores over the full chunks :class:`ChunkedBM25` keeps (the goal's, the recent steps')."""
 K1 = 1.5
@@ -111,20 +114,43 @@ def _index(start: int, docs: Sequence[Collection[str]], vocab: dict[str, int]) -
     return _Chunk(start, n, terms.astype(np.int32), indptr, doc_of[order], weights[order])
 
 
+def _merge(chunks: Sequence[_Chunk]) -> _Chunk:
+    """One block of consecutive ``chunks``: their postings under one term list, each posting's
+    weight (its chunk's ``idf · tfc``, float32) and document unchanged, so a block scores
+    every document as its chunk did, bit for bit (a document's sum adds the same float32
+    weights in query order). O(postings) array operations, once per block."""
+    start = chunks[0].start
+    size = sum(c.size for c in chunks)
+    term_col = np.concatenate([np.repeat(c.terms, np.diff(c.indptr)) for c in chunks])
+    doc_type = np.int16 if size <= 2**15 else np.int32
+    docs = np.concatenate([c.docs.astype(doc_type) + doc_type(c.start - start) for c in chunks])
+    weights = np.concatenate([c.weights for c in chunks])
+    order = np.argsort(term_col, kind="stable")
+    terms, per_term = np.unique(term_col, return_counts=True)
+    indptr = np.zeros(len(terms) + 1, dtype=np.int32)
+    np.cumsum(per_term, out=indptr[1:])
+    return _Chunk(start, size, terms.astype(np.int32), indptr, docs[order], weights[order])
+
+
 @dataclass
 class ChunkedBM25:
     """BM25 over an append-only list of term lists, indexed in chunks (see module doc).
 
     Attributes:
         chunk_size: documents per chunk.
+        block_chunks: full chunks merged into one block (:data:`BLOCK_CHUNKS`; the scores do
+            not depend on it).
         index_builds: how many chunk indexes were built so far (for benchmarks).
     """
 
     chunk_size: int = CHUNK_SIZE
+    block_chunks: int = BLOCK_CHUNKS
     index_builds: int = 0
-    _chunks: list[_Chunk] = field(default_factory=list)
+    _chunks: list[_Chunk] = field(default_factory=list)  # blocks first, then the chunks not merged yet
+    _blocks: int = 0
     _vocab: dict[str, int] = field(default_factory=dict, repr=False)  # every indexed term → its id
-    _query_memo: dict[tuple[str, ...], list[npt.NDArray[np.float64] | None]] = field(default_factory=dict, repr=False)
+    # query terms → (documents whose scores are kept: the full chunks' and blocks', the scores)
+    _query_memo: dict[tuple[str, ...], tuple[int, npt.NDArray[np.float64]]] = field(default_factory=dict, repr=False)
 
     def _ensure(self, docs: Sequence[Collection[str]]) -> None:
         n = len(docs)
@@ -139,6 +165,12 @@ class ChunkedBM25:
             self._chunks.append(_index(covered, docs[covered:end], self._vocab))
             self.index_builds += 1
             covered = end
+        chunks, blocks, size = self._chunks, self._blocks, self.chunk_size
+        while self.block_chunks > 1 and len(chunks) - blocks >= self.block_chunks \
+                and chunks[blocks + self.block_chunks - 1].size == size:
+            chunks[blocks:blocks + self.block_chunks] = [_merge(chunks[blocks:blocks + self.block_chunks])]
+            blocks += 1
+        self._blocks = blocks
 
     def scores(self, docs: Sequence[Collection[str]], query: Sequence[str]) -> list[float]:
         """BM25 score of every document in ``docs`` for ``query`` (same order as ``docs``).
@@ -149,29 +181,30 @@ class ChunkedBM25:
 
     def score_array(self, docs: Sequence[Collection[str]], query: Sequence[str]) -> npt.NDArray[np.float64]:
         """:meth:`scores` as a float64 array (the same values). A full chunk never changes, so
-        its scores for a query are kept (the last :data:`QUERY_MEMO` queries): a build asking
-        what an earlier one asked scores only the chunks added since (issue 24)."""
+        the scores of the documents in full chunks are kept for a query (the last
+        :data:`QUERY_MEMO` queries): a build asking what an earlier one asked scores only the
+        chunks added since (issue 24); a new query scans the blocks, then the chunks not
+        merged into one yet."""
         self._ensure(docs)
         out = np.zeros(len(docs), dtype=np.float64)
         terms_of = tuple(dict.fromkeys(query))
-        known = self._query_memo.pop(terms_of, None)
-        if known is None:
-            known = []
-        self._query_memo[terms_of] = known  # most recently used last
-        while len(self._query_memo) > QUERY_MEMO:
-            self._query_memo.pop(next(iter(self._query_memo)))
+        kept, known = self._query_memo.pop(terms_of, (0, out[:0]))
+        kept = min(kept, len(docs))
+        out[:kept] = known[:kept]
         vocab = self._vocab
         ids = np.array([vocab[t] for t in terms_of if t in vocab], dtype=np.int32)
-        for n, chunk in enumerate(self._chunks):
-            if n < len(known):
-                values = known[n]
-            else:
+        full = 0  # the end of the leading full chunks and blocks (all scored by the loop's end)
+        for chunk in self._chunks:
+            end = chunk.start + chunk.size
+            if end > kept:
                 found = chunk.scores(ids) if len(ids) else None
-                values = found.astype(np.float64) if found is not None else None
-                if chunk.size == self.chunk_size and n == len(known):
-                    known.append(values)  # a full chunk: indexed once, scored once per query
-            if values is not None:
-                out[chunk.start:chunk.start + chunk.size] = values[:chunk.size]
+                if found is not None:
+                    out[chunk.start:end] = found  # float32 to float64: exact
+            if chunk.start == full and chunk.size >= self.chunk_size:
+                full = end
+        self._query_memo[terms_of] = (full, known if full == kept else out[:full].copy())  # most recently used last
+        while len(self._query_memo) > QUERY_MEMO:
+            self._query_memo.pop(next(iter(self._query_memo)))
         return out
 
 

@@ -13,7 +13,6 @@ check every build passes before it is returned.
 from __future__ import annotations
 
 import itertools
-import operator
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -21,7 +20,7 @@ from .._exceptions import RelevanceMemoryError
 from .._markers import GOAL_BLOCK_MARKER, SUBTASK_MARKER, SUMMARY_MARKER
 from .._tokenizer import REPLY_PRIMING_TOKENS
 from ._prefix import message_key
-from ._state import Assembled, BuildState, Seams, required
+from ._state import Assembled, BuildState, Partitioned, Seams, required
 from .ledger import Purpose
 
 __all__ = [
@@ -30,12 +29,11 @@ __all__ = [
     "SUMMARY_MARKER",
     "assemble",
     "check_context",
+    "first_left_out",
     "stable_head",
     "subtask_note",
 ]
 
-_MEMBERS = operator.attrgetter("members")
-_FIRST = operator.itemgetter(0)
 
 
 def subtask_note(subtask: str, role: str) -> dict[str, Any]:
@@ -141,6 +139,16 @@ def _shared_run(
     return shared
 
 
+def first_left_out(part: Partitioned, kept: Sequence[int], n: int) -> int | None:
+    """The first message a compaction leaves out of ``n`` stored: the smallest first member of a
+    chain not kept (a chain is kept or left out whole), or ``None``. The partition's chains hold
+    every message neither pinned nor excluded (:class:`~relevance_memory.pipeline.partition.Split`),
+    so it is the smallest index that is neither pinned, excluded nor in ``kept`` (the kept
+    chains' members): O(pinned + excluded + kept), not a pass over every chain (issue 24)."""
+    held = set(part.pinned).union(part.excluded, kept)
+    return next(itertools.filterfalse(held.__contains__, range(n)), None)
+
+
 def assemble(state: BuildState, seams: Seams) -> Assembled:
     """The assemble stage: the context in SPEC §3 step 8 order, checked (SPEC §9).
 
@@ -177,10 +185,10 @@ def assemble(state: BuildState, seams: Seams) -> Assembled:
     head, rest = kept_indices, list[int]()
     if summarised is not None:
         # the first message left out: the smallest first member of a chain not kept (a chain is
-        # kept or left out whole), read in C over the chains, not a list of every left-out index
-        chains = part.chains
-        first = min(map(_FIRST, map(_MEMBERS, map(chains.__getitem__, itertools.filterfalse(kept_roots.__contains__, chains)))),
-                    default=None)
+        # kept or left out whole). The chains hold every message neither pinned nor excluded
+        # (partition's Split), so it is the smallest index none of those holds: O(kept), not a
+        # pass over every chain
+        first = first_left_out(part, kept_indices, len(store))
         if first is not None:
             head, rest = stable_head(kept_indices, [first])
         else:  # nothing left out (only excerpts made it fit, SPEC §11): the goal block right after

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import itertools
 import operator
+from array import array
 from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
@@ -397,6 +398,19 @@ class _RootOf(Mapping[int, int]):
         return sum(map(len, self._ranked.values()))
 
 
+def _all_roots(ranked: Collection[int], roots: array[int]) -> bool:
+    """Whether every index in ``ranked`` is its own root in ``roots`` (member → root, the chain
+    index's ``array('i')``): one array comparison over a copy of ``roots`` (a copy, so no
+    buffer stays exported while the index grows), not a Python step per chain."""
+    if not ranked:
+        return True
+    at = np.fromiter(ranked, dtype=np.int64, count=len(ranked))
+    table = np.array(roots, dtype=np.int64)
+    if at.min() < 0 or at.max() >= len(table):
+        raise IndexError("a candidate root beyond the chain index")
+    return bool((table[at] == at).all())
+
+
 def _ranked_roots(ranked: Mapping[int, Sequence[int]], seams: Seams) -> Mapping[int, int]:
     """Member → root of the candidate chains ``ranked``: read from the chain index when it
     holds the store and every candidate root is one of its roots (O(chains) to check), else
@@ -404,7 +418,7 @@ def _ranked_roots(ranked: Mapping[int, Sequence[int]], seams: Seams) -> Mapping[
     chains, store = seams.chains, seams.store
     if chains.covers(store):
         roots = chains.roots
-        if all(roots[r] == r for r in ranked):
+        if _all_roots(ranked, roots):
             return _RootOf(ranked, roots)
     return {i: r for r, members in ranked.items() for i in members}
 

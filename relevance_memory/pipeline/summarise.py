@@ -255,19 +255,19 @@ def _archive(
     seams: Seams, part: Partitioned, kept_roots: set[int] | frozenset[int], repeats: Mapping[int, int] | None
 ) -> tuple[list[int], list[int]]:
     """``(archived, kept)``: indices of the archived messages and of those kept with their chain,
-    each in store order. Read from the partition's chains (every message neither pinned nor
-    excluded, under its chain root), so no message's root is looked up again; a repeat is
-    neither (SPEC §3 step 7: its newer copy is kept)."""
-    archived: list[int] = []
-    kept: list[int] = []
-    for root, chain in part.chains.items():
-        (kept if root in kept_roots else archived).extend(chain.members)
+    each in store order. The partition's chains hold every message neither pinned nor excluded
+    (:class:`~relevance_memory.pipeline.partition.Split`), so the archived ones are every other
+    index of the store read, found with one array mask (O(kept chains) in Python, the rest in C:
+    no pass over every chain); a repeat is neither (SPEC §3 step 7: its newer copy is kept)."""
+    chains, n = part.chains, len(seams.store)
+    kept = sorted(i for root in kept_roots if (chain := chains.get(root)) is not None for i in chain.members)
+    archived = np.ones(n, dtype=bool)
+    for out in (part.pinned, part.excluded, kept, repeats or ()):
+        at = np.fromiter(out, dtype=np.int64, count=len(out))
+        archived[at[at < n]] = False
     if repeats:
-        archived = [i for i in archived if i not in repeats]
         kept = [i for i in kept if i not in repeats]
-    archived.sort()
-    kept.sort()
-    return archived, kept
+    return np.flatnonzero(archived).tolist(), kept
 
 
 def fresh_runs(archived: Sequence[int], kept: Sequence[int], fresh: Collection[int] | None) -> list[list[int]]:

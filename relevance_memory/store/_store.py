@@ -52,7 +52,6 @@ rest when a build asks, :meth:`MessageStore.message_vectors`), keyed by content 
 
 from __future__ import annotations
 
-import hashlib
 import math
 import threading
 from array import array
@@ -72,6 +71,7 @@ from .._models import (
     ToolCall,
     content_hash,
     content_text,
+    plain_shape,
     raw_shape,
     stored_fields,
     trusted,
@@ -103,7 +103,7 @@ the store's lock for about a second, not five)."""
 
 
 _ROWS_MEMO = 256
-"""Texts (by a 16-byte digest) whose lexical terms and identifiers ingest memoises (an agent reads the same file,
+"""Texts (by their ``hash``, the text compared on a hit) whose lexical terms and identifiers ingest memoises (an agent reads the same file,
 runs the same command, gets the same output again) by the index of a message of that text: a repeat reads that
 message's rows, and shares its vector (:meth:`VectorIndex.share`) rather than embedding the text again. Only
 speed depends on it."""
@@ -123,6 +123,13 @@ def _add_id(index: dict[str, tuple[str] | list[str]], key: str, message_id: str)
         index[key] = [*held, message_id]
     else:
         held.append(message_id)
+
+
+def _message_text(content: Any, calls: tuple[ToolCall, ...]) -> str:
+    """What a message says, for its lexical terms, identifiers, supersede detection and vector:
+    its content's text, then each tool call as ``\nname(arguments)``."""
+    text = content_text(content)
+    return text + "".join([f"\n{c.name}({c.arguments})" for c in calls]) if calls else text
 
 
 def _text_rows(text: str) -> tuple[tuple[str, ...], tuple[str, ...]]:
@@ -225,8 +232,8 @@ class MessageStore:
         self._lock = threading.RLock()
         self.vectors = vectors
         self._pending_vectors: list[tuple[str, str]] = []
-        # text digest → index of a message with this text (its terms, identifiers and vector are the text's)
-        self._rows_memo: dict[bytes, int] = {}
+        # a text's hash → index of a message with this text (its terms, identifiers and vector are the text's)
+        self._rows_memo: dict[int, int] = {}
         self._detector = SupersedeDetector() if supersede else None
         # (role, content, name, *calls) → tokens, for the package's counter (its count reads only these)
         self._count_memo: dict[tuple[Any, ...], int] | None = {} if type(counter) is TiktokenCounter else None
@@ -517,7 +524,7 @@ class MessageStore:
         replayed = meta.get("clock_timestamp")
         fields: dict[str, Any] = {  # Message's fields in declaration order (references at commit)
             "id": message_id, "index": index, "role": role, "content": content,
-            "tool_calls": tuple(trusted(ToolCall, dict(c)) for c in calls),
+            "tool_calls": tuple([trusted(ToolCall, c) for c in calls]) if calls else (),  # each dict is ours (made by validation)
             "tool_call_id": tool_call_id if isinstance(tool_call_id, str) else None,
             "name": name, "msg_type": kind, "step": step, "token_count": self._count(message, role, content, name, calls),
             "trace_id": meta.get("trace_id"), "chain_id": "", "parent_id": parent_id,
@@ -525,12 +532,13 @@ class MessageStore:
             "timestamp": given or replayed or self._now(stage),
             "content_hash": content_hash(role, content, message.get("tool_calls")), "references": (), "raw": message,
         }
-        if not _checked_types(fields):  # metadata of another type: pydantic validates (and coerces) it
+        checked = _checked_types(fields)
+        if not checked:  # metadata of another type: pydantic validates (and coerces) it
             try:
                 fields = dict(Message(**fields).__dict__)
             except ValueError as exc:  # pydantic's ValidationError: metadata of the wrong type
                 raise InvalidMessageError(f"invalid metadata: {exc}", index=index) from None
-        shape = raw_shape(message, fields)
+        shape = plain_shape(message) if plain and checked else raw_shape(message, fields)
         if shape is not None:  # the dict is made again from the fields when read (issue 24)
             fields["raw"] = shape
         elif plain:  # never the caller's own dict: the store's read-only copy
@@ -592,9 +600,13 @@ class MessageStore:
         # what a message says is read here, not when the batch is checked: a draft holds no
         # text, so checking a batch of a million messages holds no million texts
         calls: tuple[ToolCall, ...] = fields["tool_calls"]
-        text_for_refs = content_text(fields["content"]) + "".join(f"\n{c.name}({c.arguments})" for c in calls)
-        memo_key = hashlib.blake2b(text_for_refs.encode("utf-8", "surrogatepass"), digest_size=16).digest()  # not the text: it may be long
+        text_for_refs = _message_text(fields["content"], calls)
+        memo_key = hash(text_for_refs)  # not the text: it may be long (a str keeps its hash: no second pass)
         earlier = self._rows_memo.get(memo_key)
+        if earlier is not None:
+            before = self.messages[earlier]
+            if _message_text(before.content, before.tool_calls) != text_for_refs:
+                earlier = None  # another text of the same hash
         if earlier is None:
             terms, idents = _text_rows(text_for_refs)
             remember(self._rows_memo, memo_key, index, _ROWS_MEMO)
@@ -604,7 +616,8 @@ class MessageStore:
             same_text = self.messages[earlier].content_hash
             if same_text == fields["content_hash"]:
                 fields["content_hash"] = same_text  # the same content again: one string for both
-        references = self._references(idents, draft.parent_index)
+        held = list(map(self._ident_holders.get, idents))  # read once, for references and the index
+        references = self._references(held, draft.parent_index)
         if references:
             fields["references"] = tuple(references)
         stored = trusted(Message, stored_fields(fields), owned=True)  # its msg_type a string (issue 39)
@@ -640,7 +653,7 @@ class MessageStore:
             self.excluded[message_id] = draft.excluded_reason
         for ref in references:
             _add_id(self.referenced_by, ref, message_id)
-        self._index_identifiers(index, idents)
+        self._index_identifiers(index, idents, held)
         if draft.excluded_reason is None:
             self._observe_supersede(stored, text_for_refs, parent_index)
         vectors = self.vectors
@@ -682,8 +695,15 @@ class MessageStore:
     def _embed_full_batches(self) -> None:
         """Embed pending messages in batches of :data:`VECTOR_BATCH` while a whole batch has
         gathered (after the messages are stored: an embedder error leaves them stored and
-        still pending)."""
-        self._flush_vectors(full_only=True)
+        still pending). Called after every message: fewer pending than a batch is one test."""
+        if self.vectors is not None and len(self._pending_vectors) >= self._vector_batch():
+            self._flush_vectors(full_only=True)
+
+    def _vector_batch(self) -> int:
+        """How many pending messages the store embeds at a time (the embedder's ``batch_size``,
+        else :data:`VECTOR_BATCH`)."""
+        assert self.vectors is not None
+        return max(1, int(getattr(self.vectors.embedder, "batch_size", VECTOR_BATCH)))
 
     def _flush_vectors(self, *, full_only: bool = False) -> None:
         """Embed what is pending, one batch at a time (an ``extend`` of 50k messages holds one
@@ -692,7 +712,7 @@ class MessageStore:
         with self._lock:
             if self.vectors is None:
                 return
-            size = max(1, int(getattr(self.vectors.embedder, "batch_size", VECTOR_BATCH)))
+            size = self._vector_batch()
             pending = self._pending_vectors
             done = 0
             try:
@@ -776,14 +796,15 @@ class MessageStore:
         gap = abs((now - before).total_seconds())
         return previous + 1 if gap >= self._episode_gap else previous
 
-    def _references(self, idents: Iterable[str], parent_index: int | None) -> list[str]:
+    def _references(self, held: Iterable[int | list[int] | None], parent_index: int | None) -> list[str]:
+        """Ids of the earlier messages a message references: its parent, then those that hold
+        its identifiers (``held``: each identifier's holders in ``_ident_holders``, or ``None``)."""
         refs: list[str] = []
         if parent_index is not None:
             refs.append(self.messages[parent_index].id)
         found: dict[int, int] = {}
-        holders_of, max_df = self._ident_holders, self._max_df
-        for ident in idents:
-            holders = holders_of.get(ident)
+        max_df = self._max_df
+        for holders in held:
             if holders is None:
                 continue
             if isinstance(holders, int):
@@ -798,11 +819,12 @@ class MessageStore:
             refs.append(self.messages[holder].id)
         return refs
 
-    def _index_identifiers(self, index: int, idents: Iterable[str]) -> None:
+    def _index_identifiers(self, index: int, idents: Iterable[str], held: Iterable[int | list[int] | None]) -> None:
+        """Record message ``index`` as a holder of each of its identifiers (``held``: their
+        holders before it, as :meth:`_references` read them)."""
         limit = self._max_df + 1
         holders_of = self._ident_holders
-        for ident in idents:
-            holders = holders_of.get(ident)
+        for ident, holders in zip(idents, held, strict=True):
             if holders is None:
                 holders_of[ident] = index
             elif isinstance(holders, int):

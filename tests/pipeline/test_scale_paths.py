@@ -251,9 +251,11 @@ def full_passes(monkeypatch: pytest.MonkeyPatch) -> None:
     """Issue 24 item 3's shortcuts swapped for the passes they replace: the archive summarised by
     walking every message and looking up its chain root (:func:`summarise_archive_by_every_message`),
     each archived message made into an item through ``_item`` with its supersede fields made again,
-    every summary read from its first item (no memoised fold), the chains grouped from scratch, the BM25 scores of every chunk computed for every query, and
-    the prefilter's chain ranking in Python."""
+    every summary read from its first item (no memoised fold), the chains grouped from scratch, the BM25 scores of every chunk computed for every query,
+    the prefilter's chain ranking in Python, every candidate root checked against the chain
+    index one by one, and the first message left out read from every chain not kept."""
     from relevance_memory.pipeline import _bm25
+    from relevance_memory.pipeline import assemble as assemble_module
     from relevance_memory.pipeline import prefilter as prefilter_module
     from relevance_memory.pipeline import summarise as summarise_module
     from relevance_memory.summary import _summary as summary_module
@@ -268,6 +270,9 @@ def full_passes(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(_bm25, "QUERY_MEMO", 0)
     monkeypatch.setattr(summary_module, "FOLD_MEMO", 0)
     monkeypatch.setattr(prefilter_module, "prefilter_chains", prefilter_by_every_chain)
+    monkeypatch.setattr(prefilter_module, "_all_roots", lambda ranked, roots: all(roots[r] == r for r in ranked))
+    monkeypatch.setattr(assemble_module, "first_left_out", lambda part, kept, n: min(
+        (c.members[0] for r, c in part.chains.items() if not set(c.members) & set(kept)), default=None))
 
 
 def read_module_again(memory: RelevanceMemoryManager, step: int) -> None:
@@ -300,7 +305,30 @@ def supersede_run(budget: int = 1000) -> list[str]:
     return out
 
 
-@pytest.mark.parametrize("runner", [run, chat_run, supersede_run, lambda: supersede_run(700)])
+def excluded_run() -> list[str]:
+    """The django run with messages left out of every context (``on_invalid="repair"``): a tool
+    result no call asked for right after the task, another later, and a call never answered,
+    compacted every other build: the archive and the first message left out skip them."""
+    messages = load_transcript(FIXTURE).messages
+    memory = RelevanceMemoryManager(max_input_tokens=3000, keep_recent=2, prefilter=True, prefilter_top_n=12,
+                                    on_invalid="repair")
+    memory.extend(messages[:2])
+    memory.extend([{"role": "tool", "tool_call_id": "nobody", "content": "a result no call asked for"}])
+    out: list[str] = []
+    read = 2
+    for n, end in enumerate(range(30, len(messages) + 1, 20)):
+        memory.extend(messages[read:end])
+        read = end
+        if n == 2:
+            memory.extend([{"role": "tool", "tool_call_id": "nobody-else", "content": "another stray result"}])
+        out += seen(memory.build_context(compact=n % 2 == 0))
+    memory.extend([{"role": "assistant", "content": "", "tool_calls": [
+        {"id": "unanswered", "type": "function", "function": {"name": "bash", "arguments": "{}"}}]}])
+    out += seen(memory.build_context(compact=True))
+    return out
+
+
+@pytest.mark.parametrize("runner", [run, chat_run, supersede_run, lambda: supersede_run(700), excluded_run])
 def test_the_archive_and_prefilter_shortcuts_build_as_the_full_passes_would(
     monkeypatch: pytest.MonkeyPatch, runner: Any
 ) -> None:
@@ -859,3 +887,22 @@ def test_a_chain_keeps_no_dict_of_its_own() -> None:
     chain = Chain(4, (4, 5, 6), 120)
     assert not hasattr(chain, "__dict__") and Chain.__slots__ == ("root", "members", "tokens")
     assert replace(chain, tokens=130) == Chain(4, (4, 5, 6), 130)
+
+
+def test_the_first_message_left_out_is_the_least_first_member_of_a_chain_not_kept(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Read from what is held (pinned, excluded, kept), it is what every chain not kept gives,
+    at every compaction of a run with messages left out of the context."""
+    from relevance_memory.pipeline import assemble as assemble_module
+
+    fast, asked = assemble_module.first_left_out, []
+
+    def both(part: Any, kept: Any, n: int) -> int | None:
+        by_chains = min((c.members[0] for c in part.chains.values() if c.members[0] not in kept), default=None)
+        found = fast(part, kept, n)
+        asked.append((found, part.excluded))
+        assert found == by_chains
+        return found
+
+    monkeypatch.setattr(assemble_module, "first_left_out", both)
+    excluded_run()
+    assert len(asked) >= 3 and any(found is not None and found - 1 in excluded for found, excluded in asked)

@@ -291,3 +291,45 @@ def test_identifiers_past_the_cap_are_the_first_200(numbers: list[int], others: 
     assert identifiers(text) == _identifiers_reference(text)
     many = " ".join(f"call_{n}" for n in range(300))
     assert identifiers(many) == {f"call_{n}" for n in range(200)}
+
+
+def test_a_plain_message_has_the_shape_the_general_path_finds() -> None:
+    """Issue 24: a plain dict's :class:`RawShape` is taken without comparing each value with its
+    field (:func:`plain_shape`); it is the one :func:`raw_shape` finds, and the message reads back
+    as given."""
+    from relevance_memory._models import plain_shape, raw_shape
+    from relevance_memory.store._validate import plain_message
+
+    run = json.loads(FIXTURE.read_text(encoding="utf-8"))["messages"][:40]
+    extra = [
+        {"role": "user", "content": "hi", "name": "ann"},
+        {"role": "assistant", "content": None, "tool_calls": [
+            {"type": "function", "id": "c9", "function": {"arguments": "{}", "name": "ls"}},
+            {"id": "c10", "type": "function", "function": {"name": "pwd", "arguments": "{}"}}]},
+        {"tool_call_id": "c9", "role": "tool", "content": "a.py"},
+        {"role": "tool", "content": "/", "tool_call_id": "c10", "name": None},
+    ]
+    memory = RelevanceMemoryManager(max_input_tokens=4000)
+    memory.extend(run + extra)
+    plain = [(sent, stored) for sent, stored in zip(run + extra, memory.messages, strict=True) if plain_message(sent)]
+    assert len(plain) == len(run) + len(extra)
+    for sent, stored in plain:
+        shape = plain_shape(sent)
+        assert shape is raw_shape(sent, stored.__dict__) and stored.__dict__["raw"] is shape
+        assert stored.raw == sent and list(stored.raw) == list(sent)
+
+
+def test_a_text_whose_hash_is_in_the_rows_memo_for_another_text_has_its_own_rows() -> None:
+    """Issue 24: the rows memo is keyed by a text's ``hash``; a hit on another text (a hash
+    collision, forced here) is taken for a miss, so the message has its own terms and identifiers."""
+    from relevance_memory import TiktokenCounter
+    from relevance_memory.store._store import MessageStore
+
+    store = MessageStore(TiktokenCounter())
+    store.add({"role": "user", "content": "alpha beta ORD-1001"})
+    store._rows_memo[hash("gamma delta ORD-2002")] = 0  # another text under this text's key
+    store.add({"role": "user", "content": "gamma delta ORD-2002"})
+    assert store.terms[1] == {"gamma", "delta", "ord", "2002"} and store.idents[1] == {"ORD-2002"}
+    store.add({"role": "user", "content": "gamma delta ORD-2002"})  # the same text again: a real hit
+    assert store.terms[2] == store.terms[1] and store.idents[2] == store.idents[1]
+

@@ -556,3 +556,18 @@ def test_the_asked_ids_a_pyramid_covers_are_those_in_its_covered_and_pointed_set
     ids = [f"m{i}" for i in asked]
     assert pyramid.covering(ids) == pyramid.covered & set(ids)
     assert pyramid.covering(iter(ids), pointer=True) == pyramid.pointed & set(ids)
+
+
+@settings(max_examples=60, deadline=None)
+@given(docs=st.lists(st.frozensets(st.sampled_from([f"t{i}" for i in range(30)]), max_size=9), min_size=1, max_size=60),
+       queries=st.lists(st.lists(st.sampled_from([f"t{i}" for i in range(34)]), min_size=1, max_size=6), min_size=1, max_size=4),
+       chunk_size=st.integers(1, 6), block_chunks=st.integers(2, 4), grow=st.lists(st.integers(1, 60), max_size=4))
+def test_bm25_blocks_score_as_their_chunks(docs: list[frozenset[str]], queries: list[list[str]], chunk_size: int,
+                                           block_chunks: int, grow: list[int]) -> None:
+    """Full chunks merged into blocks (and the kept scores of a query asked again while the
+    history grows) give every document the score bm25s gives it in its chunk, bit for bit."""
+    bm25 = ChunkedBM25(chunk_size=chunk_size, block_chunks=block_chunks)
+    for n in sorted({len(docs), *(min(g, len(docs)) for g in grow)}):
+        for query in queries:
+            assert bm25.scores(docs[:n], query) == _bm25s_scores(docs[:n], query, chunk_size)
+    assert bm25._blocks == len(docs) // (chunk_size * block_chunks)
