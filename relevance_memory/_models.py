@@ -485,7 +485,7 @@ def raw_shape(raw: Mapping[str, Any], fields: Mapping[str, Any]) -> str | None:
     return _interned_shape(keys, tuple(calls))
 
 
-def plain_shape(raw: Mapping[str, Any]) -> RawShape:
+def plain_shape(raw: Mapping[str, Any]) -> str:
     """:func:`raw_shape` of a plain message (``plain_message`` in the store's validation) that
     ingest validated, and whose fields it made without conversion: the same shape, without
     comparing each value with its field (there, each field is the dict's own object; issue 24).

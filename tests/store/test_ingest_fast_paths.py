@@ -315,7 +315,8 @@ def test_a_plain_message_has_the_shape_the_general_path_finds() -> None:
     assert len(plain) == len(run) + len(extra)
     for sent, stored in plain:
         shape = plain_shape(sent)
-        assert shape is raw_shape(sent, stored.__dict__) and stored.__dict__["raw"] is shape
+        fields = {**stored.__dict__, "tool_calls": stored.tool_calls, "msg_type": stored.msg_type}  # as validated
+        assert shape is raw_shape(sent, fields) and stored.__dict__["raw"] is shape
         assert stored.raw == sent and list(stored.raw) == list(sent)
 
 
