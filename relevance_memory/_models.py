@@ -361,7 +361,7 @@ in place of the dict when the dict's values are the fields' very objects (issue 
 copy of the caller's dict was ~400 of the ~2,000 bytes a message kept); equal shapes are one
 object (:func:`raw_shape`). A string, not an object of a class of ours nor nested tuples: the
 garbage collector never tracks it, and stops tracking a message's dict that holds only such
-values in its first pass over it (issue 39).
+values in its first pass over it (issue 24).
 
 Reading :attr:`Message.raw` of such a message makes the :class:`FrozenDict` again (a new
 object each read, equal to the one given: the same keys, in the same order, and values).
@@ -517,7 +517,7 @@ def _message_msg_type(self: Message) -> MessageType:
     return _MESSAGE_TYPES[kept] if type(kept) is str else kept  # type: ignore[no-any-return]
 
 
-_message_msg_type.__doc__ = """See :class:`MessageType`. The store keeps its value (a string: issue 39, a
+_message_msg_type.__doc__ = """See :class:`MessageType`. The store keeps its value (a string: issue 24, a
 message's dict that holds no enum member, nor any other object of a class, is one the
 garbage collector stops tracking); this is the member."""
 setattr(Message, "msg_type", property(_message_msg_type))  # noqa: B010  # a pydantic field: set after the class is made
@@ -536,7 +536,7 @@ def stored_fields(fields: dict[str, Any]) -> dict[str, Any]:
     :data:`_CALLS_KEPT` newer calls have not been read), so the message's dict holds no object
     of a class when its ``raw`` is a :data:`RawShape` and it has no content parts — a dict
     CPython's collector stops tracking, and no call objects nor a tuple of them are kept
-    (issue 39: one to three objects fewer a message for every full collection)."""
+    (issue 24: one to three objects fewer a message for every full collection)."""
     kind = fields["msg_type"]
     if type(kind) is MessageType:
         fields["msg_type"] = kind.value
@@ -579,7 +579,7 @@ _CALL_FIELDS = set(ToolCall.model_fields)  # shared by every call made here, as 
 
 def call_rows(message: Message) -> list[tuple[str, str, str, str]]:
     """``(id, type, name, arguments)`` of each of ``message``'s tool calls, in order, read without
-    making :class:`ToolCall` objects (issue 39: the store keeps them as strings)."""
+    making :class:`ToolCall` objects (issue 24: the store keeps them as strings)."""
     kept = message.__dict__["tool_calls"]
     if not kept:
         return []

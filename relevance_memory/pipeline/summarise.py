@@ -81,7 +81,7 @@ def _tool_name(seams: Seams, message: Message) -> str:
     """The tool a tool result answers (from its call), else the message's source label."""
     if message.role == "tool" and message.parent_id is not None:
         parent = seams.store.get(message.parent_id)
-        for call_id, _, name, _ in call_rows(parent):  # no ToolCall objects made (issue 39)
+        for call_id, _, name, _ in call_rows(parent):  # no ToolCall objects made (issue 24)
             if call_id == message.tool_call_id:
                 return name
     return message.source

@@ -620,7 +620,7 @@ class MessageStore:
         references = self._references(held, draft.parent_index)
         if references:
             fields["references"] = tuple(references)
-        stored = trusted(Message, stored_fields(fields), owned=True)  # its msg_type a string (issue 39)
+        stored = trusted(Message, stored_fields(fields), owned=True)  # its msg_type a string (issue 24)
         message_id = stored.id
         # each distinct term and identifier is kept once, a message's rows as numbers
         # (:class:`StringRows`; issue 24: the per-message frozensets and their strings were

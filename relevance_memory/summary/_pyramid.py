@@ -97,7 +97,7 @@ class SummaryItems:
         summary's cache key and the summarizer's memo read them; making it again for every build
         cost a ``dataclasses.replace`` per linked message, issue 24), else a new one. A message
         marked keeps only its marked item: its item without the marks is dropped from the memo
-        (issue 39: one object fewer the collector walks per linked message; made again only
+        (issue 24: one object fewer the collector walks per linked message; made again only
         when the message's links change)."""
         self._data.pop(item.id, None)
         found = self._linked.get(item.id)
