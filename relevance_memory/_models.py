@@ -395,9 +395,7 @@ def rebuild_raw(shape: str, message: Message | Mapping[str, Any],
     for key in keys:
         if key == "tool_calls":
             calls = []
-            kept_calls = fields["tool_calls"]
-            rows = (_rows_of(kept_calls) if _is_rows(kept_calls)
-                    else [(call.id, call.type, call.name, call.arguments) for call in kept_calls])
+            rows = _kept_rows(fields["tool_calls"])
             for (ident, kind, tool, arguments), (call_keys, payload_keys) in zip(rows, shape_calls, strict=True):
                 made: dict[str, Any] = {}
                 for name in call_keys:
@@ -580,7 +578,12 @@ _CALL_FIELDS = set(ToolCall.model_fields)  # shared by every call made here, as 
 def call_rows(message: Message) -> list[tuple[str, str, str, str]]:
     """``(id, type, name, arguments)`` of each of ``message``'s tool calls, in order, read without
     making :class:`ToolCall` objects (issue 24: the store keeps them as strings)."""
-    kept = message.__dict__["tool_calls"]
+    return _kept_rows(message.__dict__["tool_calls"])
+
+
+def _kept_rows(kept: tuple[Any, ...]) -> list[tuple[str, str, str, str]]:
+    """The ``(id, type, name, arguments)`` rows of ``tool_calls`` as a message's dict holds them:
+    rows (:func:`stored_fields`) or :class:`ToolCall` objects."""
     if not kept:
         return []
     if type(kept[0]) is str:

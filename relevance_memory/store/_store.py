@@ -69,6 +69,7 @@ from .._models import (
     Message,
     MessageType,
     ToolCall,
+    call_rows,
     content_hash,
     content_text,
     plain_shape,
@@ -125,11 +126,10 @@ def _add_id(index: dict[str, tuple[str] | list[str]], key: str, message_id: str)
         held.append(message_id)
 
 
-def _message_text(content: Any, calls: tuple[ToolCall, ...]) -> str:
+def _message_text(content: Any, calls: Iterable[tuple[str, str]]) -> str:
     """What a message says, for its lexical terms, identifiers, supersede detection and vector:
-    its content's text, then each tool call as ``\nname(arguments)``."""
-    text = content_text(content)
-    return text + "".join([f"\n{c.name}({c.arguments})" for c in calls]) if calls else text
+    its content's text, then each tool call ``(name, arguments)`` as ``\nname(arguments)``."""
+    return content_text(content) + "".join([f"\n{name}({arguments})" for name, arguments in calls])
 
 
 def _text_rows(text: str) -> tuple[tuple[str, ...], tuple[str, ...]]:
@@ -600,12 +600,12 @@ class MessageStore:
         # what a message says is read here, not when the batch is checked: a draft holds no
         # text, so checking a batch of a million messages holds no million texts
         calls: tuple[ToolCall, ...] = fields["tool_calls"]
-        text_for_refs = _message_text(fields["content"], calls)
+        text_for_refs = _message_text(fields["content"], [(c.name, c.arguments) for c in calls] if calls else ())
         memo_key = hash(text_for_refs)  # not the text: it may be long (a str keeps its hash: no second pass)
         earlier = self._rows_memo.get(memo_key)
         if earlier is not None:
             before = self.messages[earlier]
-            if _message_text(before.content, before.tool_calls) != text_for_refs:
+            if _message_text(before.content, [(n, a) for _, _, n, a in call_rows(before)]) != text_for_refs:
                 earlier = None  # another text of the same hash
         if earlier is None:
             terms, idents = _text_rows(text_for_refs)
