@@ -50,6 +50,35 @@ class _Prefix(Sequence[Any]):
         return itertools.islice(backwards, backwards.__length_hint__() - self._n, None)  # skip what came after
 
 
+class _CodedPrefix(_Prefix):
+    """The first ``n`` rows of a :class:`~relevance_memory.store._validate.StringRows` (a
+    :class:`_Prefix`), also read as vocabulary numbers (``coded``, ``code``, ``code_space``:
+    what the prefilter's BM25 index reads, issue 24)."""
+
+    __slots__ = ()
+
+    def coded(self, start: int, stop: int) -> Any:
+        """:meth:`StringRows.coded <relevance_memory.store._validate.StringRows.coded>` of rows
+        ``start`` to ``stop``, both at most the snapshot's length.
+
+        Raises:
+            IndexError: a row past the snapshot's length asked for.
+        """
+        if not 0 <= start <= stop <= self._n:
+            raise IndexError(f"rows {start}:{stop} of {self._n}")
+        rows: Any = self._items  # a StringRows
+        return rows.coded(start, stop)
+
+    def code(self, text: str) -> int | None:
+        """The vocabulary number of ``text`` (of the whole store: a number never changes)."""
+        rows: Any = self._items
+        return rows.code(text)  # type: ignore[no-any-return]
+
+    def code_space(self) -> Any:
+        """The store's rows, whose vocabulary numbers these are."""
+        return self._items
+
+
 class _RefsView(Mapping[str, Sequence[str]]):
     """``referenced_by`` as it was when the snapshot was taken: only referencing messages
     with an index below the snapshot's length count."""
@@ -194,12 +223,12 @@ class StoreSnapshot:
     @functools.cached_property
     def terms(self) -> Sequence[frozenset[str]]:
         """Each message's terms (the store's list up to the snapshot's length)."""
-        return _Prefix(self._store.terms, self._n)
+        return _CodedPrefix(self._store.terms, self._n)
 
     @functools.cached_property
     def idents(self) -> Sequence[frozenset[str]]:
         """Each message's identifiers (the store's list up to the snapshot's length)."""
-        return _Prefix(self._store.idents, self._n)
+        return _CodedPrefix(self._store.idents, self._n)
 
     @functools.cached_property
     def episodes(self) -> Sequence[int]:

@@ -17,8 +17,11 @@ from scorers import WrappedOfflineScorer
 
 from relevance_memory import SUMMARY_MARKER, RelevanceMemoryManager, RelevanceScore, check_context, load_transcript
 from relevance_memory._tokenizer import TiktokenCounter
+from relevance_memory.pipeline._bm25 import CodedRows
 from relevance_memory.pipeline.prefilter import ChunkedBM25, prefilter_chains
 from relevance_memory.scoring._cache import DiskScoreCache
+from relevance_memory.store._snapshot import StoreSnapshot, _CodedPrefix
+from relevance_memory.store._validate import StringRows
 from relevance_memory.summary._summary import (
     LLMSummarizer,
     OfflineSummarizer,
@@ -415,9 +418,21 @@ def test_chunked_bm25_scores_are_bm25s_bit_for_bit_on_a_real_run() -> None:
     words = sorted(set().union(*docs))
     queries = [words[i::97][:12] for i in range(5)] + [["sympy", "symbol", "dict", "slots"], [words[0]], ["no-such-term"]]
     for chunk_size in (256, 37):
-        bm25 = ChunkedBM25(chunk_size=chunk_size)
+        bm25, coded = ChunkedBM25(chunk_size=chunk_size), ChunkedBM25(chunk_size=chunk_size)
         for query in queries:
-            assert bm25.scores(docs, query) == _bm25s_scores(docs, query, chunk_size)
+            expected = _bm25s_scores(docs, query, chunk_size)
+            assert bm25.scores(docs, query) == expected
+            # the store's own rows, read as their vocabulary numbers (issue 24), and a snapshot's
+            assert coded.scores(memory.store.terms, query) == expected
+            assert coded.scores(StoreSnapshot(memory.store).terms, query) == expected
+    assert isinstance(memory.store.terms, CodedRows) and isinstance(StoreSnapshot(memory.store).terms, CodedRows)
+
+
+def _string_rows(docs: list[frozenset[str]]) -> StringRows:
+    rows = StringRows()
+    for d in docs:
+        rows.append(sorted(d))
+    return rows
 
 
 @settings(max_examples=60, deadline=None)
@@ -425,8 +440,11 @@ def test_chunked_bm25_scores_are_bm25s_bit_for_bit_on_a_real_run() -> None:
        query=st.lists(st.sampled_from([f"t{i}" for i in range(34)]), min_size=1, max_size=6),
        chunk_size=st.integers(1, 16))
 def test_chunked_bm25_scores_are_bm25s_bit_for_bit(docs: list[frozenset[str]], query: list[str], chunk_size: int) -> None:
-    """Generated term sets (empty documents, repeated query terms, terms no document has)."""
-    assert ChunkedBM25(chunk_size=chunk_size).scores(docs, query) == _bm25s_scores(docs, query, chunk_size)
+    """Generated term sets (empty documents, repeated query terms, terms no document has), as
+    sets and as the store keeps them (vocabulary numbers, :class:`StringRows`)."""
+    expected = _bm25s_scores(docs, query, chunk_size)
+    assert ChunkedBM25(chunk_size=chunk_size).scores(docs, query) == expected
+    assert ChunkedBM25(chunk_size=chunk_size).scores(_string_rows(docs), query) == expected
 
 
 @settings(max_examples=150, deadline=None)
@@ -567,7 +585,13 @@ def test_bm25_blocks_score_as_their_chunks(docs: list[frozenset[str]], queries: 
     """Full chunks merged into blocks (and the kept scores of a query asked again while the
     history grows) give every document the score bm25s gives it in its chunk, bit for bit."""
     bm25 = ChunkedBM25(chunk_size=chunk_size, block_chunks=block_chunks)
+    coded = ChunkedBM25(chunk_size=chunk_size, block_chunks=block_chunks)
+    rows = _string_rows(docs)  # every row stored; each call reads a snapshot's first n (issue 24)
     for n in sorted({len(docs), *(min(g, len(docs)) for g in grow)}):
         for query in queries:
-            assert bm25.scores(docs[:n], query) == _bm25s_scores(docs[:n], query, chunk_size)
-    assert bm25._blocks == len(docs) // (chunk_size * block_chunks)
+            expected = _bm25s_scores(docs[:n], query, chunk_size)
+            assert bm25.scores(docs[:n], query) == expected
+            assert coded.scores(_CodedPrefix(rows, n), query) == expected
+    assert bm25._blocks == coded._blocks == len(docs) // (chunk_size * block_chunks)
+    # other documents (the sets, not the rows' numbers) are indexed afresh, not read as the rows'
+    assert coded.scores(docs, queries[0]) == _bm25s_scores(docs, queries[0], chunk_size)
