@@ -14,13 +14,14 @@ import json
 import math
 import re
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field, fields
-from typing import Any, Literal, NamedTuple, TypeAlias, TypeVar
+from dataclasses import dataclass, field
+from typing import Any, Literal, NamedTuple, TypeAlias
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from .._config import PHEROMONE_KINDS, PheromoneConfig
 from .._exceptions import ScopeError
+from .._positional import positional
 from ..pheromone._math import Cell
 
 __all__ = [
@@ -518,25 +519,9 @@ class CellView:
         return self.cell.status == "active" and not self.expired
 
 
-_T = TypeVar("_T")
-
-
-def _positional(cls: type[_T]) -> Callable[..., _T]:
-    """A constructor of the frozen slots dataclass ``cls`` taking every field, in order,
-    positionally, that sets them through their slot descriptors instead of ``__init__``'s
-    ``object.__setattr__`` per field: a snapshot builds a cell and a view per item read
-    (about 2× faster here). The same object ``cls(...)`` builds (tests compare them)."""
-    names = [f.name for f in fields(cls)]  # type: ignore[arg-type]
-    scope: dict[str, Any] = {"new": object.__new__, "cls": cls}
-    scope |= {f"set_{n}": getattr(cls, n).__set__ for n in names}
-    body = "".join(f"    set_{n}(obj, {n})\n" for n in names)
-    exec(f"def make({', '.join(names)}):\n    obj = new(cls)\n{body}    return obj\n", scope)  # field names only
-    return scope["make"]  # type: ignore[no-any-return]
-
-
-new_board_cell: Callable[..., BoardCell] = _positional(BoardCell)
+new_board_cell: Callable[..., BoardCell] = positional(BoardCell)
 """``BoardCell(memory, producer, created_at, …, events)`` with every field given, positionally, faster."""
-new_cell_view: Callable[..., CellView] = _positional(CellView)
+new_cell_view: Callable[..., CellView] = positional(CellView)
 """``CellView(id, kind, …, cell)`` with every field given, positionally, faster."""
 
 

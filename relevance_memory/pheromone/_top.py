@@ -123,12 +123,18 @@ class StrengthRanking:
         protect, group_key = self._config.protect_ticks, self._group_key
         members: dict[Group, list[Entry]] = {}
         young: dict[str, None] = {}
+        # a cell no deposit or reinforcement has touched is shared by the messages of its kind
+        # that arrived in one tick (PheromoneField._add): its key is computed once (issue 24)
+        keys: dict[int, tuple[Group, float]] = {}  # id(cell) → its group and key (cells is not changed meanwhile)
         for message_id, cell in cells.items():
             born = cell.born_tick
             if born + protect > tick:
                 young[message_id] = None
                 continue
-            group, key = group_key(cell)
+            got = keys.get(id(cell))
+            if got is None:
+                got = keys[id(cell)] = group_key(cell)
+            group, key = got
             entry = (-key, born, message_id)
             held = members.get(group)
             if held is None:

@@ -147,19 +147,23 @@ def _index_coded(start: int, codes: npt.NDArray[np.int64], lengths: npt.NDArray[
     :func:`_index`'s placeholder does; the placeholder itself is never asked for, so it has
     no posting here). O(postings) array operations, no Python pass per posting."""
     n = len(lengths)
-    terms, column = np.unique(codes, return_inverse=True)
-    column = column.reshape(-1)  # (NumPy 2.0.x returns the inverse in the input's shape)
-    per_term = np.bincount(column, minlength=len(terms))
+    # one stable sort: the postings by term, each term's in document order (as _index's)
+    order = np.argsort(codes, kind="stable")
+    ordered = codes[order]
+    first = np.ones(len(ordered), dtype=bool)  # a term's first posting
+    np.not_equal(ordered[1:], ordered[:-1], out=first[1:])
+    starts = np.flatnonzero(first)
+    indptr = np.empty(len(starts) + 1, dtype=np.int32)
+    indptr[:-1], indptr[-1] = starts, len(ordered)
+    per_term = np.diff(indptr)  # document frequency: a term once per document
+    column = np.cumsum(first) - 1  # each (sorted) posting's term
     idf = _idf_table(n)[per_term]
     counted = np.maximum(lengths, 1)  # an empty document's placeholder term
     mean = counted.mean()
     tfc = 1.0 / (K1 * ((1 - B) + B * counted / mean) + 1.0)
-    doc_of = np.repeat(np.arange(n, dtype=np.int16 if n <= 2**15 else np.int32), lengths)
+    doc_of = np.repeat(np.arange(n, dtype=np.int16 if n <= 2**15 else np.int32), lengths)[order]
     weights = (idf[column].astype(np.float64) * tfc[doc_of]).astype(np.float32)
-    order = np.argsort(column, kind="stable")
-    indptr = np.zeros(len(terms) + 1, dtype=np.int32)
-    np.cumsum(per_term, out=indptr[1:])
-    return _Chunk(start, n, terms.astype(np.int32), indptr, doc_of[order], weights[order])
+    return _Chunk(start, n, ordered[first].astype(np.int32), indptr, doc_of, weights)
 
 
 def _merge(chunks: Sequence[_Chunk]) -> _Chunk:

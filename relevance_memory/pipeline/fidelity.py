@@ -183,6 +183,21 @@ _EXCERPTS: TextMemo[tuple[str, int, int]] = TextMemo(longest=50_000, max_chars=4
 same file or runs the same command again: each repeat was cut line by line anew)."""
 
 
+_STEP_NAMES: TextMemo[tuple[str, ...]] = TextMemo(longest=100_000, max_chars=4_000_000)
+"""Memo of the code names of an assistant message :func:`keep_names` reads, for the texts longer
+than :func:`~relevance_memory._text.code_names`' own memo keeps (a call's long arguments): each
+such message is read by the keep names of every oversized result of the next steps, and an agent
+runs the same long call again (issue 24: at 200,000 messages, 5 % of a first build)."""
+
+
+def _step_names(text: str) -> tuple[str, ...]:
+    """``code_names(text, min_chars=3)``, memoised by text however long (:data:`_STEP_NAMES`)."""
+    known = _STEP_NAMES.get(text)
+    if known is not None:
+        return known
+    return _STEP_NAMES.put(text, tuple(code_names(text, min_chars=3)))
+
+
 _TOKENS: TextMemo[int] = TextMemo(longest=100_000, max_chars=8_000_000)
 """Memo of a text's tokens by text and counter, for the texts an excerpt measures (a repeated
 command's arguments, a file's lines read again): the same counter counts a text the same."""
@@ -464,7 +479,7 @@ def keep_names(messages: Sequence[Message], index: int, goal_text: str, *, steps
         if other.step < step - steps_back:
             break
         if other.role == "assistant":
-            names.update(code_names(other.text, min_chars=3))
+            names.update(_step_names(other.text))
     return frozenset(names)
 
 

@@ -35,7 +35,7 @@ from .._memo import remember
 from .._models import Message, RelevanceScore, call_rows, content_text, user_authored
 from ..scoring._scorer import REQUEST_REASON
 from ..store._supersede import SupersedeLink
-from ..summary._pyramid import held_lines, mark_held
+from ..summary._pyramid import held_lines, mark_held, new_summary_item
 from ..summary._summary import (
     PyramidResult,
     RenderedSummary,
@@ -96,15 +96,10 @@ def _item(
     for that one); what does not change is made once per memory
     (:class:`~relevance_memory.summary._pyramid.SummaryItems`)."""
     memo = seams.summary_items
-    item = memo.get(message.id, message.content_hash) or memo.put(SummaryItem(
-        id=message.id,
-        role=message.role,
-        msg_type=message.msg_type.value,
-        text=content_text(message.content),
-        content_hash=message.content_hash,
-        tool_calls=tuple((name, arguments) for _, _, name, arguments in call_rows(message)),
-        source=_tool_name(seams, message),
-        tokens=message.token_count,
+    item = memo.get(message.id, message.content_hash) or memo.put(new_summary_item(
+        message.id, message.role, message.msg_type.value, content_text(message.content), message.content_hash,
+        tuple((name, arguments) for _, _, name, arguments in call_rows(message)), _tool_name(seams, message),
+        "", False, message.token_count, (),  # the supersede marks: SummaryItems.marked; held: mark_held
     ))
     if not seams.config.supersede:
         return item

@@ -215,3 +215,45 @@ def test_the_excerpt_memo_drops_a_message_s_least_recently_used_cap() -> None:
     again = memo.get(big, "excerpt", 400, (), counter, "goal")
     assert again is not second and again == second  # made again, the same bytes
     assert big.token_count > 400 and first.tokens <= 300 and again.tokens <= 400
+
+
+def test_summary_items_made_positionally_and_marked_are_the_dataclass_s_own() -> None:
+    """Issue 24: a first build makes an item per archived message with the slots' own setters,
+    and a linked message's kept marked item is compared field by field (no item made to compare):
+    the same objects the dataclass makes, and a kept item given back only when every other field
+    still matches."""
+    from relevance_memory.summary._pyramid import SummaryItems, new_summary_item
+
+    fields = ("m1", "tool", "tool_result", "ok", "h1", (("bash", '{"cmd": "ls"}'),), "bash", "", False, 12, ())
+    item = new_summary_item(*fields)
+    assert item == SummaryItem(id="m1", role="tool", msg_type="tool_result", text="ok", content_hash="h1",
+                               tool_calls=(("bash", '{"cmd": "ls"}'),), source="bash", tokens=12)
+    assert type(item) is SummaryItem
+    memo = SummaryItems()
+    marked = memo.marked(item, "since step 3: 2", False)
+    assert marked == replace(item, superseded="since step 3: 2")
+    memo.keep_linked("m1", None, None, marked)
+    assert memo.marked(item, "since step 3: 2", False) is marked  # kept: the same marks, the same fields
+    assert memo.marked(item, "since step 4: 3", False) == replace(item, superseded="since step 4: 3")
+    for name, value in (("text", "changed"), ("tokens", 13), ("source", "grep"), ("held", ("a line",))):
+        other = replace(item, **{name: value})
+        again = memo.marked(other, "since step 3: 2", False)
+        assert again is not marked and again == replace(other, superseded="since step 3: 2")
+
+
+def test_keep_names_read_a_long_call_as_code_names_does() -> None:
+    """Issue 24: the names of an assistant message longer than code_names' own memo keeps are
+    memoised for keep_names too; what it reads is what code_names reads, on every call."""
+    from relevance_memory._text import code_names
+    from relevance_memory.pipeline.fidelity import keep_names
+
+    long_args = " ".join(f"module_{i}.function_{i}" for i in range(400))  # ~9,000 characters
+    assert len(long_args) > 2_000
+    memory = RelevanceMemoryManager(max_input_tokens=8000)
+    memory.extend([{"role": "user", "content": "go"}, {"role": "assistant", "content": long_args},
+                   {"role": "user", "content": "next"}])
+    messages = memory.messages
+    expected = frozenset(code_names("goal_name", min_chars=3)) | frozenset(code_names(long_args, min_chars=3))
+    assert keep_names(messages, 2, "goal_name") == expected
+    assert keep_names(messages, 2, "goal_name") == expected  # the memo's answer
+    assert "module_399.function_399" in expected
