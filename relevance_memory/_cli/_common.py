@@ -9,8 +9,12 @@ write a literal ``[`` there as ``\\[`` (see :data:`EMBEDDER_HELP`).
 
 from __future__ import annotations
 
+import json
+from collections.abc import Callable
 from pathlib import Path
+from typing import TypeVar
 
+import pydantic
 import typer
 from rich import box
 from rich.console import Console
@@ -33,6 +37,7 @@ __all__ = [
     "mode_lines",
     "plural",
     "print_warnings",
+    "read_json_model",
     "routine_note",
     "short",
     "tagged",
@@ -91,6 +96,57 @@ def write_output(path: Path, text: str, what: str) -> None:
         path.write_text(text, encoding="utf-8")
     except OSError as exc:
         raise fail(f"cannot write the {what} to {path}: {exc.strerror or exc}") from None
+
+
+_Model = TypeVar("_Model")
+
+
+def read_json_model(path: Path, parse: Callable[[bytes], _Model], *, what: str, hint: str,
+                    list_hint: str | None = None) -> _Model:
+    """``parse(bytes of path)``; a file that cannot be read or parsed is a one-line ``error:``
+    naming the file and what is wrong with it — unreadable, empty, not JSON (line and column),
+    a list (``list_hint`` says what it may be), an object without the model's fields, or the
+    first invalid field — followed by ``hint`` (what to pass instead), and exit 2.
+
+    Raises:
+        typer.Exit: ``path`` is not a readable ``what`` (``"a decision record"`` …).
+    """
+    try:
+        data = path.read_bytes()
+    except OSError as exc:
+        raise fail(f"cannot read {path}: {exc.strerror or exc}") from None
+    try:
+        return parse(data)
+    except ValueError as exc:
+        raise fail(f"{path} {_json_problem(data, exc, what, list_hint)}; {hint}") from None
+
+
+def _json_problem(data: bytes, exc: ValueError, what: str, list_hint: str | None) -> str:
+    """What is wrong with ``data`` that ``exc`` was raised parsing it as ``what``, in words."""
+    if not data.strip():
+        return f"is empty, not {what}"
+    try:
+        parsed = json.loads(data)
+    except UnicodeDecodeError:
+        return f"is not UTF-8 text, so not {what}"
+    except json.JSONDecodeError as bad:
+        return f"is not valid JSON ({bad.msg} at line {bad.lineno}, column {bad.colno}), so not {what}"
+    if isinstance(parsed, list):
+        return f"is a JSON list{f' ({list_hint})' if list_hint else ''}, not {what}"
+    if not isinstance(parsed, dict):
+        kind = "string" if isinstance(parsed, str) else "null" if parsed is None else "value"
+        return f"holds a single JSON {kind} ({short(json.dumps(parsed), 40)}), not {what}"
+    if not isinstance(exc, pydantic.ValidationError):
+        return f"is not {what}: {str(exc).splitlines()[0]}"
+    errors = exc.errors()
+    missing = [str(e["loc"][0]) for e in errors if e["type"] == "missing" and len(e["loc"]) == 1]
+    if missing:
+        shown = ", ".join(missing[:4]) + (f" and {len(missing) - 4} more" if len(missing) > 4 else "")
+        return f"is not {what}: a JSON object with no {shown}"
+    first = errors[0]
+    where = ".".join(str(part) for part in first["loc"]) or "the top level"
+    more = f" (and {plural(len(errors) - 1, 'other problem')})" if len(errors) > 1 else ""
+    return f"is not a valid {what.removeprefix('a ').removeprefix('an ')}: {where}: {first['msg']}{more}"
 
 
 def plural(count: int, noun: str) -> str:

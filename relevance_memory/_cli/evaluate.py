@@ -25,7 +25,7 @@ from rich.text import Text
 
 from .._exceptions import RelevanceMemoryError
 from .._extras import MissingExtraError
-from ._common import EMBEDDER_HELP, console, err, fail, tagged
+from ._common import EMBEDDER_HELP, console, err, fail, read_json_model, tagged
 from ._scorer_options import (
     BaseUrl,
     BatchSize,
@@ -280,12 +280,8 @@ def rubric_build(
 def _load_set(path: Path) -> Any:
     from ..evaluation import LabelledSet
 
-    try:
-        return LabelledSet.load(path)
-    except OSError as exc:
-        raise fail(f"cannot read {path}: {exc.strerror or exc}") from None
-    except ValueError as exc:
-        raise fail(f"{path} is not a labelled set: {str(exc).splitlines()[0]}") from None
+    return read_json_model(path, LabelledSet.model_validate_json, what="a labelled set",
+                           hint="make one with relmem rubric build (locomo or longmemeval)")
 
 
 def _report_rows(reports: list[Any]) -> Table:

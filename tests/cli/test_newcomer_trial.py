@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
 from typer.testing import CliRunner
 
 from relevance_memory import ContextOverflowError
@@ -48,6 +49,59 @@ def _record(tmp_path: Path) -> Path:
     built = runner.invoke(app, ["build", str(run), "--budget", "2000", "--out", str(tmp_path / "five.context.json")])
     assert built.exit_code == 0 and record.is_file(), built.output
     return record
+
+
+# --------------------------------------------------------------------------- 1. explain --limit below 0
+def test_explain_rejects_a_negative_limit_and_counts_what_is_left(tmp_path: Path) -> None:
+    record = _record(tmp_path)
+    result = runner.invoke(app, ["explain", str(record), "--limit", "-3"])
+    assert result.exit_code == 2
+    assert "Invalid value for '--limit'" in result.output and "greater than or equal to 0" in _plain(result.output)
+    shown = runner.invoke(app, ["explain", str(record), "--limit", "2"])
+    assert shown.exit_code == 0 and "… 3 more rows (use --limit 0 for all)" in shown.output  # 5 messages
+
+
+# --------------------------------------------------------------------------- 2 and 4. files that are not a record
+@pytest.mark.parametrize(("content", "problem"), [
+    ('[{"role":"user","content":"hi"', "is not valid JSON (Expecting ',' delimiter at line 1, column 31), "
+                                       "so not a decision record"),
+    ("", "is empty, not a decision record"),
+    ("  \n", "is empty, not a decision record"),
+    ('{"a": 1}', "is not a decision record: a JSON object with no build_id, goal, budget, encoding and 7 more"),
+    ('"hi"', 'holds a single JSON string ("hi"), not a decision record'),
+    ('[{"role": "user", "content": "hi"}]', "is a JSON list (a context written by relmem build?), not a decision record"),
+])
+def test_explain_says_what_the_file_is(tmp_path: Path, content: str, problem: str) -> None:
+    path = tmp_path / "given.json"
+    path.write_text(content)
+    result = runner.invoke(app, ["explain", str(path)])
+    assert result.exit_code == 2
+    assert _plain(result.output) == (f"error: {path} {problem}; pass the <name>.record.json that relmem build printed")
+    assert "validation error" not in result.output
+
+
+def test_explain_names_the_first_invalid_field_of_a_damaged_record(tmp_path: Path) -> None:
+    data = json.loads(_record(tmp_path).read_text())
+    data["messages"][1]["decision"] = "maybe"
+    damaged = _write(tmp_path / "damaged.json", data)
+    result = runner.invoke(app, ["explain", str(damaged)])
+    assert result.exit_code == 2
+    assert _plain(result.output) == (f"error: {damaged} is not a valid decision record: decision: Input should be 'kept', "
+                                     "'recent', 'summarised' or 'dropped'; pass the <name>.record.json that relmem build printed")
+
+
+@pytest.mark.parametrize(("content", "problem"), [
+    ('[{"role":"user","content":"hi"', "is not valid JSON (Expecting ',' delimiter at line 1, column 31), "
+                                       "so not a labelled set"),
+    ("", "is empty, not a labelled set"),
+    ('{"a": 1}', "is not a labelled set: a JSON object with no name"),
+])
+def test_rubric_eval_says_what_the_file_is(tmp_path: Path, content: str, problem: str) -> None:
+    path = tmp_path / "set.json"
+    path.write_text(content)
+    result = runner.invoke(app, ["rubric", "eval", str(path)])
+    assert result.exit_code == 2
+    assert _plain(result.output) == f"error: {path} {problem}; make one with relmem rubric build (locomo or longmemeval)"
 
 
 # --------------------------------------------------------------------------- 5. no system prompt, a budget of 1
