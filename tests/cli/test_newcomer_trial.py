@@ -104,6 +104,32 @@ def test_rubric_eval_says_what_the_file_is(tmp_path: Path, content: str, problem
     assert _plain(result.output) == f"error: {path} {problem}; make one with relmem rubric build (locomo or longmemeval)"
 
 
+# --------------------------------------------------------------------------- 4. eval options
+@pytest.mark.parametrize(("args", "option", "floor"), [
+    (["--keep-recent", "-1"], "--keep-recent", 0), (["--jobs", "0"], "--jobs", 1), (["--jobs", "-2"], "--jobs", 1),
+])
+@pytest.mark.parametrize("dataset", ["locomo", "longmemeval"])
+def test_eval_rejects_options_out_of_range(tmp_path: Path, dataset: str, args: list[str], option: str, floor: int) -> None:
+    result = runner.invoke(app, ["eval", dataset, str(tmp_path / "absent.json"), *args], env={"COLUMNS": "200"})
+    assert result.exit_code == 2
+    text = _plain(result.output)
+    assert f"Invalid value for '{option}'" in text and f"greater than or equal to {floor}" in text
+    assert "pydantic" not in text and "https://" not in text
+
+
+def test_eval_names_an_unknown_category_and_the_known_ones(tmp_path: Path) -> None:
+    result = runner.invoke(app, ["eval", "locomo", str(tmp_path / "absent.json"), "--categories", "foo,temporal,bar"])
+    assert result.exit_code == 2
+    assert _plain(result.output) == ("error: --categories: unknown LoCoMo categories 'bar', 'foo'; the categories are "
+                                     "multi-hop, temporal, open-domain, single-hop, adversarial")
+
+
+def test_longmemeval_help_shows_its_own_question_ids() -> None:
+    help_text = _plain(runner.invoke(app, ["eval", "longmemeval", "--help"], env={"COLUMNS": "200"}).output)
+    assert "e.g. 001be529" in help_text and "conv-26" not in help_text
+    assert "conv-26#q0" in _plain(runner.invoke(app, ["eval", "locomo", "--help"], env={"COLUMNS": "200"}).output)
+
+
 # --------------------------------------------------------------------------- 5. no system prompt, a budget of 1
 def test_a_budget_below_the_reply_priming_names_the_reply_priming(tmp_path: Path) -> None:
     run = _write(tmp_path / "twouser.json", [{"role": "user", "content": "Rename foo.py"}, {"role": "user", "content": "and bar.py"}])
