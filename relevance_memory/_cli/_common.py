@@ -10,6 +10,7 @@ write a literal ``[`` there as ``\\[`` (see :data:`EMBEDDER_HELP`).
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Callable
 from pathlib import Path
 from typing import TypeVar
@@ -21,6 +22,7 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
+from .._exceptions import InvalidMessageError, RelevanceMemoryError, TranscriptFormatError
 from .._record import BudgetBreakdown, DecisionRecord
 
 __all__ = [
@@ -30,6 +32,7 @@ __all__ = [
     "budget_notes",
     "budget_table",
     "check_embedder",
+    "cli_error",
     "cli_wording",
     "console",
     "err",
@@ -253,6 +256,21 @@ def cli_wording(text: str) -> str:
     for library, cli in _LIBRARY_ADVICE:
         text = text.replace(library, cli)
     return text
+
+
+_BATCH = re.compile(r" \(batch item \d+ of \d+; nothing of this batch was stored\)")
+"""What the store adds to an invalid message of an ``extend`` batch: a library caller's words;
+a CLI user gave a file, not a batch."""
+
+
+def cli_error(exc: RelevanceMemoryError, source: Path | None = None) -> str:
+    """A library error in the CLI's words: its advice as options (:func:`cli_wording`), and an
+    invalid message of ``source`` named by its position in that file (counting from 0), not by
+    its place in a batch the user never saw."""
+    if isinstance(exc, InvalidMessageError) and not isinstance(exc, TranscriptFormatError) \
+            and exc.index is not None and source is not None:
+        return cli_wording(f"{source}, message {exc.index} (counting from 0): {_BATCH.sub('', exc.reason)}")
+    return cli_wording(_BATCH.sub("", str(exc)))
 
 
 def print_warnings(warnings: list[str], *, verbose: bool) -> None:

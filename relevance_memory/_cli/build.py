@@ -22,7 +22,7 @@ from ._common import (
     EMBEDDER_HELP,
     budget_line,
     check_embedder,
-    cli_wording,
+    cli_error,
     console,
     err,
     fail,
@@ -127,7 +127,7 @@ def build(
             warnings.filterwarnings("ignore", message="semantic relevance off", category=RuntimeWarning)
             built = memory.build_context(compact=compact)
     except RelevanceMemoryError as exc:
-        raise fail(cli_wording(str(exc))) from None
+        raise fail(cli_error(exc, transcript)) from None
     stem = transcript.name.removesuffix(".jsonl").removesuffix(".json")
     if loaded.count > 1:
         stem = f"{stem}.{index}"

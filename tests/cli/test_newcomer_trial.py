@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from relevance_memory import ContextOverflowError
+from relevance_memory import ContextOverflowError, InvalidMessageError, RelevanceMemoryManager
 from relevance_memory.cli import app
 
 runner = CliRunner()
@@ -128,6 +128,27 @@ def test_longmemeval_help_shows_its_own_question_ids() -> None:
     help_text = _plain(runner.invoke(app, ["eval", "longmemeval", "--help"], env={"COLUMNS": "200"}).output)
     assert "e.g. 001be529" in help_text and "conv-26" not in help_text
     assert "conv-26#q0" in _plain(runner.invoke(app, ["eval", "locomo", "--help"], env={"COLUMNS": "200"}).output)
+
+
+# --------------------------------------------------------------------------- 4. an orphan tool message
+def test_the_library_keeps_its_batch_words() -> None:
+    memory = RelevanceMemoryManager()
+    with pytest.raises(InvalidMessageError, match=r"set on_invalid='repair' .*\(batch item 3 of 7; nothing of this batch was stored\)$"):
+        memory.extend(ORPHAN)
+
+
+@pytest.mark.parametrize("command", [["build"], ["replay", "--quiet"], ["heatmap"]])
+def test_an_orphan_is_named_by_its_place_in_the_file_with_the_cli_option(tmp_path: Path, command: list[str]) -> None:
+    run = _write(tmp_path / "orphan.json", ORPHAN)
+    out = ["--out", str(tmp_path / "map.png")] if command == ["heatmap"] else []
+    result = runner.invoke(app, [command[0], str(run), *command[1:], *out])
+    assert result.exit_code == 2
+    text = _plain(result.output)
+    assert text.endswith(f"{run}, message 3 (counting from 0): tool message answers 'x1', which no earlier assistant "
+                         "message called (pass --repair to keep it in the store but out of the context)")
+    assert "batch" not in text and "on_invalid" not in text
+    repaired = runner.invoke(app, [command[0], str(run), *command[1:], *out, "--repair"])
+    assert repaired.exit_code == 0, repaired.output
 
 
 # --------------------------------------------------------------------------- 5. no system prompt, a budget of 1
