@@ -58,7 +58,7 @@ def build(
     index: Annotated[int, typer.Option(help="Which run to take from a file holding many (τ-bench).")] = 0,
     repair: Annotated[bool, typer.Option(help="Keep orphan tool messages / unanswered calls in the store but out of the context, instead of failing.")] = False,
     out: Annotated[Path | None, typer.Option(help="Where to write the context (JSON list of OpenAI messages). Default: <name>.context.json")] = None,
-    record: Annotated[Path | None, typer.Option(help="Where to write the decision record. Default: <name>.record.json next to --out (else in the current directory).")] = None,
+    record: Annotated[Path | None, typer.Option(help="Where to write the decision record. Default: named after --out (--out run-4k.json: run-4k.record.json), else <name>.record.json in the current directory.")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print the decision record as JSON instead of the table.")] = False,
     scorer: Annotated[str, typer.Option(help="offline (lexical + embedding, as a manager scores by default), lexical (words only), llm, or auto (default): the LLM only when asked for — --base-url given or RELMEM_SCORER=llm; an API key alone never sends the transcript anywhere.")] = "auto",
     scorer_model: ScorerModel = None,
@@ -131,7 +131,7 @@ def build(
     stem = transcript.name.removesuffix(".jsonl").removesuffix(".json")
     if loaded.count > 1:
         stem = f"{stem}.{index}"
-    record_path = record or (out.parent if out else Path()) / f"{stem}.record.json"  # next to the context
+    record_path = record or _record_beside(out, stem)
     out = out or Path(f"{stem}.context.json")
     write_output(out, json.dumps(built.messages, ensure_ascii=False, indent=2) + "\n", "context")
     write_output(record_path, built.record.to_json() + "\n", "decision record")
@@ -141,6 +141,16 @@ def build(
     _print_summary(transcript, loaded.format, loaded.count, index, built.record, verbose=verbose)
     console.print(Text.assemble("context → ", (str(out), "bold"), "   decision record → ", (str(record_path), "bold")))
     console.print(Text.assemble("see why: ", (f"relmem explain {record_path}", "cyan")))
+
+
+def _record_beside(out: Path | None, stem: str) -> Path:
+    """The decision record's default path: named after ``--out`` when given (``swe2000.json`` →
+    ``swe2000.record.json``, ``x.context.json`` → ``x.record.json``), so builds of one transcript
+    at several budgets keep their records apart; else ``<stem>.record.json`` here."""
+    if out is None:
+        return Path(f"{stem}.record.json")
+    name = out.name.removesuffix(".json").removesuffix(".context") or out.name
+    return out.with_name(f"{name}.record.json")
 
 
 def _scorer_kind(value: str) -> Literal["auto", "llm", "offline"]:

@@ -168,3 +168,18 @@ def test_a_budget_below_the_reply_priming_names_the_reply_priming(tmp_path: Path
 def test_the_overflow_error_keeps_its_numbers() -> None:
     error = ContextOverflowError(budget=1, pinned_tokens=3, newest_step_tokens=0)
     assert (error.budget, error.pinned_tokens, error.newest_step_tokens) == (1, 3, 0)
+
+
+# --------------------------------------------------------------------------- 6. the record named after --out
+def test_builds_at_several_budgets_keep_their_records_apart(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    run = _write(tmp_path / "five.json", FIVE)
+    for budget in (2000, 4000, 8000):
+        result = runner.invoke(app, ["build", str(run), "--budget", str(budget), "--out", f"swe{budget}.json"])
+        assert result.exit_code == 0, result.output
+        assert f"decision record → swe{budget}.record.json" in _plain(result.output)
+    for budget in (2000, 4000, 8000):
+        assert json.loads((tmp_path / f"swe{budget}.record.json").read_text())["budget"] == budget
+    assert not (tmp_path / "five.record.json").exists()
+    default = runner.invoke(app, ["build", str(run), "--budget", "2000"])  # no --out: as before
+    assert default.exit_code == 0 and (tmp_path / "five.record.json").is_file() and (tmp_path / "five.context.json").is_file()
