@@ -224,13 +224,13 @@ def _print_summary(path: Path, fmt: str, count: int, index: int, rec: DecisionRe
     pinned = sum(1 for d in rec.messages if d.decision == "kept" and d.tier == "pinned")
     if pinned:
         table.add_row("system prompt (pinned)", "", f"{plural(pinned, 'msg')}")
-    table.add_row("kept older (by score)", "", f"{counts['kept'] - pinned:,} msgs")
+    table.add_row("kept older (by score)", "", plural(counts["kept"] - pinned, "msg"))
     cut = {f: sum(1 for d in rec.messages if d.fidelity == f) for f in ("excerpt", "elided")}
     if any(cut.values()):
         table.add_row("sent cut (restorable)", "", ", ".join(
             plural(n, "excerpt") if f == "excerpt" else f"{plural(n, 'call')} with the output elided"
             for f, n in cut.items() if n))
-    table.add_row("summarised", "", f"{counts['summarised']:,} msgs")
+    table.add_row("summarised", "", plural(counts["summarised"], "msg"))
     if counts["dropped"]:
         table.add_row("dropped (no summary)", "", f"{plural(counts['dropped'], 'msg')}, restorable by id")
     table.add_row("trace chains kept", "", f"{rec.chains_kept:,} of {rec.chains_total:,}")
@@ -242,7 +242,7 @@ def _print_summary(path: Path, fmt: str, count: int, index: int, rec: DecisionRe
     if rec.usage.llm_calls:
         table.add_row("LLM latency", "", f"{rec.usage.latency_s:.1f} s")
     if rec.usage.retries or rec.usage.fallbacks:
-        table.add_row("LLM retries / fallbacks", "", f"{rec.usage.retries} / {rec.usage.fallbacks} msgs")
+        table.add_row("LLM retries / fallbacks", "", f"{rec.usage.retries} / {plural(rec.usage.fallbacks, 'msg')}")
     if rec.identity:
         table.caption = "the whole history fits the budget: the context equals the input"
     console.print(table)

@@ -189,7 +189,7 @@ def heatmap(
                              "observed without a build"))
     console.print(
         f"heat map → {target} ({run.name}{which}: {len(chosen)} messages × {len(snapshots)} columns "
-        f"({plural(replayed.builds, 'build')} and the final field), {field.tick} ticks, "
+        f"({plural(replayed.builds, 'build')} and the final field), {plural(field.tick, 'tick')}, "
         f"budget {budget:,} {memory.config.resolved_encoding} tokens)"
     )
 

@@ -183,3 +183,34 @@ def test_builds_at_several_budgets_keep_their_records_apart(tmp_path: Path, monk
     assert not (tmp_path / "five.record.json").exists()
     default = runner.invoke(app, ["build", str(run), "--budget", "2000"])  # no --out: as before
     assert default.exit_code == 0 and (tmp_path / "five.record.json").is_file() and (tmp_path / "five.context.json").is_file()
+
+
+# --------------------------------------------------------------------------- 8. nits
+def test_one_message_is_one_msg(tmp_path: Path) -> None:
+    run = _write(tmp_path / "chat.json", [
+        {"role": "system", "content": "Be brief."},
+        *[{"role": "user" if n % 2 == 0 else "assistant", "content": f"turn {n} " + "words " * 60} for n in range(12)],
+    ])
+    result = runner.invoke(app, ["build", str(run), "--budget", "300", "--keep-recent", "1", "--out", str(tmp_path / "c.json")])
+    assert result.exit_code == 0, result.output
+    rows = {line.split("│")[1].strip(): line.split("│")[3].strip() for line in result.output.splitlines()
+            if line.count("│") == 4}
+    assert rows["kept older (by score)"] == "1 msg" and rows["summarised"] == "9 msgs"
+    assert rows["system prompt (pinned)"] == "1 msg"
+
+
+@pytest.mark.parametrize("columns", ["80", "200"])
+def test_help_paragraphs_do_not_break_mid_sentence(columns: str) -> None:
+    rubric = runner.invoke(app, ["rubric", "--help"], env={"COLUMNS": columns}).output
+    lines = [line.strip("│ ").strip() for line in rubric.splitlines()]
+    assert "precision/recall of ≥ 4 of the" not in lines  # the eval summary went on on the next line
+    assert "print them side by side" not in lines
+    wide = runner.invoke(app, ["build", "--help"], env={"COLUMNS": "200"}).output
+    assert "``relmem explain`` on the record written shows each message." in wide
+
+
+def test_one_tick_is_one_tick(tmp_path: Path) -> None:
+    run = _write(tmp_path / "orphan.json", ORPHAN)
+    result = runner.invoke(app, ["heatmap", str(run), "--repair", "--out", str(tmp_path / "map.png")])
+    assert result.exit_code == 0, result.output
+    assert "the final field), 1 tick, budget" in _plain(result.output)
