@@ -97,6 +97,11 @@ class HistoryDivergedError(InvalidMessageError):
         super().__init__(reason, index=index)
 
 
+def _tokens(count: int) -> str:
+    """``"1 token"``, ``"8000 tokens"``."""
+    return f"{count} token{'' if count == 1 else 's'}"
+
+
 class ContextOverflowError(RelevanceMemoryError):
     """The pinned system prompt cannot fit the token budget (or, in the extreme, not even the
     excerpts of the newest step's messages fit beside it).
@@ -117,17 +122,23 @@ class ContextOverflowError(RelevanceMemoryError):
         self.pinned_tokens = pinned_tokens
         self.newest_step_tokens = newest_step_tokens
         need = pinned_tokens + newest_step_tokens
-        if newest_step_tokens <= 0:
+        from ._tokenizer import REPLY_PRIMING_TOKENS  # here: _tokenizer imports this module
+        if newest_step_tokens <= 0 and pinned_tokens <= REPLY_PRIMING_TOKENS:  # no system prompt at all
+            message = (
+                f"context cannot fit: the reply priming every request spends takes {pinned_tokens} tokens "
+                f"(there is no system prompt) but the budget is {_tokens(budget)}; raise the budget"
+            )
+        elif newest_step_tokens <= 0:
             message = (
                 f"context cannot fit: the pinned system prompt takes {pinned_tokens} tokens (with the reply "
-                f"priming) but the budget is {budget} tokens; it is sent unchanged, so raise the budget or "
+                f"priming) but the budget is {_tokens(budget)}; it is sent unchanged, so raise the budget or "
                 "shorten the system prompt"
             )
         else:
             message = (
                 f"context cannot fit: the pinned system prompt ({pinned_tokens} tokens) plus the "
                 f"newest step ({newest_step_tokens} tokens, even as excerpts) need {need} tokens but the budget is "
-                f"{budget} tokens; raise the budget or shorten the newest step"
+                f"{_tokens(budget)}; raise the budget or shorten the newest step"
             )
         super().__init__(message)
 

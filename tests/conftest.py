@@ -8,7 +8,7 @@
 - Credentials never reach cassettes: ``vcr_config`` drops auth headers.
 - Endpoint environment variables are cleared so nothing picks the LLM scorer by accident.
 - Cassettes are read from ``tests/cassettes/<test module name>/`` (``vcr_cassette_dir``).
-- ``data_dir`` finds the real data sets (``../shared/data``) or skips the test.
+- ``data_dir`` finds the real data sets (``data_paths.shared_data``: ``../shared/data`` …) or skips the test.
 - Hypothesis runs derandomized with no per-example deadline: a property test explores the same
   examples on every run and a slow, loaded CI machine cannot fail it on time.
 """
@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from data_paths import MISSING, shared_data
 from hypothesis import HealthCheck, settings
 
 settings.register_profile(
@@ -62,20 +63,12 @@ def _no_endpoint_env(monkeypatch: pytest.MonkeyPatch) -> None:
         monkeypatch.delenv(name, raising=False)
 
 
-def shared_data() -> Path | None:
-    """``<repo>/../shared/data`` (CI: ``shared/`` beside the repo), else ``/work/shared/data``; ``None`` when absent."""
-    for candidate in (REPO.parent / "shared" / "data", Path("/work/shared/data")):
-        if candidate.is_dir():
-            return candidate
-    return None
-
-
 @pytest.fixture
 def data_dir() -> Path:
     """The shared data folder; skips the test when it is absent (a fresh clone has none)."""
     found = shared_data()
     if found is None:
-        pytest.skip("../shared/data is absent (LoCoMo / LongMemEval are not shipped with the repo)")
+        pytest.skip(MISSING)
     return found
 
 

@@ -36,6 +36,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
+from data_paths import shared_data
 from scorers import WrappedOfflineScorer
 
 from relevance_memory import (
@@ -62,14 +63,6 @@ _COUNTER = TiktokenCounter("o200k_base")
 
 def _clock() -> datetime:
     return FIXED_NOW
-
-
-def shared_data() -> Path | None:
-    """``<repo>/../shared/data``, else ``/work/shared/data``; ``None`` when absent."""
-    for candidate in (REPO.parent / "shared" / "data", Path("/work/shared/data")):
-        if candidate.is_dir():
-            return candidate
-    return None
 
 
 # --------------------------------------------------------------------------- scorers

@@ -12,6 +12,8 @@ run, so ``relmem build`` starts fast. Every error goes through :func:`._common.f
 
 from __future__ import annotations
 
+import inspect
+
 import typer
 
 from .build import build
@@ -35,6 +37,19 @@ app.command()(heatmap)
 app.command()(replay)
 app.add_typer(eval_app, name="eval")
 app.add_typer(rubric_app, name="rubric")
+
+
+def _one_line_paragraphs(doc: str) -> str:
+    """``doc`` with each paragraph on one line: typer's rich help keeps a docstring's line
+    breaks, so a sentence wrapped in the source broke mid-sentence in ``--help`` and in the
+    command list of ``relmem rubric --help``; rich wraps each paragraph to the terminal."""
+    return "\n\n".join(" ".join(part.split()) for part in inspect.cleandoc(doc).split("\n\n"))
+
+
+for _group in (app, eval_app, rubric_app):
+    for _command in _group.registered_commands:
+        if _command.help is None and _command.callback is not None and _command.callback.__doc__:
+            _command.help = _one_line_paragraphs(_command.callback.__doc__)
 
 
 def main() -> None:

@@ -9,14 +9,20 @@ write a literal ``[`` there as ``\\[`` (see :data:`EMBEDDER_HELP`).
 
 from __future__ import annotations
 
+import json
+import re
+from collections.abc import Callable
 from pathlib import Path
+from typing import TypeVar
 
+import pydantic
 import typer
 from rich import box
 from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
+from .._exceptions import InvalidMessageError, RelevanceMemoryError, TranscriptFormatError
 from .._record import BudgetBreakdown, DecisionRecord
 
 __all__ = [
@@ -26,6 +32,7 @@ __all__ = [
     "budget_notes",
     "budget_table",
     "check_embedder",
+    "cli_error",
     "cli_wording",
     "console",
     "err",
@@ -33,6 +40,7 @@ __all__ = [
     "mode_lines",
     "plural",
     "print_warnings",
+    "read_json_model",
     "routine_note",
     "short",
     "tagged",
@@ -91,6 +99,57 @@ def write_output(path: Path, text: str, what: str) -> None:
         path.write_text(text, encoding="utf-8")
     except OSError as exc:
         raise fail(f"cannot write the {what} to {path}: {exc.strerror or exc}") from None
+
+
+_Model = TypeVar("_Model")
+
+
+def read_json_model(path: Path, parse: Callable[[bytes], _Model], *, what: str, hint: str,
+                    list_hint: str | None = None) -> _Model:
+    """``parse(bytes of path)``; a file that cannot be read or parsed is a one-line ``error:``
+    naming the file and what is wrong with it — unreadable, empty, not JSON (line and column),
+    a list (``list_hint`` says what it may be), an object without the model's fields, or the
+    first invalid field — followed by ``hint`` (what to pass instead), and exit 2.
+
+    Raises:
+        typer.Exit: ``path`` is not a readable ``what`` (``"a decision record"`` …).
+    """
+    try:
+        data = path.read_bytes()
+    except OSError as exc:
+        raise fail(f"cannot read {path}: {exc.strerror or exc}") from None
+    try:
+        return parse(data)
+    except ValueError as exc:
+        raise fail(f"{path} {_json_problem(data, exc, what, list_hint)}; {hint}") from None
+
+
+def _json_problem(data: bytes, exc: ValueError, what: str, list_hint: str | None) -> str:
+    """What is wrong with ``data`` that ``exc`` was raised parsing it as ``what``, in words."""
+    if not data.strip():
+        return f"is empty, not {what}"
+    try:
+        parsed = json.loads(data)
+    except UnicodeDecodeError:
+        return f"is not UTF-8 text, so not {what}"
+    except json.JSONDecodeError as bad:
+        return f"is not valid JSON ({bad.msg} at line {bad.lineno}, column {bad.colno}), so not {what}"
+    if isinstance(parsed, list):
+        return f"is a JSON list{f' ({list_hint})' if list_hint else ''}, not {what}"
+    if not isinstance(parsed, dict):
+        kind = "string" if isinstance(parsed, str) else "null" if parsed is None else "value"
+        return f"holds a single JSON {kind} ({short(json.dumps(parsed), 40)}), not {what}"
+    if not isinstance(exc, pydantic.ValidationError):
+        return f"is not {what}: {str(exc).splitlines()[0]}"
+    errors = exc.errors()
+    missing = [str(e["loc"][0]) for e in errors if e["type"] == "missing" and len(e["loc"]) == 1]
+    if missing:
+        shown = ", ".join(missing[:4]) + (f" and {len(missing) - 4} more" if len(missing) > 4 else "")
+        return f"is not {what}: a JSON object with no {shown}"
+    first = errors[0]
+    where = ".".join(str(part) for part in first["loc"]) or "the top level"
+    more = f" (and {plural(len(errors) - 1, 'other problem')})" if len(errors) > 1 else ""
+    return f"is not a valid {what.removeprefix('a ').removeprefix('an ')}: {where}: {first['msg']}{more}"
 
 
 def plural(count: int, noun: str) -> str:
@@ -197,6 +256,21 @@ def cli_wording(text: str) -> str:
     for library, cli in _LIBRARY_ADVICE:
         text = text.replace(library, cli)
     return text
+
+
+_BATCH = re.compile(r" \(batch item \d+ of \d+; nothing of this batch was stored\)")
+"""What the store adds to an invalid message of an ``extend`` batch: a library caller's words;
+a CLI user gave a file, not a batch."""
+
+
+def cli_error(exc: RelevanceMemoryError, source: Path | None = None) -> str:
+    """A library error in the CLI's words: its advice as options (:func:`cli_wording`), and an
+    invalid message of ``source`` named by its position in that file (counting from 0), not by
+    its place in a batch the user never saw."""
+    if isinstance(exc, InvalidMessageError) and not isinstance(exc, TranscriptFormatError) \
+            and exc.index is not None and source is not None:
+        return cli_wording(f"{source}, message {exc.index} (counting from 0): {_BATCH.sub('', exc.reason)}")
+    return cli_wording(_BATCH.sub("", str(exc)))
 
 
 def print_warnings(warnings: list[str], *, verbose: bool) -> None:

@@ -22,7 +22,7 @@ from ._common import (
     EMBEDDER_HELP,
     budget_line,
     check_embedder,
-    cli_wording,
+    cli_error,
     console,
     err,
     fail,
@@ -58,7 +58,7 @@ def build(
     index: Annotated[int, typer.Option(help="Which run to take from a file holding many (τ-bench).")] = 0,
     repair: Annotated[bool, typer.Option(help="Keep orphan tool messages / unanswered calls in the store but out of the context, instead of failing.")] = False,
     out: Annotated[Path | None, typer.Option(help="Where to write the context (JSON list of OpenAI messages). Default: <name>.context.json")] = None,
-    record: Annotated[Path | None, typer.Option(help="Where to write the decision record. Default: <name>.record.json next to --out (else in the current directory).")] = None,
+    record: Annotated[Path | None, typer.Option(help="Where to write the decision record. Default: named after --out (--out run-4k.json: run-4k.record.json), else <name>.record.json in the current directory.")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print the decision record as JSON instead of the table.")] = False,
     scorer: Annotated[str, typer.Option(help="offline (lexical + embedding, as a manager scores by default), lexical (words only), llm, or auto (default): the LLM only when asked for — --base-url given or RELMEM_SCORER=llm; an API key alone never sends the transcript anywhere.")] = "auto",
     scorer_model: ScorerModel = None,
@@ -127,11 +127,11 @@ def build(
             warnings.filterwarnings("ignore", message="semantic relevance off", category=RuntimeWarning)
             built = memory.build_context(compact=compact)
     except RelevanceMemoryError as exc:
-        raise fail(cli_wording(str(exc))) from None
+        raise fail(cli_error(exc, transcript)) from None
     stem = transcript.name.removesuffix(".jsonl").removesuffix(".json")
     if loaded.count > 1:
         stem = f"{stem}.{index}"
-    record_path = record or (out.parent if out else Path()) / f"{stem}.record.json"  # next to the context
+    record_path = record or _record_beside(out, stem)
     out = out or Path(f"{stem}.context.json")
     write_output(out, json.dumps(built.messages, ensure_ascii=False, indent=2) + "\n", "context")
     write_output(record_path, built.record.to_json() + "\n", "decision record")
@@ -141,6 +141,16 @@ def build(
     _print_summary(transcript, loaded.format, loaded.count, index, built.record, verbose=verbose)
     console.print(Text.assemble("context → ", (str(out), "bold"), "   decision record → ", (str(record_path), "bold")))
     console.print(Text.assemble("see why: ", (f"relmem explain {record_path}", "cyan")))
+
+
+def _record_beside(out: Path | None, stem: str) -> Path:
+    """The decision record's default path: named after ``--out`` when given (``swe2000.json`` →
+    ``swe2000.record.json``, ``x.context.json`` → ``x.record.json``), so builds of one transcript
+    at several budgets keep their records apart; else ``<stem>.record.json`` here."""
+    if out is None:
+        return Path(f"{stem}.record.json")
+    name = out.name.removesuffix(".json").removesuffix(".context") or out.name
+    return out.with_name(f"{name}.record.json")
 
 
 def _scorer_kind(value: str) -> Literal["auto", "llm", "offline"]:
@@ -214,13 +224,13 @@ def _print_summary(path: Path, fmt: str, count: int, index: int, rec: DecisionRe
     pinned = sum(1 for d in rec.messages if d.decision == "kept" and d.tier == "pinned")
     if pinned:
         table.add_row("system prompt (pinned)", "", f"{plural(pinned, 'msg')}")
-    table.add_row("kept older (by score)", "", f"{counts['kept'] - pinned:,} msgs")
+    table.add_row("kept older (by score)", "", plural(counts["kept"] - pinned, "msg"))
     cut = {f: sum(1 for d in rec.messages if d.fidelity == f) for f in ("excerpt", "elided")}
     if any(cut.values()):
         table.add_row("sent cut (restorable)", "", ", ".join(
             plural(n, "excerpt") if f == "excerpt" else f"{plural(n, 'call')} with the output elided"
             for f, n in cut.items() if n))
-    table.add_row("summarised", "", f"{counts['summarised']:,} msgs")
+    table.add_row("summarised", "", plural(counts["summarised"], "msg"))
     if counts["dropped"]:
         table.add_row("dropped (no summary)", "", f"{plural(counts['dropped'], 'msg')}, restorable by id")
     table.add_row("trace chains kept", "", f"{rec.chains_kept:,} of {rec.chains_total:,}")
@@ -232,7 +242,7 @@ def _print_summary(path: Path, fmt: str, count: int, index: int, rec: DecisionRe
     if rec.usage.llm_calls:
         table.add_row("LLM latency", "", f"{rec.usage.latency_s:.1f} s")
     if rec.usage.retries or rec.usage.fallbacks:
-        table.add_row("LLM retries / fallbacks", "", f"{rec.usage.retries} / {rec.usage.fallbacks} msgs")
+        table.add_row("LLM retries / fallbacks", "", f"{rec.usage.retries} / {plural(rec.usage.fallbacks, 'msg')}")
     if rec.identity:
         table.caption = "the whole history fits the budget: the context equals the input"
     console.print(table)

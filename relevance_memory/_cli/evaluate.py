@@ -25,7 +25,7 @@ from rich.text import Text
 
 from .._exceptions import RelevanceMemoryError
 from .._extras import MissingExtraError
-from ._common import EMBEDDER_HELP, console, err, fail, tagged
+from ._common import EMBEDDER_HELP, console, err, fail, read_json_model, tagged
 from ._scorer_options import (
     BaseUrl,
     BatchSize,
@@ -57,6 +57,22 @@ def _ints(text: str, what: str) -> tuple[int, ...]:
     if not values or any(v <= 0 for v in values):
         raise fail(f"{what} must be positive integers, got {text!r}")
     return values
+
+
+def _categories(text: str | None) -> set[str]:
+    """The LoCoMo categories ``--categories`` names (none: every question).
+
+    Raises:
+        typer.Exit: a name is not a LoCoMo category (the error lists the known ones).
+    """
+    from ..evaluation._datasets import LOCOMO_CATEGORIES
+
+    wanted = {c.strip() for c in (text or "").split(",") if c.strip()}
+    unknown = sorted(wanted - set(LOCOMO_CATEGORIES.values()))
+    if unknown:
+        raise fail(f"--categories: unknown LoCoMo categor{'y' if len(unknown) == 1 else 'ies'} "
+                   f"{', '.join(map(repr, unknown))}; the categories are {', '.join(LOCOMO_CATEGORIES.values())}")
+    return wanted
 
 
 def _provenance() -> dict[str, Any]:
@@ -97,13 +113,13 @@ def _run_eval(
     from ..scoring._embedding import embedder_unavailable_reason, load_embedder
 
     budgets = _ints(budgets_text or DEFAULT_BUDGETS[name], "--budgets")
+    wanted = _categories(categories)
     encoding = encoding_for(model_name)  # as `relmem build` / `replay` count for the same --model
     try:
         dataset = load_dataset(name, path)
     except (OSError, ValueError) as exc:
         raise fail(f"cannot load {name} from {path}: {exc}") from None
-    if categories:
-        wanted = {c.strip() for c in categories.split(",") if c.strip()}
+    if wanted:
         for conv in dataset.conversations:
             conv.questions = [q for q in conv.questions if q.category in wanted]
     select_questions(dataset, [q.strip() for q in questions.split(",")] if questions else None, limit)
@@ -198,12 +214,14 @@ def _report_failed_builds(results: list[Any], labels: list[str]) -> None:
 
 _BUDGETS = typer.Option("--budgets", help="Comma-separated token budgets. Default: 1000,2000,4000 (LoCoMo), 2000,4000,8000 (LongMemEval).")
 _LIMIT = typer.Option(help="Only the first N questions.")
-_QUESTIONS = typer.Option(help="Only these question ids, comma-separated (LoCoMo: conv-26#q0 or q0).")
+_QUESTIONS = typer.Option(help="Only these question ids, comma-separated (conv-26#q0 or q0).")
+_LME_QUESTIONS = typer.Option("--questions", help="Only these question ids, comma-separated (the question_id of each "
+                              "question, e.g. 001be529).")
 _SCORERS = typer.Option("--scorer", help="Manager scorer(s), comma-separated: offline (the default: lexical + embedding), "
                         "lexical (words only), llm, llm:<prompt version>.")
-_KEEP = typer.Option("--keep-recent", help="Manager working memory in steps (QA: 0 = the newest turn only).")
+_KEEP = typer.Option("--keep-recent", min=0, help="Manager working memory in steps (QA: 0 = the newest turn only).")
 _GOAL = typer.Option("--goal-block/--no-goal-block", help="Let the manager add its goal block (costs tokens the baselines do not spend).")
-_JOBS = typer.Option(help="Worker processes (conversations run in parallel).")
+_JOBS = typer.Option(min=1, help="Worker processes (conversations run in parallel).")
 _OUT = typer.Option(help="Folder for <dataset>.json and <dataset>.png.")
 _DETAILS = typer.Option("--details/--no-details", help="Also write every (question, method, budget) row to the JSON.")
 _MODEL = typer.Option("--model", help="Model name; picks the tokenizer (o200k/cl100k) every method counts budgets in, "
@@ -239,7 +257,7 @@ def eval_longmemeval(
     path: Annotated[Path, typer.Argument(help="A folder of per-question JSON files (oracle/, s_subset/) or one file.")],
     budgets: Annotated[str, _BUDGETS] = "",
     limit: Annotated[int | None, _LIMIT] = None,
-    questions: Annotated[str | None, _QUESTIONS] = None,
+    questions: Annotated[str | None, _LME_QUESTIONS] = None,
     scorer: Annotated[str, _SCORERS] = "offline",
     keep_recent: Annotated[int, _KEEP] = 0,
     goal_block: Annotated[bool, _GOAL] = False,
@@ -280,12 +298,8 @@ def rubric_build(
 def _load_set(path: Path) -> Any:
     from ..evaluation import LabelledSet
 
-    try:
-        return LabelledSet.load(path)
-    except OSError as exc:
-        raise fail(f"cannot read {path}: {exc.strerror or exc}") from None
-    except ValueError as exc:
-        raise fail(f"{path} is not a labelled set: {str(exc).splitlines()[0]}") from None
+    return read_json_model(path, LabelledSet.model_validate_json, what="a labelled set",
+                           hint="make one with relmem rubric build (locomo or longmemeval)")
 
 
 def _report_rows(reports: list[Any]) -> Table:

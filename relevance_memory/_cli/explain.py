@@ -13,7 +13,17 @@ from rich.table import Table
 from rich.text import Text
 
 from .._record import DecisionRecord, MessageDecision
-from ._common import budget_notes, budget_table, cli_wording, console, fail, mode_lines, print_warnings, tagged
+from ._common import (
+    budget_notes,
+    budget_table,
+    cli_wording,
+    console,
+    fail,
+    mode_lines,
+    print_warnings,
+    read_json_model,
+    tagged,
+)
 
 __all__ = ["explain"]
 
@@ -29,7 +39,7 @@ _TYPE_ABBREV = {
 def explain(
     record: Annotated[Path, typer.Argument(help="A decision record written by `relmem build`.")],
     decision: Annotated[str | None, typer.Option(help="Only messages with this decision: kept, recent, summarised, dropped.")] = None,
-    limit: Annotated[int, typer.Option(help="Show at most this many rows (0 = all).")] = 0,
+    limit: Annotated[int, typer.Option(min=0, help="Show at most this many rows (0 = all).")] = 0,
     full: Annotated[bool, typer.Option("--full/--one-line", help="Wrap each reason over as many lines as it needs (default), or cut it to one line.")] = True,
     verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Also print routine notes, and on each archived message that it is restorable from the store.")] = False,
 ) -> None:
@@ -39,16 +49,9 @@ def explain(
     Below 120 columns each message is one row and its reason the indented lines under it, wrapped
     to the terminal; from 120 columns the reason is a column, and the step and the score's source
     are shown too."""
-    try:
-        data = record.read_bytes()
-        rec = DecisionRecord.from_json(data)
-    except OSError as exc:
-        raise fail(f"cannot read {record}: {exc.strerror or exc}") from None
-    except ValueError as exc:
-        if data.lstrip().startswith(b"["):  # the context `relmem build` writes beside the record
-            raise fail(f"{record} is a list (a context written by relmem build?), not a decision record: "
-                       "pass the <name>.record.json that build printed") from None
-        raise fail(f"{record} is not a decision record: {str(exc).splitlines()[0]}") from None
+    rec = read_json_model(record, DecisionRecord.from_json, what="a decision record",
+                          hint="pass the <name>.record.json that relmem build printed",
+                          list_hint="a context written by relmem build?")
     if decision is not None and decision not in ("kept", "recent", "summarised", "dropped"):
         raise fail(f"--decision must be kept, recent, summarised or dropped, not {decision!r}")
     rows = [d for d in rec.messages if decision is None or d.decision == decision]

@@ -21,7 +21,7 @@ from .._exceptions import ContextOverflowError, RelevanceMemoryError
 from .._extras import MissingExtraError, require
 from .._io import load_transcript
 from .._manager import RelevanceMemoryManager
-from ._common import console, fail, plural, tagged, write_output
+from ._common import cli_error, console, fail, plural, tagged, write_output
 
 __all__ = ["StrengthReplay", "heatmap", "render_heatmap", "replay_strengths"]
 
@@ -43,15 +43,18 @@ class StrengthReplay(NamedTuple):
 
 def replay_strengths(
     messages: list[dict[str, Any]], *, budget: int, keep_recent: int = 4, goal: str | None = None,
-    model: str = "gpt-4o",
+    model: str = "gpt-4o", repair: bool = False,
 ) -> StrengthReplay:
     """Replay ``messages``, building before each assistant message (budget in tokens of
     ``model``'s encoding); a build that overflows is recorded in ``failures``, not raised.
+    ``repair``: an invalid message (an orphan tool result …) is kept in the store but out of
+    the context (``on_invalid="repair"``) instead of raising.
 
     Raises:
         InvalidMessageError: a message is invalid.
     """
-    memory = RelevanceMemoryManager(model=model, max_input_tokens=budget, keep_recent=keep_recent)
+    memory = RelevanceMemoryManager(model=model, max_input_tokens=budget, keep_recent=keep_recent,
+                                    on_invalid="repair" if repair else "raise")
     if goal:
         memory.set_goal(final=goal)
     steps: list[int] = []
@@ -128,6 +131,7 @@ def heatmap(
     field_json: Annotated[Path | None, typer.Option(help="Also write the final field as JSON.")] = None,
     graphml: Annotated[Path | None, typer.Option(help="Also write the final field as GraphML.")] = None,
     history: Annotated[Path | None, typer.Option(help="Also write the strength history (top-N per tick) as JSON.")] = None,
+    repair: Annotated[bool, typer.Option(help="Keep orphan tool messages / unanswered calls in the store but out of the context, instead of failing.")] = False,
 ) -> None:
     """Replay RUN step by step and render a PNG heat map of pheromone strength over steps (next to RUN by default)."""
     try:  # before the replay: a missing plot library should not cost a minute of work first
@@ -146,12 +150,12 @@ def heatmap(
             raise fail(f"cannot write the heat map next to {run} (the folder {target.parent} is not writable); "
                        "pass --out")
         replayed = replay_strengths(
-            transcript.messages, budget=budget, keep_recent=keep_recent, goal=transcript.task, model=model
+            transcript.messages, budget=budget, keep_recent=keep_recent, goal=transcript.task, model=model, repair=repair,
         )
     except OSError as exc:
         raise fail(f"cannot read {run}: {exc.strerror or exc}") from None
     except RelevanceMemoryError as exc:
-        raise fail(str(exc)) from None
+        raise fail(cli_error(exc, run)) from None
     memory, steps, snapshots = replayed.memory, replayed.steps, replayed.snapshots
     failed = len(replayed.failures)
     if failed and failed == replayed.builds:  # a map of no build would look like a result
@@ -185,7 +189,7 @@ def heatmap(
                              "observed without a build"))
     console.print(
         f"heat map → {target} ({run.name}{which}: {len(chosen)} messages × {len(snapshots)} columns "
-        f"({plural(replayed.builds, 'build')} and the final field), {field.tick} ticks, "
+        f"({plural(replayed.builds, 'build')} and the final field), {plural(field.tick, 'tick')}, "
         f"budget {budget:,} {memory.config.resolved_encoding} tokens)"
     )
 

@@ -21,7 +21,7 @@ from .._io import load_transcript
 from .._manager import RelevanceMemoryManager
 from .._tokenizer import REPLY_PRIMING_TOKENS
 from ..pipeline._prefix import CacheMeter
-from ._common import EMBEDDER_HELP, MODE_LABEL, check_embedder, console, fail
+from ._common import EMBEDDER_HELP, MODE_LABEL, check_embedder, cli_error, console, fail
 
 __all__ = ["replay"]
 
@@ -38,6 +38,7 @@ def replay(
     index: Annotated[int, typer.Option(help="Which run to take from a file holding many (τ-bench).")] = 0,
     quiet: Annotated[bool, typer.Option("--quiet", help="Print the TOTAL line only.")] = False,
     embedder: Annotated[str, typer.Option(help=EMBEDDER_HELP)] = "wordllama",
+    repair: Annotated[bool, typer.Option(help="Keep orphan tool messages / unanswered calls in the store but out of the context, instead of failing.")] = False,
 ) -> None:
     """Replay TRANSCRIPT request by request: build mode, tokens sent, cached prefix, cost vs the full history."""
     policy = CachePolicy(always_rebuild=always_rebuild)
@@ -47,9 +48,9 @@ def replay(
     try:
         loaded = load_transcript(transcript, index=index)
         memory = RelevanceMemoryManager(model=model, max_input_tokens=budget, keep_recent=keep_recent, cache_policy=policy,
-                                            embedder=embedder)
+                                        embedder=embedder, on_invalid="repair" if repair else "raise")
     except RelevanceMemoryError as exc:
-        raise fail(str(exc)) from None
+        raise fail(cli_error(exc, transcript)) from None
     messages = loaded.messages
     points = [k for k, m in enumerate(messages) if m.get("role") == "assistant" and k > 0]
     if not points:
@@ -75,7 +76,7 @@ def replay(
             except RelevanceMemoryError as exc:  # which request, so a --quiet run is not a bare error
                 if meter.requests:  # what was replayed so far still counts
                     _total(meter, modes, memory.config.resolved_encoding, partial=True)
-                raise fail(f"request {n} of {len(points)} (message {k}) could not be built: {exc}") from None
+                raise fail(f"request {n} of {len(points)} (message {k}) could not be built: {cli_error(exc)}") from None
             full_cached = policy.cacheable(previous_full - REPLY_PRIMING_TOKENS) if previous_full is not None else 0
             meter.add(record.tokens_after, record.cacheable_tokens, record.tokens_before, full_cached)
             previous_full = record.tokens_before
@@ -88,7 +89,7 @@ def replay(
                     highlight=False,
                 )
     except RelevanceMemoryError as exc:
-        raise fail(str(exc)) from None
+        raise fail(cli_error(exc, transcript)) from None
     _total(meter, modes, memory.config.resolved_encoding)
 
 

@@ -23,17 +23,21 @@ def _strict(text: str) -> object:
     return json.loads(text, parse_constant=refuse)
 
 
-@pytest.mark.parametrize("out", ["deep/dir/ctx.json", "ctx.json"])
-def test_the_record_goes_next_to_out(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, out: str) -> None:
+@pytest.mark.parametrize("out", ["deep/dir/ctx.json", "ctx.json", "ctx.context.json"])
+def test_the_record_goes_next_to_out_named_after_it(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, out: str) -> None:
+    """Named after --out (ctx.json → ctx.record.json, ctx.context.json → ctx.record.json): builds of
+    one run at several budgets no longer overwrite one <transcript>.record.json (issue 40 item 6)."""
     monkeypatch.chdir(tmp_path)
     work = tmp_path / "elsewhere"
     work.mkdir()
     target = work / out
     result = runner.invoke(app, ["build", str(FIXTURE), "--budget", "8000", "--out", str(target)])
     assert result.exit_code == 0, result.output
-    assert (target.parent / "django__django-15280.record.json").is_file()
+    record = target.parent / "ctx.record.json"
+    assert record.is_file() and f"decisionrecord→{record}" in "".join(result.output.split())  # rich wraps the path
     assert not (tmp_path / "django__django-15280.record.json").exists()
-    _strict((target.parent / "django__django-15280.record.json").read_text())
+    assert not (target.parent / "django__django-15280.record.json").exists()
+    _strict(record.read_text())
 
 
 def test_heatmap_field_json_is_standard_json(tmp_path: Path) -> None:

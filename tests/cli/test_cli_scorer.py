@@ -82,7 +82,7 @@ def test_llm_scorer_usage_in_table(transcript: Path, monkeypatch: pytest.MonkeyP
     assert result.exit_code == 0, result.output
     text = " ".join(result.output.split())
     assert "scorer: llm (tiny at http://llm.test/v1" in text
-    assert "LLM retries / fallbacks" in text and "1 / 1 msgs" in text
+    assert "LLM retries / fallbacks" in text and "1 / 1 msg" in text
     record = json.loads((transcript.parent / "rec.json").read_text())
     assert record["scorer"] == "llm" and record["rubric_version"] == "score_v1"
     assert record["usage"]["llm_calls"] == 2 and record["usage"]["fallbacks"] == 1

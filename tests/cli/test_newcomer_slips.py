@@ -337,5 +337,5 @@ def test_explain_of_a_context_file_points_to_the_record(tmp_path: Path) -> None:
     context.write_text(json.dumps(CHAT))
     result = runner.invoke(app, ["explain", str(context)])
     assert result.exit_code == 2
-    assert (f"{context} is a list (a context written by relmem build?), not a decision record: pass the "
-            "<name>.record.json that build printed") in _plain(result.output)
+    assert (f"{context} is a JSON list (a context written by relmem build?), not a decision record; pass the "
+            "<name>.record.json that relmem build printed") in _plain(result.output)

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from data_paths import shared_data
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from review_trees import old_tree, run_script
@@ -22,8 +23,8 @@ from review_trees import old_tree, run_script
 ROOT = Path(__file__).resolve().parents[2]
 OLD_COMMIT = "bbd90db"
 FIXTURES = sorted((ROOT / "fixtures").glob("*__*.json"))
-SHARED = Path("/work/shared/data/swebench_trajectories")
-SHARED_RUNS = sorted(SHARED.glob("*__*.json")) if SHARED.is_dir() else []
+DATA = shared_data()
+SHARED_RUNS = sorted((DATA / "swebench_trajectories").glob("*__*.json")) if DATA is not None else []
 
 
 def _old_tree() -> Path:

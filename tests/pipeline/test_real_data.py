@@ -1,6 +1,7 @@
 """Builds over every real agent run in ../shared/data at 4k / 8k / 16k tokens.
 
-Skipped with a reason when ../shared/data is absent (a user's fresh clone).
+The data is found as every test finds it (``data_paths.shared_data``); skipped with a reason when
+it is absent (a user's fresh clone).
 """
 
 from __future__ import annotations
@@ -12,17 +13,18 @@ from typing import Any
 
 import goldens
 import pytest
+from data_paths import MISSING, shared_data
 from invariants import assert_invariants
 
 from relevance_memory import GOAL_BLOCK_MARKER, BuiltContext, ContextOverflowError, RelevanceMemoryManager, TokenCounter
 
-REPO = Path(__file__).resolve().parents[2]
-DATA = REPO.parent / "shared" / "data"
-SWE = sorted((DATA / "swebench_trajectories").glob("*.json")) if DATA.is_dir() else []
+FOUND = shared_data()
+DATA = FOUND if FOUND is not None else Path("shared-data-absent")
+SWE = sorted((DATA / "swebench_trajectories").glob("*.json")) if FOUND is not None else []
 TAU = DATA / "tau_bench" / "gpt-4o-airline.json"
 BUDGETS = (4000, 8000, 16000)
 
-pytestmark = pytest.mark.skipif(not DATA.is_dir(), reason=f"real data not found at {DATA} (../shared/data)")
+pytestmark = pytest.mark.skipif(FOUND is None, reason=MISSING)
 
 
 def outcome(
