@@ -178,9 +178,10 @@ def excerpt_text(
     return _EXCERPTS.put(text, _excerpt_text(text, max_tokens, names, counter), variant)
 
 
-_EXCERPTS: TextMemo[tuple[str, int, int]] = TextMemo(longest=50_000, max_chars=4_000_000)
+_EXCERPTS: TextMemo[tuple[str, int, int]] = TextMemo(longest=50_000, max_chars=4_000_000, by_variant=False)
 """Memo of :func:`excerpt_text` by text, budget, kept names and counter (an agent reads the
-same file or runs the same command again: each repeat was cut line by line anew)."""
+same file or runs the same command again: each repeat was cut line by line anew). Keyed by
+``(text, variant)``: nearly every excerpt has its own kept names (issue 24)."""
 
 
 _TOKENS: TextMemo[int] = TextMemo(longest=100_000, max_chars=8_000_000)

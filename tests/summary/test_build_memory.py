@@ -11,6 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from relevance_memory import RelevanceMemoryManager, TiktokenCounter
+from relevance_memory._memo import TextMemo
 from relevance_memory._tokenizer import unshared
 from relevance_memory.summary._pyramid import SummaryCache, SummaryItem, key_parts, parts_digest, run_facts
 from relevance_memory.summary._summary import OfflineSummarizer
@@ -215,3 +216,16 @@ def test_the_excerpt_memo_drops_a_message_s_least_recently_used_cap() -> None:
     again = memo.get(big, "excerpt", 400, (), counter, "goal")
     assert again is not second and again == second  # made again, the same bytes
     assert big.token_count > 400 and first.tokens <= 300 and again.tokens <= 400
+
+
+def test_text_memo_keys_are_the_callers_strings() -> None:
+    """Issue 24: a ``(text, variant)`` tuple per entry was half of what a text memo held; each
+    variant has a dict keyed by the text itself."""
+    memo: TextMemo[int] = TextMemo()
+    text, other = "alpha beta", "gamma"
+    memo.put(text, 1, variant=3)
+    memo.put(other, 2)
+    assert memo.get("alpha beta", 3) == 1 and memo.get("alpha beta") is None and memo.get("gamma") == 2
+    assert [key for table in memo._data.values() for key in table] == [text, other]
+    assert all(a is b for a, b in zip([key for table in memo._data.values() for key in table], [text, other], strict=True))
+    assert len(memo) == 2

@@ -90,3 +90,16 @@ def test_excerpt_token_counts_are_memoised_per_counter() -> None:
         assert fidelity._tokens(counter, text) == counter.count_text(text)
     assert o200k.count_text(text) != cl100k.count_text(text)
     assert fidelity._tokens(o200k, "") == 0
+
+
+def test_the_excerpt_memo_keys_each_text_with_its_variant() -> None:
+    """Issue 24: the excerpts' memo keeps ``(text, variant)`` keys (nearly every excerpt has its
+    own kept names: a dict per variant would cost more); the other memos a dict per variant."""
+    from relevance_memory.pipeline import fidelity
+
+    memo: TextMemo[int] = TextMemo(by_variant=False)
+    text = "some text"
+    memo.put(text, 1, variant=(5, frozenset({"a"})))
+    assert memo.get("some text", (5, frozenset({"a"}))) == 1 and memo.get(text) is None and len(memo) == 1
+    assert list(memo._data) == [(text, (5, frozenset({"a"})))]
+    assert not fidelity._EXCERPTS._by_variant and _extract._VALUES._by_variant and _text._CODE_NAMES._by_variant
