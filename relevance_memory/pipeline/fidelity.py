@@ -293,8 +293,15 @@ def _shrink_arguments(arguments: str, max_tokens: int, keep: Collection[str], co
         room = max(8, (max_tokens - fixed) // max(1, len(strings)))
         out = {k: (excerpt_text(v, room, keep, counter)[0] if k in strings and _tokens(counter, v) > room else v)
                for k, v in data.items()}
-        return json.dumps(out, ensure_ascii=False)
+        shrunk = json.dumps(out, ensure_ascii=False)
+        return _SHRUNK.get(shrunk) or _SHRUNK.put(shrunk, shrunk)
     return excerpt_text(arguments, max_tokens, keep, counter)[0]
+
+
+_SHRUNK: TextMemo[str] = TextMemo(longest=50_000, max_chars=2_000_000)
+"""The shrunk JSON arguments :func:`_shrink_arguments` made, each kept once (text → itself): a
+command run again is cut to the same JSON, and every excerpt of it kept its own copy in the
+renditions memo (issue 24: ~70 bytes a stored message of a 100,000-message agent history)."""
 
 
 def _with_content(message: Message, content: Any, calls: list[dict[str, Any]] | None = None) -> dict[str, Any]:
