@@ -102,7 +102,7 @@ def _item(
         msg_type=message.msg_type.value,
         text=content_text(message.content),
         content_hash=message.content_hash,
-        tool_calls=tuple((name, arguments) for _, _, name, arguments in call_rows(message)),
+        tool_calls=memo.calls(tuple((name, arguments) for _, _, name, arguments in call_rows(message))),  # shared (issue 24)
         source=_tool_name(seams, message),
         tokens=message.token_count,
     ))

@@ -284,3 +284,27 @@ def test_names_of_a_text_and_its_calls_read_apart_equal_them_joined() -> None:
             item = SummaryItem(id="a", role="assistant", msg_type="tool_call", text=text, tool_calls=made)
             lines = "\n".join((line.split() or [""])[-1] if _is_table_row(line) else line for line in text.splitlines())
             assert summarizer._names(item) == tuple(code_names("\n".join([lines, *(a for _, a in made)])))
+
+
+def test_items_of_the_same_calls_share_one_tuple() -> None:
+    """Issue 24: each archived message's item held its own tuple of ``(name, arguments)`` pairs
+    (~50 bytes a stored message); the items of the same calls (a step run again, with new call
+    ids) share one, equal to the calls, and the summary is the same."""
+    from relevance_memory.summary._pyramid import SummaryItems
+
+    memory = RelevanceMemoryManager(max_input_tokens=600, keep_recent=2)
+    history: list[dict[str, object]] = [{"role": "user", "content": "Run the tests of src/app.py until they pass."}]
+    for n in range(30):
+        history.append({"role": "assistant", "content": f"THOUGHT: run them again ({n}).",
+                        "tool_calls": [{"id": f"call_{n}", "type": "function",
+                                        "function": {"name": "bash", "arguments": '{"command": "pytest -q tests"}'}}]})
+        history.append({"role": "tool", "tool_call_id": f"call_{n}", "content": f"{n} failed, 3 passed"})
+    memory.extend(history)
+    memory.build_context()
+    items = list(memory._summary_items._data.values())
+    calls = [item.tool_calls for item in items if item.tool_calls]
+    assert len(calls) > 10 and all(made is calls[0] for made in calls)
+    assert calls[0] == (("bash", '{"command": "pytest -q tests"}'),)
+    items_memo = SummaryItems()
+    pairs = (("bash", "{}"),)
+    assert items_memo.calls(pairs) is pairs and items_memo.calls((("bash", "{}"),)) is pairs and items_memo.calls(()) == ()
