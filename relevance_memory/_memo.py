@@ -10,7 +10,7 @@ from __future__ import annotations
 import itertools
 import operator
 from collections.abc import Callable, Iterable, Sequence
-from typing import Generic, TypeVar
+from typing import Any, Generic, TypeVar
 
 __all__ = ["TextMemo", "longest_prefix", "remember", "same_prefix"]
 
@@ -57,21 +57,37 @@ class TextMemo(Generic[V]):
     texts it holds reach ``max_chars`` characters in all; texts longer than ``longest`` are
     not kept (a long text seldom recurs, and would crowd out the lines and sentences that do).
 
+    Each variant (an argument of the function besides the text) has its own dict keyed by the
+    text itself, the caller's string: no ``(text, variant)`` tuple per entry (issue 24: those
+    tuples were half of what the text memos held, ~50 bytes a stored message at 100,000). A
+    memo whose variants are nearly as many as its texts (``by_variant=False``: an excerpt's
+    budget and kept names) keys each entry by ``(text, variant)`` instead: a dict per variant
+    would cost more than the tuple.
+
     Args:
         longest: the longest text kept (characters).
         max_chars: the characters of all kept texts together before the memo empties.
+        by_variant: a dict per variant (few variants), else one dict keyed by ``(text, variant)``.
     """
 
-    __slots__ = ("_chars", "_data", "longest", "max_chars")
+    __slots__ = ("_by_variant", "_chars", "_data", "longest", "max_chars")
 
-    def __init__(self, *, longest: int = 2_000, max_chars: int = 4_000_000) -> None:
-        self._data: dict[tuple[str, object], V] = {}
+    def __init__(self, *, longest: int = 2_000, max_chars: int = 4_000_000, by_variant: bool = True) -> None:
+        # variant → text → value (by_variant), else (text, variant) → value
+        self._data: dict[object, Any] = {}
         self._chars = 0
+        self._by_variant = by_variant
         self.longest, self.max_chars = longest, max_chars
 
     def get(self, text: str, variant: object = None) -> V | None:
         """The value kept for ``(text, variant)``, or ``None``."""
-        return self._data.get((text, variant))
+        found: V | None  # (no cast(): a call on every read)
+        if not self._by_variant:
+            found = self._data.get((text, variant))
+            return found
+        table = self._data.get(variant)
+        found = None if table is None else table.get(text)
+        return found
 
     def put(self, text: str, value: V, variant: object = None) -> V:
         """Keep ``value`` for ``(text, variant)`` (unless the text is too long); returns ``value``."""
@@ -79,6 +95,16 @@ class TextMemo(Generic[V]):
             if self._chars + len(text) > self.max_chars:
                 self._data.clear()
                 self._chars = 0
-            self._data[(text, variant)] = value
+            if not self._by_variant:
+                self._data[(text, variant)] = value
+            else:
+                table = self._data.get(variant)
+                if table is None:
+                    table = self._data[variant] = {}
+                table[text] = value
             self._chars += len(text)
         return value
+
+    def __len__(self) -> int:
+        """How many texts are kept (over all variants)."""
+        return sum(map(len, self._data.values())) if self._by_variant else len(self._data)

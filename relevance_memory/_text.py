@@ -339,21 +339,29 @@ def code_names(text: str, *, min_chars: int = 4) -> list[str]:
     This is the identifier rule of *action support* (SPEC §11): excerpts keep the lines that
     carry such names, elided outputs and summaries list them. Linear in the text length.
     """
+    return list(kept_code_names(text, min_chars=min_chars))
+
+
+def kept_code_names(text: str, *, min_chars: int = 4) -> tuple[str, ...]:
+    """:func:`code_names` as the tuple its memo keeps (never copied: a caller that keeps the names
+    shares the memo's tuple, issue 24). Each name is one string object however many texts hold
+    it (:data:`_NAME_VERDICTS` gives the first one read: a name recurs in every message of an
+    agent's history; issue 24)."""
     known = _CODE_NAMES.get(text, min_chars)
     if known is not None:
-        return list(known)
+        return known
     found: dict[str, None] = {}
     verdicts = _NAME_VERDICTS
     for match in _NAME_TOKEN_RE.finditer(text):
         token = match.group(0).rstrip("./-")
         if len(token) < min_chars or len(token) > _NAME_MAX_CHARS or token in found:
             continue
-        verdict = verdicts.get(token)
-        if verdict is None:
-            verdict = remember(verdicts, token, _is_code_name(token), _NAME_VERDICTS_MAX)
-        if verdict:
-            found[token] = None
-    return list(_CODE_NAMES.put(text, tuple(found), min_chars))
+        name = verdicts.get(token)
+        if name is None:
+            name = remember(verdicts, token, token if _is_code_name(token) else "", _NAME_VERDICTS_MAX)
+        if name:
+            found[name] = None
+    return _CODE_NAMES.put(text, tuple(found), min_chars)
 
 
 _CODE_NAMES: TextMemo[tuple[str, ...]] = TextMemo()
@@ -361,9 +369,11 @@ _CODE_NAMES: TextMemo[tuple[str, ...]] = TextMemo()
 again: at 30,000 messages a first build asked 120,000 times about 17,000 distinct texts)."""
 
 
-_NAME_VERDICTS: dict[str, bool] = {}
+_NAME_VERDICTS: dict[str, str] = {}
 """Memo of :func:`_is_code_name` (a token's verdict depends on the token alone; the same words
-recur in every message of a history). Bounded: emptied at :data:`_NAME_VERDICTS_MAX` tokens."""
+recur in every message of a history): token → the token as first read when it is a name (the
+string every later text's names share, issue 24), ``""`` when it is not. Bounded: emptied at
+:data:`_NAME_VERDICTS_MAX` tokens."""
 _NAME_VERDICTS_MAX = 65_536
 
 

@@ -178,9 +178,10 @@ def excerpt_text(
     return _EXCERPTS.put(text, _excerpt_text(text, max_tokens, names, counter), variant)
 
 
-_EXCERPTS: TextMemo[tuple[str, int, int]] = TextMemo(longest=50_000, max_chars=4_000_000)
+_EXCERPTS: TextMemo[tuple[str, int, int]] = TextMemo(longest=50_000, max_chars=4_000_000, by_variant=False)
 """Memo of :func:`excerpt_text` by text, budget, kept names and counter (an agent reads the
-same file or runs the same command again: each repeat was cut line by line anew)."""
+same file or runs the same command again: each repeat was cut line by line anew). Keyed by
+``(text, variant)``: nearly every excerpt has its own kept names (issue 24)."""
 
 
 _STEP_NAMES: TextMemo[tuple[str, ...]] = TextMemo(longest=100_000, max_chars=4_000_000)
@@ -307,8 +308,15 @@ def _shrink_arguments(arguments: str, max_tokens: int, keep: Collection[str], co
         room = max(8, (max_tokens - fixed) // max(1, len(strings)))
         out = {k: (excerpt_text(v, room, keep, counter)[0] if k in strings and _tokens(counter, v) > room else v)
                for k, v in data.items()}
-        return json.dumps(out, ensure_ascii=False)
+        shrunk = json.dumps(out, ensure_ascii=False)
+        return _SHRUNK.get(shrunk) or _SHRUNK.put(shrunk, shrunk)
     return excerpt_text(arguments, max_tokens, keep, counter)[0]
+
+
+_SHRUNK: TextMemo[str] = TextMemo(longest=50_000, max_chars=2_000_000)
+"""The shrunk JSON arguments :func:`_shrink_arguments` made, each kept once (text → itself): a
+command run again is cut to the same JSON, and every excerpt of it kept its own copy in the
+renditions memo (issue 24: ~70 bytes a stored message of a 100,000-message agent history)."""
 
 
 def _with_content(message: Message, content: Any, calls: list[dict[str, Any]] | None = None) -> dict[str, Any]:

@@ -98,7 +98,8 @@ def _item(
     memo = seams.summary_items
     item = memo.get(message.id, message.content_hash) or memo.put(new_summary_item(
         message.id, message.role, message.msg_type.value, content_text(message.content), message.content_hash,
-        tuple((name, arguments) for _, _, name, arguments in call_rows(message)), _tool_name(seams, message),
+        memo.calls(tuple((name, arguments) for _, _, name, arguments in call_rows(message))),  # shared (issue 24)
+        _tool_name(seams, message),
         "", False, message.token_count, (),  # the supersede marks: SummaryItems.marked; held: mark_held
     ))
     if not seams.config.supersede:

@@ -99,9 +99,15 @@ def extract_values(text: str, *, bare_numbers: bool = False) -> list[str]:
     Left out: bare numbers (``4096``, ``184``) unless ``bare_numbers`` (a short tool result
     whose number *is* the fact), and every column of tabular output (``ls -l`` rows).
     """
+    return list(kept_values(text, bare_numbers=bare_numbers))
+
+
+def kept_values(text: str, *, bare_numbers: bool = False) -> tuple[str, ...]:
+    """:func:`extract_values` as the tuple its memo keeps (never copied: the summarizer's memo of
+    a message's lines shares it, issue 24)."""
     known = _VALUES.get(text, bare_numbers)
     if known is not None:
-        return list(known)
+        return known
     found: dict[str, None] = {}
     lines = [line for line in text.splitlines() if not _is_table_row(line)]
     clean = "\n".join(lines)
@@ -131,7 +137,7 @@ def extract_values(text: str, *, bare_numbers: bool = False) -> list[str]:
     for _, value in sorted(spans, key=lambda s: (s[0], -len(s[1]), s[1])):
         if value and value not in found and not any(value in v for v in found):
             found[value] = None
-    return list(_VALUES.put(text, tuple(found), bare_numbers))
+    return _VALUES.put(text, tuple(found), bare_numbers)
 
 
 _VALUES: TextMemo[tuple[str, ...]] = TextMemo()
@@ -203,11 +209,11 @@ def _sentences(text: str) -> list[str]:
             if out and _BRACKETED_RE.match(sentence):
                 out[-1] += sentence
             elif _is_fragment(sentence):
-                carry = f"{carry} {sentence}".strip() if extract_values(sentence) else carry
+                carry = f"{carry} {sentence}".strip() if kept_values(sentence) else carry
             else:
                 out.append(f"{carry} {sentence}".strip() if carry else sentence)
                 carry = ""
-    if carry and (extract_values(carry) or not _is_fragment(carry)):
+    if carry and (kept_values(carry) or not _is_fragment(carry)):
         out.append(carry)
     return list(_SENTENCES.put(text, tuple(out)))
 
@@ -269,7 +275,7 @@ def fact_clause(sentence: str) -> str:
         text = text[lead.end():]
     clauses = [c.strip() for c in text.split(";") if c.strip()]
     if len(clauses) > 1:
-        keep = [c for c in clauses if extract_values(c) or _NAME_RE.search(c) or has_constraint(c)]
+        keep = [c for c in clauses if kept_values(c) or _NAME_RE.search(c) or has_constraint(c)]
         text = "; ".join(keep or clauses[:1])
     return text or sentence
 
@@ -280,7 +286,7 @@ def _sentence_priority(sentence: str, role: str = "user") -> int:
     unit/label/name), 2 a code name only, 1 a capitalised name, 0 nothing (dropped)."""
     if role in ("user", "system", "developer") and has_constraint(sentence):
         return 4
-    values = extract_values(sentence)
+    values = kept_values(sentence)
     if any(_NUMBER_RE.search(v) or "/" in v or "." in v.strip(".") for v in values):
         return 3
     if values:
@@ -291,28 +297,29 @@ def _sentence_priority(sentence: str, role: str = "user") -> int:
 
 
 
-def _tool_lines(text: str, max_chars: int) -> list[tuple[int, str, list[str]]]:
+def _tool_lines(text: str, max_chars: int) -> list[tuple[int, str, tuple[str, ...]]]:
     """What a tool result says, as (priority, text, values): a short result whole; a JSON
     result as its ``key: value`` facts; else its error lines and a first line that holds a
-    value. Tool output is read by lines, never split into "sentences"."""
+    value. Tool output is read by lines, never split into "sentences". The values are the
+    tuples their memo keeps (:func:`kept_values`; issue 24: the summarizer's memo shares them)."""
     stripped = text.strip()
     if not stripped:
         return []
     facts = _json_facts(stripped) if stripped[:1] in "{[" else []
     if facts:
-        return [(3, "; ".join(facts[:12]), facts)]
+        return [(3, "; ".join(facts[:12]), tuple(facts))]
     lines = [line.strip() for line in stripped.splitlines() if line.strip()]
     if len(stripped) <= 200 and len(lines) <= 3:
         joined = " ".join(" ".join(line.split()) for line in lines)
-        values = extract_values(stripped, bare_numbers=True)
+        values = kept_values(stripped, bare_numbers=True)
         return [(3 if values else 2, joined, values)]
-    out: list[tuple[int, str, list[str]]] = []
+    out: list[tuple[int, str, tuple[str, ...]]] = []
     errors = [line for line in lines if ERROR_RE.search(line) and not _is_table_row(line)]
     for line in dict.fromkeys([*errors[:1], *errors[-1:]]):
-        out.append((3, line[:max_chars], extract_values(line)))
+        out.append((3, line[:max_chars], kept_values(line)))
     first = lines[0]
     if not errors and not _is_table_row(first):
-        values = extract_values(first)
+        values = kept_values(first)
         if values:
             out.append((1, first[:max_chars], values))
     return out

@@ -74,6 +74,9 @@ _unmarked_fields: Callable[[SummaryItem], tuple[Any, ...]] = attrgetter(
     "id", "role", "msg_type", "text", "content_hash", "tool_calls", "source", "tokens", "held")
 """An item's fields other than its supersede marks (``superseded``, ``supersedes``)."""
 
+CALLS_KEPT = 16_384
+"""Distinct tool calls :meth:`SummaryItems.calls` shares before it empties."""
+
 
 class SummaryItems:
     """Memo of archived messages as :class:`SummaryItem` (by message id, checked against the
@@ -86,6 +89,7 @@ class SummaryItems:
 
     def __init__(self, maxsize: int = 2_000_000) -> None:
         self._data: dict[str, SummaryItem] = {}  # message id → its item without supersede fields
+        self._calls: dict[tuple[tuple[str, str], ...], tuple[tuple[str, str], ...]] = {}  # see calls()
         self._linked: dict[str, tuple[object, object, SummaryItem]] = {}  # own link, newest link, marked item
         self._maxsize = maxsize
         self.links: object = None
@@ -100,6 +104,16 @@ class SummaryItems:
     def put(self, item: SummaryItem) -> SummaryItem:
         """Memoise ``item`` under its id; returns it."""
         return remember(self._data, item.id, item, self._maxsize)
+
+    def calls(self, calls: tuple[tuple[str, str], ...]) -> tuple[tuple[str, str], ...]:
+        """``calls`` (an item's ``(name, arguments)`` pairs), or the equal tuple an earlier item
+        holds: the items of the same step run again share one (issue 24: an agent's calls repeat;
+        a tuple and a pair per call was ~50 bytes a stored message). Bounded: emptied at
+        :data:`CALLS_KEPT` distinct calls."""
+        if not calls:
+            return ()
+        found = self._calls.get(calls)
+        return found if found is not None else remember(self._calls, calls, calls, CALLS_KEPT)
 
     def marked(self, item: SummaryItem, superseded: str, supersedes: bool) -> SummaryItem:
         """``item`` (as :meth:`get` gives it) with its supersede fields: the marked item

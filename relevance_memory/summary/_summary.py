@@ -14,6 +14,7 @@
 
 from __future__ import annotations
 
+import itertools
 import re
 import warnings
 from collections.abc import Sequence
@@ -22,7 +23,7 @@ from typing import Any
 
 from .._markers import SUMMARY_MARKER
 from .._memo import longest_prefix
-from .._text import code_names
+from .._text import kept_code_names
 from ._extract import (
     _estimate_tokens,
     _is_table_row,
@@ -35,6 +36,7 @@ from ._extract import (
     extract_values,
     fact_clause,
     is_question,
+    kept_values,
 )
 from ._pyramid import LEVEL1_MAX_TOKENS as LEVEL1_MAX_TOKENS
 from ._pyramid import (
@@ -82,7 +84,16 @@ def _speaker(item: SummaryItem) -> str:
 
 
 _Line = tuple[int, str, str, tuple[str, ...], int, bool]
-"""(priority, dedupe key, rendered line, exact values, estimated tokens, a fact the user stated)."""
+"""(priority, dedupe key, quoted sentence, exact values, estimated tokens of its line, a fact the
+user stated). The line itself is :func:`_head` of the message, the sentence and a closing quote,
+made when the message is summarised: the memo keeps the sentence its segmenter's memo holds, not
+a new line (issue 24: the lines were a third of a first build's memory on unique text)."""
+
+
+def _head(item: SummaryItem) -> str:
+    """What a line of ``item`` says before its quoted sentence ("The user said: “")."""
+    speaker = _speaker(item)
+    return f"{speaker} (earlier; {item.superseded}): “" if item.superseded else f"{speaker}: “"
 
 FOLD_MIN_ITEMS = 1024
 """Fewest items whose fold :class:`OfflineSummarizer` memoises (a whole archive, not a phase)."""
@@ -156,7 +167,7 @@ class OfflineSummarizer:
     agent_names: bool = True
     memo_size: int = 500_000
     _memo: dict[tuple[str, str, str, bool, str], tuple[_Line, ...]] = field(default_factory=dict, repr=False, compare=False)
-    _names_memo: dict[tuple[str, tuple[tuple[str, ...], ...]], tuple[str, ...]] = field(default_factory=dict, repr=False, compare=False)
+    _names_memo: dict[str | tuple[str, tuple[tuple[str, ...], ...]], tuple[str, ...]] = field(default_factory=dict, repr=False, compare=False)
     _folds: list[_Fold] = field(default_factory=list, repr=False, compare=False)
 
     def _extract(self, item: SummaryItem) -> tuple[_Line, ...]:
@@ -189,7 +200,8 @@ class OfflineSummarizer:
                 elif item.superseded:  # the earlier value: shown as earlier, and the first to yield
                     priority = max(priority, 1)
                 if priority:
-                    units.append((priority, sentence, extract_values(sentence)))
+                    units.append((priority, sentence, kept_values(sentence)))
+        head = ""
         for priority, sentence, values in units:
             # a sentence that only differs by its numbers from another one is noise
             key = sentence.lower() if priority > 2 else _DIGITS_RE.sub("#", sentence.lower())
@@ -200,9 +212,9 @@ class OfflineSummarizer:
                 sentence = fact_clause(sentence)  # its lead-in label and value-less clauses left out
             if len(sentence) > self.max_sentence_chars:
                 sentence = sentence[: self.max_sentence_chars - 1] + "…"
-            speaker = _speaker(item)
-            line = f"{speaker} (earlier; {item.superseded}): “{sentence}”" if item.superseded else f"{speaker}: “{sentence}”"
-            out.append((priority, key, line, tuple(values), _estimate_tokens(line) + 1, fact))
+            head = head or _head(item)
+            # the values: their memo's tuple (kept_values), shared, not copied (issue 24)
+            out.append((priority, key, sentence, tuple(values), _estimate_tokens(f"{head}{sentence}”") + 1, fact))
         made = self._memo[memo_key] = tuple(out)  # tuples: one block each, none for no values
         while len(self._memo) > self.memo_size:  # LRU: drop the least recently used
             self._memo.pop(next(iter(self._memo)))
@@ -211,17 +223,31 @@ class OfflineSummarizer:
     def _names(self, item: SummaryItem) -> tuple[str, ...]:
         """The code names of a message's text and tool-call arguments (:func:`code_names`),
         memoised by the text and the calls. Of a row of tabular output (``ls -l``) only its last
-        field, the name, counts: sizes, dates and modes are columns, not names."""
-        # what the names are read from (not the calls' ids: see _extract)
-        key: tuple[str, tuple[tuple[str, ...], ...]] = (item.text, item.tool_calls)
+        field, the name, counts: sizes, dates and modes are columns, not names.
+
+        Issue 24: a message without tool calls is memoised by its text alone (the message's own
+        string: no key tuple); a text without tabular rows is read as it is, and each call's
+        arguments apart (no joined copy kept by :func:`code_names`'s memo: the lines joined again,
+        or the text and the arguments joined by newlines, hold the same names in the same order);
+        the names of one part are that memo's tuple, not a copy."""
+        # what the names are read from (not the calls' ids: see _extract); a text never equals a
+        # (text, calls) tuple, so the two kinds of key share the dict
+        key: str | tuple[str, tuple[tuple[str, ...], ...]] = (item.text, item.tool_calls) if item.tool_calls else item.text
         try:
             found = self._names_memo.get(key)
         except TypeError:  # a caller's lists (an item made from JSON): the same calls as tuples
             key = (item.text, tuple(tuple(call) for call in item.tool_calls))
             found = self._names_memo.get(key)
         if found is None:
-            text = "\n".join((line.split() or [""])[-1] if _is_table_row(line) else line for line in item.text.splitlines())
-            found = tuple(code_names("\n".join([text, *(arguments for _, arguments in item.tool_calls)])))
+            lines = item.text.splitlines()
+            rows = list(map(_is_table_row, lines))
+            text = "\n".join((line.split() or [""])[-1] if row else line for line, row in zip(lines, rows, strict=True)) if any(rows) else item.text
+            # the names of the text and of each call's arguments, in that order, once each: what
+            # the names of them joined by newlines are (a name never spans a newline), without
+            # the joined copy the code-name memo would keep (issue 24)
+            parts = [names for names in (kept_code_names(text), *(kept_code_names(arguments) for _, arguments in item.tool_calls))
+                     if names]
+            found = parts[0] if len(parts) == 1 else tuple(dict.fromkeys(itertools.chain.from_iterable(parts)))
             self._names_memo[key] = found
             while len(self._names_memo) > self.memo_size:
                 self._names_memo.pop(next(iter(self._names_memo)))
@@ -265,7 +291,10 @@ class OfflineSummarizer:
                 tools_at.pop(call, None)
                 tools_at[call] = order
                 order += 1
-            for priority, key, line, found, cost, fact in self._extract(item):
+            extracted = self._extract(item)
+            head = _head(item) if extracted else ""
+            for priority, key, sentence, found, cost, fact in extracted:
+                line = f"{head}{sentence}”"  # what the memo keeps is the sentence (issue 24)
                 # values survive even when the sentence is a repeat; a superseded message's values
                 # are only in its line, which names the newer value (issue 23: never listed as current)
                 for position, value in enumerate(() if item.superseded else found):

@@ -11,9 +11,12 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from relevance_memory import RelevanceMemoryManager, TiktokenCounter
+from relevance_memory._memo import TextMemo
+from relevance_memory._text import code_names, kept_code_names
 from relevance_memory._tokenizer import unshared
+from relevance_memory.summary._extract import _estimate_tokens, _is_table_row, _sentences, kept_values
 from relevance_memory.summary._pyramid import SummaryCache, SummaryItem, key_parts, parts_digest, run_facts
-from relevance_memory.summary._summary import OfflineSummarizer
+from relevance_memory.summary._summary import OfflineSummarizer, _head
 
 THOUGHT = "THOUGHT: The test passed. Now run tests/test_query.py again; keep QuerySet.bulk_create as it is."
 
@@ -38,7 +41,7 @@ def test_the_same_text_at_other_ids_and_call_ids_is_read_once() -> None:
     assert len(summarizer._memo) == 1 and len(summarizer._names_memo) == 1
     # what the lines depend on still tells them apart: the supersede marks, the role, the text
     marked = _thought(10, superseded="a newer result since step 12 (m24)")
-    assert summarizer._extract(marked) != lines and "(earlier; a newer result" in summarizer._extract(marked)[0][2]
+    assert summarizer._extract(marked) != lines and _head(marked).endswith("(earlier; a newer result since step 12 (m24)): “")
     assert summarizer._extract(_thought(11, role="user")) != lines
     longer = summarizer._extract(_thought(12, text=THOUGHT + " The fix goes in utils/dateparse.py."))
     assert longer is not lines and longer[: len(lines)] == lines
@@ -257,3 +260,93 @@ def test_keep_names_read_a_long_call_as_code_names_does() -> None:
     assert keep_names(messages, 2, "goal_name") == expected
     assert keep_names(messages, 2, "goal_name") == expected  # the memo's answer
     assert "module_399.function_399" in expected
+
+
+def test_a_memo_entry_keeps_the_sentence_and_its_line_is_made_from_it() -> None:
+    """Issue 24: the extraction memo kept a new line string ("The assistant noted: “…”") per
+    sentence — a third of a first build's memory on unique text. It keeps the sentence the
+    segmenter's memo holds and the values its memo holds (the very objects); the line made from
+    the message's head and the sentence is the line the summary shows, and costs what it did."""
+    summarizer = OfflineSummarizer()
+    item = _thought(1)
+    lines = summarizer._extract(item)
+    sentences = _sentences(item.text)
+    assert lines
+    for _, _, sentence, values, cost, _ in lines:
+        assert any(sentence is said for said in sentences)
+        assert values is kept_values(sentence)
+        assert cost == _estimate_tokens(f"The assistant noted: “{sentence}”") + 1
+    prose = summarizer.summarize([item], level=1, max_tokens=300).prose
+    assert prose.splitlines() == [f"The assistant noted: “{entry[2]}”" for entry in lines]
+    tool = SummaryItem(id="t1", role="tool", msg_type="tool_result", text="exit code 0; wrote /tmp/out.json",
+                       source="bash", superseded="")
+    marked = replace(_thought(2), superseded="since step 4: other (k)")
+    assert _head(tool) == "Tool bash returned: “" and _head(marked) == "The assistant noted (earlier; since step 4: other (k)): “"
+    assert summarizer.summarize([tool], level=1, max_tokens=300).prose == f"Tool bash returned: “{summarizer._extract(tool)[0][2]}”"
+
+
+def test_names_share_the_message_text_and_the_names_memo() -> None:
+    """Issue 24: a message without calls is memoised by its own text string; a text without
+    tabular rows is read as it is (its lines joined again hold the same names); the names are
+    the code-name memo's tuple, each name one string whatever text it came from."""
+    summarizer = OfflineSummarizer()
+    plain = replace(_thought(1), tool_calls=())
+    found = summarizer._names(plain)
+    (key,) = summarizer._names_memo
+    assert key is plain.text and found is kept_code_names(plain.text)
+    assert found == tuple(code_names("\n".join(plain.text.splitlines())))
+    rows = replace(_thought(2), text="-rw-r--r-- 1 root root 4096 Mar  1 12:00 setup_tools.py\nsee my_module.py\r\n")
+    assert summarizer._names(rows) == ("setup_tools.py", "my_module.py", "tests/test_query.py")
+    other = kept_code_names("then open my_module.py again")
+    assert other[0] is summarizer._names(rows)[1]
+
+
+def test_text_memo_keys_are_the_callers_strings() -> None:
+    """Issue 24: a ``(text, variant)`` tuple per entry was half of what a text memo held; each
+    variant has a dict keyed by the text itself."""
+    memo: TextMemo[int] = TextMemo()
+    text, other = "alpha beta", "gamma"
+    memo.put(text, 1, variant=3)
+    memo.put(other, 2)
+    assert memo.get("alpha beta", 3) == 1 and memo.get("alpha beta") is None and memo.get("gamma") == 2
+    assert [key for table in memo._data.values() for key in table] == [text, other]
+    assert all(a is b for a, b in zip([key for table in memo._data.values() for key in table], [text, other], strict=True))
+    assert len(memo) == 2
+
+
+def test_names_of_a_text_and_its_calls_read_apart_equal_them_joined() -> None:
+    """Issue 24: the text and each call's arguments are read apart (no joined copy kept); the
+    names are those of them joined by newlines, in the same order, once each."""
+    summarizer = OfflineSummarizer()
+    texts = ["", "see my_module.py and ./tests/test_a.py.", "-rw-r--r-- 1 root root 4096 Mar  1 12:00 setup_tools.py", "x"]
+    calls = [(), (("bash", '{"command": "cat my_module.py"}'),),
+             (("edit", '{"path": "src/app_main.py"}'), ("bash", '{"command": "pytest ./tests/test_a.py -k QuerySet"}'))]
+    for text in texts:
+        for made in calls:
+            item = SummaryItem(id="a", role="assistant", msg_type="tool_call", text=text, tool_calls=made)
+            lines = "\n".join((line.split() or [""])[-1] if _is_table_row(line) else line for line in text.splitlines())
+            assert summarizer._names(item) == tuple(code_names("\n".join([lines, *(a for _, a in made)])))
+
+
+def test_items_of_the_same_calls_share_one_tuple() -> None:
+    """Issue 24: each archived message's item held its own tuple of ``(name, arguments)`` pairs
+    (~50 bytes a stored message); the items of the same calls (a step run again, with new call
+    ids) share one, equal to the calls, and the summary is the same."""
+    from relevance_memory.summary._pyramid import SummaryItems
+
+    memory = RelevanceMemoryManager(max_input_tokens=600, keep_recent=2)
+    history: list[dict[str, object]] = [{"role": "user", "content": "Run the tests of src/app.py until they pass."}]
+    for n in range(30):
+        history.append({"role": "assistant", "content": f"THOUGHT: run them again ({n}).",
+                        "tool_calls": [{"id": f"call_{n}", "type": "function",
+                                        "function": {"name": "bash", "arguments": '{"command": "pytest -q tests"}'}}]})
+        history.append({"role": "tool", "tool_call_id": f"call_{n}", "content": f"{n} failed, 3 passed"})
+    memory.extend(history)
+    memory.build_context()
+    items = list(memory._summary_items._data.values())
+    calls = [item.tool_calls for item in items if item.tool_calls]
+    assert len(calls) > 10 and all(made is calls[0] for made in calls)
+    assert calls[0] == (("bash", '{"command": "pytest -q tests"}'),)
+    items_memo = SummaryItems()
+    pairs = (("bash", "{}"),)
+    assert items_memo.calls(pairs) is pairs and items_memo.calls((("bash", "{}"),)) is pairs and items_memo.calls(()) == ()

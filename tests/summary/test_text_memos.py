@@ -90,3 +90,37 @@ def test_excerpt_token_counts_are_memoised_per_counter() -> None:
         assert fidelity._tokens(counter, text) == counter.count_text(text)
     assert o200k.count_text(text) != cl100k.count_text(text)
     assert fidelity._tokens(o200k, "") == 0
+
+
+def test_the_excerpt_memo_keys_each_text_with_its_variant() -> None:
+    """Issue 24: the excerpts' memo keeps ``(text, variant)`` keys (nearly every excerpt has its
+    own kept names: a dict per variant would cost more); the other memos a dict per variant."""
+    from relevance_memory.pipeline import fidelity
+
+    memo: TextMemo[int] = TextMemo(by_variant=False)
+    text = "some text"
+    memo.put(text, 1, variant=(5, frozenset({"a"})))
+    assert memo.get("some text", (5, frozenset({"a"}))) == 1 and memo.get(text) is None and len(memo) == 1
+    assert list(memo._data) == [(text, (5, frozenset({"a"})))]
+    assert not fidelity._EXCERPTS._by_variant and _extract._VALUES._by_variant and _text._CODE_NAMES._by_variant
+
+
+def test_shrunk_arguments_of_the_same_call_are_one_string() -> None:
+    """Issue 24: every excerpt of a command run again kept its own copy of the same shrunk JSON
+    arguments (~70 bytes a stored message of an agent's history); they are one string now,
+    equal to the JSON made afresh."""
+    import json
+
+    from relevance_memory._tokenizer import TiktokenCounter
+    from relevance_memory.pipeline import fidelity
+
+    counter = TiktokenCounter("o200k_base")
+    body = "\n".join(f"print('line {i} of a long script', value_{i})" for i in range(200))
+    arguments = json.dumps({"command": f"cat <<'EOF' > run_me.py\n{body}\nEOF", "timeout": 30})
+    fidelity._SHRUNK._data.clear()
+    first = fidelity._shrink_arguments(arguments, 80, frozenset({"run_me.py"}), counter)
+    again = fidelity._shrink_arguments("" + arguments, 80, frozenset({"run_me.py"}), counter)
+    fidelity._SHRUNK._data.clear()
+    fresh = fidelity._shrink_arguments(arguments, 80, frozenset({"run_me.py"}), counter)
+    assert again is first and fresh == first and fresh is not first
+    assert json.loads(first)["timeout"] == 30 and len(first) < len(arguments)
