@@ -52,7 +52,6 @@ K1 = 1.5
 """BM25's term-frequency saturation (``bm25s.BM25``'s default)."""
 B = 0.75
 """BM25's document-length normalisation (``bm25s.BM25``'s default)."""
-_EMPTY = "\x00"  # the placeholder term of a document with no terms
 
 _idf_tables: dict[int, npt.NDArray[np.float32]] = {}
 
@@ -120,32 +119,19 @@ class _Chunk:
 
 def _index(start: int, docs: Sequence[Collection[str]], vocab: dict[str, int]) -> _Chunk:
     """A chunk's index over ``docs`` (module doc's formula; a term repeated in a document counts
-    once), its terms added to ``vocab`` (term → id, shared by the chunks): O(postings) in array
-    operations, one dict lookup per posting."""
+    once), its terms added to ``vocab`` (term → id, shared by the chunks): the documents numbered
+    by ``vocab`` (one dict lookup per posting), then :func:`_index_coded`."""
     add = vocab.setdefault
-    rows = [(d if isinstance(d, (frozenset, set)) else dict.fromkeys(d)) or (_EMPTY,) for d in docs]
+    rows = [d if isinstance(d, (frozenset, set)) else dict.fromkeys(d) for d in docs]
     ids = np.fromiter((add(t, len(vocab)) for row in rows for t in row), dtype=np.int64)
-    lengths = np.fromiter(map(len, rows), dtype=np.int64, count=len(rows))
-    n = len(rows)
-    terms, column = np.unique(ids, return_inverse=True)
-    per_term = np.bincount(column, minlength=len(terms))  # document frequency: a term once per document
-    idf = _idf_table(n)[per_term]
-    mean = lengths.mean()  # float64, as bm25s's np.array(lengths).mean()
-    tfc = 1.0 / (K1 * ((1 - B) + B * lengths / mean) + 1.0)  # float64, as bm25s computes it for tf = 1
-    doc_of = np.repeat(np.arange(n, dtype=np.int16 if n <= 2**15 else np.int32), lengths)
-    weights = (idf[column].astype(np.float64) * tfc[doc_of]).astype(np.float32)
-    order = np.argsort(column, kind="stable")
-    indptr = np.zeros(len(terms) + 1, dtype=np.int32)
-    np.cumsum(per_term, out=indptr[1:])
-    return _Chunk(start, n, terms.astype(np.int32), indptr, doc_of[order], weights[order])
+    return _index_coded(start, ids, np.fromiter(map(len, rows), dtype=np.int64, count=len(rows)))
 
 
 def _index_coded(start: int, codes: npt.NDArray[np.int64], lengths: npt.NDArray[np.int64]) -> _Chunk:
-    """:func:`_index` of rows given as term numbers (:meth:`CodedRows.coded`: each row's
-    numbers end to end, and how many each row has): the same postings and weights, bit for
-    bit, numbered by the rows' own vocabulary (an empty row counts one term, as
-    :func:`_index`'s placeholder does; the placeholder itself is never asked for, so it has
-    no posting here). O(postings) array operations, no Python pass per posting."""
+    """A chunk's index over rows given as term numbers (:meth:`CodedRows.coded`: each row's
+    numbers end to end, and how many each row has; the module doc's formula, an empty row
+    counting one placeholder term that no query asks for, so it has no posting). O(postings)
+    array operations, no Python pass per posting."""
     n = len(lengths)
     # one stable sort: the postings by term, each term's in document order (as _index's)
     order = np.argsort(codes, kind="stable")

@@ -33,7 +33,7 @@ from typing import Any, Literal
 from .._markers import ELIDED_MARKER, EXCERPT_MARKER
 from .._memo import TextMemo
 from .._models import Message, content_text, thaw
-from .._text import ERROR_RE, code_names
+from .._text import ERROR_RE, code_names, kept_code_names
 from .._tokenizer import TokenCounter
 
 __all__ = [
@@ -196,7 +196,7 @@ def _step_names(text: str) -> tuple[str, ...]:
     known = _STEP_NAMES.get(text)
     if known is not None:
         return known
-    return _STEP_NAMES.put(text, tuple(code_names(text, min_chars=3)))
+    return _STEP_NAMES.put(text, kept_code_names(text, min_chars=3))
 
 
 _TOKENS: TextMemo[int] = TextMemo(longest=100_000, max_chars=8_000_000)
