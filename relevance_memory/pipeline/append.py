@@ -156,12 +156,22 @@ def _tail_renditions(previous: PrefixState, seams: Seams, goal: TaskGoal) -> dic
         return {}
     # the pinned prompt leads the store (step -1 only while the leading system messages last): O(pinned)
     pinned = sum(m.token_count for m in itertools.takewhile(lambda m: m.step == -1, itertools.islice(store.messages, previous.next_index)))
-    newest_user = next((store[i].token_count for i in reversed(new) if store[i].role == "user"), 0)
-    return entry_renditions(
-        store.messages, list(new), budget=previous.budget, share=seams.config.excerpt_share,
-        goal_text=f"{goal.final}\n{goal.subtask}", memo=seams.renditions, counter=seams.tokenizer,
-        room=max(1, previous.budget - REPLY_PRIMING_TOKENS - pinned - newest_user),
+    newest_user = next((i for i in reversed(new) if store[i].role == "user"), None)
+    newest_user_tokens = 0 if newest_user is None else store[newest_user].token_count
+    room = previous.budget - REPLY_PRIMING_TOKENS - pinned  # what the pinned prompt leaves
+    goal_text = f"{goal.final}\n{goal.subtask}"
+    renditions = entry_renditions(
+        store.messages, [i for i in new if i != newest_user], budget=previous.budget,
+        share=seams.config.excerpt_share, goal_text=goal_text, memo=seams.renditions, counter=seams.tokenizer,
+        room=max(1, room - newest_user_tokens),
     )
+    if newest_user is not None and newest_user_tokens > room:
+        # as in a compaction (partition): the newest user message stays verbatim while it alone
+        # fits (SPEC §9), else its excerpt is capped by the room itself, not by that room less itself
+        renditions.update(entry_renditions(
+            store.messages, [newest_user], budget=previous.budget, share=seams.config.excerpt_share,
+            goal_text=goal_text, memo=seams.renditions, counter=seams.tokenizer, room=max(1, room)))
+    return renditions
 
 
 def _note(seams: Seams, goal: TaskGoal, base: DecisionRecord) -> tuple[dict[str, Any] | None, int]:
@@ -301,6 +311,8 @@ def append(
     build_id = hashlib.sha256(
         f"{build_number}|{len(store)}|{goal.final}|{goal.subtask}|{previous.budget}|appended".encode()
     ).hexdigest()[:12]
+    # the excerpts the messages appended since the base were sent as, these included
+    sent_renditions = {**previous.renditions, **{i: r for i, r in step.renditions.items() if i in steps.indices}}
     warnings = list(base.warnings)
     if held:
         warnings.append(
@@ -320,7 +332,8 @@ def append(
         messages_after=len(messages),
         keep_recent=config.keep_recent,
         working_steps=base.working_steps + len(steps_seen - {-1}),
-        identity=base.identity and not held and not skipped,
+        # the context is the history itself only while every appended message went verbatim
+        identity=base.identity and not held and not skipped and not sent_renditions,
         goal_block=base.goal_block,
         scorer=base.scorer,
         scorer_model=base.scorer_model,
@@ -354,7 +367,7 @@ def append(
         base_length=previous.base_length, appended=appended, skipped=skipped, appended_tokens=appended_tokens,
         history_tokens=history, counted=counted, appended_ids=(*previous.appended_ids, *record.appended_ids),
         appended_roots=roots, appended_steps=steps_seen, last_build_id=build_id, restore_tool=previous.restore_tool,
-        renditions={**previous.renditions, **{i: r for i, r in step.renditions.items() if i in steps.indices}},
+        renditions=sent_renditions,
         summaries=previous.summaries, copies=(*previous.copies, *new_plans),
     )
     return built, state

@@ -379,8 +379,14 @@ def partition(state: BuildState, seams: Seams) -> Partitioned:
         share=config.excerpt_share, goal_text=goal_terms, memo=seams.renditions, counter=seams.tokenizer,
         room=entry_room,
     )
-    if newest_user is not None and newest_user in renditions and newest_user_tokens <= room:
-        del renditions[newest_user]  # the newest user message stays verbatim while it alone fits (SPEC §9)
+    if newest_user is not None and newest_user in renditions:
+        if newest_user_tokens <= room:
+            del renditions[newest_user]  # the newest user message stays verbatim while it alone fits (SPEC §9)
+        else:  # else its excerpt is capped by the room the pinned prompt leaves, not by that room less
+            # itself (which left a bare marker of a long task statement while the budget went unused)
+            renditions.update(entry_renditions(
+                messages, [newest_user], budget=whole, share=config.excerpt_share, goal_text=goal_terms,
+                memo=seams.renditions, counter=seams.tokenizer, room=max(1, room)))
     chains = _with_renditions(chains, roots, renditions, messages, grouped.recounted)
     forced_tokens = sum(chains[r].tokens for r in split.forced)
     if not ledger.fits(forced_tokens):

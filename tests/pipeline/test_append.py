@@ -512,3 +512,61 @@ def test_the_record_template_keeps_no_values_of_a_build() -> None:
     del record, memory
     gc.collect()
     assert breakdown() is None
+
+
+def _requirements(n: int) -> str:
+    return "\n".join(f"Requirement {j}: handle_{j} must return code {j * 7} for input case_{j}." for j in range(n))
+
+
+@pytest.mark.parametrize(("lines", "mode", "verbatim"), [(200, "appended", True), (300, "compacted", True),
+                                                         (600, "appended", False)])
+def test_a_new_user_message_joins_an_append_as_a_compaction_would_send_it(lines: int, mode: str, verbatim: bool) -> None:
+    """SPEC §9 in the append path (a new user message with the goal set by the caller, so no
+    rebuild): the newest user message is sent verbatim while it alone fits what the pinned prompt
+    leaves — an append that cannot hold it compacts, as partition keeps it — and, when it does
+    not fit, as an excerpt capped by that room, not by that room less itself (which sent the
+    11,261-token message as a bare "all … tokens left out" marker)."""
+    memory = RelevanceMemoryManager(max_input_tokens=8000)
+    memory.set_goal("Fix the bug in parser.py")
+    history = [{"role": "system", "content": "You are a coding agent."},
+               {"role": "user", "content": "Fix the bug in parser.py where tokens are dropped."}]
+    memory.extend(history)
+    for n in range(30):  # an agent loop: a build after every step
+        history += step(n, size=20)
+        memory.extend(history[-2:])
+        memory.build_context()
+    big = {"role": "user", "content": _requirements(lines)}
+    memory.extend([big])
+    built = memory.build_context()
+    assert built.record.mode == mode
+    sent = built.messages[-1] if built.messages[-1]["role"] == "user" else next(
+        m for m in reversed(built.messages) if m["role"] == "user")
+    newest = memory.messages[-1]
+    if verbatim:
+        assert sent["content"] == big["content"]
+    else:
+        head = sent["content"].splitlines()[0]
+        assert head.startswith(f"[relevance-memory: excerpt of {newest.id} (user") and "lines kept" in head
+        assert "Requirement 0: handle_0 must return code 0" in sent["content"]
+        assert built.record.decision_for(newest.id).fidelity == "excerpt"
+    assert_invariants([*history, big], built, 8000, COUNTER)
+
+
+def test_an_excerpt_appended_to_the_whole_history_ends_its_identity() -> None:
+    """While the whole history fits, the context *is* the history (``record.identity``); an
+    oversized tool output appended as an excerpt ends that — the record said "identity" over a
+    context that no longer equals the history (and so would each later append's)."""
+    memory = RelevanceMemoryManager(max_input_tokens=8000)
+    history = [*OPENING, *step(0), *step(1)]
+    memory.extend(history)
+    assert memory.build_context().record.identity
+    big = step(2, size=4000)
+    memory.extend(big)
+    built = memory.build_context()
+    assert built.record.mode == "appended" and built.messages[-1]["content"].startswith("[relevance-memory: excerpt")
+    assert not built.record.identity
+    small = step(3)
+    memory.extend(small)
+    later = memory.build_context()
+    assert later.record.mode == "appended" and not later.record.identity
+    assert_invariants([*history, *big, *small], later, 8000, COUNTER)

@@ -267,3 +267,28 @@ def test_cjk_history_is_counted_and_kept_valid() -> None:
     total = sum(counter.count_message(m) for m in history)
     _, built = build(history, total // 3, keep_recent=2)
     assert built.record.tokens_after <= total // 3
+
+
+@pytest.mark.parametrize("budget", [1000, 1200, 1400, 1600, 1800])
+def test_a_newest_user_message_too_large_for_the_room_keeps_its_lines(budget: int) -> None:
+    """A newcomer's trial (2026-12-06): the django run's task statement (1,679 tokens, its only
+    and so newest user message) did not fit what the system prompt leaves at 1,000–1,600 tokens,
+    and was sent as a bare marker — its excerpt was capped by that room *less itself* (1 token)
+    — while the goal block pointed at it and hundreds of tokens went unused. Now its excerpt is
+    capped by the room itself: the task's opening lines are sent, within the budget."""
+    from pathlib import Path
+
+    from relevance_memory import load_transcript
+
+    fixture = Path(__file__).resolve().parents[2] / "fixtures" / "django__django-15280.json"
+    history = load_transcript(fixture).messages
+    memory = RelevanceMemoryManager(max_input_tokens=budget)
+    memory.extend(history)
+    built = memory.build_context()
+    task = next(m for m in built.messages if m.get("role") == "user")
+    assert task["content"].startswith("[relevance-memory: excerpt of m1")
+    assert "lines kept" in task["content"].splitlines()[0]  # not "all 1,679 tokens left out"
+    assert "<pr_description>" in task["content"] and "Deferred fields incorrect" in task["content"]
+    decision = built.record.decision_for("m1")
+    assert decision.fidelity == "excerpt" and decision.sent_tokens is not None and decision.sent_tokens > budget // 3
+    assert_invariants(history, built, budget, memory.tokenizer)  # within the budget, chains whole
