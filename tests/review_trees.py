@@ -9,6 +9,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -17,18 +18,27 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def old_tree(commit: str, name: str) -> Path:
+def old_tree(commit: str, name: str, fixes: Sequence[str] = ()) -> Path:
     """``relevance_memory`` of ``commit`` extracted (``git archive``) under the temp directory
-    as ``<name>_<commit>``, once; skips the test without git or the repository's history."""
-    target = Path(tempfile.gettempdir()) / f"{name}_{commit}"
+    as ``<name>_<commit>[+<fix>…]``, once; skips the test without git or the repository's history.
+
+    ``fixes``: commits whose change to ``relevance_memory`` (against their first parent) is
+    applied on top — deliberate behaviour changes made after the reviewed commit, so that the
+    review keeps comparing everything else with it. Raises ``subprocess.CalledProcessError``
+    when a fix no longer applies to the old tree."""
+    target = Path(tempfile.gettempdir()) / "+".join([f"{name}_{commit}", *fixes])
     if not (target / "relevance_memory" / "__init__.py").exists():
         try:
             archive = subprocess.run(["git", "-C", str(ROOT), "archive", commit, "relevance_memory"],
                                      check=True, capture_output=True).stdout
+            patches = [subprocess.run(["git", "-C", str(ROOT), "diff", f"{fix}^1", fix, "--", "relevance_memory"],
+                                      check=True, capture_output=True).stdout for fix in fixes]
         except (OSError, subprocess.CalledProcessError):
             pytest.skip(f"needs git and the repository's history ({commit}) to compare with the old code")
         staging = Path(tempfile.mkdtemp(prefix=f"{target.name}.", dir=target.parent))
         subprocess.run(["tar", "-x", "-C", str(staging)], input=archive, check=True)
+        for patch in patches:
+            subprocess.run(["git", "apply", "-"], input=patch, cwd=staging, check=True, capture_output=True)
         try:
             staging.rename(target)  # whole or not at all (parallel test processes)
         except OSError:

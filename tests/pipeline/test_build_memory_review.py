@@ -5,6 +5,9 @@ context and record must be what the code before them (bbd90db) gave.
 
 Each test runs one script twice in a subprocess — once on this tree, once on bbd90db's
 ``relevance_memory`` (extracted with ``git archive``) — and compares their JSON outputs.
+The old tree carries the deliberate behaviour changes made since (:data:`FIXES`, applied on
+top of bbd90db), so that everything else is still compared with the reviewed code.
+
 Skipped without git and the repository's history."""
 
 from __future__ import annotations
@@ -22,13 +25,17 @@ from review_trees import old_tree, run_script
 
 ROOT = Path(__file__).resolve().parents[2]
 OLD_COMMIT = "bbd90db"
+FIXES = ("e2bb21d",)
+"""Changes on purpose since :data:`OLD_COMMIT`: e2bb21d, the newest user message too large for
+the room the pinned prompt leaves is excerpted within that room, not that room less itself
+(it was a bare marker; tight-budget loops send its lines now)."""
 FIXTURES = sorted((ROOT / "fixtures").glob("*__*.json"))
 DATA = shared_data()
 SHARED_RUNS = sorted((DATA / "swebench_trajectories").glob("*__*.json")) if DATA is not None else []
 
 
 def _old_tree() -> Path:
-    return old_tree(OLD_COMMIT, "build_memory_review")
+    return old_tree(OLD_COMMIT, "build_memory_review", FIXES)
 
 
 PRELUDE = '''
