@@ -906,3 +906,65 @@ def test_the_first_message_left_out_is_the_least_first_member_of_a_chain_not_kep
     monkeypatch.setattr(assemble_module, "first_left_out", both)
     excluded_run()
     assert len(asked) >= 3 and any(found is not None and found - 1 in excluded for found, excluded in asked)
+
+
+def _oversized(encoding: str) -> list[Any]:
+    """The stored messages of the fixtures larger than 300 tokens (tool outputs, calls, the
+    task statements), counted with ``encoding``."""
+    from relevance_memory import MemoryConfig
+
+    out: list[Any] = []
+    for path in sorted(FIXTURE.parent.glob("*__*.json")):
+        memory = RelevanceMemoryManager(config=MemoryConfig(encoding=encoding))
+        memory.extend(load_transcript(path).messages)
+        out += [m for m in memory.messages if m.token_count > 300]
+    return out
+
+
+@pytest.mark.parametrize("encoding", ["o200k_base", "cl100k_base"])
+def test_an_excerpt_s_tokens_counted_once_are_its_final_form_s(encoding: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 24: an excerpt is counted once (its draft, with a placeholder for the tokens left
+    out) and the figure's own pieces are swapped in (``_filled_count``); every real excerpt at
+    several caps must count what its final form counts, and be what counting it twice made."""
+    from relevance_memory._tokenizer import TiktokenCounter
+    from relevance_memory.pipeline import fidelity
+
+    counter = TiktokenCounter(encoding)  # type: ignore[arg-type]
+    messages = _oversized(encoding)
+    assert len(messages) >= 40
+    made = [fidelity.excerpt_message(m, cap, {"django"}, counter) for m in messages for cap in (60, 150, 300)]
+    assert sum(r.fidelity == "excerpt" for r in made) == len(made)
+    assert [r.tokens for r in made] == [counter.count_message(r.message) for r in made]
+    monkeypatch.setattr(fidelity, "_filled_count", lambda *_: None)  # count the final form again
+    assert [fidelity.excerpt_message(m, cap, {"django"}, counter) for m in messages for cap in (60, 150, 300)] == made
+
+
+@settings(max_examples=300, deadline=None)
+@given(left=st.integers(0, 10**12), detail=st.text(max_size=40), encoding=st.sampled_from(["o200k_base", "cl100k_base"]))
+def test_the_figure_left_out_is_counted_as_its_own_pieces(left: int, detail: str, encoding: str) -> None:
+    """The tokens the placeholder and the figure (any length, with its thousands commas) take
+    in the marker line are their own pieces' count, whatever the detail before them says."""
+    from relevance_memory._tokenizer import TiktokenCounter
+    from relevance_memory.pipeline.fidelity import _LEFT, _filled_count
+
+    counter = TiktokenCounter(encoding)  # type: ignore[arg-type]
+    before, after = f"[relevance-memory: excerpt of m7 (tool): {detail} (about ", " of 12,345 tokens left out); the whole"
+    draft = counter.count_text(before + _LEFT + after)
+    assert _filled_count(counter, draft, left) == counter.count_text(f"{before}{left:,}{after}")
+
+
+def test_an_excerpt_keeps_a_body_that_says_left_in_braces() -> None:
+    """Only the marker's own placeholder is filled in: a tool output with ``{left}`` in it (a
+    format string) kept it in the excerpt (it became the figure, before)."""
+    from relevance_memory._tokenizer import TiktokenCounter
+    from relevance_memory.pipeline.fidelity import excerpt_message
+
+    memory = RelevanceMemoryManager()
+    memory.extend([{"role": "user", "content": "Pad the table."}, {"role": "assistant", "content": None, "tool_calls": [
+        {"id": "c1", "type": "function", "function": {"name": "bash", "arguments": '{"cmd": "cat pad.py"}'}}]},
+        {"role": "tool", "tool_call_id": "c1", "content": "\n".join(
+            ['print(f"{left}|{right}")  # pad.py line 1', *(f"row {i}: value {i * 3}" for i in range(400))])}])
+    rendition = excerpt_message(memory.messages[-1], 120, set(), TiktokenCounter())
+    assert rendition.fidelity == "excerpt"
+    marker, _, body = rendition.message["content"].partition("\n")
+    assert "{left}" not in marker and 'print(f"{left}|{right}")  # pad.py line 1' in body
