@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import hashlib
 import itertools
-import operator
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
@@ -28,7 +27,7 @@ from pydantic import BaseModel
 
 from .._cache_policy import PrefixDecision, decide_build_mode
 from .._exceptions import InvalidMessageError, RelevanceMemoryError
-from .._models import ScoreSource, TaskGoal, freeze, thaw
+from .._models import ScoreSource, TaskGoal, call_rows, freeze, thaw
 from .._record import BudgetBreakdown, BudgetLine, DecisionRecord, MessageDecision
 from .._tokenizer import REPLY_PRIMING_TOKENS
 from ..pheromone._field import PheromoneField
@@ -130,7 +129,6 @@ class BuildStep:
     renditions: Mapping[int, Rendition] = field(default_factory=dict)
 
 
-_ID = operator.attrgetter("id")
 
 
 def _tail(store: StoreView, start: int, renditions: Mapping[int, Rendition]) -> list[TailItem]:
@@ -140,7 +138,7 @@ def _tail(store: StoreView, start: int, renditions: Mapping[int, Rendition]) -> 
     return [
         TailItem(
             index=m.index, tokens=renditions[m.index].tokens if m.index in renditions else m.token_count, role=m.role,
-            call_ids=tuple(map(_ID, m.tool_calls)), tool_call_id=m.tool_call_id, excluded=m.id in excluded,
+            call_ids=tuple([row[0] for row in call_rows(m)]), tool_call_id=m.tool_call_id, excluded=m.id in excluded,
         )
         for m in store.messages[start:]
     ]

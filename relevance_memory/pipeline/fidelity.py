@@ -32,7 +32,7 @@ from typing import Any, Literal
 
 from .._markers import ELIDED_MARKER, EXCERPT_MARKER
 from .._memo import TextMemo
-from .._models import Message, content_text, thaw
+from .._models import Message, content_text, has_tool_calls, thaw
 from .._text import ERROR_RE, code_names, kept_code_names
 from .._tokenizer import TiktokenCounter, TokenCounter
 
@@ -116,7 +116,7 @@ def entry_cap(message: Message, budget: int, share: float) -> int:
 def cap_of(message: Message, caps: tuple[int, int]) -> int:
     """``message``'s entry cap out of ``caps`` (:func:`entry_caps`' pair; tokens): a caller
     reading many messages' caps at one budget computes the pair once."""
-    return caps[0] if message.role == "tool" or message.tool_calls else caps[1]
+    return caps[0] if message.role == "tool" or has_tool_calls(message) else caps[1]  # no ToolCall objects made
 
 
 def entry_caps(budget: int, share: float, room: int | None = None) -> tuple[int, int]:

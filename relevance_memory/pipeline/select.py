@@ -43,7 +43,7 @@ import numpy as np
 import numpy.typing as npt
 
 from .._memo import same_prefix
-from .._models import USER_AUTHORED_TYPES, RelevanceScore, TaskGoal, content_text
+from .._models import USER_AUTHORED_TYPES, RelevanceScore, TaskGoal, content_text, has_tool_calls
 from ..store._supersede import SupersedeLink, asks_for_history
 from ._state import (
     BuildState,
@@ -481,7 +481,7 @@ def _echoes_of_forgotten(
     replies = sorted(
         root for root, chain in chains.items()
         if all(store[i].role == "assistant" and store[i].msg_type.value == "assistant_reasoning"
-               and not store[i].tool_calls and i in scores and scores[i].score <= archive_score for i in chain.members)
+               and not has_tool_calls(store[i]) and i in scores and scores[i].score <= archive_score for i in chain.members)
     )
     out: set[int] = set()
     user = -1  # the nearest user message before the reply: one forward pass, not a walk back per reply
@@ -614,7 +614,7 @@ def tool_traffic_share(store: StoreView, chains: Iterable[Chain], index: ChainIn
         for i in chain.members:
             message = messages[i]
             total += message.token_count
-            if message.role == "tool" or message.tool_calls:
+            if message.role == "tool" or has_tool_calls(message):
                 tools += message.token_count
         totals.append(total)
         traffic.append(tools)
@@ -732,7 +732,7 @@ def superseded_chains(chains: Mapping[int, Chain], store: StoreView, *, facts: b
         if all(
             link_of(messages[i].id) is not None
             or messages[i].token_count <= TRIVIAL_TOKENS
-            or (messages[i].role == "assistant" and messages[i].tool_calls)
+            or (messages[i].role == "assistant" and has_tool_calls(messages[i]))
             for i in chain.members
         ):
             first = link_of(messages[linked[0]].id)
