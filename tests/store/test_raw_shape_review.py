@@ -22,11 +22,16 @@ from review_trees import old_tree, run_script
 
 ROOT = Path(__file__).resolve().parents[2]
 OLD_COMMIT = "91718ec"
+FIXES = ("e2bb21d",)
+"""Changes on purpose since :data:`OLD_COMMIT`, applied to its tree (``review_trees.old_tree``):
+e2bb21d, the newest user message verbatim in an append while it alone fits the room the pinned
+prompt leaves (SPEC §9; the old code excerpted the 1,679-token task statement in the 3,000-token
+loop's appends), and an appended excerpt ending ``record.identity``."""
 FIXTURE = ROOT / "fixtures" / "django__django-15280.json"
 
 
 def _old_tree() -> Path:
-    return old_tree(OLD_COMMIT, "raw_shape_review")
+    return old_tree(OLD_COMMIT, "raw_shape_review", FIXES)
 
 
 PRELUDE = '''
