@@ -323,7 +323,7 @@ class MessageStore:
     def unanswered_calls(self, index: int) -> list[str]:
         """Tool call ids of the assistant message at ``index`` that have no result yet."""
         answered = self._answered
-        return [c.id for c in self.messages[index].tool_calls if answered.get(c.id, -1) < index]
+        return [row[0] for row in call_rows(self.messages[index]) if answered.get(row[0], -1) < index]
 
     # ----------------------------------------------------------------- ingest
     def add(
@@ -626,8 +626,12 @@ class MessageStore:
         # (:class:`StringRows`; issue 24: the per-message frozensets and their strings were
         # 3 KB of the 6.4 KB a message cost)
         self._parent.append(index)
-        self.terms.append(terms)
-        self.idents.append(idents)
+        if earlier is None:
+            self.terms.append(terms)
+            self.idents.append(idents)
+        else:  # the rows of the earlier message with this text, copied as numbers
+            self.terms.repeat(earlier)
+            self.idents.repeat(earlier)
         self.episodes.append(self._episode_of(stored, by_clock=draft.clock_stamped))
         self.clock_stamped.append(draft.clock_stamped)
         self.doc_freq.update(terms)
@@ -679,12 +683,13 @@ class MessageStore:
         call: tuple[str, str] | None = None
         if stored.role == "tool" and parent_index is not None:
             parent = self.messages[parent_index]
-            call = next(((c.name, c.arguments) for c in parent.tool_calls if c.id == stored.tool_call_id), None)
+            call = next(((name, arguments) for call_id, _, name, arguments in call_rows(parent)
+                         if call_id == stored.tool_call_id), None)  # no ToolCall objects made (issue 24)
         item = SupersedeItem(
             id=stored.id, index=stored.index, step=stored.step, role=stored.role,
             text=content_text(stored.content) if stored.role != "assistant" else text,
             content_hash=stored.content_hash, speaker=stored.name or stored.role, call=call,
-            calls=tuple((c.name, c.arguments) for c in stored.tool_calls),
+            calls=tuple([(name, arguments) for _, _, name, arguments in call_rows(stored)]),
         )
         for link in self._detector.observe(item):
             if link.older in self.superseded_by or link.older in self.excluded:

@@ -151,6 +151,14 @@ class StringRows(Sequence[frozenset[str]]):
         self._codes.extend(codes)  # type: ignore[arg-type]  # no None is left
         self._ends.append(len(self._codes))
 
+    def repeat(self, index: int) -> None:
+        """Add the next message's strings as those of message ``index`` (``0 <= index < len(self)``):
+        its numbers copied (O(its strings), in C), not looked up again (issue 24: ingest reads a
+        repeated text's rows from the message that said it first)."""
+        codes, ends = self._codes, self._ends
+        codes.extend(codes[ends[index - 1] if index > 0 else 0 : ends[index]])
+        ends.append(len(codes))
+
     def row(self, index: int) -> tuple[str, ...]:
         """The strings of message ``index``, in the order appended."""
         if index < 0:

@@ -334,3 +334,36 @@ def test_a_text_whose_hash_is_in_the_rows_memo_for_another_text_has_its_own_rows
     store.add({"role": "user", "content": "gamma delta ORD-2002"})  # the same text again: a real hit
     assert store.terms[2] == store.terms[1] and store.idents[2] == store.idents[1]
 
+
+
+def test_a_repeated_text_s_rows_copied_as_numbers_are_the_rows_read_afresh(monkeypatch: Any) -> None:
+    """Issue 24: a text seen before takes the earlier message's rows copied as vocabulary numbers
+    (``StringRows.repeat``); every row, every coded chunk and the term counts are those of a
+    store that reads each text afresh (no rows memo)."""
+    from relevance_memory import TiktokenCounter
+    from relevance_memory.store import _store
+    from relevance_memory.store._store import MessageStore
+
+    history = json.loads(FIXTURE.read_text())["messages"]
+    steps = [m for m in history if m["role"] != "system"]
+    run = [*history, *steps, *steps]  # the run's texts twice again (new call ids: the same texts)
+
+    def stored(memo: int) -> MessageStore:
+        monkeypatch.setattr(_store, "_ROWS_MEMO", memo)
+        store = MessageStore(TiktokenCounter(), on_invalid="repair")
+        store.extend(run)
+        return store
+
+    calls: list[int] = []
+    real_repeat = _store.StringRows.repeat
+    monkeypatch.setattr(_store.StringRows, "repeat", lambda self, i: (calls.append(i), real_repeat(self, i))[1])
+    fast = stored(256)
+    assert len(calls) >= len(steps)  # the repeats took the fast path
+    afresh = stored(1)  # holds the last text only: (almost) every row read afresh
+    for rows in ("terms", "idents"):
+        mine, theirs = getattr(fast, rows), getattr(afresh, rows)
+        assert [mine.row(i) for i in range(len(mine))] == [theirs.row(i) for i in range(len(theirs))]
+        codes, lengths = mine.coded(0, len(mine))
+        other_codes, other_lengths = theirs.coded(0, len(theirs))
+        assert codes.tolist() == other_codes.tolist() and lengths.tolist() == other_lengths.tolist()
+    assert fast.doc_freq == afresh.doc_freq
