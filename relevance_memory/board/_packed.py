@@ -45,8 +45,8 @@ from .._exceptions import BoardError
 from ..pheromone._math import Cell
 from ._model import BoardCell, Event, new_board_cell
 
-__all__ = ["FORM", "SLOTS", "event_fields", "pack_cell", "pack_events", "read_slots", "stored_events", "task_digest",
-           "unpack_cell", "unpack_events"]
+__all__ = ["FORM", "SLOTS", "event_fields", "pack_cell", "pack_events", "read_slots", "stored_events",
+           "subtask_digests", "task_digest", "unpack_cell", "unpack_events"]
 
 SLOTS = 25
 FORM = 3
@@ -169,7 +169,19 @@ def _numbers(next_seq: Any, *values: Any) -> tuple[float, float, float, float, f
     return s, earned, ldep, created, touched
 
 
-def _unpack3(d: Any, events: tuple[Event, ...]) -> BoardCell:
+def _subtask_keys(subs: bytes, prior: tuple[bytes, frozenset[str]] | None) -> frozenset[str]:
+    """The hex keys of a form-3 cell's subtask digests (``subs``, whole digests end to end).
+    ``prior``: an earlier read of the same item's digests and their keys; when ``subs`` starts
+    with those digests (a batch only appends to them, until the goal changes) only the
+    digests after them are turned to text (the same set: a deposit-heavy cell holds dozens,
+    and their text was 40 % of decoding it)."""
+    if prior is not None and subs.startswith(prior[0]):
+        more = subs[len(prior[0]):]
+        return prior[1] | frozenset(more.hex("\n", DIGEST).split("\n")) if more else prior[1]
+    return frozenset(subs.hex("\n", DIGEST).split("\n")) if subs else _NO_KEYS  # hex, a newline every 12 bytes
+
+
+def _unpack3(d: Any, events: tuple[Event, ...], prior: tuple[bytes, frozenset[str]] | None) -> BoardCell:
     """:func:`unpack_cell` of form 3 (``raw=True`` slots: every string bytes)."""
     (_, kind, born, s, at, earned, ldep, subs, producer, created, touched, status, contrib, n_dep, n_rf,
      users, score, goal, lkey, skey, prev, sup_by, status_by, first, next_seq) = d
@@ -177,7 +189,7 @@ def _unpack3(d: Any, events: tuple[Event, ...]) -> BoardCell:
     if subs.__class__ is not bytes or len(subs) % DIGEST or producer.__class__ is not bytes:
         raise ValueError("subtasks and producer must be bytes, the subtasks whole digests")
     s, earned, ldep, created, touched = _numbers(next_seq, s, earned, ldep, created, touched)
-    keys = frozenset(subs.hex("\n", DIGEST).split("\n")) if subs else _NO_KEYS  # hex, a newline every 12 bytes
+    keys = _subtask_keys(subs, prior)
     if lkey is False:
         last = None
     elif lkey.__class__ is bytes:
@@ -203,9 +215,11 @@ def _unpack3(d: Any, events: tuple[Event, ...]) -> BoardCell:
     )
 
 
-def unpack_cell(d: Any, events: tuple[Event, ...] = ()) -> BoardCell:
+def unpack_cell(d: Any, events: tuple[Event, ...] = (), prior: tuple[bytes, frozenset[str]] | None = None) -> BoardCell:
     """A cell from its slots as :func:`read_slots` gives them (the hot path of a snapshot:
-    one pass, no helpers per number).
+    one pass, no helpers per number). ``prior``: :func:`subtask_digests` of an earlier read
+    of the same item and that cell's ``memory.subtasks``, whose keys are then reused (the
+    same cell either way).
 
     Raises:
         ValueError: not a cell (wrong shape, an unknown kind or status, a mistyped or
@@ -213,7 +227,7 @@ def unpack_cell(d: Any, events: tuple[Event, ...] = ()) -> BoardCell:
     """
     try:
         if len(d) == SLOTS and d[0] == FORM:
-            return _unpack3(d, events)
+            return _unpack3(d, events, prior)
         if len(d) == SLOTS:  # form 2
             (form, kind, born, s, at, earned, ldep, subs, producer, created, touched, status, contrib, n_dep, n_rf,
              users, score, goal, lkey, skey, prev, sup_by, status_by, first, next_seq) = d
@@ -246,6 +260,12 @@ def unpack_cell(d: Any, events: tuple[Event, ...] = ()) -> BoardCell:
         )
     except (TypeError, ValueError, IndexError, AttributeError, KeyError, UnicodeDecodeError) as exc:
         raise ValueError(f"corrupt cell: {exc}") from exc
+
+
+def subtask_digests(d: Any) -> bytes | None:
+    """The subtask digests of a form-3 cell's slots as :func:`read_slots` gives them (what
+    :func:`unpack_cell` takes back as ``prior``); ``None`` for forms 1 and 2 (hex text)."""
+    return d[7] if d[0] == FORM and len(d) == SLOTS and d[7].__class__ is bytes else None
 
 
 def unpack_events(unpacker: Any, blob: bytes | None, kept: int) -> tuple[Event, ...]:

@@ -87,6 +87,7 @@ from ._packed import (
     pack_events,
     read_slots,
     stored_events,
+    subtask_digests,
     task_digest,
     unpack_cell,
     unpack_events,
@@ -291,11 +292,12 @@ class RedisBoard:
         """Connection errors retried so far (for the decision record)."""
         self.round_trips = 0
         """Calls that went to the server (each try counts; a fast failure does not)."""
-        self._decoded: dict[str, dict[str, tuple[bytes, BoardCell, Any, CellView | None, int]]] = {}
+        self._decoded: dict[str, dict[str, tuple[bytes, BoardCell, Any, CellView | None, int, bytes | None]]] = {}
         # scope → id → (the stored bytes, their cell without events, the tick, task and
         # clock of its last view, that view, the seq of its next event or -1 in stored form
-        # 1): a snapshot decodes only the cells that changed since this client last read
-        # them, and views again only what it has not seen so
+        # 1, the subtask digests of form 3 or None): a snapshot decodes only the cells that
+        # changed since this client last read them (reusing the subtask keys the change
+        # only appended to), and views again only what it has not seen so
 
     @classmethod
     def from_url(cls, url: str, name: str = "board", config: BoardConfig | None = None, *,
@@ -449,12 +451,14 @@ class RedisBoard:
             else:
                 try:
                     slots = read_slots(unpackb, value)
-                    cell = unpack_cell(slots)
+                    cell = unpack_cell(slots, prior=None if hit is None or hit[5] is None else
+                                       (hit[5], hit[1].memory.subtasks))
                 except ValueError as exc:  # msgpack's own errors are ValueErrors too
                     corrupt.append(item)
                     faults.append(f"cell {item!r} in {scope!r} is corrupt on the board ({exc}); treated as missing")
                     continue
-                known[item] = (value, cell, None, None, slots[24] if len(slots) > 24 else -1)  # an int: unpack_cell checked
+                known[item] = (value, cell, None, None, slots[24] if len(slots) > 24 else -1,  # an int: unpack_cell checked
+                               subtask_digests(slots))
             found[item] = None
             fresh[item] = cell
         if provenance:
@@ -463,8 +467,8 @@ class RedisBoard:
         for item, view in made.items():
             found[item] = view  # in place: the ids keep their order
             if not provenance:
-                value, cell, _, _, next_seq = known[item]
-                known[item] = (value, cell, at, view, next_seq)
+                value, cell, _, _, next_seq, subs = known[item]
+                known[item] = (value, cell, at, view, next_seq, subs)
         cells = cast(dict[str, CellView], found)  # every slot filled now
         return Snapshot(scope=scope, tick=tick, missing=tuple(missing), corrupt=tuple(corrupt), source="redis",
                         faults=tuple(faults), cells=prominence_cap(cells, self.config, scope))

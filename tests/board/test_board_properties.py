@@ -478,3 +478,53 @@ def test_events_of_short_and_long_agents_and_ops_read_back_as_the_memory_board_k
     assert got == memory.snapshot("shared", ["m"], agent=agent, provenance=True).cells["m"].cell
     assert [e.op for e in got.events] == ["deposit:4", "reinforce", f"use:{2**40}", f"superseded:{by}"]
     redis.close()
+
+
+def test_a_snapshot_reuses_the_subtask_keys_it_decoded_only_where_the_cell_appended_to_them(redis_url: str) -> None:
+    """A snapshot decodes a changed form-3 cell reusing the subtask keys of its last read when
+    the stored digests only grew (new subtasks deposited for): the subtasks equal the
+    in-memory board's as they grow, stay, and are dropped and restarted by a new goal."""
+    config = BoardConfig(agent_share=None, events_kept=2)
+    name = f"p-{uuid.uuid4().hex[:10]}"
+    memory, redis = InMemoryBoard(name, config), RedisBoard.from_url(redis_url, name, config, **SLOW_OK)
+    steps = [
+        [Add("shared", "m0", "tool_result", "a"), Add("shared", "m1", "tool_result", "a"),
+         Deposit("shared", "m0", 4, "sub0", "fix the parser", "a")],
+        [Deposit("shared", "m0", 3, "sub1", "fix the parser", "b"),
+         Deposit("shared", "m0", 5, "sub2", "fix the parser", "a")],  # two digests appended between reads
+        [Reinforce("shared", "m0", "b")],  # the digests unchanged, the cell changed
+        [Deposit("shared", "m0", 4, "sub1", "write the docs", "a")],  # a new goal: the subtasks start again
+        [Deposit("shared", "m0", 4, "sub3", "write the docs", "b"), Deposit("shared", "m1", 2, "sub3", None, "b")],
+        [Deposit("shared", "m0", 2, "sub0", "fix the parser", "a")],  # back to the first goal: sub0 only
+    ]
+    seen = []
+    for ops in steps:
+        assert memory.apply(ops).outcomes == redis.apply(ops).outcomes
+        m = memory.snapshot("shared", ["m0", "m1"], agent="a", goal="fix the parser", subtask="sub1")
+        r = redis.snapshot("shared", ["m0", "m1"], agent="a", goal="fix the parser", subtask="sub1")
+        assert (m.tick, m.cells) == (r.tick, r.cells)
+        seen.append(len(r.cells["m0"].cell.memory.subtasks))
+    assert seen == [1, 3, 3, 1, 2, 1]
+
+
+def test_unpack_cell_with_a_prior_that_is_not_its_prefix_decodes_the_keys_afresh() -> None:
+    """A prior read's digests that the cell's do not start with (another item's, or before a
+    goal change) are not reused."""
+    from relevance_memory.board._model import task_key
+    from relevance_memory.board._packed import pack_cell, subtask_digests, task_digest, unpack_cell
+
+    board = InMemoryBoard("u")
+    board.apply([Add("shared", "m", "tool_result", "a"), Deposit("shared", "m", 4, "s0", "g", "a"),
+                 Deposit("shared", "m", 4, "s1", "g", "a")])
+    cell = board.snapshot("shared", ["m"], agent="a").cells["m"].cell
+    slots = pack_cell(cell)
+    slots[1:] = [s.encode() if isinstance(s, str) else s for s in slots[1:]]  # as read_slots(raw=True) gives them
+    slots[12] = {k.encode(): v for k, v in slots[12].items()}
+    digests = subtask_digests(slots)
+    assert digests is not None and len(digests) == 24
+    other = task_digest("s9")
+    assert other is not None
+    stale = (other, frozenset({task_key("s9")}))
+    assert unpack_cell(slots, prior=stale).memory.subtasks == {task_key("s0"), task_key("s1")} == cell.memory.subtasks
+    grown = (digests[:12], frozenset({digests[:12].hex()}))
+    assert unpack_cell(slots, prior=grown) == unpack_cell(slots) == cell
