@@ -59,6 +59,25 @@ local DEPOSIT, REINFORCE, ADD, USE, FORGET, ARCHIVE, SUPERSEDE, RESTORE, REPAIR,
 
 local function fmt(x) return string.format('%.17g', x) end
 
+-- "<id>\t<seq>", the field of an item's event (_packed.event_fields): seq's digits made by
+-- string.char, not by Lua's number-to-text (a number concatenated to a string is sprintf'd
+-- with %.14g; a batch of 10 deposits makes 10 to 20 fields: -1.3 % of its server
+-- instructions); the same text as Python's str(seq) for every integer seq >= 0
+local char = string.char
+local function event_field(id, s)
+  if s < 10 then return id .. char(9, 48 + s) end
+  local d0 = s % 10
+  local r = (s - d0) / 10
+  if r < 10 then return id .. char(9, 48 + r, 48 + d0) end
+  local d1 = r % 10
+  r = (r - d1) / 10
+  if r < 10 then return id .. char(9, 48 + r, 48 + d1, 48 + d0) end
+  local d2 = r % 10
+  r = (r - d2) / 10
+  if r < 10 then return id .. char(9, 48 + r, 48 + d2, 48 + d1, 48 + d0) end
+  return id .. string.format('\t%d', s)  -- 10,000 and over (%d: exact below 2^63)
+end
+
 -- ------------------------------------------------------------------ cells
 -- A cell is its unpacked array, worked on in place (no table per field, no conversion):
 -- false in a slot is "none". Slots (see _packed.py):
@@ -449,11 +468,11 @@ for _, sc in ipairs(scopes) do
     local n = c[NEV]
     local m = n + #list
     for s = max(n, m - KEPT), m - 1 do
-      sets[#sets + 1] = id .. '\t' .. s
+      sets[#sets + 1] = event_field(id, s)
       sets[#sets + 1] = list[s - n + 1]
     end
     if not sc.reset[id] then  -- the seqs that fell out of the newest KEPT
-      for s = max(0, n - KEPT), min(n, m - KEPT) - 1 do dels[#dels + 1] = id .. '\t' .. s end
+      for s = max(0, n - KEPT), min(n, m - KEPT) - 1 do dels[#dels + 1] = event_field(id, s) end
     end
     c[NEV] = m
     sc.dirty[id] = true

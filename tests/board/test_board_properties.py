@@ -528,3 +528,24 @@ def test_unpack_cell_with_a_prior_that_is_not_its_prefix_decodes_the_keys_afresh
     assert unpack_cell(slots, prior=stale).memory.subtasks == {task_key("s0"), task_key("s1")} == cell.memory.subtasks
     grown = (digests[:12], frozenset({digests[:12].hex()}))
     assert unpack_cell(slots, prior=grown) == unpack_cell(slots) == cell
+
+
+@pytest.mark.parametrize("count", [3, 12, 105, 1_005, 10_004])
+def test_an_items_event_fields_are_named_by_its_seqs_decimal_digits_at_every_length(redis_url: str, count: int) -> None:
+    """The script names an event's field "<id>\t<seq>" with seq's digits made one by one (1 to
+    4 digits) or by %d (5 and more): the snapshot finds the newest events by those names,
+    equal to the in-memory board's, and a later batch deletes the ones that fell out."""
+    config = BoardConfig(events_kept=2, agent_share=None)
+    name = f"p-{uuid.uuid4().hex[:10]}"
+    memory, redis = InMemoryBoard(name, config), RedisBoard.from_url(redis_url, name, config, **SLOW_OK)
+    batches = [[Add("shared", "m", "tool_result", "a")],
+               [Reinforce("shared", "m", "a", delta=0.0, at=float(k)) for k in range(count - 1)],
+               [Reinforce("shared", "m", "b", delta=0.0, at=0.5)]]
+    for ops in batches:
+        assert memory.apply(ops).outcomes == redis.apply(ops).outcomes
+        m = memory.snapshot("shared", ["m"], agent="a", provenance=True).cells["m"].cell
+        r = redis.snapshot("shared", ["m"], agent="a", provenance=True)
+        assert not r.faults and r.cells["m"].cell == m
+    fields = sorted(k for k in redis._raw.hkeys(redis.key("events", "shared")))
+    assert fields == [f"m\t{count - 1}".encode(), f"m\t{count}".encode()]
+    redis.close()
