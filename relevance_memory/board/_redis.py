@@ -550,8 +550,10 @@ class RedisBoard:
                          _NONE if goal is None else digest(goal))
             else:
                 _pack_op(op, index, flat)
-        # bytes (task digests) as MessagePack str: the cmsgpack of Redis 7.0 reads no bin type
-        payload = self._msgpack.packb([caps, flat], use_bin_type=False)  # a Packer is not thread-safe
+        # bytes (task digests) as MessagePack str: the cmsgpack of Redis 7.0 reads no bin type;
+        # the caps, then the ops (_board.lua reads the ops' values after their array's header)
+        packb = self._msgpack.packb  # a Packer is not thread-safe
+        payload = packb(caps, use_bin_type=False) + packb(flat, use_bin_type=False)
         reply = self._call(f"batch {batch_id}", lambda: self._run_script(keys, payload))
         data = self._msgpack.unpackb(reply)
         if data[0]:
