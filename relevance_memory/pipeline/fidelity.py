@@ -576,14 +576,20 @@ def fit_chain(
         return {i: current[i] for i in members if i in current}
     sizes = sorted((size(i) for i in members), reverse=True)
     cap = room
+    floor_tried = False
     for k in range(1, len(sizes) + 1):  # the common cap when the k largest are cut
         rest = sum(sizes[k:])
         cap = (room - rest) // k
         if k == len(sizes) or cap >= sizes[k]:
             break
-    for _ in range(4):
+    for _ in range(5):
         if cap < MIN_EXCERPT_TOKENS:
-            return None
+            if floor_tried:
+                return None
+            # a member whose least excerpt (a bare marker) is above the common cap overshoots
+            # it: the others may still fit at the floor, so it is tried once before giving up
+            cap = MIN_EXCERPT_TOKENS
+        floor_tried = cap == MIN_EXCERPT_TOKENS
         out: dict[int, Rendition] = {}
         for i in members:
             if size(i) > cap:

@@ -396,8 +396,16 @@ def partition(state: BuildState, seams: Seams) -> Partitioned:
                 budget=budget, pinned_tokens=pinned_tokens, newest_step_tokens=forced_tokens + REPLY_PRIMING_TOKENS
             )
         forced_members = [i for r in split.forced for i in chains[r].members]
-        cut = fit_chain(store.messages, forced_members, ledger.left, current=renditions, goal_text=goal_terms,
-                        memo=seams.renditions, counter=seams.tokenizer)
+        cut = None
+        if newest_user is not None and newest_user in forced_members and newest_user not in renditions:
+            # the newest user message stays verbatim while it alone fits (SPEC §9): the newest
+            # step is cut around it first, not to one common cap with it
+            cut = fit_chain(store.messages, [i for i in forced_members if i != newest_user],
+                            ledger.left - newest_user_tokens, current=renditions, goal_text=goal_terms,
+                            memo=seams.renditions, counter=seams.tokenizer)
+        if cut is None:
+            cut = fit_chain(store.messages, forced_members, ledger.left, current=renditions, goal_text=goal_terms,
+                            memo=seams.renditions, counter=seams.tokenizer)
         if cut is None:
             raise ContextOverflowError(
                 budget=budget, pinned_tokens=pinned_tokens, newest_step_tokens=forced_tokens + REPLY_PRIMING_TOKENS

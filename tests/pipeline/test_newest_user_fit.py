@@ -1,0 +1,72 @@
+"""The newest user message stays verbatim while it alone fits, also when the newest step has to
+be cut to fit beside it (SPEC §9); the newest step is cut down to the excerpt floor before a
+build gives up (SPEC §11: ContextOverflowError is for a system prompt that cannot fit)."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+from invariants import assert_invariants
+
+from relevance_memory import RelevanceMemoryManager
+from relevance_memory._tokenizer import REPLY_PRIMING_TOKENS
+
+
+def _file(j: int) -> str:
+    return "\n".join(f"line {i} of file_{j} value_{i}" for i in range(300))
+
+
+def _history_newest_user() -> list[dict[str, Any]]:
+    calls = [{"id": f"c{j}", "type": "function", "function": {"name": "bash", "arguments": json.dumps({"command": f"cat src/file_{j}.py"})}}
+             for j in range(2)]
+    return [
+        {"role": "system", "content": "You are a coding agent. " * 10},
+        {"role": "user", "content": "Fix the date parser in utils/dates.py. " * 3},
+        {"role": "user", "content": "Also keep the function parse_date backwards compatible, line "
+                                    + " ".join(f"item_{i}" for i in range(60))},
+        {"role": "assistant", "content": "Looking at the files now.", "tool_calls": calls},
+        {"role": "tool", "tool_call_id": "c0", "content": _file(0)},
+        {"role": "tool", "tool_call_id": "c1", "content": _file(1)},
+    ]
+
+
+@pytest.mark.parametrize("budget", [560, 600, 700])
+def test_newest_user_message_is_not_cut_with_the_newest_step(budget: int) -> None:
+    history = _history_newest_user()
+    memory = RelevanceMemoryManager(max_input_tokens=budget, keep_recent=4)
+    memory.extend(history)
+    built = memory.build_context()
+    assert_invariants(history, built, budget, memory.tokenizer)
+    counter = memory.tokenizer
+    room = budget - REPLY_PRIMING_TOKENS - counter.count_message(history[0])
+    assert counter.count_message(history[2]) <= room
+    # it alone fits: it is sent verbatim and the step's outputs are cut around it
+    assert history[2] in built.messages
+    assert built.record.decision_for(memory.store[2].id).fidelity == "verbatim"
+
+
+def _history_floor() -> list[dict[str, Any]]:
+    calls = [{"id": f"c{j}", "type": "function", "function": {"name": "bash", "arguments": json.dumps(
+        {"command": "grep -rn parse_date " + " ".join(f"src/m{j}_{k}.py" for k in range(120))})}} for j in range(3)]
+    return [
+        {"role": "system", "content": "You are a coding agent."},
+        {"role": "user", "content": "Fix parse_date in utils/dates.py; keep the API."},
+        {"role": "assistant", "content": "Searching.", "tool_calls": calls},
+        {"role": "tool", "tool_call_id": "c0",
+         "content": "\n".join(f"src/m0_{k}.py:{k}: parse_date(value_{k})" for k in range(60))},
+        {"role": "tool", "tool_call_id": "c1", "content": "src/m1.py:1: " + "parse_date ok " * 14},
+        {"role": "tool", "tool_call_id": "c2", "content": "src/m2.py:2: " + "parse_date ok " * 14},
+    ]
+
+
+@pytest.mark.parametrize("budget", range(240, 252))
+def test_the_newest_step_is_cut_to_the_floor_before_a_build_gives_up(budget: int) -> None:
+    # the assistant's three calls cannot go below a ~70-token marker, above the common cap the
+    # water-filling lands on: the floor itself still fits (it did at 234-245, not at 246-249)
+    history = _history_floor()
+    memory = RelevanceMemoryManager(max_input_tokens=budget, keep_recent=2)
+    memory.extend(history)
+    built = memory.build_context()
+    assert_invariants(history, built, budget, memory.tokenizer)
