@@ -150,7 +150,10 @@ def _tail_renditions(previous: PrefixState, seams: Seams, goal: TaskGoal) -> dic
     whole, none: the context stays the history (SPEC §9)."""
     store = seams.store
     new = range(previous.next_index, len(store))
-    if previous.base.identity and previous.tokens + sum(store[i].token_count for i in new) <= previous.budget:
+    # (the base's identity alone is not enough: an append since may have sent an excerpt, and then
+    # the context is no longer the history — an oversized new message enters as an excerpt again)
+    if (previous.base.identity and not previous.renditions
+            and previous.tokens + sum(store[i].token_count for i in new) <= previous.budget):
         return {}
     # the pinned prompt leads the store (step -1 only while the leading system messages last): O(pinned)
     pinned = sum(m.token_count for m in itertools.takewhile(lambda m: m.step == -1, itertools.islice(store.messages, previous.next_index)))

@@ -70,3 +70,33 @@ def test_the_newest_step_is_cut_to_the_floor_before_a_build_gives_up(budget: int
     memory.extend(history)
     built = memory.build_context()
     assert_invariants(history, built, budget, memory.tokenizer)
+
+
+def _step(n: int, lines: int) -> list[dict[str, Any]]:
+    call = {"id": f"c{n}", "type": "function", "function": {"name": "bash", "arguments": json.dumps({"command": f"cat src/f{n}.py"})}}
+    return [{"role": "assistant", "content": f"Reading f{n}.", "tool_calls": [call]},
+            {"role": "tool", "tool_call_id": f"c{n}",
+             "content": "\n".join(f"def fn_{n}_{i}(x): return x + {i}" for i in range(lines))}]
+
+
+def test_an_append_after_an_appended_excerpt_cuts_an_oversized_message_again() -> None:
+    # the base build is the history itself; an append sends an excerpt (the context is no longer
+    # the history); the next oversized output must not be appended verbatim through the
+    # identity shortcut (it was: 1,123 tokens at an entry cap of 256), as a fresh build cuts it
+    history = [{"role": "system", "content": "You are a coding agent."}, {"role": "user", "content": "Fix parse_date."},
+               *_step(0, 40)]
+    memory = RelevanceMemoryManager(max_input_tokens=4000, keep_recent=4)
+    memory.set_goal(final="Fix parse_date")
+    memory.extend(history)
+    assert memory.build_context().record.identity
+    for n, lines in ((1, 300), (2, 80)):
+        new = _step(n, lines)
+        memory.extend(new)
+        history += new
+        built = memory.build_context()
+        assert built.record.mode == "appended"
+        assert_invariants(history, built, 4000, memory.tokenizer)
+        tool = memory.store[len(memory.store) - 1]
+        assert tool.token_count > 256
+        assert built.record.decision_for(tool.id).fidelity == "excerpt"
+        assert not built.record.identity
