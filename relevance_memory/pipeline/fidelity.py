@@ -387,6 +387,12 @@ def excerpt_message(
             new_calls = []
             per_call = max(8, call_room // len(calls))
             for call in calls:
+                if call.get("type") == "custom":  # a custom tool call carries its input as free text
+                    custom = dict(call.get("custom") or {})
+                    if "input" in custom:
+                        custom["input"] = _shrink_arguments(str(custom["input"] or ""), per_call, keep, counter)
+                    new_calls.append({**call, "custom": custom})
+                    continue
                 function = dict(call.get("function") or {})
                 if "arguments" in function:
                     function["arguments"] = _shrink_arguments(str(function["arguments"]), per_call, keep, counter)
@@ -415,9 +421,16 @@ def excerpt_message(
         target = max(8, target - (tokens - cap) - 8)
     bare = _with_content(message, _marker(message, EXCERPT_MARKER, f"all {original:,} tokens left out"
                                                  + (f"; answers the goal: {fields}" if fields else "")),
-                         [{**c, "function": {**(c.get("function") or {}), "arguments": "{}"}} for c in calls] if calls else None)
+                         [_bare_call(c) for c in calls] if calls else None)
     tokens = counter.count_message(bare)
     return Rendition(bare, tokens, "excerpt", original, f"excerpt: only a marker fits ({tokens} tokens); restorable by id")
+
+
+def _bare_call(call: dict[str, Any]) -> dict[str, Any]:
+    """``call`` with its arguments (a custom call: its input) left out, its id and name kept."""
+    if call.get("type") == "custom":
+        return {**call, "custom": {**(call.get("custom") or {}), "input": ""}}
+    return {**call, "function": {**(call.get("function") or {}), "arguments": "{}"}}
 
 
 def elide_message(message: Message, keep: Collection[str], counter: TokenCounter, goal: str = "") -> Rendition:

@@ -100,3 +100,21 @@ def test_an_append_after_an_appended_excerpt_cuts_an_oversized_message_again() -
         assert tool.token_count > 256
         assert built.record.decision_for(tool.id).fidelity == "excerpt"
         assert not built.record.identity
+
+
+@pytest.mark.parametrize("budget", [2000, 8000])
+def test_a_custom_tool_call_with_a_large_input_enters_as_an_excerpt(budget: int) -> None:
+    # excerpt_message shrank only function.arguments: a custom call's input stayed whole (26k
+    # tokens) and the newest step raised ContextOverflowError at any budget
+    big = "\n".join(f"line {i}: apply patch hunk value_{i}" for i in range(2000))
+    history = [{"role": "system", "content": "sys"}, {"role": "user", "content": "Fix it."},
+               {"role": "assistant", "content": None,
+                "tool_calls": [{"id": "c1", "type": "custom", "custom": {"name": "apply_patch", "input": big}}]},
+               {"role": "tool", "tool_call_id": "c1", "content": "ok"}]
+    memory = RelevanceMemoryManager(max_input_tokens=budget)
+    memory.extend(history)
+    built = memory.build_context()
+    assert_invariants(history, built, budget, memory.tokenizer)
+    sent = next(m for m in built.messages if m.get("tool_calls"))
+    assert set(sent["tool_calls"][0]) == {"id", "type", "custom"}
+    assert sent["tool_calls"][0]["custom"]["name"] == "apply_patch"
