@@ -161,17 +161,21 @@ def _tail_renditions(previous: PrefixState, seams: Seams, goal: TaskGoal) -> dic
     newest_user_tokens = 0 if newest_user is None else store[newest_user].token_count
     room = previous.budget - REPLY_PRIMING_TOKENS - pinned  # what the pinned prompt leaves
     goal_text = f"{goal.final}\n{goal.subtask}"
+    # as in a compaction (partition): the newest user message stays verbatim while it alone fits
+    # (SPEC §9), else its excerpt is capped by the room itself, not by that room less itself; the
+    # other new messages enter within what it leaves as it is sent
+    user: dict[int, Rendition] = {}
+    if newest_user is not None and newest_user_tokens > room:
+        user = entry_renditions(
+            store.messages, [newest_user], budget=previous.budget, share=seams.config.excerpt_share,
+            goal_text=goal_text, memo=seams.renditions, counter=seams.tokenizer, room=max(1, room))
+    sent = user[newest_user].tokens if newest_user in user else newest_user_tokens
     renditions = entry_renditions(
         store.messages, [i for i in new if i != newest_user], budget=previous.budget,
         share=seams.config.excerpt_share, goal_text=goal_text, memo=seams.renditions, counter=seams.tokenizer,
-        room=max(1, room - newest_user_tokens),
+        room=max(1, room - sent),
     )
-    if newest_user is not None and newest_user_tokens > room:
-        # as in a compaction (partition): the newest user message stays verbatim while it alone
-        # fits (SPEC §9), else its excerpt is capped by the room itself, not by that room less itself
-        renditions.update(entry_renditions(
-            store.messages, [newest_user], budget=previous.budget, share=seams.config.excerpt_share,
-            goal_text=goal_text, memo=seams.renditions, counter=seams.tokenizer, room=max(1, room)))
+    renditions.update(user)
     return renditions
 
 

@@ -364,9 +364,16 @@ def partition(state: BuildState, seams: Seams) -> Partitioned:
     goal_terms = f"{goal.final}\n{goal.subtask}"
     newest_user_tokens = store[newest_user].token_count if newest_user is not None else 0
     room = whole - REPLY_PRIMING_TOKENS - pinned_tokens
+    # the newest user message stays verbatim while it alone fits (SPEC §9), else it is an excerpt
+    # capped by that room (not by that room less itself, which left a bare marker of a long task
+    # statement while the budget went unused); the other messages enter within what it leaves as sent
+    user_excerpt = entry_renditions(
+        messages, [newest_user], budget=whole, share=config.excerpt_share, goal_text=goal_terms,
+        memo=seams.renditions, counter=seams.tokenizer, room=max(1, room),
+    ).get(newest_user) if newest_user is not None and newest_user_tokens > room else None
     # only a message above the least cap can be cut (the index lists those over either floor);
     # asked in chain order, as the chains list them
-    entry_room = max(1, room - newest_user_tokens)
+    entry_room = max(1, room - (newest_user_tokens if user_excerpt is None else user_excerpt.tokens))
     if split.root_order:
         least = min(entry_caps(whole, config.excerpt_share, entry_room))
         large = grouped.over_entry_cap if least >= MIN_ENTRY_CAP else grouped.over_excerpt_min
@@ -379,14 +386,10 @@ def partition(state: BuildState, seams: Seams) -> Partitioned:
         share=config.excerpt_share, goal_text=goal_terms, memo=seams.renditions, counter=seams.tokenizer,
         room=entry_room,
     )
-    if newest_user is not None and newest_user in renditions:
-        if newest_user_tokens <= room:
-            del renditions[newest_user]  # the newest user message stays verbatim while it alone fits (SPEC §9)
-        else:  # else its excerpt is capped by the room the pinned prompt leaves, not by that room less
-            # itself (which left a bare marker of a long task statement while the budget went unused)
-            renditions.update(entry_renditions(
-                messages, [newest_user], budget=whole, share=config.excerpt_share, goal_text=goal_terms,
-                memo=seams.renditions, counter=seams.tokenizer, room=max(1, room)))
+    if newest_user is not None:
+        renditions.pop(newest_user, None)
+        if user_excerpt is not None:
+            renditions[newest_user] = user_excerpt
     chains = _with_renditions(chains, roots, renditions, messages, grouped.recounted)
     forced_tokens = sum(chains[r].tokens for r in split.forced)
     if not ledger.fits(forced_tokens):

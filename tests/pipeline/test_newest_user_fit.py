@@ -118,3 +118,49 @@ def test_a_custom_tool_call_with_a_large_input_enters_as_an_excerpt(budget: int)
     sent = next(m for m in built.messages if m.get("tool_calls"))
     assert set(sent["tool_calls"][0]) == {"id", "type", "custom"}
     assert sent["tool_calls"][0]["custom"]["name"] == "apply_patch"
+
+
+def _image_task_then_a_large_read() -> list[dict[str, Any]]:
+    return [
+        {"role": "system", "content": "sys"},
+        {"role": "user", "content": [{"type": "text", "text": "Find value_77 in the file and explain it."},
+                                     {"type": "image_url", "image_url": {"url": "https://example.com/screenshot.png"}}]},
+        {"role": "assistant", "content": None, "tool_calls": [
+            {"id": "a", "type": "function", "function": {"name": "read", "arguments": json.dumps({"path": "data.txt"})}}]},
+        {"role": "tool", "tool_call_id": "a", "content": "\n".join(f"line {i}: data value_{i}" for i in range(1500))},
+    ]
+
+
+def test_the_newest_step_enters_within_what_the_excerpted_user_message_leaves() -> None:
+    """break41's finding 5: a newest user message too large for the room (an image it cannot read
+    the size of: 765 tokens) is sent as a 72-token excerpt; the newest step's messages enter within
+    the room that excerpt leaves, not the room its original size would — the tool output was a
+    36-token bare marker with 204 of 600 tokens sent."""
+    history = _image_task_then_a_large_read()
+    memory = RelevanceMemoryManager(max_input_tokens=600)
+    memory.extend(history)
+    built = memory.build_context()
+    user, tool = built.record.decision_for("m1"), built.record.decision_for("m3")
+    assert user.fidelity == "excerpt" and user.sent_tokens is not None and user.sent_tokens < 100
+    assert tool.fidelity == "excerpt" and tool.sent_tokens is not None and tool.sent_tokens > 200
+    assert "lines kept" in built.messages[-1]["content"].splitlines()[0]
+    assert built.record.tokens_after > 600 // 2
+    assert_invariants(history, built, 600, memory.tokenizer)
+
+
+def test_an_append_s_new_step_enters_within_what_the_excerpted_user_message_leaves() -> None:
+    """The same in the append path: a new user message too large for the room arrives with the
+    goal set by the caller (no rebuild), then a large read; the read is cut to its entry cap, not
+    to what the user message's original size would leave."""
+    opening = [{"role": "system", "content": "sys"}, {"role": "user", "content": "Look at the data."}]
+    memory = RelevanceMemoryManager(max_input_tokens=600)
+    memory.set_goal("Look at the data.")
+    memory.extend(opening)
+    memory.build_context()
+    new = _image_task_then_a_large_read()[1:]
+    memory.extend(new)
+    built = memory.build_context()
+    assert built.record.mode == "appended"
+    read = built.record.decision_for("m4")
+    assert read.fidelity == "excerpt" and read.sent_tokens is not None and read.sent_tokens > 200
+    assert_invariants([*opening, *new], built, 600, memory.tokenizer)
