@@ -25,14 +25,16 @@ from review_trees import old_tree, run_script
 
 ROOT = Path(__file__).resolve().parents[2]
 OLD_COMMIT = "bbd90db"
-FIXES = ("e2bb21d", "f887971", "4b5e9ae")
+FIXES = ("e2bb21d", "f887971", "4b5e9ae", "21d118e")
 """Changes on purpose since :data:`OLD_COMMIT`: e2bb21d, the newest user message too large for
 the room the pinned prompt leaves is excerpted within that room, not that room less itself
 (it was a bare marker; tight-budget loops send its lines now); f887971, the newest user message
 that alone fits stays verbatim when the newest step is cut beside it (fit_chain cut it with the
 step: sympy-20590's task statement at 1,500 tokens is sent whole now), and fit_chain tries the
 excerpt floor before giving up; 4b5e9ae, an append after an appended excerpt cuts an oversized
-new message again (sympy-20590 at 4,000: a 482-token output over its 250-token cap went verbatim)."""
+new message again (sympy-20590 at 4,000: a 482-token output over its 250-token cap went verbatim);
+21d118e, the newest step enters within what an excerpted newest user message leaves as sent (django at
+1,500: the newest output 15 of its 48 lines, not a bare marker)."""
 FIXTURES = sorted((ROOT / "fixtures").glob("*__*.json"))
 DATA = shared_data()
 SHARED_RUNS = sorted((DATA / "swebench_trajectories").glob("*__*.json")) if DATA is not None else []
