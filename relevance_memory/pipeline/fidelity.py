@@ -345,8 +345,8 @@ def _filled_count(counter: TokenCounter, draft_tokens: int, left: int) -> int | 
     count of the final can say.
 
     Exact for :class:`TiktokenCounter` (``o200k_base``, ``cl100k_base``): their pre-tokenizers
-    cut ``(about {left} of`` into ``(about`` · `` {`` · ``left`` · ``}`` · `` of`` and
-    ``(about 4,908 of`` into ``(about`` · `` `` · ``4`` · ``,`` · ``908`` · `` of`` — the
+    cut `` (about {left} of`` into `` (`` · ``about`` · `` {`` · ``left`` · ``}`` · `` of`` and
+    `` (about 4,908 of`` into `` (`` · ``about`` · `` `` · ``4`` · ``,`` · ``908`` · `` of`` — the
     placeholder and the figure are pieces of their own, with a letter before and a space after
     them, and BPE runs within a piece, so each side's count is its own pieces' (tested against
     the count of the final on real excerpts and on figures of every length). Another counter
