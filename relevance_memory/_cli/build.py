@@ -20,6 +20,7 @@ from .._manager import RelevanceMemoryManager
 from .._record import DecisionRecord
 from ._common import (
     EMBEDDER_HELP,
+    REPAIR_HELP,
     budget_line,
     check_embedder,
     cli_error,
@@ -56,7 +57,7 @@ def build(
     keep_recent: Annotated[int, typer.Option("--keep-recent", min=0, help="Working memory: last K steps kept verbatim (the newest user message is always kept).")] = 4,
     model: Annotated[str, typer.Option(help="Model name; picks the tokenizer (o200k/cl100k) and the default window.")] = "gpt-4o",
     index: Annotated[int, typer.Option(help="Which run to take from a file holding many (τ-bench).")] = 0,
-    repair: Annotated[bool, typer.Option(help="Keep orphan tool messages / unanswered calls in the store but out of the context, instead of failing.")] = False,
+    repair: Annotated[bool, typer.Option(help=REPAIR_HELP)] = False,
     out: Annotated[Path | None, typer.Option(help="Where to write the context (JSON list of OpenAI messages). Default: <name>.context.json")] = None,
     record: Annotated[Path | None, typer.Option(help="Where to write the decision record. Default: named after --out (--out run-4k.json: run-4k.record.json), else <name>.record.json in the current directory.")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print the decision record as JSON instead of the table.")] = False,

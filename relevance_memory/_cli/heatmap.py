@@ -21,7 +21,7 @@ from .._exceptions import ContextOverflowError, RelevanceMemoryError
 from .._extras import MissingExtraError, require
 from .._io import load_transcript
 from .._manager import RelevanceMemoryManager
-from ._common import cli_error, console, fail, plural, tagged, write_output
+from ._common import REPAIR_HELP, cli_error, console, fail, plural, tagged, write_output
 
 __all__ = ["StrengthReplay", "heatmap", "render_heatmap", "replay_strengths"]
 
@@ -131,7 +131,7 @@ def heatmap(
     field_json: Annotated[Path | None, typer.Option(help="Also write the final field as JSON.")] = None,
     graphml: Annotated[Path | None, typer.Option(help="Also write the final field as GraphML.")] = None,
     history: Annotated[Path | None, typer.Option(help="Also write the strength history (top-N per tick) as JSON.")] = None,
-    repair: Annotated[bool, typer.Option(help="Keep orphan tool messages / unanswered calls in the store but out of the context, instead of failing.")] = False,
+    repair: Annotated[bool, typer.Option(help=REPAIR_HELP)] = False,
 ) -> None:
     """Replay RUN step by step and render a PNG heat map of pheromone strength over steps (next to RUN by default)."""
     try:  # before the replay: a missing plot library should not cost a minute of work first

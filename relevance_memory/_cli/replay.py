@@ -21,7 +21,7 @@ from .._io import load_transcript
 from .._manager import RelevanceMemoryManager
 from .._tokenizer import REPLY_PRIMING_TOKENS
 from ..pipeline._prefix import CacheMeter
-from ._common import EMBEDDER_HELP, MODE_LABEL, check_embedder, cli_error, console, fail
+from ._common import EMBEDDER_HELP, MODE_LABEL, REPAIR_HELP, check_embedder, cli_error, console, fail
 
 __all__ = ["replay"]
 
@@ -38,7 +38,7 @@ def replay(
     index: Annotated[int, typer.Option(help="Which run to take from a file holding many (τ-bench).")] = 0,
     quiet: Annotated[bool, typer.Option("--quiet", help="Print the TOTAL line only.")] = False,
     embedder: Annotated[str, typer.Option(help=EMBEDDER_HELP)] = "wordllama",
-    repair: Annotated[bool, typer.Option(help="Keep orphan tool messages / unanswered calls in the store but out of the context, instead of failing.")] = False,
+    repair: Annotated[bool, typer.Option(help=REPAIR_HELP)] = False,
 ) -> None:
     """Replay TRANSCRIPT request by request: build mode, tokens sent, cached prefix, cost vs the full history."""
     policy = CachePolicy(always_rebuild=always_rebuild)

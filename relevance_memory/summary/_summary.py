@@ -214,7 +214,7 @@ class OfflineSummarizer:
                 sentence = sentence[: self.max_sentence_chars - 1] + "…"
             head = head or _head(item)
             # the values: their memo's tuple (kept_values), shared, not copied (issue 24)
-            out.append((priority, key, sentence, tuple(values), _estimate_tokens(f"{head}{sentence}”") + 1, fact))
+            out.append((priority, key, sentence, values, _estimate_tokens(f"{head}{sentence}”") + 1, fact))
         made = self._memo[memo_key] = tuple(out)  # tuples: one block each, none for no values
         while len(self._memo) > self.memo_size:  # LRU: drop the least recently used
             self._memo.pop(next(iter(self._memo)))

@@ -14,6 +14,15 @@ from relevance_memory import RelevanceMemoryManager
 from relevance_memory._tokenizer import REPLY_PRIMING_TOKENS
 
 
+def _built(history: list[dict[str, Any]], budget: int, **config: Any) -> tuple[RelevanceMemoryManager, Any]:
+    """A memory of ``history`` at ``budget`` and its first build, checked against SPEC §9."""
+    memory = RelevanceMemoryManager(max_input_tokens=budget, **config)
+    memory.extend(history)
+    built = memory.build_context()
+    assert_invariants(history, built, budget, memory.tokenizer)
+    return memory, built
+
+
 def _file(j: int) -> str:
     return "\n".join(f"line {i} of file_{j} value_{i}" for i in range(300))
 
@@ -35,10 +44,7 @@ def _history_newest_user() -> list[dict[str, Any]]:
 @pytest.mark.parametrize("budget", [560, 600, 700])
 def test_newest_user_message_is_not_cut_with_the_newest_step(budget: int) -> None:
     history = _history_newest_user()
-    memory = RelevanceMemoryManager(max_input_tokens=budget, keep_recent=4)
-    memory.extend(history)
-    built = memory.build_context()
-    assert_invariants(history, built, budget, memory.tokenizer)
+    memory, built = _built(history, budget, keep_recent=4)
     counter = memory.tokenizer
     room = budget - REPLY_PRIMING_TOKENS - counter.count_message(history[0])
     assert counter.count_message(history[2]) <= room
@@ -65,11 +71,7 @@ def _history_floor() -> list[dict[str, Any]]:
 def test_the_newest_step_is_cut_to_the_floor_before_a_build_gives_up(budget: int) -> None:
     # the assistant's three calls cannot go below a ~70-token marker, above the common cap the
     # water-filling lands on: the floor itself still fits (it did at 234-245, not at 246-249)
-    history = _history_floor()
-    memory = RelevanceMemoryManager(max_input_tokens=budget, keep_recent=2)
-    memory.extend(history)
-    built = memory.build_context()
-    assert_invariants(history, built, budget, memory.tokenizer)
+    _built(_history_floor(), budget, keep_recent=2)
 
 
 def _step(n: int, lines: int) -> list[dict[str, Any]]:
@@ -111,10 +113,7 @@ def test_a_custom_tool_call_with_a_large_input_enters_as_an_excerpt(budget: int)
                {"role": "assistant", "content": None,
                 "tool_calls": [{"id": "c1", "type": "custom", "custom": {"name": "apply_patch", "input": big}}]},
                {"role": "tool", "tool_call_id": "c1", "content": "ok"}]
-    memory = RelevanceMemoryManager(max_input_tokens=budget)
-    memory.extend(history)
-    built = memory.build_context()
-    assert_invariants(history, built, budget, memory.tokenizer)
+    _, built = _built(history, budget)
     sent = next(m for m in built.messages if m.get("tool_calls"))
     assert set(sent["tool_calls"][0]) == {"id", "type", "custom"}
     assert sent["tool_calls"][0]["custom"]["name"] == "apply_patch"
@@ -137,15 +136,12 @@ def test_the_newest_step_enters_within_what_the_excerpted_user_message_leaves() 
     the room that excerpt leaves, not the room its original size would — the tool output was a
     36-token bare marker with 204 of 600 tokens sent."""
     history = _image_task_then_a_large_read()
-    memory = RelevanceMemoryManager(max_input_tokens=600)
-    memory.extend(history)
-    built = memory.build_context()
+    _, built = _built(history, 600)
     user, tool = built.record.decision_for("m1"), built.record.decision_for("m3")
     assert user.fidelity == "excerpt" and user.sent_tokens is not None and user.sent_tokens < 100
     assert tool.fidelity == "excerpt" and tool.sent_tokens is not None and tool.sent_tokens > 200
     assert "lines kept" in built.messages[-1]["content"].splitlines()[0]
     assert built.record.tokens_after > 600 // 2
-    assert_invariants(history, built, 600, memory.tokenizer)
 
 
 def test_an_append_s_new_step_enters_within_what_the_excerpted_user_message_leaves() -> None:
