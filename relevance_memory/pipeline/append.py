@@ -246,18 +246,26 @@ def plan(
         # the request's tools changed, so the provider's cache misses anyway: the goal block
         # may as well say how to read archived messages
         blocked = f"the restore tool {seams.restore_tool!r} was offered (the tools changed); the goal block says so"
-    decision = decide_build_mode(
-        policy,
-        step_tokens=typical_step(store, previous.budget, config.excerpt_share),
-        has_previous=True,
-        goal_changed=goal.key != previous.final_goal,
-        previous_budget=previous.budget,
-        budget=budget,
-        appended_tokens=appended,
-        new_messages=len(steps.indices),
-        requested=requested,
-        append_blocked=blocked,
-    )
+
+    def decide(step_tokens: int) -> PrefixDecision:
+        return decide_build_mode(
+            policy,
+            step_tokens=step_tokens,
+            has_previous=True,
+            goal_changed=goal.key != previous.final_goal,
+            previous_budget=previous.budget,
+            budget=budget,
+            appended_tokens=appended,
+            new_messages=len(steps.indices),
+            requested=requested,
+            append_blocked=blocked,
+        )
+
+    # the typical step sets only a compaction's target: unasked, an append is decided without
+    # it (the rules that append never read the target), and it is read when the build compacts
+    unasked = None if requested else decide(0)
+    decision = unasked if unasked is not None and unasked.mode == "appended" else decide(
+        typical_step(store, previous.budget, config.excerpt_share))
     return BuildStep(decision, steps, note, note_tokens, renditions)
 
 

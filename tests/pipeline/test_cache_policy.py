@@ -3,9 +3,17 @@
 from __future__ import annotations
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from pydantic import ValidationError
 
-from relevance_memory._cache_policy import CachePolicy, compaction_target, decide_build_mode, least_freed
+from relevance_memory._cache_policy import (
+    CachePolicy,
+    PrefixDecision,
+    compaction_target,
+    decide_build_mode,
+    least_freed,
+)
 
 
 def decide(policy: CachePolicy | None = None, **overrides: object) -> tuple[str, str, int]:
@@ -120,3 +128,28 @@ def test_bad_budget_is_rejected() -> None:
 
 def test_a_requested_first_build_compacts() -> None:
     assert decide(has_previous=False, requested=True) == ("compacted", "compaction requested by the caller", 4800)
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    target_fraction=st.floats(0.1, 1.0), steps_ahead=st.integers(0, 5), budget=st.integers(1, 50_000),
+    previous_budget=st.one_of(st.none(), st.integers(1, 50_000)), appended=st.integers(0, 60_000),
+    goal_changed=st.booleans(), blocked=st.one_of(st.none(), st.just("held back")), step_tokens=st.integers(0, 20_000),
+)
+def test_an_unrequested_append_does_not_depend_on_the_typical_step(
+    target_fraction: float, steps_ahead: int, budget: int, previous_budget: int | None, appended: int,
+    goal_changed: bool, blocked: str | None, step_tokens: int,
+) -> None:
+    """plan() decides an unrequested build without the typical step first and reads it only when
+    the build does not append (pipeline/append.py): the decision must be the same either way."""
+    policy = CachePolicy(target_fraction=target_fraction, steps_ahead=steps_ahead)
+
+    def decide(step: int) -> PrefixDecision:
+        return decide_build_mode(
+            policy, has_previous=True, goal_changed=goal_changed, previous_budget=previous_budget, budget=budget,
+            appended_tokens=appended, new_messages=2, append_blocked=blocked, step_tokens=step,
+        )
+
+    without = decide(0)
+    if without.mode == "appended":
+        assert decide(step_tokens) == without

@@ -6,12 +6,13 @@ from __future__ import annotations
 import json
 from typing import Any
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from relevance_memory import RelevanceMemoryManager
 from relevance_memory._models import FrozenDict, FrozenList, freeze, thaw
-from relevance_memory.pipeline._copies import copy_plan, plain_copies
+from relevance_memory.pipeline._copies import TOOL_CALLS, copy_plan, plain_copies
 
 
 class Opaque:
@@ -36,7 +37,8 @@ def test_plans_copy_each_message_as_thaw_does() -> None:
     frozen = [freeze(m) for m in MESSAGES]
     plans = [copy_plan(m) for m in frozen]
     assert [p is None for p in plans] == [True, False, True, False, True, False]
-    assert all(p for p in plans if p is not None)  # marshal forms, not the thaw fallback
+    assert plans[1] == TOOL_CALLS  # the OpenAI call shape: copied in place, strings shared
+    assert all(isinstance(p, bytes) and p for p in (plans[3], plans[5]))  # marshal forms, not the thaw fallback
     copies = plain_copies(frozen, plans)
     assert copies == [thaw(m) for m in frozen]
     assert copies[5]["extra"]["rows"] == [1, 2]  # a tuple comes back as a list, as thaw gives it
@@ -46,6 +48,35 @@ def test_plans_copy_each_message_as_thaw_does() -> None:
     again = plain_copies(frozen, plans)
     copies[1]["tool_calls"][0]["function"]["name"] = "changed"
     assert again[1]["tool_calls"][0]["function"]["name"] == "bash"  # each call makes new objects
+
+
+def test_tool_calls_are_fresh_containers_around_shared_strings() -> None:
+    frozen = freeze(MESSAGES[1])
+    (copy,) = plain_copies([frozen], [TOOL_CALLS])
+    assert copy == thaw(frozen) and list(copy) == list(frozen)  # equal, keys in their order
+    calls, original = copy["tool_calls"], frozen["tool_calls"]
+    assert type(calls) is list and calls is not original
+    for new, old in zip(calls, original, strict=True):
+        assert type(new) is dict and type(new["function"]) is dict and new["function"] is not old["function"]
+        assert new["function"]["arguments"] is old["function"]["arguments"]  # an immutable string, not copied
+    calls[0]["function"]["name"] = "changed"
+    calls.append({})
+    assert frozen == freeze(MESSAGES[1])  # the stored form is untouched
+
+
+@pytest.mark.parametrize("message", [
+    {"role": "assistant", "tool_calls": [{"id": "c", "function": {"name": "f", "arguments": {"nested": "dict"}}}]},
+    {"role": "assistant", "tool_calls": [{"id": "c", "extra": ["list"], "function": {"name": "f"}}]},
+    {"role": "assistant", "tool_calls": ["not a dict"]},
+    {"role": "assistant", "tool_calls": [], "content": [{"type": "text", "text": "parts"}]},
+    {"role": "assistant", "tool_calls": {"not": "a list"}},
+])
+def test_other_nested_shapes_are_not_copied_as_tool_calls(message: dict[str, Any]) -> None:
+    frozen = freeze(message)
+    plan = copy_plan(frozen)
+    assert isinstance(plan, bytes) and plan  # marshal: every nested container rebuilt
+    (copy,) = plain_copies([frozen], [plan])
+    assert copy == thaw(frozen)
 
 
 def test_what_marshal_cannot_write_is_thawed() -> None:
@@ -80,6 +111,27 @@ def test_any_json_like_message_copies_equal_thaw(message: dict[str, Any]) -> Non
     assert copy == expected
     assert json.dumps(copy, sort_keys=True) == json.dumps(expected, sort_keys=True)  # bool stays bool, lists lists
     assert isinstance(frozen, FrozenDict) and not any(isinstance(v, (FrozenDict, FrozenList)) for v in copy.values())
+
+
+json_call = st.fixed_dictionaries(
+    {"id": st.text(max_size=4)},
+    optional={"type": json_leaf, "function": st.one_of(st.dictionaries(st.text(max_size=5), json_leaf, max_size=3),
+                                                       st.dictionaries(st.text(max_size=5), json_value, max_size=3)),
+              "index": json_value},
+)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(json_call, max_size=3), st.dictionaries(st.sampled_from(["role", "content", "name"]), json_value))
+def test_any_message_with_tool_calls_copies_equal_thaw(calls: list[dict[str, Any]], rest: dict[str, Any]) -> None:
+    frozen = freeze({**rest, "tool_calls": calls})
+    plan = copy_plan(frozen)
+    (copy,) = plain_copies([frozen], [plan])
+    assert copy == thaw(frozen)
+    assert json.dumps(copy, sort_keys=True) == json.dumps(thaw(frozen), sort_keys=True)
+    assert not any(isinstance(c, (FrozenDict, FrozenList)) for c in copy["tool_calls"])
+    for call in copy["tool_calls"]:
+        assert not any(isinstance(v, (FrozenDict, FrozenList)) for v in call.values())
 
 
 def test_appended_builds_hand_out_fresh_plain_copies() -> None:
