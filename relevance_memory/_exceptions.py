@@ -114,14 +114,21 @@ class ContextOverflowError(RelevanceMemoryError):
     Attributes:
         budget: the token budget of the build (tokens).
         pinned_tokens: tokens of the pinned system prompt(s) (tokens).
-        newest_step_tokens: tokens of the newest step, including reply priming (tokens).
+        newest_step_tokens: tokens of the newest step, including reply priming, as it enters
+            (each message at most at its entry cap, SPEC §11; tokens).
+        least_newest_step_tokens: the newest step's tokens with each message cut to its least
+            excerpt, reply priming included — what the budget would have to hold at the least —
+            or ``None`` when not known (then ``newest_step_tokens``; tokens).
     """
 
-    def __init__(self, *, budget: int, pinned_tokens: int, newest_step_tokens: int) -> None:
+    def __init__(
+        self, *, budget: int, pinned_tokens: int, newest_step_tokens: int, least_newest_step_tokens: int | None = None
+    ) -> None:
         self.budget = budget
         self.pinned_tokens = pinned_tokens
         self.newest_step_tokens = newest_step_tokens
-        need = pinned_tokens + newest_step_tokens
+        self.least_newest_step_tokens = newest_step_tokens if least_newest_step_tokens is None else least_newest_step_tokens
+        need = pinned_tokens + self.least_newest_step_tokens
         from ._tokenizer import REPLY_PRIMING_TOKENS  # here: _tokenizer imports this module
         if newest_step_tokens <= 0 and pinned_tokens <= REPLY_PRIMING_TOKENS:  # no system prompt at all
             message = (
@@ -135,9 +142,12 @@ class ContextOverflowError(RelevanceMemoryError):
                 "shorten the system prompt"
             )
         else:
+            least = self.least_newest_step_tokens
+            step = (f"{least} tokens with each of its messages cut to its least excerpt" if least < newest_step_tokens
+                    else f"{newest_step_tokens} tokens, even as excerpts")
             message = (
                 f"context cannot fit: the pinned system prompt ({pinned_tokens} tokens) plus the "
-                f"newest step ({newest_step_tokens} tokens, even as excerpts) need {need} tokens but the budget is "
+                f"newest step ({step}) need {need} tokens but the budget is "
                 f"{_tokens(budget)}; raise the budget or shorten the newest step"
             )
         super().__init__(message)

@@ -55,6 +55,7 @@ __all__ = [
     "goal_fields",
     "is_rendition",
     "keep_names",
+    "least_chain_tokens",
 ]
 
 Fidelity = Literal["verbatim", "excerpt", "elided"]
@@ -566,6 +567,30 @@ def entry_renditions(
             out[i] = memo.get(message, "excerpt", cap, functools.partial(keep_names, messages, i, goal_text), counter,
                               goal_text)
     return out
+
+
+def least_chain_tokens(
+    messages: Sequence[Message],
+    members: Sequence[int],
+    *,
+    current: Mapping[int, Rendition],
+    goal_text: str,
+    memo: Renditions,
+    counter: TokenCounter,
+) -> int:
+    """Tokens of a chain with each member at most its least excerpt (the one cut at
+    :data:`MIN_EXCERPT_TOKENS`, a bare marker for most), the smallest :func:`fit_chain` can
+    send: the figure a :class:`~relevance_memory.ContextOverflowError` names when not even
+    that fits (tokens)."""
+    total = 0
+    for i in members:
+        size = current[i].tokens if i in current else messages[i].token_count
+        if size > MIN_EXCERPT_TOKENS:
+            least = memo.get(messages[i], "excerpt", MIN_EXCERPT_TOKENS,
+                             functools.partial(keep_names, messages, i, goal_text), counter, goal_text).tokens
+            size = min(size, least)
+        total += size
+    return total
 
 
 def fit_chain(

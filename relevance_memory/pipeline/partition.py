@@ -25,7 +25,7 @@ from .._models import Message, TaskGoal, content_text, user_authored
 from .._tokenizer import REPLY_PRIMING_TOKENS, TokenCounter
 from ._state import BuildState, Chain, ChainIndex, Partitioned, Seams, StoreView
 from .assemble import subtask_note
-from .fidelity import MIN_ENTRY_CAP, Rendition, entry_caps, entry_renditions, fit_chain
+from .fidelity import MIN_ENTRY_CAP, Rendition, entry_caps, entry_renditions, fit_chain, least_chain_tokens
 from .ledger import BudgetLedger, Purpose
 
 __all__ = [
@@ -410,8 +410,11 @@ def partition(state: BuildState, seams: Seams) -> Partitioned:
             cut = fit_chain(store.messages, forced_members, ledger.left, current=renditions, goal_text=goal_terms,
                             memo=seams.renditions, counter=seams.tokenizer)
         if cut is None:
+            least = least_chain_tokens(store.messages, forced_members, current=renditions, goal_text=goal_terms,
+                                       memo=seams.renditions, counter=seams.tokenizer)
             raise ContextOverflowError(
-                budget=budget, pinned_tokens=pinned_tokens, newest_step_tokens=forced_tokens + REPLY_PRIMING_TOKENS
+                budget=budget, pinned_tokens=pinned_tokens, newest_step_tokens=forced_tokens + REPLY_PRIMING_TOKENS,
+                least_newest_step_tokens=least + REPLY_PRIMING_TOKENS,
             )
         renditions.update(cut)
         chains = {r: (replace(c, tokens=sum(renditions[i].tokens if i in renditions else store[i].token_count

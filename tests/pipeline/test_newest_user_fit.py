@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 from invariants import assert_invariants
 
-from relevance_memory import RelevanceMemoryManager
+from relevance_memory import ContextOverflowError, RelevanceMemoryManager
 from relevance_memory._tokenizer import REPLY_PRIMING_TOKENS
 
 
@@ -160,3 +160,29 @@ def test_an_append_s_new_step_enters_within_what_the_excerpted_user_message_leav
     read = built.record.decision_for("m4")
     assert read.fidelity == "excerpt" and read.sent_tokens is not None and read.sent_tokens > 200
     assert_invariants([*opening, *new], built, 600, memory.tokenizer)
+
+
+def test_an_overflow_names_the_least_the_newest_step_can_be_sent_as() -> None:
+    """When not even the least excerpts of the newest step fit, the error says how many tokens
+    they take (not the step's size at its entry caps), and a budget of that many builds."""
+    calls = [{"id": f"c{j}", "type": "function", "function": {"name": "bash", "arguments": json.dumps({"command": f"cat f{j}.py"})}}
+             for j in range(8)]
+    history = [
+        {"role": "system", "content": "You are a careful agent. " * 20},
+        {"role": "user", "content": "Fix the bug in the parser."},
+        {"role": "assistant", "content": None, "tool_calls": calls},
+        *({"role": "tool", "tool_call_id": f"c{j}", "content": _file(j)} for j in range(8)),
+    ]
+    memory = RelevanceMemoryManager(max_input_tokens=400)
+    memory.extend(history)
+    with pytest.raises(ContextOverflowError) as info:
+        memory.build_context()
+    err = info.value
+    need = err.pinned_tokens + err.least_newest_step_tokens
+    assert err.least_newest_step_tokens < err.newest_step_tokens  # eight results at ~40 tokens, not ~240
+    assert f"need {need} tokens but the budget is 400 tokens" in str(err)
+    assert "cut to its least excerpt" in str(err)
+    _, built = _built(history, need)  # the figure is what it takes
+    assert built.record.tokens_after <= need
+    with pytest.raises(ContextOverflowError):
+        _built(history, need - 1)
