@@ -24,6 +24,7 @@ from its own field; :attr:`AgentMemory.faults` says what happened.
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
@@ -122,7 +123,7 @@ class AgentMemory(PheromoneField):
                 self._remote[item] = view.cell
             active = [v.strength for v in snap.cells.values() if v.active]
             prominence = self.board.config.prominence
-            self._cap[scope] = prominence * sum(active) / len(active) if prominence and len(active) > 1 else None
+            self._cap[scope] = prominence * math.fsum(active) / len(active) if prominence and len(active) > 1 else None
         take = getattr(self.board, "take_faults", None)
         if callable(take):
             self.faults.extend(take())

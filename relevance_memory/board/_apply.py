@@ -288,7 +288,9 @@ def prominence_cap(out: dict[str, CellView], config: BoardConfig, scope: str) ->
     active = [v for v in out.values() if not v.expired and v.cell.status == "active"]
     if len(active) < 2:
         return out
-    limit = config.prominence * (sum(v.task_strength for v in active) / len(active))
+    # fsum: the exactly rounded sum, the same whatever order the ids were asked (or a hash
+    # returned them) in — a plain sum's last bit follows the order, so backends disagreed
+    limit = config.prominence * (math.fsum(v.task_strength for v in active) / len(active))
     over = [v for v in active if v.task_strength > limit]
     if not over:
         return out

@@ -3,6 +3,9 @@ in the style of LangGraph's checkpointer conformance suite: same operations, sam
 
 from __future__ import annotations
 
+import math
+import random
+
 import pytest
 
 from relevance_memory._config import PheromoneConfig
@@ -139,6 +142,27 @@ def test_no_item_dominates_a_shared_snapshot(make_board: BoardFactory) -> None:
     private = make_board(BoardConfig(prominence=2.0))
     private.apply([Add("private:a", "m0", "user_chat", "a"), Add("private:a", "big", "user_instruction", "a")])
     assert private.snapshot("private:a", None, agent="a").cells["big"].shared_strength == 8.0
+
+
+def test_the_prominence_cap_does_not_depend_on_the_order_ids_are_read_in(make_board: BoardFactory) -> None:
+    """The cap's mean is summed exactly (math.fsum): a plain sum's last bit followed the order the
+    ids were asked in, or the order a Redis hash returned them, so two snapshots of one board (and
+    two backends) could disagree in ``shared_strength``. These deposits were found to differ."""
+    rnd = random.Random(293)
+    board = make_board(BoardConfig(prominence=1.1))
+    ids = [f"m{i}" for i in range(6)]
+    board.apply([Add("shared", i, "tool_result", "a") for i in ids] + [Add("shared", "big", "user_instruction", "a")])
+    board.apply([Deposit("shared", i, rnd.randint(1, 5), f"s{s}", "goal", "a") for i in ids
+                 for s in range(rnd.randint(0, 3))])
+    asked = [*ids, "big"]
+    reads = [board.snapshot("shared", order, agent="a", goal="goal", subtask="s0").cells
+             for order in (asked, asked[::-1], None)]
+    capped = [i for i in asked if reads[0][i].shared_strength < reads[0][i].task_strength]
+    assert "big" in capped  # the cap binds
+    for cells in reads[1:]:
+        assert {i: cells[i].shared_strength for i in asked} == {i: reads[0][i].shared_strength for i in asked}
+    active = [reads[0][i].task_strength for i in asked]
+    assert reads[0]["big"].shared_strength == 1.1 * (math.fsum(active) / len(active))
 
 
 def test_forget_and_archive_never_drop_an_item_another_agent_uses(make_board: BoardFactory) -> None:
