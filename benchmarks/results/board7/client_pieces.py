@@ -6,6 +6,7 @@ apply; 2000 batches of board_throughput's shape first, then 1000 measured.
 """
 import os
 import random
+import shutil
 import sys
 import time
 
@@ -40,3 +41,5 @@ try:
     tm("apply", r.apply)
 finally:
     proc.terminate()
+    proc.wait()
+    shutil.rmtree(folder, ignore_errors=True)

@@ -7,6 +7,7 @@ reinforcement; 2000 batches first, then the median of 4 × 1000). Run alternatin
 """
 import os
 import random
+import shutil
 import statistics
 import sys
 import time
@@ -41,3 +42,5 @@ try:
           f"server usec_per_call {statistics.median(srv):.0f}")
 finally:
     proc.terminate()
+    proc.wait()
+    shutil.rmtree(folder, ignore_errors=True)

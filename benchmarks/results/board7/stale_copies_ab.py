@@ -7,6 +7,7 @@ server's usec_per_call of EVALSHA, 3000 batches first, then 5000. For the tree o
 """
 import os
 import random
+import shutil
 import sys
 import time
 
@@ -35,3 +36,5 @@ try:
           f"(client 0: computed {getattr(boards[0], 'computed', '-')}, computed again {getattr(boards[0], 'recomputed', '-')})")
 finally:
     proc.terminate()
+    proc.wait()
+    shutil.rmtree(folder, ignore_errors=True)
