@@ -383,3 +383,31 @@ def test_items_of_the_same_calls_share_one_tuple() -> None:
     items_memo = SummaryItems()
     pairs = (("bash", "{}"),)
     assert items_memo.calls(pairs) is pairs and items_memo.calls((("bash", "{}"),)) is pairs and items_memo.calls(()) == ()
+
+
+def test_the_messages_a_newer_one_replaced_share_its_note() -> None:
+    """Issue 24: every message the same newer result replaced held its own copy of the note
+    ("a newer result since step 30 (m61)"); they share one string now, equal to the note made
+    afresh, and two builds of the same history mark the same items."""
+    def run() -> RelevanceMemoryManager:
+        memory = RelevanceMemoryManager(max_input_tokens=600, keep_recent=2)
+        history: list[dict[str, object]] = [{"role": "user", "content": "Run the tests of src/app.py until they pass."}]
+        for n in range(30):
+            history.append({"role": "assistant", "content": f"THOUGHT: run them again ({n}).",
+                            "tool_calls": [{"id": f"call_{n}", "type": "function",
+                                            "function": {"name": "bash", "arguments": '{"command": "pytest -q tests"}'}}]})
+            history.append({"role": "tool", "tool_call_id": f"call_{n}", "content": f"{n} failed, 3 passed"})
+        memory.extend(history)
+        memory.build_context()
+        return memory
+
+    memory = run()
+    marked = {message_id: kept[2] for message_id, kept in memory._summary_items._linked.items()}
+    notes = [item.superseded for item in marked.values() if item.superseded]
+    assert len(notes) > 10 and len(set(notes)) == 1 and all(note is notes[0] for note in notes)
+    newest = memory.store.superseded_by[next(iter(marked))]
+    while newest.newer in memory.store.superseded_by:
+        newest = memory.store.superseded_by[newest.newer]
+    assert notes[0] == f"a newer result since step {newest.newer_step} ({newest.newer})"
+    again = {message_id: kept[2] for message_id, kept in run()._summary_items._linked.items()}
+    assert again == marked
