@@ -222,7 +222,9 @@ class ChunkedBM25:
     # what numbers the indexed terms: the documents' own CodedRows.code_space(), or None (_vocab)
     _space: object = field(default=None, repr=False)
     # query terms → (documents whose scores are kept: the full chunks' and blocks', the scores)
-    _query_memo: dict[tuple[str, ...], tuple[int, npt.NDArray[np.float64]]] = field(default_factory=dict, repr=False)
+    # (float32: every score is a chunk's float32 sum, so float64 -> float32 -> float64 is exact;
+    # issue 24: 4 bytes a message a kept query)
+    _query_memo: dict[tuple[str, ...], tuple[int, npt.NDArray[np.float32]]] = field(default_factory=dict, repr=False)
 
     def _ensure(self, docs: Sequence[Collection[str]]) -> None:
         n = len(docs)
@@ -266,7 +268,7 @@ class ChunkedBM25:
         self._ensure(docs)
         out = np.zeros(len(docs), dtype=np.float64)
         terms_of = tuple(dict.fromkeys(query))
-        kept, known = self._query_memo.pop(terms_of, (0, out[:0]))
+        kept, known = self._query_memo.pop(terms_of, (0, np.zeros(0, dtype=np.float32)))
         kept = min(kept, len(docs))
         out[:kept] = known[:kept]
         if self._space is not None:  # the documents' own numbers (a term no row holds has none)
@@ -284,7 +286,7 @@ class ChunkedBM25:
                     out[chunk.start:end] = found  # float32 to float64: exact
             if chunk.start == full and chunk.size >= self.chunk_size:
                 full = end
-        self._query_memo[terms_of] = (full, known if full == kept else out[:full].copy())  # most recently used last
+        self._query_memo[terms_of] = (full, known if full == kept else out[:full].astype(np.float32))  # most recently used last
         while len(self._query_memo) > QUERY_MEMO:
             self._query_memo.pop(next(iter(self._query_memo)))
         return out

@@ -618,6 +618,11 @@ def test_bm25_weights_made_when_scored_are_the_ones_indexed(docs: list[frozenset
             assert np.float32(weight) == expected[names[term], chunk.start + doc]
             seen += 1
     assert seen == len(expected)
+    # a query's kept scores are float32 (each a chunk's float32 sum): read back, the same floats
+    query = ["t0", "t1", "t7"]
+    first = bm25.scores(docs, query)
+    assert all(kept.dtype == np.float32 and len(kept) == full for full, kept in bm25._query_memo.values())
+    assert bm25.scores(docs, query) == first == ChunkedBM25(chunk_size=chunk_size, block_chunks=block_chunks).scores(docs, query)
 
 
 @settings(max_examples=60, deadline=None)
