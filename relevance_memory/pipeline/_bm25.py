@@ -90,15 +90,46 @@ class CodedRows(Protocol):
 @dataclass
 class _Chunk:
     """One chunk's index: its terms (ids in the index's vocabulary, ascending; int32) and per
-    term ``terms[j]`` its postings ``indptr[j]:indptr[j+1]`` of ``docs`` (offsets in the chunk)
-    and ``weights`` (float32). No per-chunk dict: ~8 bytes a (chunk, term), not a dict entry."""
+    term ``terms[j]`` its postings ``indptr[j]:indptr[j+1]`` of ``docs`` (offsets in the chunk),
+    and each document's length factor ``tfc`` (float64). No per-chunk dict: ~8 bytes a (chunk,
+    term), not a dict entry.
+
+    A posting's weight ``float32(idf(t) · tfc(d))`` is not kept: it is made again for the
+    postings of a query's terms as they are scored, from the term's document frequency in its
+    chunk — the length of its run of postings in that chunk — and the document's ``tfc``; the
+    same bits as the weight the chunk was indexed with (issue 24: 4 bytes a posting, ~20
+    postings a message of unique text). A block of merged chunks (:func:`_merge`) holds
+    ``size / part`` chunks of ``part`` documents each: a posting's chunk is its document's offset
+    divided by ``part``, its ``N`` is ``part``."""
 
     start: int
     size: int
     terms: npt.NDArray[np.int32]
     indptr: npt.NDArray[np.int32]
     docs: npt.NDArray[np.int16] | npt.NDArray[np.int32]
-    weights: npt.NDArray[np.float32]
+    tfc: npt.NDArray[np.float64]
+    part: int  # documents of each chunk merged into this one (a chunk's own size)
+
+    def weights(self, lo: npt.NDArray[np.int32], counts: npt.NDArray[np.int32]) -> tuple[Any, Any]:
+        """The postings ``lo[k]:lo[k] + counts[k]`` of each ``k`` end to end: ``(their documents,
+        their weights)`` (float32: the module doc's ``float32(idf(t) · tfc(d))``, ``idf`` of the
+        term's document frequency in the posting's chunk of ``part`` documents)."""
+        total = int(counts.sum())
+        ends = np.cumsum(counts)
+        # each gathered posting's index: its term's first posting, plus its place in the run
+        at = np.arange(total, dtype=np.int64) - np.repeat(ends - counts - lo, counts)
+        docs = self.docs[at]
+        if self.part >= self.size:  # one chunk: a term's postings are its document frequency
+            df = np.repeat(counts, counts)
+        else:  # a block: a term's postings in each of its chunks (in chunk order, as merged)
+            run = np.repeat(np.arange(len(counts), dtype=np.int64), counts) * (self.size // self.part + 1) \
+                + docs // self.part
+            first = np.ones(total, dtype=bool)
+            np.not_equal(run[1:], run[:-1], out=first[1:])
+            starts = np.flatnonzero(first)
+            lengths = np.diff(np.append(starts, total))
+            df = np.repeat(lengths, lengths)
+        return docs, (_idf_table(self.part)[df].astype(np.float64) * self.tfc[docs]).astype(np.float32)
 
     def scores(self, query: npt.NDArray[np.int32]) -> npt.NDArray[np.float32] | None:
         """The chunk's documents' scores for the term ids ``query`` (float32, summed in query
@@ -109,11 +140,15 @@ class _Chunk:
         found[found] = terms[at[found]] == query[found]
         if not found.any():
             return None
+        js = at[found]
+        lo = self.indptr[js]
+        counts = self.indptr[js + 1] - lo
+        docs, weights = self.weights(lo, counts)
         out = np.zeros(self.size, dtype=np.float32)
-        indptr, docs, weights = self.indptr, self.docs, self.weights
-        for j in at[found].tolist():
-            lo, hi = indptr[j], indptr[j + 1]
-            out[docs[lo:hi]] += weights[lo:hi]  # a document once per term: no repeated index
+        end = 0
+        for count in counts.tolist():
+            begin, end = end, end + count
+            out[docs[begin:end]] += weights[begin:end]  # a document once per term: no repeated index
         return out
 
 
@@ -141,33 +176,30 @@ def _index_coded(start: int, codes: npt.NDArray[np.int64], lengths: npt.NDArray[
     starts = np.flatnonzero(first)
     indptr = np.empty(len(starts) + 1, dtype=np.int32)
     indptr[:-1], indptr[-1] = starts, len(ordered)
-    per_term = np.diff(indptr)  # document frequency: a term once per document
-    column = np.cumsum(first) - 1  # each (sorted) posting's term
-    idf = _idf_table(n)[per_term]
     counted = np.maximum(lengths, 1)  # an empty document's placeholder term
     mean = counted.mean()
     tfc = 1.0 / (K1 * ((1 - B) + B * counted / mean) + 1.0)
     doc_of = np.repeat(np.arange(n, dtype=np.int16 if n <= 2**15 else np.int32), lengths)[order]
-    weights = (idf[column].astype(np.float64) * tfc[doc_of]).astype(np.float32)
-    return _Chunk(start, n, ordered[first].astype(np.int32), indptr, doc_of, weights)
+    return _Chunk(start, n, ordered[first].astype(np.int32), indptr, doc_of, tfc, n)
 
 
 def _merge(chunks: Sequence[_Chunk]) -> _Chunk:
-    """One block of consecutive ``chunks``: their postings under one term list, each posting's
-    weight (its chunk's ``idf · tfc``, float32) and document unchanged, so a block scores
-    every document as its chunk did, bit for bit (a document's sum adds the same float32
-    weights in query order). O(postings) array operations, once per block."""
+    """One block of consecutive ``chunks`` of the same size: their postings under one term list,
+    each term's in chunk order, each document's ``tfc`` unchanged, so a block weighs every
+    posting as its chunk did (:meth:`_Chunk.weights`) and scores every document as its chunk
+    did, bit for bit (a document's sum adds the same float32 weights in query order).
+    O(postings) array operations, once per block."""
     start = chunks[0].start
     size = sum(c.size for c in chunks)
     term_col = np.concatenate([np.repeat(c.terms, np.diff(c.indptr)) for c in chunks])
     doc_type = np.int16 if size <= 2**15 else np.int32
     docs = np.concatenate([c.docs.astype(doc_type) + doc_type(c.start - start) for c in chunks])
-    weights = np.concatenate([c.weights for c in chunks])
+    tfc = np.concatenate([c.tfc for c in chunks])
     order = np.argsort(term_col, kind="stable")
     terms, per_term = np.unique(term_col, return_counts=True)
     indptr = np.zeros(len(terms) + 1, dtype=np.int32)
     np.cumsum(per_term, out=indptr[1:])
-    return _Chunk(start, size, terms.astype(np.int32), indptr, docs[order], weights[order])
+    return _Chunk(start, size, terms.astype(np.int32), indptr, docs[order], tfc, chunks[0].part)
 
 
 @dataclass
@@ -190,7 +222,9 @@ class ChunkedBM25:
     # what numbers the indexed terms: the documents' own CodedRows.code_space(), or None (_vocab)
     _space: object = field(default=None, repr=False)
     # query terms → (documents whose scores are kept: the full chunks' and blocks', the scores)
-    _query_memo: dict[tuple[str, ...], tuple[int, npt.NDArray[np.float64]]] = field(default_factory=dict, repr=False)
+    # (float32: every score is a chunk's float32 sum, so float64 -> float32 -> float64 is exact;
+    # issue 24: 4 bytes a message a kept query)
+    _query_memo: dict[tuple[str, ...], tuple[int, npt.NDArray[np.float32]]] = field(default_factory=dict, repr=False)
 
     def _ensure(self, docs: Sequence[Collection[str]]) -> None:
         n = len(docs)
@@ -234,7 +268,7 @@ class ChunkedBM25:
         self._ensure(docs)
         out = np.zeros(len(docs), dtype=np.float64)
         terms_of = tuple(dict.fromkeys(query))
-        kept, known = self._query_memo.pop(terms_of, (0, out[:0]))
+        kept, known = self._query_memo.pop(terms_of, (0, np.zeros(0, dtype=np.float32)))
         kept = min(kept, len(docs))
         out[:kept] = known[:kept]
         if self._space is not None:  # the documents' own numbers (a term no row holds has none)
@@ -252,7 +286,7 @@ class ChunkedBM25:
                     out[chunk.start:end] = found  # float32 to float64: exact
             if chunk.start == full and chunk.size >= self.chunk_size:
                 full = end
-        self._query_memo[terms_of] = (full, known if full == kept else out[:full].copy())  # most recently used last
+        self._query_memo[terms_of] = (full, known if full == kept else out[:full].astype(np.float32))  # most recently used last
         while len(self._query_memo) > QUERY_MEMO:
             self._query_memo.pop(next(iter(self._query_memo)))
         return out

@@ -83,11 +83,20 @@ def _speaker(item: SummaryItem) -> str:
     return "A system note said"
 
 
-_Line = tuple[int, str, str, tuple[str, ...], int, bool]
-"""(priority, dedupe key, quoted sentence, exact values, estimated tokens of its line, a fact the
-user stated). The line itself is :func:`_head` of the message, the sentence and a closing quote,
-made when the message is summarised: the memo keeps the sentence its segmenter's memo holds, not
-a new line (issue 24: the lines were a third of a first build's memory on unique text)."""
+_Lines = tuple[Any, ...]
+"""A message's candidate lines end to end, :data:`LINE_FIELDS` fields each: (priority, dedupe
+key, quoted sentence, exact values, estimated tokens of its line, a fact the user stated); read
+back by :func:`_each_line`. One flat tuple per message, no tuple per line (issue 24: ~50 bytes a
+line). The line itself is :func:`_head` of the message, the sentence and a closing quote, made
+when the message is summarised: the memo keeps the sentence its segmenter's memo holds, not a new
+line (issue 24: the lines were a third of a first build's memory on unique text)."""
+LINE_FIELDS = 6
+
+
+def _each_line(lines: _Lines) -> Any:
+    """The lines of a :data:`_Lines` tuple, each as its six fields (an iterator of tuples)."""
+    it = iter(lines)
+    return zip(it, it, it, it, it, it, strict=True)
 
 
 def _head(item: SummaryItem) -> str:
@@ -166,11 +175,14 @@ class OfflineSummarizer:
     max_names: int = 400
     agent_names: bool = True
     memo_size: int = 500_000
-    _memo: dict[tuple[str, str, str, bool, str], tuple[_Line, ...]] = field(default_factory=dict, repr=False, compare=False)
+    # (role, tool name, supersede marks) → text → lines: keyed by the message's own text string,
+    # no key tuple per entry (issue 24); least recently used first in each
+    _memo: dict[tuple[str, str, str, bool], dict[str, _Lines]] = field(default_factory=dict, repr=False, compare=False)
+    _memo_entries: int = field(default=0, repr=False, compare=False)
     _names_memo: dict[str | tuple[str, tuple[tuple[str, ...], ...]], tuple[str, ...]] = field(default_factory=dict, repr=False, compare=False)
     _folds: list[_Fold] = field(default_factory=list, repr=False, compare=False)
 
-    def _extract(self, item: SummaryItem) -> tuple[_Line, ...]:
+    def _extract(self, item: SummaryItem) -> _Lines:
         """Per message, memoised by (role, tool name, supersede marks, text) — what the lines
         are made of; not the id nor the content hash, so the same content at another id (a
         command run again) is read once (issue 24): its candidate lines. A message with no text, and a superseded tool
@@ -181,12 +193,15 @@ class OfflineSummarizer:
         # calls (their ids differ on every run of the same step), so the same text said again
         # shares one entry (issue 24: a million-message archive's memo was half its summary's
         # memory); the key holds the message's own strings, no new one
-        memo_key = (item.role, item.source if item.role == "tool" else "", item.superseded, item.supersedes, item.text)
-        cached = self._memo.pop(memo_key, None)
+        variant = (item.role, item.source if item.role == "tool" else "", item.superseded, item.supersedes)
+        memo = self._memo.get(variant)
+        if memo is None:
+            memo = self._memo[variant] = {}
+        cached = memo.pop(item.text, None)
         if cached is not None:
-            self._memo[memo_key] = cached  # most recently used last
+            memo[item.text] = cached  # most recently used last
             return cached
-        out: list[_Line] = []
+        out: list[Any] = []
         if item.role == "tool":  # (a superseded result has none: its newer one says what holds now, issue 23)
             units = _tool_lines(item.text, self.max_sentence_chars)
         else:
@@ -213,11 +228,19 @@ class OfflineSummarizer:
             if len(sentence) > self.max_sentence_chars:
                 sentence = sentence[: self.max_sentence_chars - 1] + "…"
             head = head or _head(item)
-            # the values: their memo's tuple (kept_values), shared, not copied (issue 24)
-            out.append((priority, key, sentence, values, _estimate_tokens(f"{head}{sentence}”") + 1, fact))
-        made = self._memo[memo_key] = tuple(out)  # tuples: one block each, none for no values
-        while len(self._memo) > self.memo_size:  # LRU: drop the least recently used
-            self._memo.pop(next(iter(self._memo)))
+            # the sentence its segmenter's memo holds, not a new line (issue 24: the lines were a
+            # third of a first build's memory on unique text); the values: their memo's tuple
+            # (kept_values), shared, not copied
+            out += (priority, key, sentence, values, _estimate_tokens(f"{head}{sentence}”") + 1, fact)
+        made = memo[item.text] = tuple(out)  # one flat tuple: one block, none for no lines
+        self._memo_entries += 1
+        while self._memo_entries > self.memo_size:  # drop the least recently used of the oldest variant
+            oldest = next(iter(self._memo.values()))
+            if oldest:
+                oldest.pop(next(iter(oldest)))
+                self._memo_entries -= 1
+            else:
+                del self._memo[next(iter(self._memo))]
         return made
 
     def _names(self, item: SummaryItem) -> tuple[str, ...]:
@@ -293,7 +316,7 @@ class OfflineSummarizer:
                 order += 1
             extracted = self._extract(item)
             head = _head(item) if extracted else ""
-            for priority, key, sentence, found, cost, fact in extracted:
+            for priority, key, sentence, found, cost, fact in _each_line(extracted):
                 line = f"{head}{sentence}”"  # what the memo keeps is the sentence (issue 24)
                 # values survive even when the sentence is a repeat; a superseded message's values
                 # are only in its line, which names the newer value (issue 23: never listed as current)

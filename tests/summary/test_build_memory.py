@@ -16,7 +16,7 @@ from relevance_memory._text import code_names, kept_code_names
 from relevance_memory._tokenizer import unshared
 from relevance_memory.summary._extract import _estimate_tokens, _is_table_row, _sentences, kept_values
 from relevance_memory.summary._pyramid import SummaryCache, SummaryItem, key_parts, parts_digest, run_facts
-from relevance_memory.summary._summary import OfflineSummarizer, _head
+from relevance_memory.summary._summary import LINE_FIELDS, OfflineSummarizer, _each_line, _head
 
 THOUGHT = "THOUGHT: The test passed. Now run tests/test_query.py again; keep QuerySet.bulk_create as it is."
 
@@ -26,6 +26,13 @@ def _thought(n: int, **fields: object) -> SummaryItem:
     item = SummaryItem(id=f"m{n}", role="assistant", msg_type="reasoning", text=THOUGHT, content_hash=f"h{n}",
                        tool_calls=(("bash", '{"command": "pytest tests/test_query.py"}'),), tokens=30)
     return replace(item, **fields) if fields else item
+
+
+def _entries(summarizer: OfflineSummarizer) -> int:
+    """The extraction memo's entries (over its variants), as it counts them."""
+    held = sum(map(len, summarizer._memo.values()))
+    assert held == summarizer._memo_entries
+    return held
 
 
 def test_the_same_text_at_other_ids_and_call_ids_is_read_once() -> None:
@@ -38,7 +45,7 @@ def test_the_same_text_at_other_ids_and_call_ids_is_read_once() -> None:
     assert lines and summarizer._extract(again) is lines
     assert summarizer._names(again) is summarizer._names(first)
     assert "tests/test_query.py" in summarizer._names(first)
-    assert len(summarizer._memo) == 1 and len(summarizer._names_memo) == 1
+    assert _entries(summarizer) == 1 and len(summarizer._names_memo) == 1
     # what the lines depend on still tells them apart: the supersede marks, the role, the text
     marked = _thought(10, superseded="a newer result since step 12 (m24)")
     assert summarizer._extract(marked) != lines and _head(marked).endswith("(earlier; a newer result since step 12 (m24)): “")
@@ -48,7 +55,33 @@ def test_the_same_text_at_other_ids_and_call_ids_is_read_once() -> None:
     other_call = _thought(13, tool_calls=(("bash", '{"command": "cat src/app/models.py"}'),))
     assert summarizer._extract(other_call) is lines  # the lines do not read the calls
     assert summarizer._names(other_call) != summarizer._names(first)  # the names do
-    assert len(summarizer._memo) == 4
+    assert _entries(summarizer) == 4
+
+
+def test_the_flat_variant_keyed_memo_reads_as_the_tuple_per_line_one_did() -> None:
+    """Issue 24: a message's lines are one flat tuple (no tuple per line) under its text in a
+    dict per (role, tool name, marks) (no key tuple per entry). Read back, they are the lines a
+    summarizer without the memo makes, field for field, and a summary from a warm memo — also one
+    emptied as it goes (``memo_size`` 3) — is the one made fresh."""
+    items = [_thought(n, text=f"{THOUGHT} Step {n} edits pkg/mod_{n % 5}.py at line {n * 7}.",
+                      superseded="a newer result since step 40 (m80)" if n % 7 == 3 else "",
+                      role="user" if n % 5 == 1 else "assistant") for n in range(60)]
+    items.append(SummaryItem(id="t1", role="tool", msg_type="tool_result", text="exit code 0; wrote /tmp/out.json",
+                             source="bash"))
+    warm, small = OfflineSummarizer(), OfflineSummarizer(memo_size=3)
+    for item in items:
+        flat = warm._extract(item)
+        assert len(flat) % LINE_FIELDS == 0 and all(type(field) is not tuple for field in flat[2::LINE_FIELDS])
+        per_line = list(_each_line(flat))
+        assert per_line == list(_each_line(OfflineSummarizer(memo_size=0)._extract(item)))
+        assert all(len(line) == LINE_FIELDS and isinstance(line[1], str) and isinstance(line[2], str) for line in per_line)
+        assert warm._extract(item) is flat  # a hit
+        small._extract(item)
+        assert _entries(small) <= 3
+    for cut in (20, 45, len(items)):
+        made = warm.summarize(items[:cut], level=1, max_tokens=400)
+        assert made == small.summarize(items[:cut], level=1, max_tokens=400)
+        assert made == OfflineSummarizer(memo_size=0).summarize(items[:cut], level=1, max_tokens=400)
 
 
 def test_a_summary_from_shared_memo_entries_equals_one_made_fresh() -> None:
@@ -272,17 +305,17 @@ def test_a_memo_entry_keeps_the_sentence_and_its_line_is_made_from_it() -> None:
     lines = summarizer._extract(item)
     sentences = _sentences(item.text)
     assert lines
-    for _, _, sentence, values, cost, _ in lines:
+    for _, _, sentence, values, cost, _ in _each_line(lines):
         assert any(sentence is said for said in sentences)
         assert values is kept_values(sentence)
         assert cost == _estimate_tokens(f"The assistant noted: “{sentence}”") + 1
     prose = summarizer.summarize([item], level=1, max_tokens=300).prose
-    assert prose.splitlines() == [f"The assistant noted: “{entry[2]}”" for entry in lines]
+    assert prose.splitlines() == [f"The assistant noted: “{entry[2]}”" for entry in _each_line(lines)]
     tool = SummaryItem(id="t1", role="tool", msg_type="tool_result", text="exit code 0; wrote /tmp/out.json",
                        source="bash", superseded="")
     marked = replace(_thought(2), superseded="since step 4: other (k)")
     assert _head(tool) == "Tool bash returned: “" and _head(marked) == "The assistant noted (earlier; since step 4: other (k)): “"
-    assert summarizer.summarize([tool], level=1, max_tokens=300).prose == f"Tool bash returned: “{summarizer._extract(tool)[0][2]}”"
+    assert summarizer.summarize([tool], level=1, max_tokens=300).prose == f"Tool bash returned: “{summarizer._extract(tool)[2]}”"
 
 
 def test_names_share_the_message_text_and_the_names_memo() -> None:
@@ -350,3 +383,31 @@ def test_items_of_the_same_calls_share_one_tuple() -> None:
     items_memo = SummaryItems()
     pairs = (("bash", "{}"),)
     assert items_memo.calls(pairs) is pairs and items_memo.calls((("bash", "{}"),)) is pairs and items_memo.calls(()) == ()
+
+
+def test_the_messages_a_newer_one_replaced_share_its_note() -> None:
+    """Issue 24: every message the same newer result replaced held its own copy of the note
+    ("a newer result since step 30 (m61)"); they share one string now, equal to the note made
+    afresh, and two builds of the same history mark the same items."""
+    def run() -> RelevanceMemoryManager:
+        memory = RelevanceMemoryManager(max_input_tokens=600, keep_recent=2)
+        history: list[dict[str, object]] = [{"role": "user", "content": "Run the tests of src/app.py until they pass."}]
+        for n in range(30):
+            history.append({"role": "assistant", "content": f"THOUGHT: run them again ({n}).",
+                            "tool_calls": [{"id": f"call_{n}", "type": "function",
+                                            "function": {"name": "bash", "arguments": '{"command": "pytest -q tests"}'}}]})
+            history.append({"role": "tool", "tool_call_id": f"call_{n}", "content": f"{n} failed, 3 passed"})
+        memory.extend(history)
+        memory.build_context()
+        return memory
+
+    memory = run()
+    marked = {message_id: kept[2] for message_id, kept in memory._summary_items._linked.items()}
+    notes = [item.superseded for item in marked.values() if item.superseded]
+    assert len(notes) > 10 and len(set(notes)) == 1 and all(note is notes[0] for note in notes)
+    newest = memory.store.superseded_by[next(iter(marked))]
+    while newest.newer in memory.store.superseded_by:
+        newest = memory.store.superseded_by[newest.newer]
+    assert notes[0] == f"a newer result since step {newest.newer_step} ({newest.newer})"
+    again = {message_id: kept[2] for message_id, kept in run()._summary_items._linked.items()}
+    assert again == marked

@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -17,7 +18,7 @@ from scorers import WrappedOfflineScorer
 
 from relevance_memory import SUMMARY_MARKER, RelevanceMemoryManager, RelevanceScore, check_context, load_transcript
 from relevance_memory._tokenizer import TiktokenCounter
-from relevance_memory.pipeline._bm25 import CodedRows
+from relevance_memory.pipeline._bm25 import K1, B, CodedRows, _idf_table
 from relevance_memory.pipeline.prefilter import ChunkedBM25, prefilter_chains
 from relevance_memory.scoring._cache import DiskScoreCache
 from relevance_memory.store._snapshot import StoreSnapshot, _CodedPrefix
@@ -574,6 +575,54 @@ def test_the_asked_ids_a_pyramid_covers_are_those_in_its_covered_and_pointed_set
     ids = [f"m{i}" for i in asked]
     assert pyramid.covering(ids) == pyramid.covered & set(ids)
     assert pyramid.covering(iter(ids), pointer=True) == pyramid.pointed & set(ids)
+
+
+def _indexed_weights(docs: list[frozenset[str]], chunk_size: int) -> dict[tuple[str, int], np.float32]:
+    """(term, document) → the posting weight a chunk was indexed with before issue 24 kept none:
+    ``float32(idf(t) · tfc(d))`` of the document's chunk (df and N in that chunk, float32 idf)."""
+    out: dict[tuple[str, int], np.float32] = {}
+    for start in range(0, len(docs), chunk_size):
+        chunk = docs[start:start + chunk_size]
+        counted = np.maximum(np.array([len(d) for d in chunk], dtype=np.int64), 1)
+        tfc = 1.0 / (K1 * ((1 - B) + B * counted / counted.mean()) + 1.0)
+        df: dict[str, int] = {}
+        for d in chunk:
+            for t in d:
+                df[t] = df.get(t, 0) + 1
+        idf = _idf_table(len(chunk))
+        for k, d in enumerate(chunk):
+            for t in d:
+                out[t, start + k] = np.float32(np.float64(idf[df[t]]) * tfc[k])
+    return out
+
+
+@settings(max_examples=60, deadline=None)
+@given(docs=st.lists(st.frozensets(st.sampled_from([f"t{i}" for i in range(30)]), max_size=9), min_size=1, max_size=60),
+       chunk_size=st.integers(1, 6), block_chunks=st.integers(2, 4))
+def test_bm25_weights_made_when_scored_are_the_ones_indexed(docs: list[frozenset[str]], chunk_size: int,
+                                                            block_chunks: int) -> None:
+    """Issue 24: a chunk or block keeps each document's ``tfc``, not each posting's weight; the
+    weight made again from the term's run of postings in its chunk is, for every posting of
+    every chunk and block, the very float32 the chunk was indexed with."""
+    bm25 = ChunkedBM25(chunk_size=chunk_size, block_chunks=block_chunks)
+    bm25.scores(docs, ["t0"])
+    expected = _indexed_weights(docs, chunk_size)
+    names = {i: t for t, i in bm25._vocab.items()}
+    seen = 0
+    for chunk in bm25._chunks:
+        assert chunk.tfc.dtype == np.float64 and len(chunk.tfc) == chunk.size
+        counts = np.diff(chunk.indptr)
+        got_docs, weights = chunk.weights(chunk.indptr[:-1], counts)
+        terms = np.repeat(chunk.terms, counts)
+        for term, doc, weight in zip(terms.tolist(), got_docs.tolist(), weights.tolist(), strict=True):
+            assert np.float32(weight) == expected[names[term], chunk.start + doc]
+            seen += 1
+    assert seen == len(expected)
+    # a query's kept scores are float32 (each a chunk's float32 sum): read back, the same floats
+    query = ["t0", "t1", "t7"]
+    first = bm25.scores(docs, query)
+    assert all(kept.dtype == np.float32 and len(kept) == full for full, kept in bm25._query_memo.values())
+    assert bm25.scores(docs, query) == first == ChunkedBM25(chunk_size=chunk_size, block_chunks=block_chunks).scores(docs, query)
 
 
 @settings(max_examples=60, deadline=None)
