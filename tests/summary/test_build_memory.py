@@ -361,12 +361,9 @@ def test_names_of_a_text_and_its_calls_read_apart_equal_them_joined() -> None:
             assert summarizer._names(item) == tuple(code_names("\n".join([lines, *(a for _, a in made)])))
 
 
-def test_items_of_the_same_calls_share_one_tuple() -> None:
-    """Issue 24: each archived message's item held its own tuple of ``(name, arguments)`` pairs
-    (~50 bytes a stored message); the items of the same calls (a step run again, with new call
-    ids) share one, equal to the calls, and the summary is the same."""
-    from relevance_memory.summary._pyramid import SummaryItems
-
+def _tests_run_again() -> RelevanceMemoryManager:
+    """A 600-token memory of an agent running the same tests 30 times (new call ids each time),
+    after its first build."""
     memory = RelevanceMemoryManager(max_input_tokens=600, keep_recent=2)
     history: list[dict[str, object]] = [{"role": "user", "content": "Run the tests of src/app.py until they pass."}]
     for n in range(30):
@@ -376,6 +373,16 @@ def test_items_of_the_same_calls_share_one_tuple() -> None:
         history.append({"role": "tool", "tool_call_id": f"call_{n}", "content": f"{n} failed, 3 passed"})
     memory.extend(history)
     memory.build_context()
+    return memory
+
+
+def test_items_of_the_same_calls_share_one_tuple() -> None:
+    """Issue 24: each archived message's item held its own tuple of ``(name, arguments)`` pairs
+    (~50 bytes a stored message); the items of the same calls (a step run again, with new call
+    ids) share one, equal to the calls, and the summary is the same."""
+    from relevance_memory.summary._pyramid import SummaryItems
+
+    memory = _tests_run_again()
     items = list(memory._summary_items._data.values())
     calls = [item.tool_calls for item in items if item.tool_calls]
     assert len(calls) > 10 and all(made is calls[0] for made in calls)
@@ -389,19 +396,7 @@ def test_the_messages_a_newer_one_replaced_share_its_note() -> None:
     """Issue 24: every message the same newer result replaced held its own copy of the note
     ("a newer result since step 30 (m61)"); they share one string now, equal to the note made
     afresh, and two builds of the same history mark the same items."""
-    def run() -> RelevanceMemoryManager:
-        memory = RelevanceMemoryManager(max_input_tokens=600, keep_recent=2)
-        history: list[dict[str, object]] = [{"role": "user", "content": "Run the tests of src/app.py until they pass."}]
-        for n in range(30):
-            history.append({"role": "assistant", "content": f"THOUGHT: run them again ({n}).",
-                            "tool_calls": [{"id": f"call_{n}", "type": "function",
-                                            "function": {"name": "bash", "arguments": '{"command": "pytest -q tests"}'}}]})
-            history.append({"role": "tool", "tool_call_id": f"call_{n}", "content": f"{n} failed, 3 passed"})
-        memory.extend(history)
-        memory.build_context()
-        return memory
-
-    memory = run()
+    memory = _tests_run_again()
     marked = {message_id: kept[2] for message_id, kept in memory._summary_items._linked.items()}
     notes = [item.superseded for item in marked.values() if item.superseded]
     assert len(notes) > 10 and len(set(notes)) == 1 and all(note is notes[0] for note in notes)
@@ -409,5 +404,5 @@ def test_the_messages_a_newer_one_replaced_share_its_note() -> None:
     while newest.newer in memory.store.superseded_by:
         newest = memory.store.superseded_by[newest.newer]
     assert notes[0] == f"a newer result since step {newest.newer_step} ({newest.newer})"
-    again = {message_id: kept[2] for message_id, kept in run()._summary_items._linked.items()}
+    again = {message_id: kept[2] for message_id, kept in _tests_run_again()._summary_items._linked.items()}
     assert again == marked
