@@ -569,6 +569,10 @@ def entry_renditions(
     return out
 
 
+FIT_ATTEMPTS = 16
+"""How many common caps :func:`fit_chain` tries, the last of them the excerpt floor."""
+
+
 def least_chain_tokens(
     messages: Sequence[Message],
     members: Sequence[int],
@@ -620,12 +624,14 @@ def fit_chain(
         cap = (room - rest) // k
         if k == len(sizes) or cap >= sizes[k]:
             break
-    for _ in range(5):
-        if cap < MIN_EXCERPT_TOKENS:
+    for attempt in range(FIT_ATTEMPTS):
+        if cap < MIN_EXCERPT_TOKENS or attempt == FIT_ATTEMPTS - 1:
             if floor_tried:
                 return None
             # a member whose least excerpt (a bare marker) is above the common cap overshoots
-            # it: the others may still fit at the floor, so it is tried once before giving up
+            # it: the others may still fit at the floor, so it is tried once before giving up —
+            # also when the cap has not come down to it in FIT_ATTEMPTS - 1 tries, so a chain
+            # whose least excerpts fit (least_chain_tokens) always fits
             cap = MIN_EXCERPT_TOKENS
         floor_tried = cap == MIN_EXCERPT_TOKENS
         out: dict[int, Rendition] = {}

@@ -5,6 +5,7 @@ build gives up (SPEC §11: ContextOverflowError is for a system prompt that cann
 from __future__ import annotations
 
 import json
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -186,3 +187,23 @@ def test_an_overflow_names_the_least_the_newest_step_can_be_sent_as() -> None:
     assert built.record.tokens_after <= need
     with pytest.raises(ContextOverflowError):
         _built(history, need - 1)
+
+
+def test_a_budget_of_the_named_need_builds_a_wide_parallel_step() -> None:
+    """helper-44's reproducer: ten parallel calls beside a long CJK-and-emoji user message, at
+    o200k_base and an excerpt share of 0.5. fit_chain lowered its common cap five times and gave
+    up above the excerpt floor, so a budget of the figure the error named (427), and up to 450,
+    still raised while the least excerpts fitted; now its last try is the floor."""
+    history = json.loads((Path(__file__).parent / "overflow_parallel_calls.json").read_text(encoding="utf-8"))
+    config: dict[str, Any] = {"keep_recent": 1, "encoding": "o200k_base", "excerpt_share": 0.5}
+    memory = RelevanceMemoryManager(max_input_tokens=100, **config)
+    memory.extend(history)
+    with pytest.raises(ContextOverflowError) as info:
+        memory.build_context()
+    need = info.value.pinned_tokens + info.value.least_newest_step_tokens
+    assert need == 427
+    for budget in (need, need + 10, 450):
+        _, built = _built(history, budget, **config)
+        assert built.record.tokens_after <= budget
+    with pytest.raises(ContextOverflowError):
+        _built(history, need - 1, **config)
