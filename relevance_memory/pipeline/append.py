@@ -38,7 +38,7 @@ from ._copies import CopyPlan, copy_plan, plain_copies
 from ._prefix import AppendPlan, TailItem, plan_append, shared_prefix_tokens
 from ._state import BuiltContext, Seams, StoreView
 from .assemble import check_context, subtask_note
-from .fidelity import Rendition, cap_of, entry_caps, entry_renditions
+from .fidelity import Rendition, cap_of, entry_caps, entry_renditions, newest_user_excerpt
 from .ledger import Purpose
 
 __all__ = ["BuildStep", "PrefixState", "append", "plan", "remember", "tail_start", "typical_step"]
@@ -161,21 +161,19 @@ def _tail_renditions(previous: PrefixState, seams: Seams, goal: TaskGoal) -> dic
     newest_user_tokens = 0 if newest_user is None else store[newest_user].token_count
     room = previous.budget - REPLY_PRIMING_TOKENS - pinned  # what the pinned prompt leaves
     goal_text = f"{goal.final}\n{goal.subtask}"
-    # as in a compaction (partition): the newest user message stays verbatim while it alone fits
-    # (SPEC §9), else its excerpt is capped by the room itself, not by that room less itself; the
-    # other new messages enter within what it leaves as it is sent
-    user: dict[int, Rendition] = {}
-    if newest_user is not None and newest_user_tokens > room:
-        user = entry_renditions(
-            store.messages, [newest_user], budget=previous.budget, share=seams.config.excerpt_share,
-            goal_text=goal_text, memo=seams.renditions, counter=seams.tokenizer, room=max(1, room))
-    sent = user[newest_user].tokens if newest_user in user else newest_user_tokens
+    # as in a compaction (partition): the other new messages enter within what the newest user
+    # message leaves as it is sent
+    user = newest_user_excerpt(store.messages, newest_user, room, budget=previous.budget,
+                               share=seams.config.excerpt_share, goal_text=goal_text, memo=seams.renditions,
+                               counter=seams.tokenizer)
+    sent = user.tokens if user is not None else newest_user_tokens
     renditions = entry_renditions(
         store.messages, [i for i in new if i != newest_user], budget=previous.budget,
         share=seams.config.excerpt_share, goal_text=goal_text, memo=seams.renditions, counter=seams.tokenizer,
         room=max(1, room - sent),
     )
-    renditions.update(user)
+    if user is not None and newest_user is not None:
+        renditions[newest_user] = user
     return renditions
 
 

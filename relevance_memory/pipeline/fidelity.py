@@ -56,6 +56,7 @@ __all__ = [
     "is_rendition",
     "keep_names",
     "least_chain_tokens",
+    "newest_user_excerpt",
 ]
 
 Fidelity = Literal["verbatim", "excerpt", "elided"]
@@ -569,6 +570,28 @@ def entry_renditions(
     return out
 
 
+def newest_user_excerpt(
+    messages: Sequence[Message],
+    index: int | None,
+    room: int,
+    *,
+    budget: int,
+    share: float,
+    goal_text: str,
+    memo: Renditions,
+    counter: TokenCounter,
+) -> Rendition | None:
+    """How the newest user message (``index``; ``None``: there is none) enters a context whose
+    pinned prompt leaves ``room`` tokens: ``None`` — verbatim — while it alone fits (SPEC §9),
+    else its excerpt capped by that room (:func:`entry_renditions`), not by that room less
+    itself, which left a long task statement a bare marker while the budget went unused. A
+    compaction and an append both ask this first, then fit the other messages in what it leaves."""
+    if index is None or messages[index].token_count <= room:
+        return None
+    return entry_renditions(messages, [index], budget=budget, share=share, goal_text=goal_text, memo=memo,
+                            counter=counter, room=max(1, room)).get(index)
+
+
 FIT_ATTEMPTS = 16
 """How many common caps :func:`fit_chain` tries, the last of them the excerpt floor."""
 
@@ -582,19 +605,30 @@ def least_chain_tokens(
     memo: Renditions,
     counter: TokenCounter,
 ) -> int:
-    """Tokens of a chain with each member at most its least excerpt (the one cut at
-    :data:`MIN_EXCERPT_TOKENS`, a bare marker for most), the smallest :func:`fit_chain` can
-    send: the figure a :class:`~relevance_memory.ContextOverflowError` names when not even
-    that fits (tokens)."""
+    """Tokens of a chain with each member above :data:`MIN_EXCERPT_TOKENS` cut to its least
+    excerpt (a bare marker for most): what :func:`fit_chain`'s last try sends, the figure a
+    :class:`~relevance_memory.ContextOverflowError` names when not even that fits (tokens)."""
+    return _cut_to(messages, members, MIN_EXCERPT_TOKENS, current, goal_text, memo, counter)[1]
+
+
+def _cut_to(
+    messages: Sequence[Message], members: Sequence[int], cap: int, current: Mapping[int, Rendition],
+    goal_text: str, memo: Renditions, counter: TokenCounter,
+) -> tuple[dict[int, Rendition], int]:
+    """``(renditions, tokens)`` of a chain with every member larger than ``cap`` tokens cut to an
+    excerpt at ``cap`` (the others as ``current`` has them, or whole): one try of :func:`fit_chain`."""
+    out: dict[int, Rendition] = {}
     total = 0
     for i in members:
         size = current[i].tokens if i in current else messages[i].token_count
-        if size > MIN_EXCERPT_TOKENS:
-            least = memo.get(messages[i], "excerpt", MIN_EXCERPT_TOKENS,
-                             functools.partial(keep_names, messages, i, goal_text), counter, goal_text).tokens
-            size = min(size, least)
+        if size > cap:
+            out[i] = memo.get(messages[i], "excerpt", cap, functools.partial(keep_names, messages, i, goal_text),
+                              counter, goal_text)
+            size = out[i].tokens
+        elif i in current:
+            out[i] = current[i]
         total += size
-    return total
+    return out, total
 
 
 def fit_chain(
@@ -634,14 +668,7 @@ def fit_chain(
             # whose least excerpts fit (least_chain_tokens) always fits
             cap = MIN_EXCERPT_TOKENS
         floor_tried = cap == MIN_EXCERPT_TOKENS
-        out: dict[int, Rendition] = {}
-        for i in members:
-            if size(i) > cap:
-                out[i] = memo.get(messages[i], "excerpt", cap, functools.partial(keep_names, messages, i, goal_text),
-                                  counter, goal_text)
-            elif i in current:
-                out[i] = current[i]
-        total = sum(out[i].tokens if i in out else messages[i].token_count for i in members)
+        out, total = _cut_to(messages, members, cap, current, goal_text, memo, counter)
         if total <= room:
             return out
         cap -= max(8, (total - room) // max(1, len(out)) + 1)

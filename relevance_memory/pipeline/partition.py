@@ -25,7 +25,15 @@ from .._models import Message, TaskGoal, content_text, user_authored
 from .._tokenizer import REPLY_PRIMING_TOKENS, TokenCounter
 from ._state import BuildState, Chain, ChainIndex, Partitioned, Seams, StoreView
 from .assemble import subtask_note
-from .fidelity import MIN_ENTRY_CAP, Rendition, entry_caps, entry_renditions, fit_chain, least_chain_tokens
+from .fidelity import (
+    MIN_ENTRY_CAP,
+    Rendition,
+    entry_caps,
+    entry_renditions,
+    fit_chain,
+    least_chain_tokens,
+    newest_user_excerpt,
+)
 from .ledger import BudgetLedger, Purpose
 
 __all__ = [
@@ -364,13 +372,9 @@ def partition(state: BuildState, seams: Seams) -> Partitioned:
     goal_terms = f"{goal.final}\n{goal.subtask}"
     newest_user_tokens = store[newest_user].token_count if newest_user is not None else 0
     room = whole - REPLY_PRIMING_TOKENS - pinned_tokens
-    # the newest user message stays verbatim while it alone fits (SPEC §9), else it is an excerpt
-    # capped by that room (not by that room less itself, which left a bare marker of a long task
-    # statement while the budget went unused); the other messages enter within what it leaves as sent
-    user_excerpt = entry_renditions(
-        messages, [newest_user], budget=whole, share=config.excerpt_share, goal_text=goal_terms,
-        memo=seams.renditions, counter=seams.tokenizer, room=max(1, room),
-    ).get(newest_user) if newest_user is not None and newest_user_tokens > room else None
+    # the other messages enter within what the newest user message leaves as it is sent
+    user_excerpt = newest_user_excerpt(messages, newest_user, room, budget=whole, share=config.excerpt_share,
+                                       goal_text=goal_terms, memo=seams.renditions, counter=seams.tokenizer)
     # only a message above the least cap can be cut (the index lists those over either floor);
     # asked in chain order, as the chains list them
     entry_room = max(1, room - (newest_user_tokens if user_excerpt is None else user_excerpt.tokens))

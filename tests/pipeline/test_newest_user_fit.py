@@ -24,6 +24,15 @@ def _built(history: list[dict[str, Any]], budget: int, **config: Any) -> tuple[R
     return memory, built
 
 
+def _overflow(history: list[dict[str, Any]], budget: int, **config: Any) -> ContextOverflowError:
+    """The error a first build of ``history`` at ``budget`` raises."""
+    memory = RelevanceMemoryManager(max_input_tokens=budget, **config)
+    memory.extend(history)
+    with pytest.raises(ContextOverflowError) as info:
+        memory.build_context()
+    return info.value
+
+
 def _file(j: int) -> str:
     return "\n".join(f"line {i} of file_{j} value_{i}" for i in range(300))
 
@@ -174,11 +183,7 @@ def test_an_overflow_names_the_least_the_newest_step_can_be_sent_as() -> None:
         {"role": "assistant", "content": None, "tool_calls": calls},
         *({"role": "tool", "tool_call_id": f"c{j}", "content": _file(j)} for j in range(8)),
     ]
-    memory = RelevanceMemoryManager(max_input_tokens=400)
-    memory.extend(history)
-    with pytest.raises(ContextOverflowError) as info:
-        memory.build_context()
-    err = info.value
+    err = _overflow(history, 400)
     need = err.pinned_tokens + err.least_newest_step_tokens
     assert err.least_newest_step_tokens < err.newest_step_tokens  # eight results at ~40 tokens, not ~240
     assert f"need {need} tokens but the budget is 400 tokens" in str(err)
@@ -196,11 +201,8 @@ def test_a_budget_of_the_named_need_builds_a_wide_parallel_step() -> None:
     still raised while the least excerpts fitted; now its last try is the floor."""
     history = json.loads((Path(__file__).parent / "overflow_parallel_calls.json").read_text(encoding="utf-8"))
     config: dict[str, Any] = {"keep_recent": 1, "encoding": "o200k_base", "excerpt_share": 0.5}
-    memory = RelevanceMemoryManager(max_input_tokens=100, **config)
-    memory.extend(history)
-    with pytest.raises(ContextOverflowError) as info:
-        memory.build_context()
-    need = info.value.pinned_tokens + info.value.least_newest_step_tokens
+    err = _overflow(history, 100, **config)
+    need = err.pinned_tokens + err.least_newest_step_tokens
     assert need == 427
     for budget in (need, need + 10, 450):
         _, built = _built(history, budget, **config)
