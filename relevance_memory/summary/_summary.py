@@ -165,8 +165,9 @@ class OfflineSummarizer:
             of the room — what an agent's next step names again (SPEC §11 action support).
         agent_names: list those names (``False``: an agent's values are chosen like a chat's;
             for ablations).
-        memo_size: messages whose extraction is memoised (LRU); sized so a 100k-message
-            archive is extracted once, not on every build.
+        memo_size: messages whose extraction is memoised; sized so a 100k-message archive is
+            extracted once, not on every build. When full, the least recently used entry of the
+            variant (role, tool name, supersede marks) holding the most goes first.
     """
 
     name: str = "offline-extractive-v2"
@@ -176,7 +177,7 @@ class OfflineSummarizer:
     agent_names: bool = True
     memo_size: int = 500_000
     # (role, tool name, supersede marks) → text → lines: keyed by the message's own text string,
-    # no key tuple per entry (issue 24); least recently used first in each
+    # no key tuple per entry (issue 24); least recently used first in each (see _evict)
     _memo: dict[tuple[str, str, str, bool], dict[str, _Lines]] = field(default_factory=dict, repr=False, compare=False)
     _memo_entries: int = field(default=0, repr=False, compare=False)
     _names_memo: dict[str | tuple[str, tuple[tuple[str, ...], ...]], tuple[str, ...]] = field(default_factory=dict, repr=False, compare=False)
@@ -234,14 +235,24 @@ class OfflineSummarizer:
             out += (priority, key, sentence, values, _estimate_tokens(f"{head}{sentence}”") + 1, fact)
         made = memo[item.text] = tuple(out)  # one flat tuple: one block, none for no lines
         self._memo_entries += 1
-        while self._memo_entries > self.memo_size:  # drop the least recently used of the oldest variant
-            oldest = next(iter(self._memo.values()))
-            if oldest:
-                oldest.pop(next(iter(oldest)))
-                self._memo_entries -= 1
-            else:
-                del self._memo[next(iter(self._memo))]
+        if self._memo_entries > self.memo_size:
+            self._evict()
         return made
+
+    def _evict(self) -> None:
+        """Bring the extraction memo back to ``memo_size`` entries: each time, the least recently
+        used entry of the variant that holds the most (its first). A history's unique tool
+        output fills one or two variants; the few messages of the others (a user's task, the
+        assistant's plans), read on every build, stay — the oldest *variant* emptied first
+        dropped those (helper-44's finding). O(variants) an entry, only once the memo is full."""
+        memo = self._memo
+        while self._memo_entries > self.memo_size:
+            variant = max(memo, key=lambda v: len(memo[v]))
+            largest = memo[variant]
+            largest.pop(next(iter(largest)))
+            self._memo_entries -= 1
+            if not largest:
+                del memo[variant]
 
     def _names(self, item: SummaryItem) -> tuple[str, ...]:
         """The code names of a message's text and tool-call arguments (:func:`code_names`),

@@ -406,3 +406,28 @@ def test_the_messages_a_newer_one_replaced_share_its_note() -> None:
     assert notes[0] == f"a newer result since step {newest.newer_step} ({newest.newer})"
     again = {message_id: kept[2] for message_id, kept in _tests_run_again()._summary_items._linked.items()}
     assert again == marked
+
+
+def test_a_full_extraction_memo_drops_from_its_largest_variant_not_the_oldest() -> None:
+    """Helper-44's finding: a full memo emptied its *oldest variant* first — the user's task and
+    the assistant's plans, read on every build, went before a flood of one-off tool output. Now
+    the least recently used entry of the variant holding the most goes: the task stays a hit, the
+    tool output keeps its newest, and the count stays at ``memo_size``."""
+    summarizer = OfflineSummarizer(memo_size=4)
+    task = _thought(0, role="user", text="Fix the bug in utils/dateparse.py; keep the public API as it is.")
+    plan = _thought(1)
+    kept_task, kept_plan = summarizer._extract(task), summarizer._extract(plan)
+    outputs = [SummaryItem(id=f"t{n}", role="tool", msg_type="tool_result", source="bash",
+                           text=f"FAILED tests/test_dateparse.py::test_case_{n} - AssertionError: {n} != {n + 1}")
+               for n in range(10)]
+    made = [summarizer._extract(item) for item in outputs]
+    assert _entries(summarizer) == 4
+    assert summarizer._extract(task) is kept_task and summarizer._extract(plan) is kept_plan  # hits
+    tool_memo = summarizer._memo[("tool", "bash", "", False)]
+    assert list(tool_memo) == [outputs[8].text, outputs[9].text]  # the newest two, oldest first
+    assert all(tool_memo[item.text] is lines for item, lines in zip(outputs[8:], made[8:], strict=True))
+    # a variant emptied by eviction leaves no empty dict behind
+    other = OfflineSummarizer(memo_size=1)
+    other._extract(task)
+    other._extract(plan)
+    assert list(other._memo) == [("assistant", "", "", False)] and _entries(other) == 1
