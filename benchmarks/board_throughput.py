@@ -20,6 +20,11 @@ The limits, same writers, same random items, same reader:
   hash (the same bytes a snapshot reads, not decoded) — the floor of an atomic batch;
 - ``pipelined``: the 11 ``HINCRBYFLOAT`` in one pipeline (not atomic); the reader as above.
 
+``p50 ÷ raw HMGET`` is the snapshot's p50 under our writers over the raw ``HMGET``'s under the
+minimal script's writers (the issue's ratio: it also carries our batches' heavier server load,
+the reads waiting behind longer scripts); in brackets, over a raw ``HMGET`` of the same ids that
+the reader sends beside each snapshot, under the same writers: what the snapshot itself adds.
+
 ``batches/s ÷ min script`` is the ratio of the medians, then (per round) the median of the
 rounds' own ratios: the backends of one round run back to back, so a round's ratio sees
 one load even when the load swings 2–5× between rounds.
@@ -150,18 +155,28 @@ def _redis_writer(url: str, name: str, writer: str, seconds: float, items: int, 
     out.put(_write(board, writer, seconds, items, batch, start))
 
 
-def _read(snapshot: Any, seconds: float, items: int, read: int, start: Any) -> list[float]:
+def _read(snapshot: Any, seconds: float, items: int, read: int, start: Any, raw: Any = None
+          ) -> tuple[list[float], list[float]]:
+    """The reader: snapshot latencies (ms), and with ``raw`` (a raw ``HMGET`` of the same ids)
+    that read's latencies under the same writers, taken beside each snapshot (which of the two
+    goes first alternates, so neither always follows the pause)."""
     rng = random.Random(7)
     start.wait()
     lat: list[float] = []
+    raw_lat: list[float] = []
     deadline = time.perf_counter() + seconds
+    k = 0
     while time.perf_counter() < deadline:
         ids = [f"m{rng.randrange(items)}" for _ in range(read)]
         time.sleep(PAUSE_S)
-        t0 = time.perf_counter()
-        snapshot(ids)
-        lat.append((time.perf_counter() - t0) * 1000)
-    return lat
+        for call in ((raw, snapshot) if k % 2 else (snapshot, raw)):
+            if call is None:
+                continue
+            t0 = time.perf_counter()
+            call(ids)
+            (lat if call is snapshot else raw_lat).append((time.perf_counter() - t0) * 1000)
+        k += 1
+    return lat, raw_lat
 
 
 def _server_cpu(url: str | None) -> float:
@@ -179,7 +194,12 @@ def _reader(kind: str, board: Any, lock: Any, table: Any) -> Any:
             with lock:
                 return [table.get(i) for i in ids]
         return under_lock
-    raw = getattr(board, "_raw", board.client)  # the same bytes a snapshot reads, not decoded (a tree before _raw: its client)
+    return _raw_reader(board)
+
+
+def _raw_reader(board: Any) -> Any:
+    """A raw ``HMGET`` of ids from the board's cells hash: the same bytes a snapshot reads, not decoded."""
+    raw = getattr(board, "_raw", board.client)  # (a tree before _raw: its client)
     key = board.key("cells", SCOPE)
     return lambda ids: raw.hmget(key, ids)
 
@@ -211,7 +231,7 @@ def run_load(backend: str, writers: int, url: str | None, args: argparse.Namespa
             _write(target, f"w{w}", args.seconds, args.items, args.batch, start))) for w in range(writers)]
         for t in threads:
             t.start()
-        lat = _read(snapshot, args.seconds, args.items, args.read, start)
+        lat, raw_lat = _read(snapshot, args.seconds, args.items, args.read, start)
         for t in threads:
             t.join()
     else:
@@ -222,7 +242,8 @@ def run_load(backend: str, writers: int, url: str | None, args: argparse.Namespa
                                                          pstart, out, backend)) for w in range(writers)]
         for p in procs:
             p.start()
-        lat = _read(snapshot, args.seconds, args.items, args.read, pstart)
+        lat, raw_lat = _read(snapshot, args.seconds, args.items, args.read, pstart,
+                             _raw_reader(board) if backend == "redis" else None)
         results = [out.get(timeout=120) for _ in procs]
         cpu_client = sum(c for _, _, c in results)
         cpu_server = _server_cpu(url) - server_before
@@ -233,7 +254,7 @@ def run_load(backend: str, writers: int, url: str | None, args: argparse.Namespa
     board.close()
     return {"backend": backend, "writers": writers, "deposits_per_s": deposits / args.seconds,
             "batches_per_s": batches / args.seconds, "snapshot_p50_ms": _pct(lat, 0.5),
-            "snapshot_p99_ms": _pct(lat, 0.99), "snapshots": len(lat), "latencies_ms": lat,
+            "snapshot_p99_ms": _pct(lat, 0.99), "snapshots": len(lat), "latencies_ms": lat, "raw_latencies_ms": raw_lat,
             "cpu_us_per_batch": None if in_process else 1e6 * (cpu_client + cpu_server) / max(batches, 1),
             "server_cpu_us_per_batch": None if in_process else 1e6 * cpu_server / max(batches, 1)}
 
@@ -244,8 +265,11 @@ BACKENDS = ("dict+lock", "memory", "min script", "pipelined", "redis")
 def _median(backend: str, writers: int, runs: list[dict[str, Any]]) -> dict[str, Any]:
     """One row from a backend's rounds: median rates and CPU, percentiles of all reads pooled."""
     lat = [x for r in runs for x in r.pop("latencies_ms")]
+    raw = [x for r in runs for x in r.pop("raw_latencies_ms")]
     out: dict[str, Any] = {"backend": backend, "writers": writers, "rounds": len(runs),
                            "snapshot_p50_ms": _pct(lat, 0.5), "snapshot_p99_ms": _pct(lat, 0.99), "snapshots": len(lat)}
+    if raw:  # the raw HMGET beside each snapshot, under the same writers
+        out["raw_hmget_same_load_p50_ms"] = _pct(raw, 0.5)
     for key in ("deposits_per_s", "batches_per_s", "cpu_us_per_batch", "server_cpu_us_per_batch"):
         values = [r[key] for r in runs if r[key] is not None]
         out[key] = statistics.median(values) if values else None
@@ -339,9 +363,11 @@ def main() -> None:
                     r["vs_min_script_per_round"] = statistics.median(
                         a / b for a, b in zip(r["batches_per_s_rounds"], limit["batches_per_s_rounds"], strict=True))
                     r["vs_raw_hmget"] = r["snapshot_p50_ms"] / limit["snapshot_p50_ms"]
+                    r["vs_raw_hmget_same_load"] = r["snapshot_p50_ms"] / r["raw_hmget_same_load_p50_ms"]
                     r["cpu_vs_min_script"] = r["cpu_us_per_batch"] / limit["cpu_us_per_batch"]
                     ratios = (f"{r['vs_min_script']:.0%} (per round {r['vs_min_script_per_round']:.0%}; "
-                              f"CPU {r['cpu_vs_min_script']:.1f}×) | {r['vs_raw_hmget']:.1f}×")
+                              f"CPU {r['cpu_vs_min_script']:.1f}×) | {r['vs_raw_hmget']:.1f}× "
+                              f"(under these writers {r['vs_raw_hmget_same_load']:.1f}×)")
                 elif backend == "memory":
                     r["p99_vs_dict"] = r["snapshot_p99_ms"] / got["dict+lock"]["snapshot_p99_ms"]
                 print(f"| {backend} | {writers} | {r['deposits_per_s']:,.0f} | {r['batches_per_s']:,.0f} | "
