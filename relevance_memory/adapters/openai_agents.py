@@ -125,11 +125,25 @@ def _chat_content(content: Any) -> str | list[dict[str, Any]]:
     return parts
 
 
-def _output_text(output: Any) -> str:
+def _output_content(output: Any) -> str | list[dict[str, Any]]:
+    """A ``function_call_output``'s output as a tool message's content: a string as it is; a
+    list of parts (a tool returning ``ToolOutputImage`` / ``ToolOutputFileContent``) as text
+    parts plus its image and file parts unchanged, so they are counted and scored as the media
+    they are (an image at its image cost, never its base64 URL as text); anything else as JSON."""
     if isinstance(output, str):
         return output
-    content = _chat_content(output) if isinstance(output, list) else json.dumps(output, default=str)
-    return content if isinstance(content, str) else json.dumps(content, default=str)
+    if not isinstance(output, list):
+        return json.dumps(output, default=str)
+    parts: list[dict[str, Any]] = []
+    for part in output:
+        part = _as_dict(part)
+        if part.get("type") in ("input_text", "output_text", "text"):
+            parts.append({"type": "text", "text": str(part.get("text", ""))})
+        else:
+            parts.append(part)
+    if all(p["type"] == "text" for p in parts):
+        return "\n".join(p["text"] for p in parts)
+    return parts
 
 
 def items_to_chat(items: Sequence[Any]) -> tuple[list[dict[str, Any]], list[list[Any]]]:
@@ -173,7 +187,7 @@ def items_to_chat(items: Sequence[Any]) -> tuple[list[dict[str, Any]], list[list
                 start({"role": "assistant", "content": None, "tool_calls": [call]}, item)
                 calls_open = True
         elif kind == "function_call_output":
-            start({"role": "tool", "tool_call_id": data["call_id"], "content": _output_text(data.get("output"))}, item)
+            start({"role": "tool", "tool_call_id": data["call_id"], "content": _output_content(data.get("output"))}, item)
             calls_open = False
         else:
             pending.append(item)
