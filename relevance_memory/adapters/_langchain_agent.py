@@ -56,9 +56,9 @@ except ImportError as exc:  # pragma: no cover - exercised only without the extr
 
 from .._manager import BuiltContext, RelevanceMemoryManager
 from .._record import DecisionRecord
-from ..clients._session import MemorySession, OnDivergence, project_built
+from ..clients._session import MemorySession, OnDivergence
 from ..store._restore import RESTORE_TOOL_NAME
-from ._langchain_messages import _openai_tools, from_openai_messages, thread_id_of, to_openai_messages
+from ._langchain_messages import _openai_tools, project_to_messages, thread_id_of, to_openai_messages, to_store_messages
 from ._threads import ThreadSessions
 
 __all__ = ["RelevanceMemoryMiddleware"]
@@ -178,32 +178,36 @@ class RelevanceMemoryMiddleware(AgentMiddleware):  # type: ignore[type-arg]
         self._sessions.session_for(thread_id).set_goal(final, subtask)
 
     # ------------------------------------------------------------------ the model call
-    def _prepare(self, request: ModelRequest[Any]) -> tuple[MemorySession, list[dict[str, Any]], int, list[dict[str, Any]]]:
-        """The thread's session, the request's messages as OpenAI dicts, the messages' budget
-        (the request budget minus the system message) and the tools as OpenAI dicts."""
+    def _prepare(
+        self, request: ModelRequest[Any]
+    ) -> tuple[MemorySession, list[dict[str, Any]], list[int], int, list[dict[str, Any]]]:
+        """The thread's session, the request's messages as the memory keeps them with the
+        index of each one's message (:func:`to_store_messages`), the messages' budget (the
+        request budget minus the system message) and the tools as OpenAI dicts."""
         session = self._sessions.session_for(_thread_of(request))
         memory = session.memory_for(None)
         budget = self.budget if self.budget is not None else memory.config.token_budget()
         if request.system_message is not None:
             budget -= memory.tokenizer.count_message(to_openai_messages([request.system_message])[0])
-        return session, to_openai_messages(request.messages), budget, _openai_tools(request.tools)
+        history, owners = to_store_messages(request.messages)
+        return session, history, owners, budget, _openai_tools(request.tools)
 
-    def _override(self, request: ModelRequest[Any], session: MemorySession, built: BuiltContext) -> ModelRequest[Any]:
+    def _override(
+        self, request: ModelRequest[Any], session: MemorySession, owners: list[int], built: BuiltContext
+    ) -> ModelRequest[Any]:
         session.built(built)
         memory = session.memory_for(None)
-        sources: list[Any] = list(request.messages)
-        messages = project_built(built, memory, sources, lambda m: from_openai_messages([m])[0])
-        return request.override(messages=messages)
+        return request.override(messages=project_to_messages(built, memory, list(request.messages), owners))
 
     def wrap_model_call(self, request: ModelRequest[Any], handler: Callable[[ModelRequest[Any]], Any]) -> Any:
         """Record the request's messages, build the context, call the model with it (module doc)."""
         if not request.messages:
             return handler(request)
-        session, history, budget, tools = self._prepare(request)
+        session, history, owners, budget, tools = self._prepare(request)
         with session.lock:  # this request's sync and build as one step
             memory = session.sync(history, None)
             built = memory.build_context(budget=budget, tools=tools)
-        return handler(self._override(request, session, built))
+        return handler(self._override(request, session, owners, built))
 
     async def awrap_model_call(
         self, request: ModelRequest[Any], handler: Callable[[ModelRequest[Any]], Awaitable[Any]]
@@ -211,10 +215,10 @@ class RelevanceMemoryMiddleware(AgentMiddleware):  # type: ignore[type-arg]
         """Async :meth:`wrap_model_call`; builds with :meth:`RelevanceMemoryManager.abuild_context`."""
         if not request.messages:
             return await handler(request)
-        session, history, budget, tools = self._prepare(request)
+        session, history, owners, budget, tools = self._prepare(request)
         memory = session.sync(history, None)
         built = await memory.abuild_context(budget=budget, tools=tools)
-        return await handler(self._override(request, session, built))
+        return await handler(self._override(request, session, owners, built))
 
     # ------------------------------------------------------------------ the restore tool
     def _restore_tool(self) -> BaseTool:

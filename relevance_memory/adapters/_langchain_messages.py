@@ -3,13 +3,16 @@ adapters (:mod:`.langchain`, :mod:`._langchain_agent`). Needs ``langchain-core``
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Hashable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from langchain_core.messages import BaseMessage
 
-__all__ = ["from_openai_messages", "thread_id_of", "to_openai_messages"]
+    from .._manager import BuiltContext, RelevanceMemoryManager
+
+__all__ = ["from_openai_messages", "project_to_messages", "thread_id_of", "to_openai_messages", "to_store_messages"]
 
 _EXTRA_HINT = "the LangChain adapter needs langchain-core: pip install 'relevance-memory[langchain]'"
 
@@ -39,6 +42,73 @@ def from_openai_messages(messages: Sequence[Mapping[str, Any]]) -> list[BaseMess
         ImportError: ``langchain-core`` is not installed (names the extra).
     """
     return list(_messages_module().convert_to_messages([dict(m) for m in messages]))
+
+
+_TOOL_MEDIA = {"image_url": "image", "file": "input_file", "input_audio": "audio"}
+"""A tool message's media parts the store refuses there under their OpenAI chat type (OpenAI
+chat takes them only in user messages), as a type it keeps in any message and counts as the
+media it is (an image by its size, a file or audio at the placeholder cost)."""
+
+
+def _tool_part(part: Any) -> Any:
+    if isinstance(part, Mapping) and part.get("type") in _TOOL_MEDIA:
+        return {**part, "type": _TOOL_MEDIA[part["type"]]}
+    return part
+
+
+def to_store_messages(messages: Sequence[Any]) -> tuple[list[dict[str, Any]], list[int]]:
+    """LangChain messages as the memory keeps them: OpenAI chat dicts (:func:`to_openai_messages`)
+    and, per dict, the index of the message it came from. Two differences:
+
+    - a message LangChain turns into several dicts (a user turn in Anthropic form holding
+      ``tool_result`` blocks: one tool message per block, then the turn's other blocks) maps
+      back to that one message, its tool messages first (each answers the call before it);
+    - an image or file in a tool message (a tool that returned a screenshot, which Anthropic
+      and Gemini chat models take) keeps its place as a part the store accepts there
+      (:data:`_TOOL_MEDIA`), counted as the media it is.
+
+    Raises:
+        ImportError: ``langchain-core`` is not installed (names the extra).
+    """
+    convert = _messages_module().convert_to_openai_messages
+    out: list[dict[str, Any]] = []
+    owners: list[int] = []
+    for k, message in enumerate(messages):
+        converted = [dict(m) for m in convert([message])]
+        converted.sort(key=lambda m: m.get("role") != "tool")  # stable: tool results first
+        for d in converted:
+            if d.get("role") == "tool" and isinstance(d.get("content"), list):
+                d["content"] = [_tool_part(p) for p in d["content"]]
+            out.append(d)
+            owners.append(k)
+    return out, owners
+
+
+def project_to_messages(
+    built: BuiltContext, memory: RelevanceMemoryManager, messages: Sequence[Any], owners: Sequence[int]
+) -> list[Any]:
+    """The built context as LangChain messages: the caller's own object for a message all of
+    whose dicts (:func:`to_store_messages`) were sent whole, once; a new message for each dict
+    the build made, shortened, or sent without the rest of its message."""
+    from ..clients._session import project_built
+
+    sources: list[tuple[int | None, Any]] = [(owner, i) for i, owner in enumerate(owners)]
+    tagged = project_built(built, memory, sources, lambda m: (None, m))
+    whole = Counter(owner for owner, _ in tagged if owner is not None)
+    parts = Counter(owners)
+    stored = memory.messages
+    out: list[Any] = []
+    last: int | None = None
+    for owner, what in tagged:
+        if owner is None:
+            out.append(from_openai_messages([what])[0])
+        elif whole[owner] == parts[owner]:
+            if owner != last:
+                out.append(messages[owner])
+        else:
+            out.append(from_openai_messages([stored[what].to_openai()])[0])
+        last = owner
+    return out
 
 
 def thread_id_of(config: Mapping[str, Any] | None) -> Hashable | None:

@@ -142,3 +142,40 @@ def test_the_hook_is_prefix_stable_by_default() -> None:
             assert to_openai_messages(outputs[n][: len(previous)]) == to_openai_messages(previous)
             originals = {id(m) for m in messages}  # the caller's own objects, in place
             assert all(a is b for a, b in zip(outputs[n], previous, strict=False) if id(b) in originals)
+
+
+def anthropic_form_history(lines: int) -> list[BaseMessage]:
+    """A history in Anthropic's block form, as LangChain keeps it from Anthropic-shaped dicts:
+    an assistant turn with two ``tool_use`` blocks, then one user turn holding both results."""
+    return [
+        HumanMessage("Fix the date parser in utils/dates.py; never change the public API."),
+        AIMessage(content=[
+            {"type": "text", "text": "Reading both files."},
+            {"type": "tool_use", "id": "tu_a", "name": "read", "input": {"path": "a.py"}},
+            {"type": "tool_use", "id": "tu_b", "name": "read", "input": {"path": "b.py"}},
+        ]),
+        HumanMessage(content=[
+            {"type": "tool_result", "tool_use_id": "tu_a", "content": "x = 1\n" * lines},
+            {"type": "tool_result", "tool_use_id": "tu_b", "content": "y = 2\n" * lines},
+        ]),
+        AIMessage("Both read: the bug is in b.py."),
+        HumanMessage("Fix it then."),
+    ]
+
+
+@pytest.mark.parametrize("budget", [2000, 300])
+def test_a_user_turn_of_several_tool_results_maps_back_to_its_one_message(budget: int) -> None:
+    """LangChain turns a user message holding two ``tool_result`` blocks into two tool
+    messages; the hook used the i-th stored message's index into the caller's list, so every
+    later index was off by one and the build raised IndexError. Now such a message comes back
+    once, as the caller's object, when its results are sent whole; shortened, each result is a
+    ToolMessage right after its call."""
+    history = anthropic_form_history(50)
+    out = ManagedContextHook(max_input_tokens=budget)(history)
+    assert out[-1] is history[-1] and out[-2] is history[-2]
+    if budget == 2000:
+        assert out == history and all(a is b for a, b in zip(out, history, strict=True))
+    else:
+        calls = out.index(history[1])
+        assert [m.tool_call_id for m in out[calls + 1 : calls + 3] if isinstance(m, ToolMessage)] == ["tu_a", "tu_b"]
+        assert history[2] not in out

@@ -14,6 +14,7 @@ from langchain.agents import create_agent
 from langchain_core.language_models import BaseChatModel
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, SystemMessage, ToolMessage
 from langchain_core.outputs import ChatGeneration, ChatResult
+from langchain_core.tools import tool
 from langgraph.checkpoint.memory import InMemorySaver
 from pydantic import Field
 
@@ -175,6 +176,52 @@ def test_thread_memories_are_bounded_and_a_run_without_checkpointer_uses_the_def
     stateless = create_agent(model, [read_file], system_prompt=PROMPT, middleware=[memory])
     stateless.invoke(ask("D", 0))
     assert memory.memory_for(None) is template and memory.last_record() is not None
+
+
+@tool
+def screenshot(page: str) -> list[dict[str, Any]]:
+    """Render a page and return a screenshot of it."""
+    return [{"type": "text", "text": f"screenshot of {page}"},
+            {"type": "image", "base64": "iVBORw0KGgo" * 2000, "mime_type": "image/png"}]
+
+
+class _ScreenshotModel(BaseChatModel):
+    """Takes ``shots`` screenshots, one a call, then answers."""
+
+    shots: int = 3
+    inputs: list[list[BaseMessage]] = Field(default_factory=list)
+
+    @property
+    def _llm_type(self) -> str:
+        return "screenshots"
+
+    def bind_tools(self, tools: Any, **kwargs: Any) -> Any:
+        return self
+
+    def _generate(self, messages: list[BaseMessage], stop: Any = None, run_manager: Any = None, **kwargs: Any) -> ChatResult:
+        self.inputs.append(list(messages))
+        n = len(self.inputs)
+        reply = AIMessage("The page looks right.") if n > self.shots else AIMessage(
+            "", tool_calls=[{"name": "screenshot", "args": {"page": f"/page/{n}"}, "id": f"call_s{n}"}])
+        return ChatResult(generations=[ChatGeneration(message=reply)])
+
+
+def test_a_tool_returning_an_image_reaches_the_model_as_the_callers_tool_message() -> None:
+    """A tool whose result holds an image (a screenshot tool; Anthropic and Gemini chat models
+    take images in tool results) became a tool message with an ``image_url`` part, which the
+    store refuses outside user messages: the agent's next model call raised InvalidMessageError.
+    Now the image counts as an image and the model gets the caller's ToolMessage."""
+    model = _ScreenshotModel()
+    memory = RelevanceMemoryMiddleware(max_input_tokens=BUDGET)
+    agent = create_agent(model, [screenshot], system_prompt=PROMPT, middleware=[memory], checkpointer=InMemorySaver())
+    out = agent.invoke(ask("A", 0), config("A"))
+    assert out["messages"][-1].content == "The page looks right."
+    results = [m for m in out["messages"] if isinstance(m, ToolMessage)]
+    assert len(results) == 3 and all(m.content[1]["type"] == "image" for m in results)
+    sent = [m for m in model.inputs[-1] if isinstance(m, ToolMessage)]
+    assert len(sent) == 3 and all(a is b for a, b in zip(sent, results, strict=True))
+    record = memory.last_record("A")
+    assert record is not None and record.identity and record.tokens_before < BUDGET
 
 
 def test_both_memory_and_config_is_refused() -> None:
