@@ -70,6 +70,63 @@ def _tools(kwargs: Mapping[str, Any]) -> list[Any] | None:
     return list(tools) if isinstance(tools, (list, tuple)) else None
 
 
+_THINKING = ("thinking", "redacted_thinking")
+
+
+def _loop_thinking(memory: RelevanceMemoryManager, kwargs: Mapping[str, Any]) -> tuple[str, list[dict[str, Any]]] | None:
+    """With extended thinking on (``thinking={"type": "enabled" | "adaptive", ...}``), the first
+    tool call id and the thinking blocks of the assistant turn whose tool calls the history's
+    newest tool results answer: the API refuses a request whose final assistant turn of a tool
+    loop does not start with its thinking blocks, unchanged. ``None`` otherwise."""
+    thinking = kwargs.get("thinking")
+    if not isinstance(thinking, Mapping) or thinking.get("type") not in ("enabled", "adaptive"):
+        return None
+    messages = memory.messages
+    k = len(messages) - 1
+    while k >= 0 and messages[k].role != "assistant":
+        k -= 1
+    if k < 0 or not any(m.role == "tool" for m in messages[k + 1 :]):
+        return None
+    raw = messages[k].raw
+    calls = raw.get("tool_calls") or []
+    content = raw.get("content")
+    blocks = [dict(b) for b in content if isinstance(b, Mapping) and b.get("type") in _THINKING] if isinstance(
+        content, list) else []
+    return (str(calls[0]["id"]), blocks) if calls and blocks else None
+
+
+def _thinking_turn(messages: list[dict[str, Any]], call_id: str, *, anthropic: bool) -> dict[str, Any] | None:
+    """The assistant message (store form) or turn (``anthropic``) holding tool call ``call_id``."""
+    for message in messages:
+        if message.get("role") != "assistant":
+            continue
+        if anthropic:
+            content = message.get("content")
+            if isinstance(content, list) and any(
+                isinstance(b, Mapping) and b.get("type") == "tool_use" and b.get("id") == call_id for b in content
+            ):
+                return message
+        elif any(c.get("id") == call_id for c in message.get("tool_calls") or ()):
+            return message
+    return None
+
+
+def _starts_thinking(message: Mapping[str, Any] | None) -> bool:
+    content = message.get("content") if message is not None else None
+    return isinstance(content, list) and bool(content) and isinstance(content[0], Mapping) and (
+        content[0].get("type") in _THINKING)
+
+
+def _thinking_reserve(memory: RelevanceMemoryManager, built: BuiltContext, kwargs: Mapping[str, Any]) -> int:
+    """Tokens to keep free for the final tool-loop turn's thinking blocks (:func:`_loop_thinking`)
+    when ``built`` sent that turn shortened, without them (a long thinking block made it an
+    excerpt); 0 when they went out whole or are not needed."""
+    loop = _loop_thinking(memory, kwargs)
+    if loop is None or _starts_thinking(_thinking_turn(built.messages, loop[0], anthropic=False)):
+        return 0
+    return memory.tokenizer.count_message({"role": "assistant", "content": loop[1]})
+
+
 def record_anthropic_usage(built: BuiltContext, usage: Any) -> None:
     """Put Anthropic's ``cache_read_input_tokens`` / ``cache_creation_input_tokens`` (from a
     response's ``usage``) into the decision record of ``built``; nothing when absent."""
@@ -109,6 +166,11 @@ class _AnthropicSession(MemorySession):
         continuation = memory.tokenizer.count_message({"role": "user", "content": CONTINUATION_TEXT})
         return (TOOL_USE_SYSTEM_PROMPT_TOKENS if tools else 0) + continuation
 
+    def budget_without(self, memory: RelevanceMemoryManager, tools: Any, tokens: int) -> int:
+        """The build's budget (:meth:`MemorySession._budget`) less ``tokens`` more (tokens)."""
+        budget = self._budget(memory, tools)
+        return (memory.config.token_budget() if budget is None else budget) - tokens
+
     def request(self, memory: RelevanceMemoryManager, built: BuiltContext, kwargs: Mapping[str, Any]) -> dict[str, Any]:
         """``system``, ``messages`` and ``tools`` to send for ``built``, breakpoints placed, checked.
 
@@ -116,6 +178,12 @@ class _AnthropicSession(MemorySession):
             RelevanceMemoryError: the request would be invalid (never expected: please report).
         """
         context = to_anthropic(built.messages)
+        loop = _loop_thinking(memory, kwargs)
+        turn = _thinking_turn(context.messages, loop[0], anthropic=True) if loop is not None else None
+        if loop is not None and turn is not None and not _starts_thinking(turn):
+            # the turn went out shortened (room for its thinking blocks was kept: _prepare)
+            content = turn["content"]
+            turn["content"] = [*loop[1], *(content if isinstance(content, list) else [{"type": "text", "text": content}])]
         automatic = isinstance(kwargs.get("cache_control"), Mapping)
         with self.lock:
             placed = place_cache_breakpoints(
@@ -180,8 +248,13 @@ def _split(kwargs: dict[str, Any]) -> tuple[list[dict[str, Any]], list[int | Non
 
 def _prepare(session: _AnthropicSession, kwargs: dict[str, Any]) -> tuple[RelevanceMemoryManager, BuiltContext, dict[str, Any]]:
     store, origins, rest = _split(kwargs)
+    tools = _tools(rest)
     with _named(origins):
-        memory, built = session.prepare(store, rest.get("model"), _tools(rest))
+        memory, built = session.prepare(store, rest.get("model"), tools)
+    reserve = _thinking_reserve(memory, built, rest)
+    if reserve:  # built again with room for the final turn's thinking blocks, put back by request()
+        with session.lock:
+            built = memory.build_context(budget=session.budget_without(memory, tools, reserve), tools=tools)
     return memory, built, {**rest, **session.request(memory, built, rest)}
 
 
@@ -189,8 +262,12 @@ async def _aprepare(
     session: _AnthropicSession, kwargs: dict[str, Any]
 ) -> tuple[RelevanceMemoryManager, BuiltContext, dict[str, Any]]:
     store, origins, rest = _split(kwargs)
+    tools = _tools(rest)
     with _named(origins):
-        memory, built = await session.aprepare(store, rest.get("model"), _tools(rest))
+        memory, built = await session.aprepare(store, rest.get("model"), tools)
+    reserve = _thinking_reserve(memory, built, rest)
+    if reserve:  # as _prepare
+        built = await memory.abuild_context(budget=session.budget_without(memory, tools, reserve), tools=tools)
     return memory, built, {**rest, **session.request(memory, built, rest)}
 
 
