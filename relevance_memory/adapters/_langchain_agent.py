@@ -16,8 +16,8 @@ call of the agent loop, tool loop included:
 1. the request's messages (the whole conversation from the graph state; the system message
    travels separately as ``request.system_message``) are recorded append-only into the
    thread's memory (sync by prefix, :mod:`relevance_memory.clients._session`);
-2. the context is built within the budget **minus** the system message and the tools' schema
-   (both are sent with every request: they count);
+2. the context is built within the budget **minus** the system message and the tools' schema,
+   a ``response_format``'s schema included (all are sent with every request: they count);
 3. the handler (the model call) runs with ``request.override(messages=…)``: the caller's own
    message objects for every kept message, plus new ``SystemMessage`` objects (or
    ``HumanMessage``, per ``context_role``) for the goal block and summaries.
@@ -58,7 +58,14 @@ from .._manager import BuiltContext, RelevanceMemoryManager
 from .._record import DecisionRecord
 from ..clients._session import MemorySession, OnDivergence
 from ..store._restore import RESTORE_TOOL_NAME
-from ._langchain_messages import _openai_tools, project_to_messages, thread_id_of, to_openai_messages, to_store_messages
+from ._langchain_messages import (
+    _openai_tools,
+    _response_format_tools,
+    project_to_messages,
+    thread_id_of,
+    to_openai_messages,
+    to_store_messages,
+)
 from ._threads import ThreadSessions
 
 __all__ = ["RelevanceMemoryMiddleware"]
@@ -183,14 +190,16 @@ class RelevanceMemoryMiddleware(AgentMiddleware):  # type: ignore[type-arg]
     ) -> tuple[MemorySession, list[dict[str, Any]], list[int], int, list[dict[str, Any]]]:
         """The thread's session, the request's messages as the memory keeps them with the
         index of each one's message (:func:`to_store_messages`), the messages' budget (the
-        request budget minus the system message) and the tools as OpenAI dicts."""
+        request budget minus the system message) and the tools as OpenAI dicts, the
+        structured-output schema included (the agent binds it after every middleware)."""
         session = self._sessions.session_for(_thread_of(request))
         memory = session.memory_for(None)
         budget = self.budget if self.budget is not None else memory.config.token_budget()
         if request.system_message is not None:
             budget -= memory.tokenizer.count_message(to_openai_messages([request.system_message])[0])
         history, owners = to_store_messages(request.messages)
-        return session, history, owners, budget, _openai_tools(request.tools)
+        tools = _openai_tools(request.tools) + _response_format_tools(getattr(request, "response_format", None))
+        return session, history, owners, budget, tools
 
     def _override(
         self, request: ModelRequest[Any], session: MemorySession, owners: list[int], built: BuiltContext

@@ -137,3 +137,26 @@ def _openai_tools(tools: Sequence[Any]) -> list[dict[str, Any]]:
         except (ValueError, TypeError):  # a provider's own tool dict: counted as its JSON
             out.append(dict(tool) if isinstance(tool, Mapping) else {"tool": repr(tool)})
     return out
+
+
+def _response_format_tools(response_format: Any) -> list[dict[str, Any]]:
+    """The structured-output schema ``create_agent`` sends with each request (after every
+    middleware ran, so not in ``request.tools``) as OpenAI ``tools=`` entries, for counting: a
+    ``ToolStrategy``'s tools, a ``ProviderStrategy``'s schema, or an ``AutoStrategy`` / raw
+    schema as the tools it may become."""
+    if response_format is None:
+        return []
+    specs = getattr(response_format, "schema_specs", None)
+    if specs is None and getattr(response_format, "schema_spec", None) is not None:
+        specs = [response_format.schema_spec]
+    if specs is None:
+        try:
+            from langchain.agents.structured_output import ToolStrategy
+
+            specs = ToolStrategy(schema=getattr(response_format, "schema", response_format)).schema_specs
+        except (ImportError, TypeError, ValueError):  # a schema LangChain itself would refuse
+            return []
+    return [{"type": "function", "function": {"name": str(getattr(spec, "name", "") or ""),
+                                              "description": str(getattr(spec, "description", "") or ""),
+                                              "parameters": getattr(spec, "json_schema", {})}} for spec in specs]
+

@@ -11,14 +11,15 @@ pytest.importorskip("langchain.agents.middleware")
 pytest.importorskip("langgraph")
 
 from langchain.agents import create_agent
+from langchain.agents.structured_output import ToolStrategy
 from langchain_core.language_models import BaseChatModel
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, SystemMessage, ToolMessage
 from langchain_core.outputs import ChatGeneration, ChatResult
 from langchain_core.tools import tool
 from langgraph.checkpoint.memory import InMemorySaver
-from pydantic import Field
+from pydantic import BaseModel, Field
 
-from relevance_memory import GOAL_BLOCK_MARKER, RelevanceMemoryManager, TiktokenCounter
+from relevance_memory import GOAL_BLOCK_MARKER, RelevanceMemoryManager, TiktokenCounter, tools_tokens
 from relevance_memory.adapters.langchain import ManagedContextHook, RelevanceMemoryMiddleware
 
 from .lc_fakes import ScriptedAgentModel, assert_valid_request, read_file, request_tokens
@@ -222,6 +223,42 @@ def test_a_tool_returning_an_image_reaches_the_model_as_the_callers_tool_message
     assert len(sent) == 3 and all(a is b for a, b in zip(sent, results, strict=True))
     record = memory.last_record("A")
     assert record is not None and record.identity and record.tokens_before < BUDGET
+
+
+class Finding(BaseModel):
+    """The agent's final report: one field per module read."""
+
+    summary: str
+    notes: dict[str, str] = Field(description="what each of " + ", ".join(f"src/A/module_{n}.py" for n in range(120)) + " does")
+
+
+class _ReportingModel(ScriptedAgentModel):
+    """ScriptedAgentModel that ends with the ``Finding`` structured-output tool call instead of text."""
+
+    def _generate(self, messages: list[BaseMessage], stop: Any = None, run_manager: Any = None, **kwargs: Any) -> ChatResult:
+        result = super()._generate(messages, stop, run_manager, **kwargs)
+        reply = result.generations[0].message
+        if isinstance(reply, AIMessage) and not reply.tool_calls:
+            call = {"name": "Finding", "args": {"summary": str(reply.content), "notes": {}}, "id": "call_finding"}
+            result = ChatResult(generations=[ChatGeneration(message=AIMessage("", tool_calls=[call]))])
+        return result
+
+
+def test_a_response_format_schema_counts_against_the_budget() -> None:
+    """``create_agent(response_format=...)`` binds the structured-output tool after every
+    middleware, so it was not in ``request.tools`` and its ~930-token schema pushed requests
+    over the budget. Now the middleware counts it with the tools."""
+    model = _ReportingModel(steps=STEPS)
+    memory = RelevanceMemoryMiddleware(max_input_tokens=BUDGET, keep_recent=2)
+    agent = create_agent(model, [read_file], system_prompt=PROMPT, middleware=[memory],
+                         response_format=ToolStrategy(Finding), checkpointer=InMemorySaver())
+    for turn in range(2):
+        out = agent.invoke(ask("A", turn), config("A"))
+        assert isinstance(out["structured_response"], Finding)
+    assert all("Finding" in {t["function"]["name"] for t in tools} for _, tools in model.inputs)
+    assert tools_tokens(COUNTER, [t for t in model.inputs[0][1] if t["function"]["name"] == "Finding"]) > 900
+    largest = assert_requests_within_budget_and_valid(model, BUDGET)
+    assert largest > BUDGET * 3 // 4
 
 
 def test_both_memory_and_config_is_refused() -> None:
