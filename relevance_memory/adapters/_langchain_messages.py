@@ -7,12 +7,21 @@ from collections import Counter
 from collections.abc import Hashable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
+from ..clients._anthropic_messages import final_turn_thinking, starts_thinking, thinking_turn
+
 if TYPE_CHECKING:
     from langchain_core.messages import BaseMessage
 
     from .._manager import BuiltContext, RelevanceMemoryManager
 
-__all__ = ["from_openai_messages", "project_to_messages", "thread_id_of", "to_openai_messages", "to_store_messages"]
+__all__ = [
+    "from_openai_messages",
+    "project_to_messages",
+    "thinking_reserve",
+    "thread_id_of",
+    "to_openai_messages",
+    "to_store_messages",
+]
 
 _EXTRA_HINT = "the LangChain adapter needs langchain-core: pip install 'relevance-memory[langchain]'"
 
@@ -108,7 +117,27 @@ def project_to_messages(
         else:
             out.append(from_openai_messages([stored[what].to_openai()])[0])
         last = owner
+    loop = final_turn_thinking(stored)
+    if loop is not None:  # the final tool-loop turn sent shortened: its thinking blocks first (thinking_reserve)
+        for message in out:
+            calls = getattr(message, "tool_calls", None) or ()
+            if any(c.get("id") == loop[0] for c in calls) and not any(message is m for m in messages):
+                content = message.content
+                if not starts_thinking({"content": content}):
+                    message.content = [*loop[1], *(content if isinstance(content, list) else [{"type": "text", "text": content}])]
     return out
+
+
+def thinking_reserve(memory: RelevanceMemoryManager, built: BuiltContext) -> int:
+    """Tokens to keep free for the thinking blocks of the final tool-loop turn (tokens) when
+    ``built`` sent that turn shortened without them, 0 otherwise: a model with extended
+    thinking on (Anthropic's) refuses a request whose final tool-loop turn does not open with
+    them (:func:`~relevance_memory.clients._anthropic_messages.final_turn_thinking`). The
+    adapters build again with that much less, and :func:`project_to_messages` puts them back."""
+    loop = final_turn_thinking(memory.messages)
+    if loop is None or starts_thinking(thinking_turn(built.messages, loop[0], anthropic=False)):
+        return 0
+    return memory.tokenizer.count_message({"role": "assistant", "content": loop[1]})
 
 
 def thread_id_of(config: Mapping[str, Any] | None) -> Hashable | None:

@@ -54,6 +54,7 @@ from ._langchain_messages import (
     _openai_tools,
     from_openai_messages,
     project_to_messages,
+    thinking_reserve,
     thread_id_of,
     to_openai_messages,
     to_store_messages,
@@ -204,6 +205,9 @@ class ManagedContextHook(SessionView):
         ``configurable.thread_id`` picks the memory."""
         session, messages, owners, memory, budget = self._prepare(value, config)
         built = memory.build_context(budget=budget, tools=self._tools)
+        reserve = thinking_reserve(memory, built)
+        if reserve:  # again, with room for the final tool-loop turn's thinking blocks
+            built = memory.build_context(budget=budget - reserve, tools=self._tools)
         return self._finish(session, value, messages, owners, memory, built)
 
     async def ainvoke(
@@ -214,6 +218,9 @@ class ManagedContextHook(SessionView):
         """Async :meth:`__call__`; builds with :meth:`RelevanceMemoryManager.abuild_context`."""
         session, messages, owners, memory, budget = self._prepare(value, config)
         built = await memory.abuild_context(budget=budget, tools=self._tools)
+        reserve = thinking_reserve(memory, built)
+        if reserve:  # as __call__
+            built = await memory.abuild_context(budget=budget - reserve, tools=self._tools)
         return self._finish(session, value, messages, owners, memory, built)
 
     def as_runnable(self) -> RunnableLambda[Any, Any]:

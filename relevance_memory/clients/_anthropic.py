@@ -55,8 +55,11 @@ from ._anthropic_messages import (
     _block,
     check_anthropic_context,
     convert_history,
+    final_turn_thinking,
     from_anthropic,
     place_cache_breakpoints,
+    starts_thinking,
+    thinking_turn,
     to_anthropic,
 )
 from ._openai import _AsyncFedStream, _FedStream, _HelperStreamManager, _Passthrough, _Recorded
@@ -70,51 +73,13 @@ def _tools(kwargs: Mapping[str, Any]) -> list[Any] | None:
     return list(tools) if isinstance(tools, (list, tuple)) else None
 
 
-_THINKING = ("thinking", "redacted_thinking")
-
-
 def _loop_thinking(memory: RelevanceMemoryManager, kwargs: Mapping[str, Any]) -> tuple[str, list[dict[str, Any]]] | None:
-    """With extended thinking on (``thinking={"type": "enabled" | "adaptive", ...}``), the first
-    tool call id and the thinking blocks of the assistant turn whose tool calls the history's
-    newest tool results answer: the API refuses a request whose final assistant turn of a tool
-    loop does not start with its thinking blocks, unchanged. ``None`` otherwise."""
+    """:func:`final_turn_thinking` of the memory when the request has extended thinking on
+    (``thinking={"type": "enabled" | "adaptive", ...}``); ``None`` otherwise."""
     thinking = kwargs.get("thinking")
     if not isinstance(thinking, Mapping) or thinking.get("type") not in ("enabled", "adaptive"):
         return None
-    messages = memory.messages
-    k = len(messages) - 1
-    while k >= 0 and messages[k].role != "assistant":
-        k -= 1
-    if k < 0 or not any(m.role == "tool" for m in messages[k + 1 :]):
-        return None
-    raw = messages[k].raw
-    calls = raw.get("tool_calls") or []
-    content = raw.get("content")
-    blocks = [dict(b) for b in content if isinstance(b, Mapping) and b.get("type") in _THINKING] if isinstance(
-        content, list) else []
-    return (str(calls[0]["id"]), blocks) if calls and blocks else None
-
-
-def _thinking_turn(messages: list[dict[str, Any]], call_id: str, *, anthropic: bool) -> dict[str, Any] | None:
-    """The assistant message (store form) or turn (``anthropic``) holding tool call ``call_id``."""
-    for message in messages:
-        if message.get("role") != "assistant":
-            continue
-        if anthropic:
-            content = message.get("content")
-            if isinstance(content, list) and any(
-                isinstance(b, Mapping) and b.get("type") == "tool_use" and b.get("id") == call_id for b in content
-            ):
-                return message
-        elif any(c.get("id") == call_id for c in message.get("tool_calls") or ()):
-            return message
-    return None
-
-
-def _starts_thinking(message: Mapping[str, Any] | None) -> bool:
-    content = message.get("content") if message is not None else None
-    return isinstance(content, list) and bool(content) and isinstance(content[0], Mapping) and (
-        content[0].get("type") in _THINKING)
+    return final_turn_thinking(memory.messages)
 
 
 def _thinking_reserve(memory: RelevanceMemoryManager, built: BuiltContext, kwargs: Mapping[str, Any]) -> int:
@@ -122,7 +87,7 @@ def _thinking_reserve(memory: RelevanceMemoryManager, built: BuiltContext, kwarg
     when ``built`` sent that turn shortened, without them (a long thinking block made it an
     excerpt); 0 when they went out whole or are not needed."""
     loop = _loop_thinking(memory, kwargs)
-    if loop is None or _starts_thinking(_thinking_turn(built.messages, loop[0], anthropic=False)):
+    if loop is None or starts_thinking(thinking_turn(built.messages, loop[0], anthropic=False)):
         return 0
     return memory.tokenizer.count_message({"role": "assistant", "content": loop[1]})
 
@@ -179,8 +144,8 @@ class _AnthropicSession(MemorySession):
         """
         context = to_anthropic(built.messages)
         loop = _loop_thinking(memory, kwargs)
-        turn = _thinking_turn(context.messages, loop[0], anthropic=True) if loop is not None else None
-        if loop is not None and turn is not None and not _starts_thinking(turn):
+        turn = thinking_turn(context.messages, loop[0], anthropic=True) if loop is not None else None
+        if loop is not None and isinstance(turn, dict) and not starts_thinking(turn):
             # the turn went out shortened (room for its thinking blocks was kept: _prepare)
             content = turn["content"]
             turn["content"] = [*loop[1], *(content if isinstance(content, list) else [{"type": "text", "text": content}])]

@@ -261,6 +261,30 @@ def test_a_response_format_schema_counts_against_the_budget() -> None:
     assert largest > BUDGET * 3 // 4
 
 
+class _ThinkingModel(ScriptedAgentModel):
+    """ScriptedAgentModel whose tool-calling turns open with a long thinking block (ChatAnthropic
+    with extended thinking on); fails a call whose final tool-loop turn does not, as the API does."""
+
+    def _generate(self, messages: list[BaseMessage], stop: Any = None, run_manager: Any = None, **kwargs: Any) -> ChatResult:
+        if isinstance(messages[-1], ToolMessage):
+            final = next(m for m in reversed(messages) if isinstance(m, AIMessage))
+            assert isinstance(final.content, list) and final.content[0]["type"] == "thinking", final.content
+        result = super()._generate(messages, stop, run_manager, **kwargs)
+        reply = result.generations[0].message
+        if isinstance(reply, AIMessage) and reply.tool_calls:
+            thinking = {"type": "thinking", "thinking": "Which module next? " + "because " * 1500, "signature": "c2ln" * 30}
+            reply = AIMessage([thinking, {"type": "text", "text": str(reply.content)}], tool_calls=reply.tool_calls)
+        return ChatResult(generations=[ChatGeneration(message=reply)])
+
+
+def test_with_extended_thinking_every_call_opens_the_final_turn_with_its_thinking() -> None:
+    model = _ThinkingModel(steps=STEPS)
+    memory = RelevanceMemoryMiddleware(max_input_tokens=BUDGET, keep_recent=2)
+    out = make_agent(memory, model).invoke(ask("A", 0), config("A"))
+    assert out["messages"][-1].content == "Done with A: the parser is fixed."
+    assert_requests_within_budget_and_valid(model, BUDGET)
+
+
 def test_both_memory_and_config_is_refused() -> None:
     with pytest.raises(ValueError, match="either memory= or MemoryConfig"):
         RelevanceMemoryMiddleware(RelevanceMemoryManager(), max_input_tokens=100)
