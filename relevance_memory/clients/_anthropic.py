@@ -73,6 +73,28 @@ def _tools(kwargs: Mapping[str, Any]) -> list[Any] | None:
     return list(tools) if isinstance(tools, (list, tuple)) else None
 
 
+_FORMAT_TYPE = "output_format"
+"""``type`` of the entry :func:`_counted_tools` adds for a structured-output schema (counted, never sent)."""
+
+
+def _counted_tools(kwargs: Mapping[str, Any]) -> list[Any] | None:
+    """What the build counts besides the messages: the request's ``tools``, plus its
+    structured-output JSON schema when it has one (``messages.parse(output_format=Model)`` or
+    ``output_config={"format": {...}}``: sent with every request, as the tools' schema is)."""
+    tools = _tools(kwargs)
+    fmt = kwargs.get("output_format")
+    config = kwargs.get("output_config")
+    schema: Any = None
+    model_schema = getattr(fmt, "model_json_schema", None) if isinstance(fmt, type) else None
+    if callable(model_schema):
+        schema = model_schema()
+    elif isinstance(config, Mapping) and isinstance(config.get("format"), Mapping):
+        schema = dict(config["format"])
+    if schema is None:
+        return tools
+    return [*(tools or []), {"type": _FORMAT_TYPE, "input_schema": schema}]
+
+
 def _loop_thinking(memory: RelevanceMemoryManager, kwargs: Mapping[str, Any]) -> tuple[str, list[dict[str, Any]]] | None:
     """:func:`final_turn_thinking` of the memory when the request has extended thinking on
     (``thinking={"type": "enabled" | "adaptive", ...}``); ``None`` otherwise."""
@@ -129,7 +151,8 @@ class _AnthropicSession(MemorySession):
         tool-use system prompt Anthropic adds with tools, and a continuation turn (the build
         takes the schema itself)."""
         continuation = memory.tokenizer.count_message({"role": "user", "content": CONTINUATION_TEXT})
-        return (TOOL_USE_SYSTEM_PROMPT_TOKENS if tools else 0) + continuation
+        real = [t for t in tools or () if not (isinstance(t, Mapping) and t.get("type") == _FORMAT_TYPE)]
+        return (TOOL_USE_SYSTEM_PROMPT_TOKENS if real else 0) + continuation
 
     def budget_without(self, memory: RelevanceMemoryManager, tools: Any, tokens: int) -> int:
         """The build's budget (:meth:`MemorySession._budget`) less ``tokens`` more (tokens)."""
@@ -213,7 +236,7 @@ def _split(kwargs: dict[str, Any]) -> tuple[list[dict[str, Any]], list[int | Non
 
 def _prepare(session: _AnthropicSession, kwargs: dict[str, Any]) -> tuple[RelevanceMemoryManager, BuiltContext, dict[str, Any]]:
     store, origins, rest = _split(kwargs)
-    tools = _tools(rest)
+    tools = _counted_tools(rest)
     with _named(origins):
         memory, built = session.prepare(store, rest.get("model"), tools)
     reserve = _thinking_reserve(memory, built, rest)
@@ -227,7 +250,7 @@ async def _aprepare(
     session: _AnthropicSession, kwargs: dict[str, Any]
 ) -> tuple[RelevanceMemoryManager, BuiltContext, dict[str, Any]]:
     store, origins, rest = _split(kwargs)
-    tools = _tools(rest)
+    tools = _counted_tools(rest)
     with _named(origins):
         memory, built = await session.aprepare(store, rest.get("model"), tools)
     reserve = _thinking_reserve(memory, built, rest)

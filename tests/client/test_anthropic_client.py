@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from pydantic import BaseModel
 
 from relevance_memory import (
     AnthropicTokenCounter,
@@ -234,6 +235,39 @@ def test_with_extended_thinking_the_final_tool_loop_turn_keeps_its_thinking_bloc
         assert any(b["type"] == "tool_use" and b["id"] == f"toolu_{n - 1}" for b in final["content"])
     shortened = [b for b in model.requests[1:] if "[relevance-memory: excerpt" in json.dumps(b["messages"][-2])]
     assert shortened  # the case: the final turn itself went out as an excerpt
+
+
+class Findings(BaseModel):
+    """A structured answer whose schema is large: one described field per module."""
+
+    model_config = {"json_schema_extra": {"description": "; ".join(f"module_{n}.py: its handlers" for n in range(150))}}
+    summary: str
+
+
+@pytest.mark.parametrize("how", ["parse", "create"])
+def test_a_structured_output_schema_counts_against_the_budget(how: str) -> None:
+    """The structured-output schema (``parse(output_format=Model)``, ``output_config``'s
+    ``format``) goes with every request, but was not counted: a ~1,270-token schema put the
+    request over the budget. Now its tokens come off the budget (and no tool-use prompt is
+    reserved for it: it is not a tool)."""
+    model = _example().ScriptedClaude([[{"type": "text", "text": json.dumps({"summary": "ok"})}]])
+    client = _client(model, max_input_tokens=4000)
+    history: list[Any] = []
+    for k in range(30):
+        history += [{"role": "user", "content": f"Question {k}: what does module_{k}.py do? " + "Context. " * 40},
+                    {"role": "assistant", "content": f"module_{k}.py parses dates. " + "Detail. " * 40}]
+    history.append({"role": "user", "content": "Sum it up."})
+    if how == "parse":
+        reply = client.messages.parse(model=MODEL, messages=history, max_tokens=256, output_format=Findings)
+        assert reply.parsed_output == Findings(summary="ok")
+    else:
+        schema = {"type": "json_schema", "schema": Findings.model_json_schema()}
+        client.messages.create(model=MODEL, messages=history, max_tokens=256, output_config={"format": schema})
+    body = model.requests[-1]
+    schema_tokens = COUNTER.count_text(json.dumps(body["output_config"]))
+    assert schema_tokens > 1000
+    assert _size(body) + schema_tokens <= 4000
+    assert _size(body) > 4000 - schema_tokens - 400  # no 346-token tool-use prompt reserved: no tools
 
 
 def test_the_tools_schema_and_the_tool_use_prompt_come_off_the_budget_once() -> None:
