@@ -20,7 +20,9 @@ call of the agent loop, tool loop included:
    a ``response_format``'s schema included (all are sent with every request: they count);
 3. the handler (the model call) runs with ``request.override(messages=…)``: the caller's own
    message objects for every kept message, plus new ``SystemMessage`` objects (or
-   ``HumanMessage``, per ``context_role``) for the goal block and summaries.
+   ``HumanMessage``, per ``context_role``) for the goal block and summaries — always
+   ``HumanMessage`` past the head of the conversation for a Claude model, whose LangChain
+   binding refuses a system message there.
 
 The graph state is never written: the checkpointed ``messages`` stay the whole conversation
 and only the model's input changes (as LangChain's own context-editing middleware does). The
@@ -90,6 +92,30 @@ def _thread_of(request: ModelRequest[Any]) -> Hashable | None:
         return thread_id_of(get_config())
     except (ImportError, RuntimeError):
         return None
+
+
+def _one_system_prompt(model: Any) -> bool:
+    """Whether ``model`` refuses a system message after the conversation has started: Claude
+    through LangChain (``ChatAnthropic``, Claude on Bedrock: ``_llm_type`` names anthropic),
+    whose binding raises "Received multiple non-consecutive system messages"."""
+    return "anthropic" in str(getattr(model, "_llm_type", "") or "").lower()
+
+
+def _late_system_as_human(messages: list[Any], sources: list[Any]) -> list[Any]:
+    """``messages`` with each system message the build made (goal block, summaries, subtask
+    note) that comes after a non-system message sent as a ``HumanMessage`` instead (the
+    caller's own messages are never changed)."""
+    from langchain_core.messages import HumanMessage, SystemMessage
+
+    own = {id(m) for m in sources}
+    out: list[Any] = []
+    started = False
+    for message in messages:
+        if isinstance(message, SystemMessage) and started and id(message) not in own:
+            message = HumanMessage(content=message.content, id=message.id)
+        started = started or not isinstance(message, SystemMessage)
+        out.append(message)
+    return out
 
 
 class RelevanceMemoryMiddleware(AgentMiddleware):  # type: ignore[type-arg]
@@ -207,7 +233,10 @@ class RelevanceMemoryMiddleware(AgentMiddleware):  # type: ignore[type-arg]
     ) -> ModelRequest[Any]:
         session.built(built)
         memory = session.memory_for(None)
-        return request.override(messages=project_to_messages(built, memory, list(request.messages), owners))
+        messages = project_to_messages(built, memory, list(request.messages), owners)
+        if _one_system_prompt(request.model):
+            messages = _late_system_as_human(messages, list(request.messages))
+        return request.override(messages=messages)
 
     def wrap_model_call(self, request: ModelRequest[Any], handler: Callable[[ModelRequest[Any]], Any]) -> Any:
         """Record the request's messages, build the context, call the model with it (module doc)."""

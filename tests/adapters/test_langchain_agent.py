@@ -285,6 +285,38 @@ def test_with_extended_thinking_every_call_opens_the_final_turn_with_its_thinkin
     assert_requests_within_budget_and_valid(model, BUDGET)
 
 
+class _ClaudeLikeModel(ScriptedAgentModel):
+    """ScriptedAgentModel that reports itself as ChatAnthropic does and, as langchain-anthropic's
+    message formatting does, refuses a system message once the conversation has started."""
+
+    @property
+    def _llm_type(self) -> str:
+        return "anthropic-chat"
+
+    def _generate(self, messages: list[BaseMessage], stop: Any = None, run_manager: Any = None, **kwargs: Any) -> ChatResult:
+        first = next((n for n, m in enumerate(messages) if not isinstance(m, SystemMessage)), len(messages))
+        if any(isinstance(m, SystemMessage) for m in messages[first:]):
+            raise ValueError("Received multiple non-consecutive system messages.")
+        return super()._generate(messages, stop, run_manager, **kwargs)
+
+
+def test_a_claude_model_gets_the_goal_block_and_summaries_as_human_messages() -> None:
+    """The default context_role is system: once a build compacted, the goal block and summaries
+    went to the model as SystemMessages after the task, which ChatAnthropic refuses ("Received
+    multiple non-consecutive system messages"): the agent crashed at its first compaction. For a
+    model whose _llm_type names anthropic they are now HumanMessages; other models are unchanged."""
+    model = _ClaudeLikeModel(steps=STEPS)
+    memory = RelevanceMemoryMiddleware(max_input_tokens=BUDGET, keep_recent=2)
+    agent = make_agent(memory, model)
+    for turn in range(2):
+        agent.invoke(ask("A", turn), config("A"))
+    record = memory.last_record("A")
+    assert record is not None and not record.identity
+    late = [m for m in model.inputs[-1][0][1:] if str(m.content).startswith(GOAL_BLOCK_MARKER)]
+    assert late and all(isinstance(m, HumanMessage) for m in late)
+    assert_state_is_the_whole_conversation(agent, "A", 2)
+
+
 def test_both_memory_and_config_is_refused() -> None:
     with pytest.raises(ValueError, match="either memory= or MemoryConfig"):
         RelevanceMemoryMiddleware(RelevanceMemoryManager(), max_input_tokens=100)
