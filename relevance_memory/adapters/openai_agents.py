@@ -65,6 +65,7 @@ Needs the ``agents`` extra: ``pip install 'relevance-memory[agents]'``.
 from __future__ import annotations
 
 import json
+import warnings
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -277,6 +278,9 @@ class ManagedInputFilter(SessionView):
 
     One filter manages one conversation (the items of consecutive runs extend each other, as
     with a session); a run whose input does not extend the memory resyncs (see ``on_divergence``).
+    A run that keeps its conversation on the server (``previous_response_id``,
+    ``conversation_id``, ``auto_previous_response_id``) sends each call only its new items; an
+    input of tool outputs alone is then sent unchanged (a ``RuntimeWarning`` says so once).
 
     Calling it (the SDK does, awaiting the result) raises what the memory raises:
     :class:`InvalidMessageError`, :class:`HistoryDivergedError`, and
@@ -304,6 +308,7 @@ class ManagedInputFilter(SessionView):
             config.setdefault("on_invalid", "repair")
         self.budget = budget
         self._session = _session or MemorySession(memory, on_build=None, on_divergence=on_divergence, overrides=config)
+        self._server_side = False  # warned that the run keeps its conversation on the server
 
     async def __call__(self, data: CallModelData[Any]) -> ModelInputData:
         """The model input of one call with its items replaced by the managed context (module doc)."""
@@ -314,6 +319,17 @@ class ManagedInputFilter(SessionView):
         chat_items = [i for i in items if _interpretable(_as_dict(i))]
         messages, groups = items_to_chat(chat_items)
         if not messages:
+            return model_data
+        if all(m["role"] == "tool" for m in messages):  # outputs of calls this input does not hold
+            if not self._server_side:
+                self._server_side = True
+                warnings.warn(
+                    "this model call's input holds only tool outputs, whose calls are kept on the server "
+                    "(previous_response_id, conversation_id or auto_previous_response_id): the server adds "
+                    "the earlier items itself, so the filter cannot manage them; the input is sent unchanged",
+                    RuntimeWarning,
+                    stacklevel=2,
+                )
             return model_data
         memory = self._session.sync(messages, None)
         self._session.quiet = False

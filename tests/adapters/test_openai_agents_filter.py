@@ -220,6 +220,30 @@ async def test_a_tool_returning_an_image_is_counted_and_sent_as_an_image() -> No
     assert max(sizes(model, agent)) < 4000
 
 
+class ServerStateModel(ToolLoopModel):
+    """ToolLoopModel answering with a response id, so a run can keep its conversation on the server."""
+
+    async def get_response(self, *args: Any, **kwargs: Any) -> ModelResponse:
+        response = await super().get_response(*args, **kwargs)
+        return ModelResponse(output=response.output, usage=response.usage, response_id=f"resp_{len(self.requests)}")
+
+
+async def test_a_run_keeping_its_conversation_on_the_server_sends_its_tool_outputs() -> None:
+    """With ``auto_previous_response_id`` each call's input is only the new items (the tool
+    outputs): they did not extend the memory, so the filter resynced onto an orphan tool message,
+    left it out (on_invalid repair) and sent an empty input — the server would refuse the call
+    for its missing outputs. Now such an input goes unchanged, with one warning."""
+    model = ServerStateModel(turns=3)
+    agent = Agent(name="fixer", instructions=INSTRUCTIONS, model=model, tools=[read_file])
+    managed = ManagedInputFilter(max_input_tokens=BUDGET)
+    with pytest.warns(RuntimeWarning, match="kept on the server") as caught:
+        result = await Runner.run(agent, TASK, auto_previous_response_id=True,
+                                  run_config=RunConfig(call_model_input_filter=managed, tracing_disabled=True))
+    assert result.final_output == "The parser is fixed."
+    assert [[i["call_id"] for i in items] for _, items, _ in model.requests[1:]] == [["call_1"], ["call_2"], ["call_3"]]
+    assert len(caught) == 1
+
+
 def test_agent_tools_lists_function_tools_and_handoffs() -> None:
     helper = Agent(name="reviewer", instructions="Review.")
     agent = Agent(name="fixer", instructions="Fix.", tools=[read_file], handoffs=[helper])
