@@ -63,6 +63,7 @@ from ..store._restore import RESTORE_TOOL_NAME
 from ._langchain_messages import (
     _openai_tools,
     _response_format_tools,
+    budget_after_prompt,
     project_to_messages,
     thinking_reserve,
     thread_id_of,
@@ -223,7 +224,8 @@ class RelevanceMemoryMiddleware(AgentMiddleware):  # type: ignore[type-arg]
         memory = session.memory_for(None)
         budget = self.budget if self.budget is not None else memory.config.token_budget()
         if request.system_message is not None:
-            budget -= memory.tokenizer.count_message(to_openai_messages([request.system_message])[0])
+            prompt = memory.tokenizer.count_message(to_openai_messages([request.system_message])[0])
+            budget = budget_after_prompt(budget, prompt)
         history, owners = to_store_messages(request.messages)
         tools = _openai_tools(request.tools) + _response_format_tools(getattr(request, "response_format", None))
         return session, history, owners, budget, tools

@@ -15,6 +15,7 @@ if TYPE_CHECKING:
     from .._manager import BuiltContext, RelevanceMemoryManager
 
 __all__ = [
+    "budget_after_prompt",
     "from_openai_messages",
     "project_to_messages",
     "thinking_reserve",
@@ -188,4 +189,19 @@ def _response_format_tools(response_format: Any) -> list[dict[str, Any]]:
     return [{"type": "function", "function": {"name": str(getattr(spec, "name", "") or ""),
                                               "description": str(getattr(spec, "description", "") or ""),
                                               "parameters": getattr(spec, "json_schema", {})}} for spec in specs]
+
+
+def budget_after_prompt(budget: int, prompt_tokens: int) -> int:
+    """The messages' budget once the system prompt every request carries is taken (tokens).
+
+    Raises:
+        ContextOverflowError: the system prompt (with the reply priming) takes the whole
+            budget; it names the request budget the caller set, not what is left of it.
+    """
+    from .._exceptions import ContextOverflowError
+    from .._tokenizer import REPLY_PRIMING_TOKENS
+
+    if prompt_tokens and budget - prompt_tokens <= REPLY_PRIMING_TOKENS:
+        raise ContextOverflowError(budget=budget, pinned_tokens=prompt_tokens + REPLY_PRIMING_TOKENS, newest_step_tokens=0)
+    return budget - prompt_tokens
 

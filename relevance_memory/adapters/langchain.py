@@ -52,6 +52,7 @@ from ..clients._session import MemorySession, OnDivergence, SessionView
 from ._langchain_messages import (
     _messages_module,
     _openai_tools,
+    budget_after_prompt,
     from_openai_messages,
     project_to_messages,
     thinking_reserve,
@@ -176,7 +177,7 @@ class ManagedContextHook(SessionView):
         history, owners = to_store_messages(messages)
         memory = session.sync(history, None)
         budget = self.budget if self.budget is not None else memory.config.token_budget()
-        return session, messages, owners, memory, budget - self.request_overhead(memory)
+        return session, messages, owners, memory, budget_after_prompt(budget, self.request_overhead(memory))
 
     def _finish(
         self,

@@ -19,7 +19,13 @@ from langchain_core.tools import tool
 from langgraph.checkpoint.memory import InMemorySaver
 from pydantic import BaseModel, Field
 
-from relevance_memory import GOAL_BLOCK_MARKER, RelevanceMemoryManager, TiktokenCounter, tools_tokens
+from relevance_memory import (
+    GOAL_BLOCK_MARKER,
+    ContextOverflowError,
+    RelevanceMemoryManager,
+    TiktokenCounter,
+    tools_tokens,
+)
 from relevance_memory.adapters.langchain import ManagedContextHook, RelevanceMemoryMiddleware
 
 from .lc_fakes import ScriptedAgentModel, assert_valid_request, read_file, request_tokens
@@ -315,6 +321,20 @@ def test_a_claude_model_gets_the_goal_block_and_summaries_as_human_messages() ->
     late = [m for m in model.inputs[-1][0][1:] if str(m.content).startswith(GOAL_BLOCK_MARKER)]
     assert late and all(isinstance(m, HumanMessage) for m in late)
     assert_state_is_the_whole_conversation(agent, "A", 2)
+
+
+def test_a_system_prompt_over_the_budget_raises_naming_the_budget_that_was_set() -> None:
+    """The middleware took the system message off the budget first and built with what was
+    left, so a prompt over the budget raised ConfigError "budget must be a positive number of
+    tokens, got -1005", naming neither the prompt nor the 2,000 tokens set. Now it raises
+    ContextOverflowError naming both."""
+    memory = RelevanceMemoryMiddleware(max_input_tokens=2000)
+    agent = create_agent(ScriptedAgentModel(steps=1), [read_file], system_prompt="word " * 3000, middleware=[memory])
+    with pytest.raises(ContextOverflowError, match=r"system prompt takes 3008 tokens .* budget is 2,?000 tokens"):
+        agent.invoke(ask("A", 0))
+    hook = ManagedContextHook(max_input_tokens=2000, prompt="word " * 3000)
+    with pytest.raises(ContextOverflowError, match=r"budget is 2,?000 tokens"):
+        hook([HumanMessage("A: fix the parser")])
 
 
 def test_both_memory_and_config_is_refused() -> None:
