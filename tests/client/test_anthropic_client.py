@@ -27,6 +27,7 @@ from relevance_memory import (
     AnthropicTokenCounter,
     AsyncManagedAnthropic,
     ConfigError,
+    ContextOverflowError,
     HistoryDivergedError,
     InvalidMessageError,
     ManagedAnthropic,
@@ -268,6 +269,18 @@ def test_a_structured_output_schema_counts_against_the_budget(how: str) -> None:
     assert schema_tokens > 1000
     assert _size(body) + schema_tokens <= 4000
     assert _size(body) > 4000 - schema_tokens - 400  # no 346-token tool-use prompt reserved: no tools
+
+
+def test_a_system_prompt_over_the_budget_names_the_budget_that_was_set() -> None:
+    """The build ran with the budget less the continuation turn (and, with tools, the tool-use
+    prompt), so the error named that: "the budget is 1984 tokens" for max_input_tokens=2000."""
+    model = _example().ScriptedClaude([[{"type": "text", "text": "ok"}]])
+    client = _client(model, max_input_tokens=2000)
+    with pytest.raises(ContextOverflowError, match=r"but the budget is 2,?000 tokens") as caught:
+        client.messages.create(model=MODEL, system="word " * 5000, messages=[{"role": "user", "content": "hi"}],
+                               tools=TOOLS, max_tokens=16)
+    assert caught.value.budget == 2000 and caught.value.pinned_tokens > 5000 + TOOL_USE_SYSTEM_PROMPT_TOKENS
+    assert model.requests == []
 
 
 def test_the_tools_schema_and_the_tool_use_prompt_come_off_the_budget_once() -> None:
