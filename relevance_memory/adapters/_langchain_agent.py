@@ -16,11 +16,13 @@ call of the agent loop, tool loop included:
 1. the request's messages (the whole conversation from the graph state; the system message
    travels separately as ``request.system_message``) are recorded append-only into the
    thread's memory (sync by prefix, :mod:`relevance_memory.clients._session`);
-2. the context is built within the budget **minus** the system message and the tools' schema
-   (both are sent with every request: they count);
+2. the context is built within the budget **minus** the system message and the tools' schema,
+   a ``response_format``'s schema included (all are sent with every request: they count);
 3. the handler (the model call) runs with ``request.override(messages=…)``: the caller's own
    message objects for every kept message, plus new ``SystemMessage`` objects (or
-   ``HumanMessage``, per ``context_role``) for the goal block and summaries.
+   ``HumanMessage``, per ``context_role``) for the goal block and summaries — always
+   ``HumanMessage`` past the head of the conversation for a Claude model, whose LangChain
+   binding refuses a system message there.
 
 The graph state is never written: the checkpointed ``messages`` stay the whole conversation
 and only the model's input changes (as LangChain's own context-editing middleware does). The
@@ -56,9 +58,18 @@ except ImportError as exc:  # pragma: no cover - exercised only without the extr
 
 from .._manager import BuiltContext, RelevanceMemoryManager
 from .._record import DecisionRecord
-from ..clients._session import MemorySession, OnDivergence, project_built
+from ..clients._session import MemorySession, OnDivergence
 from ..store._restore import RESTORE_TOOL_NAME
-from ._langchain_messages import _openai_tools, from_openai_messages, thread_id_of, to_openai_messages
+from ._langchain_messages import (
+    _openai_tools,
+    _response_format_tools,
+    budget_after_prompt,
+    project_to_messages,
+    thinking_reserve,
+    thread_id_of,
+    to_openai_messages,
+    to_store_messages,
+)
 from ._threads import ThreadSessions
 
 __all__ = ["RelevanceMemoryMiddleware"]
@@ -82,6 +93,30 @@ def _thread_of(request: ModelRequest[Any]) -> Hashable | None:
         return thread_id_of(get_config())
     except (ImportError, RuntimeError):
         return None
+
+
+def _one_system_prompt(model: Any) -> bool:
+    """Whether ``model`` refuses a system message after the conversation has started: Claude
+    through LangChain (``ChatAnthropic``, Claude on Bedrock: ``_llm_type`` names anthropic),
+    whose binding raises "Received multiple non-consecutive system messages"."""
+    return "anthropic" in str(getattr(model, "_llm_type", "") or "").lower()
+
+
+def _late_system_as_human(messages: list[Any], sources: list[Any]) -> list[Any]:
+    """``messages`` with each system message the build made (goal block, summaries, subtask
+    note) that comes after a non-system message sent as a ``HumanMessage`` instead (the
+    caller's own messages are never changed)."""
+    from langchain_core.messages import HumanMessage, SystemMessage
+
+    own = {id(m) for m in sources}
+    out: list[Any] = []
+    started = False
+    for message in messages:
+        if isinstance(message, SystemMessage) and started and id(message) not in own:
+            message = HumanMessage(content=message.content, id=message.id)
+        started = started or not isinstance(message, SystemMessage)
+        out.append(message)
+    return out
 
 
 class RelevanceMemoryMiddleware(AgentMiddleware):  # type: ignore[type-arg]
@@ -178,32 +213,45 @@ class RelevanceMemoryMiddleware(AgentMiddleware):  # type: ignore[type-arg]
         self._sessions.session_for(thread_id).set_goal(final, subtask)
 
     # ------------------------------------------------------------------ the model call
-    def _prepare(self, request: ModelRequest[Any]) -> tuple[MemorySession, list[dict[str, Any]], int, list[dict[str, Any]]]:
-        """The thread's session, the request's messages as OpenAI dicts, the messages' budget
-        (the request budget minus the system message) and the tools as OpenAI dicts."""
+    def _prepare(
+        self, request: ModelRequest[Any]
+    ) -> tuple[MemorySession, list[dict[str, Any]], list[int], int, list[dict[str, Any]]]:
+        """The thread's session, the request's messages as the memory keeps them with the
+        index of each one's message (:func:`to_store_messages`), the messages' budget (the
+        request budget minus the system message) and the tools as OpenAI dicts, the
+        structured-output schema included (the agent binds it after every middleware)."""
         session = self._sessions.session_for(_thread_of(request))
         memory = session.memory_for(None)
         budget = self.budget if self.budget is not None else memory.config.token_budget()
         if request.system_message is not None:
-            budget -= memory.tokenizer.count_message(to_openai_messages([request.system_message])[0])
-        return session, to_openai_messages(request.messages), budget, _openai_tools(request.tools)
+            prompt = memory.tokenizer.count_message(to_openai_messages([request.system_message])[0])
+            budget = budget_after_prompt(budget, prompt)
+        history, owners = to_store_messages(request.messages)
+        tools = _openai_tools(request.tools) + _response_format_tools(getattr(request, "response_format", None))
+        return session, history, owners, budget, tools
 
-    def _override(self, request: ModelRequest[Any], session: MemorySession, built: BuiltContext) -> ModelRequest[Any]:
+    def _override(
+        self, request: ModelRequest[Any], session: MemorySession, owners: list[int], built: BuiltContext
+    ) -> ModelRequest[Any]:
         session.built(built)
         memory = session.memory_for(None)
-        sources: list[Any] = list(request.messages)
-        messages = project_built(built, memory, sources, lambda m: from_openai_messages([m])[0])
+        messages = project_to_messages(built, memory, list(request.messages), owners)
+        if _one_system_prompt(request.model):
+            messages = _late_system_as_human(messages, list(request.messages))
         return request.override(messages=messages)
 
     def wrap_model_call(self, request: ModelRequest[Any], handler: Callable[[ModelRequest[Any]], Any]) -> Any:
         """Record the request's messages, build the context, call the model with it (module doc)."""
         if not request.messages:
             return handler(request)
-        session, history, budget, tools = self._prepare(request)
+        session, history, owners, budget, tools = self._prepare(request)
         with session.lock:  # this request's sync and build as one step
             memory = session.sync(history, None)
             built = memory.build_context(budget=budget, tools=tools)
-        return handler(self._override(request, session, built))
+            reserve = thinking_reserve(memory, built)
+            if reserve:  # again, with room for the final tool-loop turn's thinking blocks
+                built = memory.build_context(budget=budget - reserve, tools=tools)
+        return handler(self._override(request, session, owners, built))
 
     async def awrap_model_call(
         self, request: ModelRequest[Any], handler: Callable[[ModelRequest[Any]], Awaitable[Any]]
@@ -211,10 +259,13 @@ class RelevanceMemoryMiddleware(AgentMiddleware):  # type: ignore[type-arg]
         """Async :meth:`wrap_model_call`; builds with :meth:`RelevanceMemoryManager.abuild_context`."""
         if not request.messages:
             return await handler(request)
-        session, history, budget, tools = self._prepare(request)
+        session, history, owners, budget, tools = self._prepare(request)
         memory = session.sync(history, None)
         built = await memory.abuild_context(budget=budget, tools=tools)
-        return await handler(self._override(request, session, built))
+        reserve = thinking_reserve(memory, built)
+        if reserve:  # as wrap_model_call
+            built = await memory.abuild_context(budget=budget - reserve, tools=tools)
+        return await handler(self._override(request, session, owners, built))
 
     # ------------------------------------------------------------------ the restore tool
     def _restore_tool(self) -> BaseTool:

@@ -48,13 +48,17 @@ from collections.abc import Hashable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Optional
 
 from .._manager import BuiltContext, RelevanceMemoryManager
-from ..clients._session import MemorySession, OnDivergence, SessionView, project_built
+from ..clients._session import MemorySession, OnDivergence, SessionView
 from ._langchain_messages import (
     _messages_module,
     _openai_tools,
+    budget_after_prompt,
     from_openai_messages,
+    project_to_messages,
+    thinking_reserve,
     thread_id_of,
     to_openai_messages,
+    to_store_messages,
 )
 from ._threads import ThreadSessions
 
@@ -161,7 +165,7 @@ class ManagedContextHook(SessionView):
 
     def _prepare(
         self, value: Any, config: Mapping[str, Any] | None
-    ) -> tuple[MemorySession, list[Any], RelevanceMemoryManager, int]:
+    ) -> tuple[MemorySession, list[Any], list[int], RelevanceMemoryManager, int]:
         if isinstance(value, Mapping):
             messages = list(value["messages"])
         elif hasattr(value, "messages") and not isinstance(value, Sequence):  # a state object
@@ -170,15 +174,22 @@ class ManagedContextHook(SessionView):
             messages = list(value)
         session = self._sessions.session_for(thread_id_of(config))
         self._session = session
-        memory = session.sync(to_openai_messages(messages), None)
+        history, owners = to_store_messages(messages)
+        memory = session.sync(history, None)
         budget = self.budget if self.budget is not None else memory.config.token_budget()
-        return session, messages, memory, budget - self.request_overhead(memory)
+        return session, messages, owners, memory, budget_after_prompt(budget, self.request_overhead(memory))
 
     def _finish(
-        self, session: MemorySession, value: Any, messages: list[Any], memory: RelevanceMemoryManager, built: BuiltContext
+        self,
+        session: MemorySession,
+        value: Any,
+        messages: list[Any],
+        owners: list[int],
+        memory: RelevanceMemoryManager,
+        built: BuiltContext,
     ) -> Any:
         session.built(built)
-        out = project_built(built, memory, messages, lambda m: from_openai_messages([m])[0])
+        out = project_to_messages(built, memory, messages, owners)
         return out if isinstance(value, Sequence) else {"llm_input_messages": out}
 
     # ``config`` is annotated ``Optional[RunnableConfig]`` on purpose: LangGraph injects the run
@@ -193,8 +204,12 @@ class ManagedContextHook(SessionView):
         ``messages`` or an object with a ``messages`` attribute) → ``{"llm_input_messages": list}``.
         ``config`` is the run config LangGraph / ``RunnableLambda`` pass in; its
         ``configurable.thread_id`` picks the memory."""
-        session, messages, memory, budget = self._prepare(value, config)
-        return self._finish(session, value, messages, memory, memory.build_context(budget=budget, tools=self._tools))
+        session, messages, owners, memory, budget = self._prepare(value, config)
+        built = memory.build_context(budget=budget, tools=self._tools)
+        reserve = thinking_reserve(memory, built)
+        if reserve:  # again, with room for the final tool-loop turn's thinking blocks
+            built = memory.build_context(budget=budget - reserve, tools=self._tools)
+        return self._finish(session, value, messages, owners, memory, built)
 
     async def ainvoke(
         self,
@@ -202,9 +217,12 @@ class ManagedContextHook(SessionView):
         config: Optional[RunnableConfig] = None,  # noqa: UP045 - LangGraph matches this text
     ) -> Any:
         """Async :meth:`__call__`; builds with :meth:`RelevanceMemoryManager.abuild_context`."""
-        session, messages, memory, budget = self._prepare(value, config)
+        session, messages, owners, memory, budget = self._prepare(value, config)
         built = await memory.abuild_context(budget=budget, tools=self._tools)
-        return self._finish(session, value, messages, memory, built)
+        reserve = thinking_reserve(memory, built)
+        if reserve:  # as __call__
+            built = await memory.abuild_context(budget=budget - reserve, tools=self._tools)
+        return self._finish(session, value, messages, owners, memory, built)
 
     def as_runnable(self) -> RunnableLambda[Any, Any]:
         """The hook as a ``RunnableLambda`` (sync and async; the run config reaches the hook),

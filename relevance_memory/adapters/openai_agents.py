@@ -65,6 +65,7 @@ Needs the ``agents`` extra: ``pip install 'relevance-memory[agents]'``.
 from __future__ import annotations
 
 import json
+import warnings
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -125,11 +126,25 @@ def _chat_content(content: Any) -> str | list[dict[str, Any]]:
     return parts
 
 
-def _output_text(output: Any) -> str:
+def _output_content(output: Any) -> str | list[dict[str, Any]]:
+    """A ``function_call_output``'s output as a tool message's content: a string as it is; a
+    list of parts (a tool returning ``ToolOutputImage`` / ``ToolOutputFileContent``) as text
+    parts plus its image and file parts unchanged, so they are counted and scored as the media
+    they are (an image at its image cost, never its base64 URL as text); anything else as JSON."""
     if isinstance(output, str):
         return output
-    content = _chat_content(output) if isinstance(output, list) else json.dumps(output, default=str)
-    return content if isinstance(content, str) else json.dumps(content, default=str)
+    if not isinstance(output, list):
+        return json.dumps(output, default=str)
+    parts: list[dict[str, Any]] = []
+    for part in output:
+        part = _as_dict(part)
+        if part.get("type") in ("input_text", "output_text", "text"):
+            parts.append({"type": "text", "text": str(part.get("text", ""))})
+        else:
+            parts.append(part)
+    if all(p["type"] == "text" for p in parts):
+        return "\n".join(p["text"] for p in parts)
+    return parts
 
 
 def items_to_chat(items: Sequence[Any]) -> tuple[list[dict[str, Any]], list[list[Any]]]:
@@ -173,7 +188,7 @@ def items_to_chat(items: Sequence[Any]) -> tuple[list[dict[str, Any]], list[list
                 start({"role": "assistant", "content": None, "tool_calls": [call]}, item)
                 calls_open = True
         elif kind == "function_call_output":
-            start({"role": "tool", "tool_call_id": data["call_id"], "content": _output_text(data.get("output"))}, item)
+            start({"role": "tool", "tool_call_id": data["call_id"], "content": _output_content(data.get("output"))}, item)
             calls_open = False
         else:
             pending.append(item)
@@ -263,6 +278,9 @@ class ManagedInputFilter(SessionView):
 
     One filter manages one conversation (the items of consecutive runs extend each other, as
     with a session); a run whose input does not extend the memory resyncs (see ``on_divergence``).
+    A run that keeps its conversation on the server (``previous_response_id``,
+    ``conversation_id``, ``auto_previous_response_id``) sends each call only its new items; an
+    input of tool outputs alone is then sent unchanged (a ``RuntimeWarning`` says so once).
 
     Calling it (the SDK does, awaiting the result) raises what the memory raises:
     :class:`InvalidMessageError`, :class:`HistoryDivergedError`, and
@@ -290,6 +308,7 @@ class ManagedInputFilter(SessionView):
             config.setdefault("on_invalid", "repair")
         self.budget = budget
         self._session = _session or MemorySession(memory, on_build=None, on_divergence=on_divergence, overrides=config)
+        self._server_side = False  # warned that the run keeps its conversation on the server
 
     async def __call__(self, data: CallModelData[Any]) -> ModelInputData:
         """The model input of one call with its items replaced by the managed context (module doc)."""
@@ -300,6 +319,17 @@ class ManagedInputFilter(SessionView):
         chat_items = [i for i in items if _interpretable(_as_dict(i))]
         messages, groups = items_to_chat(chat_items)
         if not messages:
+            return model_data
+        if all(m["role"] == "tool" for m in messages):  # outputs of calls this input does not hold
+            if not self._server_side:
+                self._server_side = True
+                warnings.warn(
+                    "this model call's input holds only tool outputs, whose calls are kept on the server "
+                    "(previous_response_id, conversation_id or auto_previous_response_id): the server adds "
+                    "the earlier items itself, so the filter cannot manage them; the input is sent unchanged",
+                    RuntimeWarning,
+                    stacklevel=2,
+                )
             return model_data
         memory = self._session.sync(messages, None)
         self._session.quiet = False

@@ -55,8 +55,11 @@ from ._anthropic_messages import (
     _block,
     check_anthropic_context,
     convert_history,
+    final_turn_thinking,
     from_anthropic,
     place_cache_breakpoints,
+    starts_thinking,
+    thinking_turn,
     to_anthropic,
 )
 from ._openai import _AsyncFedStream, _FedStream, _HelperStreamManager, _Passthrough, _Recorded
@@ -68,6 +71,47 @@ __all__ = ["AsyncManagedAnthropic", "ManagedAnthropic"]
 def _tools(kwargs: Mapping[str, Any]) -> list[Any] | None:
     tools = kwargs.get("tools")
     return list(tools) if isinstance(tools, (list, tuple)) else None
+
+
+_FORMAT_TYPE = "output_format"
+"""``type`` of the entry :func:`_counted_tools` adds for a structured-output schema (counted, never sent)."""
+
+
+def _counted_tools(kwargs: Mapping[str, Any]) -> list[Any] | None:
+    """What the build counts besides the messages: the request's ``tools``, plus its
+    structured-output JSON schema when it has one (``messages.parse(output_format=Model)`` or
+    ``output_config={"format": {...}}``: sent with every request, as the tools' schema is)."""
+    tools = _tools(kwargs)
+    fmt = kwargs.get("output_format")
+    config = kwargs.get("output_config")
+    schema: Any = None
+    model_schema = getattr(fmt, "model_json_schema", None) if isinstance(fmt, type) else None
+    if callable(model_schema):
+        schema = model_schema()
+    elif isinstance(config, Mapping) and isinstance(config.get("format"), Mapping):
+        schema = dict(config["format"])
+    if schema is None:
+        return tools
+    return [*(tools or []), {"type": _FORMAT_TYPE, "input_schema": schema}]
+
+
+def _loop_thinking(memory: RelevanceMemoryManager, kwargs: Mapping[str, Any]) -> tuple[str, list[dict[str, Any]]] | None:
+    """:func:`final_turn_thinking` of the memory when the request has extended thinking on
+    (``thinking={"type": "enabled" | "adaptive", ...}``); ``None`` otherwise."""
+    thinking = kwargs.get("thinking")
+    if not isinstance(thinking, Mapping) or thinking.get("type") not in ("enabled", "adaptive"):
+        return None
+    return final_turn_thinking(memory.messages)
+
+
+def _thinking_reserve(memory: RelevanceMemoryManager, built: BuiltContext, kwargs: Mapping[str, Any]) -> int:
+    """Tokens to keep free for the final tool-loop turn's thinking blocks (:func:`_loop_thinking`)
+    when ``built`` sent that turn shortened, without them (a long thinking block made it an
+    excerpt); 0 when they went out whole or are not needed."""
+    loop = _loop_thinking(memory, kwargs)
+    if loop is None or starts_thinking(thinking_turn(built.messages, loop[0], anthropic=False)):
+        return 0
+    return memory.tokenizer.count_message({"role": "assistant", "content": loop[1]})
 
 
 def record_anthropic_usage(built: BuiltContext, usage: Any) -> None:
@@ -107,7 +151,13 @@ class _AnthropicSession(MemorySession):
         tool-use system prompt Anthropic adds with tools, and a continuation turn (the build
         takes the schema itself)."""
         continuation = memory.tokenizer.count_message({"role": "user", "content": CONTINUATION_TEXT})
-        return (TOOL_USE_SYSTEM_PROMPT_TOKENS if tools else 0) + continuation
+        real = [t for t in tools or () if not (isinstance(t, Mapping) and t.get("type") == _FORMAT_TYPE)]
+        return (TOOL_USE_SYSTEM_PROMPT_TOKENS if real else 0) + continuation
+
+    def budget_without(self, memory: RelevanceMemoryManager, tools: Any, tokens: int) -> int:
+        """The build's budget (:meth:`MemorySession._budget`) less ``tokens`` more (tokens)."""
+        budget = self._budget(memory, tools)
+        return (memory.config.token_budget() if budget is None else budget) - tokens
 
     def request(self, memory: RelevanceMemoryManager, built: BuiltContext, kwargs: Mapping[str, Any]) -> dict[str, Any]:
         """``system``, ``messages`` and ``tools`` to send for ``built``, breakpoints placed, checked.
@@ -116,6 +166,12 @@ class _AnthropicSession(MemorySession):
             RelevanceMemoryError: the request would be invalid (never expected: please report).
         """
         context = to_anthropic(built.messages)
+        loop = _loop_thinking(memory, kwargs)
+        turn = thinking_turn(context.messages, loop[0], anthropic=True) if loop is not None else None
+        if loop is not None and isinstance(turn, dict) and not starts_thinking(turn):
+            # the turn went out shortened (room for its thinking blocks was kept: _prepare)
+            content = turn["content"]
+            turn["content"] = [*loop[1], *(content if isinstance(content, list) else [{"type": "text", "text": content}])]
         automatic = isinstance(kwargs.get("cache_control"), Mapping)
         with self.lock:
             placed = place_cache_breakpoints(
@@ -180,8 +236,13 @@ def _split(kwargs: dict[str, Any]) -> tuple[list[dict[str, Any]], list[int | Non
 
 def _prepare(session: _AnthropicSession, kwargs: dict[str, Any]) -> tuple[RelevanceMemoryManager, BuiltContext, dict[str, Any]]:
     store, origins, rest = _split(kwargs)
+    tools = _counted_tools(rest)
     with _named(origins):
-        memory, built = session.prepare(store, rest.get("model"), _tools(rest))
+        memory, built = session.prepare(store, rest.get("model"), tools)
+    reserve = _thinking_reserve(memory, built, rest)
+    if reserve:  # built again with room for the final turn's thinking blocks, put back by request()
+        with session.lock:
+            built = memory.build_context(budget=session.budget_without(memory, tools, reserve), tools=tools)
     return memory, built, {**rest, **session.request(memory, built, rest)}
 
 
@@ -189,8 +250,12 @@ async def _aprepare(
     session: _AnthropicSession, kwargs: dict[str, Any]
 ) -> tuple[RelevanceMemoryManager, BuiltContext, dict[str, Any]]:
     store, origins, rest = _split(kwargs)
+    tools = _counted_tools(rest)
     with _named(origins):
-        memory, built = await session.aprepare(store, rest.get("model"), _tools(rest))
+        memory, built = await session.aprepare(store, rest.get("model"), tools)
+    reserve = _thinking_reserve(memory, built, rest)
+    if reserve:  # as _prepare
+        built = await memory.abuild_context(budget=session.budget_without(memory, tools, reserve), tools=tools)
     return memory, built, {**rest, **session.request(memory, built, rest)}
 
 

@@ -537,6 +537,51 @@ def check_anthropic_context(
     return problems
 
 
+# --------------------------------------------------------------------------- thinking
+_THINKING = frozenset({"thinking", "redacted_thinking"})
+
+
+def final_turn_thinking(messages: Sequence[Any]) -> tuple[str, list[dict[str, Any]]] | None:
+    """The first tool call id and the thinking blocks of the assistant message (store
+    :class:`Message` objects) whose tool calls the history's newest tool results answer, or
+    ``None`` (no such turn, or it has no thinking). With extended thinking on, Anthropic refuses
+    a request whose final assistant turn of a tool loop does not start with them, unchanged."""
+    k = len(messages) - 1
+    while k >= 0 and messages[k].role != "assistant":
+        k -= 1
+    if k < 0 or not any(m.role == "tool" for m in messages[k + 1 :]):
+        return None
+    raw = messages[k].raw
+    calls = raw.get("tool_calls") or []
+    content = raw.get("content")
+    blocks = [dict(b) for b in content if isinstance(b, Mapping) and b.get("type") in _THINKING] if isinstance(
+        content, list) else []
+    return (str(calls[0]["id"]), blocks) if calls and blocks else None
+
+
+def thinking_turn(messages: Sequence[Mapping[str, Any]], call_id: str, *, anthropic: bool) -> Mapping[str, Any] | None:
+    """The assistant message (store form) or turn (``anthropic``) holding tool call ``call_id``."""
+    for message in messages:
+        if message.get("role") != "assistant":
+            continue
+        if anthropic:
+            content = message.get("content")
+            if isinstance(content, list) and any(
+                isinstance(b, Mapping) and b.get("type") == "tool_use" and b.get("id") == call_id for b in content
+            ):
+                return message
+        elif any(isinstance(c, Mapping) and c.get("id") == call_id for c in message.get("tool_calls") or ()):
+            return message
+    return None
+
+
+def starts_thinking(message: Mapping[str, Any] | None) -> bool:
+    """Whether ``message``'s content opens with a thinking block."""
+    content = message.get("content") if message is not None else None
+    return isinstance(content, list) and bool(content) and isinstance(content[0], Mapping) and (
+        content[0].get("type") in _THINKING)
+
+
 # --------------------------------------------------------------------------- tokens
 class AnthropicTokenCounter:
     """A :class:`TokenCounter` that counts each store message at what it costs in an Anthropic

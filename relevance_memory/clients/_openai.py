@@ -60,6 +60,29 @@ def _history(messages: Iterable[Any]) -> list[Any]:
     return history
 
 
+def _format_schema(response_format: Any) -> Any:
+    """The JSON schema a ``response_format`` sends (a pydantic model given to ``parse``, or a
+    ``json_schema`` format dict); ``None`` for none, ``text`` or ``json_object``."""
+    if isinstance(response_format, type):
+        schema = getattr(response_format, "model_json_schema", None)
+        return {"name": response_format.__name__, "schema": schema()} if callable(schema) else None
+    if isinstance(response_format, Mapping) and isinstance(response_format.get("json_schema"), Mapping):
+        return dict(response_format["json_schema"])
+    return None
+
+
+def counted_tools(kwargs: Mapping[str, Any]) -> Any:
+    """What the budget counts besides the messages (the build takes its tokens off): the
+    request's ``tools``, plus its ``response_format`` JSON schema when it has one (sent with
+    every request, as the tools' schema is)."""
+    tools = kwargs.get("tools")
+    schema = _format_schema(kwargs.get("response_format"))
+    if schema is None:
+        return tools
+    listed = list(tools) if isinstance(tools, (list, tuple)) else []
+    return [*listed, {"type": "function", "function": {"name": "response_format", "parameters": schema}}]
+
+
 class _ReplyAccumulator:
     """Rebuilds choice 0's assistant message from streamed ``ChatCompletionChunk`` deltas."""
 
@@ -316,7 +339,7 @@ class _Completions(_Passthrough):
 
     def _build(self, messages: Iterable[Any], kwargs: dict[str, Any]) -> tuple[RelevanceMemoryManager, BuiltContext]:
         """Record the new messages of ``messages`` and build the context for this request."""
-        return self._session.prepare(_history(messages), kwargs.get("model"), kwargs.get("tools"))
+        return self._session.prepare(_history(messages), kwargs.get("model"), counted_tools(kwargs))
 
     def _call(self, method: str, *, messages: Iterable[Any], **kwargs: Any) -> Any:
         session = self._session
@@ -456,11 +479,11 @@ class _AsyncCompletions(_Passthrough):
 
     async def _abuild(self, memory: RelevanceMemoryManager, kwargs: dict[str, Any]) -> BuiltContext:
         """Build the context for this request (awaited: no blocking call)."""
-        return await memory.abuild_context(tools=kwargs.get("tools"))
+        return await memory.abuild_context(tools=counted_tools(kwargs))
 
     async def _call(self, method: str, *, messages: Iterable[Any], **kwargs: Any) -> Any:
         session = self._session
-        memory, built = await session.aprepare(_history(messages), kwargs.get("model"), kwargs.get("tools"))
+        memory, built = await session.aprepare(_history(messages), kwargs.get("model"), counted_tools(kwargs))
         span = model_call(kwargs.get("model"), built, stream=bool(kwargs.get("stream")))
         with span.sending():
             out = await getattr(self._wrapped, method)(messages=session.built(built), **kwargs)

@@ -44,13 +44,20 @@ the memory (another request's reply was recorded first) resyncs as above.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import threading
 import warnings
 import weakref
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any, Literal, TypeVar
 
-from .._exceptions import ConfigError, HistoryDivergedError, InvalidMessageError, RelevanceMemoryError
+from .._exceptions import (
+    ConfigError,
+    ContextOverflowError,
+    HistoryDivergedError,
+    InvalidMessageError,
+    RelevanceMemoryError,
+)
 from .._io import message_to_dict
 from .._manager import BuiltContext, RelevanceMemoryManager
 from .._models import TaskGoal
@@ -122,7 +129,8 @@ class MemorySession:
         history and no message is recorded twice."""
         with self.lock:
             memory = self.sync(history, model)
-            return memory, memory.build_context(budget=self._budget(memory, tools), tools=tools)
+            with self._caller_budget(memory, tools):
+                return memory, memory.build_context(budget=self._budget(memory, tools), tools=tools)
 
     async def aprepare(
         self, history: Iterable[Any], model: str | None, tools: Any = None
@@ -136,7 +144,26 @@ class MemorySession:
                 turn = self._async_locks[loop] = asyncio.Lock()
         async with turn:
             memory = self.sync(history, model)
-            return memory, await memory.abuild_context(budget=self._budget(memory, tools), tools=tools)
+            with self._caller_budget(memory, tools):
+                return memory, await memory.abuild_context(budget=self._budget(memory, tools), tools=tools)
+
+    @contextlib.contextmanager
+    def _caller_budget(self, memory: RelevanceMemoryManager, tools: Any) -> Iterator[None]:
+        """A :class:`ContextOverflowError` of a build made with less than the caller's budget (the
+        provider's framing reserved, :meth:`reserved_tokens`, and the tools' schema) re-raised
+        with the caller's budget, what was taken counted as pinned: its message then names the
+        budget the caller set."""
+        try:
+            yield
+        except ContextOverflowError as exc:
+            total = memory.config.token_budget()
+            if not self.reserved_tokens(memory, tools) or exc.budget >= total:
+                raise
+            taken = total - exc.budget  # the framing, and the tools' schema the build took itself
+            raise ContextOverflowError(
+                budget=total, pinned_tokens=exc.pinned_tokens + taken,
+                newest_step_tokens=exc.newest_step_tokens, least_newest_step_tokens=exc.least_newest_step_tokens,
+            ) from None
 
     def reserved_tokens(self, memory: RelevanceMemoryManager, tools: Any) -> int:
         """Tokens a request carries besides its messages and its ``tools`` schema (tokens): 0

@@ -11,6 +11,8 @@ pytest.importorskip("langchain_core")
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, SystemMessage, ToolMessage
 
 from relevance_memory import GOAL_BLOCK_MARKER, SUMMARY_MARKER, check_context
+from relevance_memory._tokenizer import REPLY_PRIMING_TOKENS
+from relevance_memory.adapters._langchain_messages import to_store_messages
 from relevance_memory.adapters.langchain import ManagedContextHook, from_openai_messages, to_openai_messages
 
 
@@ -142,3 +144,72 @@ def test_the_hook_is_prefix_stable_by_default() -> None:
             assert to_openai_messages(outputs[n][: len(previous)]) == to_openai_messages(previous)
             originals = {id(m) for m in messages}  # the caller's own objects, in place
             assert all(a is b for a, b in zip(outputs[n], previous, strict=False) if id(b) in originals)
+
+
+def anthropic_form_history(lines: int) -> list[BaseMessage]:
+    """A history in Anthropic's block form, as LangChain keeps it from Anthropic-shaped dicts:
+    an assistant turn with two ``tool_use`` blocks, then one user turn holding both results."""
+    return [
+        HumanMessage("Fix the date parser in utils/dates.py; never change the public API."),
+        AIMessage(content=[
+            {"type": "text", "text": "Reading both files."},
+            {"type": "tool_use", "id": "tu_a", "name": "read", "input": {"path": "a.py"}},
+            {"type": "tool_use", "id": "tu_b", "name": "read", "input": {"path": "b.py"}},
+        ]),
+        HumanMessage(content=[
+            {"type": "tool_result", "tool_use_id": "tu_a", "content": "x = 1\n" * lines},
+            {"type": "tool_result", "tool_use_id": "tu_b", "content": "y = 2\n" * lines},
+        ]),
+        AIMessage("Both read: the bug is in b.py."),
+        HumanMessage("Fix it then."),
+    ]
+
+
+@pytest.mark.parametrize("budget", [2000, 300])
+def test_a_user_turn_of_several_tool_results_maps_back_to_its_one_message(budget: int) -> None:
+    """LangChain turns a user message holding two ``tool_result`` blocks into two tool
+    messages; the hook used the i-th stored message's index into the caller's list, so every
+    later index was off by one and the build raised IndexError. Now such a message comes back
+    once, as the caller's object, when its results are sent whole; shortened, each result is a
+    ToolMessage right after its call."""
+    history = anthropic_form_history(50)
+    out = ManagedContextHook(max_input_tokens=budget)(history)
+    assert out[-1] is history[-1] and out[-2] is history[-2]
+    if budget == 2000:
+        assert out == history and all(a is b for a, b in zip(out, history, strict=True))
+    else:
+        calls = out.index(history[1])
+        assert [m.tool_call_id for m in out[calls + 1 : calls + 3] if isinstance(m, ToolMessage)] == ["tu_a", "tu_b"]
+        assert history[2] not in out
+
+
+def thinking_loop(steps: int) -> list[BaseMessage]:
+    """A tool loop of a model with extended thinking on (ChatAnthropic's AIMessages): each turn
+    thinks at length (~2,000 tokens), says a line, calls a tool; the history ends with a result."""
+    out: list[BaseMessage] = [HumanMessage("Find the handler that drops the timezone; never edit files.")]
+    for k in range(steps):
+        out.append(AIMessage(
+            content=[{"type": "thinking", "thinking": f"Step {k}: part_{k}.py may hold it, " + "because " * 1500,
+                      "signature": f"sig-{k}-" + "Zm9v" * 40},
+                     {"type": "text", "text": f"Reading part_{k}.py."},
+                     {"type": "tool_use", "id": f"toolu_{k}", "name": "read", "input": {"path": f"src/part_{k}.py"}}],
+            tool_calls=[{"name": "read", "args": {"path": f"src/part_{k}.py"}, "id": f"toolu_{k}"}],
+        ))
+        out.append(ToolMessage(f"src/part_{k}.py\n" + "x = 1\n" * 40, tool_call_id=f"toolu_{k}"))
+    return out
+
+
+def test_the_final_tool_loop_turn_keeps_its_thinking_blocks_within_the_budget() -> None:
+    """With extended thinking on, Anthropic refuses a request whose final tool-loop turn does not
+    open with its thinking blocks, unchanged. A long thinking block made that turn an excerpt
+    (a new AIMessage of text): ChatAnthropic's next call would get a 400. Now the context is
+    built with room for them and they open that turn's message."""
+    history = thinking_loop(4)
+    hook = ManagedContextHook(max_input_tokens=4000)
+    out = hook(history)
+    final = next(m for m in reversed(out) if isinstance(m, AIMessage))
+    assert final.tool_calls[0]["id"] == "toolu_3" and final is not history[-2]  # sent shortened …
+    assert final.content[0] == history[-2].content[0]  # … opening with its thinking block, signature and all
+    assert_whole_chains(out)
+    counter = hook.memory.tokenizer
+    assert sum(counter.count_message(m) for m in to_store_messages(out)[0]) + REPLY_PRIMING_TOKENS <= 4000

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import base64
 import json
 import warnings
 from typing import Any
@@ -10,11 +11,12 @@ import pytest
 
 pytest.importorskip("agents")
 
-from agents import Agent, ModelResponse, RunConfig, Runner, SQLiteSession, Usage, function_tool
+from agents import Agent, ModelResponse, RunConfig, Runner, SQLiteSession, ToolOutputImage, Usage, function_tool
 from agents.models.interface import Model
 from openai.types.responses import ResponseFunctionToolCall, ResponseOutputMessage, ResponseOutputText
 
 from relevance_memory import GOAL_BLOCK_MARKER, TiktokenCounter
+from relevance_memory._tokenizer import image_tokens
 from relevance_memory.adapters.openai_agents import (
     ManagedInputFilter,
     ManagedSession,
@@ -180,6 +182,66 @@ async def test_instructions_tools_and_kept_items_that_leave_no_room_raise_naming
     with pytest.raises(ContextOverflowError, match="budget is 1000 tokens"):
         await Runner.run(agent, TASK, run_config=RunConfig(
             call_model_input_filter=ManagedInputFilter(max_input_tokens=1000), tracing_disabled=True))
+
+
+def png_url(width: int, height: int, size: int) -> str:
+    """A data URL of ``size`` bytes whose PNG header says ``width`` × ``height``."""
+    head = b"\x89PNG\r\n\x1a\n" + b"\x00\x00\x00\rIHDR" + width.to_bytes(4, "big") + height.to_bytes(4, "big")
+    return "data:image/png;base64," + base64.b64encode(head + bytes(range(256)) * (size // 256)).decode()
+
+
+SCREENSHOT = png_url(1024, 768, 60_000)
+
+
+@function_tool(name_override="read_file")
+def screenshot(path: str) -> ToolOutputImage:
+    """Show a rendered page as an image."""
+    return ToolOutputImage(image_url=SCREENSHOT)
+
+
+async def test_a_tool_returning_an_image_is_counted_and_sent_as_an_image() -> None:
+    """A ``ToolOutputImage`` (a function_call_output whose output is a list with an
+    ``input_image`` part) costs what an image costs, and the model gets the image: before,
+    the output was JSON-dumped into a tool message's text, so its 80,000-character base64
+    URL counted ~60,000 tokens and the newest screenshot went out as a text excerpt of it."""
+    model = ToolLoopModel(turns=3)
+    agent = Agent(name="viewer", instructions=INSTRUCTIONS, model=model, tools=[screenshot])
+    managed = ManagedInputFilter(max_input_tokens=BUDGET)
+    await Runner.run(agent, TASK, run_config=RunConfig(call_model_input_filter=managed, tracing_disabled=True))
+    assert len(model.requests) == 4
+    outputs = [i for i in model.requests[-1][1] if isinstance(i, dict) and i.get("type") == "function_call_output"]
+    assert [o["call_id"] for o in outputs] == ["call_1", "call_2", "call_3"]
+    for output in outputs:  # the original items: the image itself, not text about it
+        assert output["output"][0]["type"] == "input_image" and output["output"][0]["image_url"] == SCREENSHOT
+    record = managed.last_record
+    assert record is not None and record.identity
+    images = [d for d in record.messages if d.role == "tool"]
+    assert [d.tokens for d in images] == [image_tokens({"image_url": {"url": SCREENSHOT}}) + 4] * 3
+    assert max(sizes(model, agent)) < 4000
+
+
+class ServerStateModel(ToolLoopModel):
+    """ToolLoopModel answering with a response id, so a run can keep its conversation on the server."""
+
+    async def get_response(self, *args: Any, **kwargs: Any) -> ModelResponse:
+        response = await super().get_response(*args, **kwargs)
+        return ModelResponse(output=response.output, usage=response.usage, response_id=f"resp_{len(self.requests)}")
+
+
+async def test_a_run_keeping_its_conversation_on_the_server_sends_its_tool_outputs() -> None:
+    """With ``auto_previous_response_id`` each call's input is only the new items (the tool
+    outputs): they did not extend the memory, so the filter resynced onto an orphan tool message,
+    left it out (on_invalid repair) and sent an empty input — the server would refuse the call
+    for its missing outputs. Now such an input goes unchanged, with one warning."""
+    model = ServerStateModel(turns=3)
+    agent = Agent(name="fixer", instructions=INSTRUCTIONS, model=model, tools=[read_file])
+    managed = ManagedInputFilter(max_input_tokens=BUDGET)
+    with pytest.warns(RuntimeWarning, match="kept on the server") as caught:
+        result = await Runner.run(agent, TASK, auto_previous_response_id=True,
+                                  run_config=RunConfig(call_model_input_filter=managed, tracing_disabled=True))
+    assert result.final_output == "The parser is fixed."
+    assert [[i["call_id"] for i in items] for _, items, _ in model.requests[1:]] == [["call_1"], ["call_2"], ["call_3"]]
+    assert len(caught) == 1
 
 
 def test_agent_tools_lists_function_tools_and_handoffs() -> None:

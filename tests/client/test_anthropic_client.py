@@ -14,17 +14,20 @@ import copy
 import functools
 import importlib.util
 import itertools
+import json
 import sys
 import warnings
 from pathlib import Path
 from typing import Any
 
 import pytest
+from pydantic import BaseModel
 
 from relevance_memory import (
     AnthropicTokenCounter,
     AsyncManagedAnthropic,
     ConfigError,
+    ContextOverflowError,
     HistoryDivergedError,
     InvalidMessageError,
     ManagedAnthropic,
@@ -184,6 +187,100 @@ def test_parallel_tool_use_with_big_outputs_stays_whole_at_a_small_budget() -> N
                 ids = [x["id"] for x in a["content"] if x["type"] == "tool_use"]
                 got = [x["tool_use_id"] for x in b["content"] if x["type"] == "tool_result"] if ids else []
                 assert got == ids  # … with its results, in order, in the very next turn
+
+
+def _thinking_turns(steps: int) -> tuple[list[list[dict[str, Any]]], list[dict[str, Any]]]:
+    """Scripted turns that think at length (~2,000 tokens) before each tool call, and the results."""
+    turns: list[list[dict[str, Any]]] = [[
+        {"type": "thinking", "thinking": f"Step {k}: the handler in part_{k}.py may be it, " + "because " * 1500,
+         "signature": f"sig-{k}-" + "Zm9v" * 40},
+        {"type": "text", "text": f"Reading part_{k}.py."},
+        {"type": "tool_use", "id": f"toolu_{k}", "name": "read_file", "input": {"path": f"src/part_{k}.py"}},
+    ] for k in range(steps)]
+    answers = [{"role": "user", "content": [{"type": "tool_result", "tool_use_id": f"toolu_{k}",
+                                             "content": f"src/part_{k}.py\n" + "x = 1\n" * 60}]} for k in range(steps)]
+    return [*turns, [{"type": "text", "text": "Found it."}]], answers
+
+
+@pytest.mark.parametrize("asynchronous", [False, True])
+def test_with_extended_thinking_the_final_tool_loop_turn_keeps_its_thinking_blocks(asynchronous: bool) -> None:
+    """With ``thinking`` on, the API refuses a tool loop's final assistant turn that does not
+    start with its thinking blocks, unchanged. A long thinking block made that turn an excerpt
+    (its thinking left out): every request from the second on would have been refused. Now the
+    turn is built with room for them and they are put back, the request still within the budget."""
+    turns, answers = _thinking_turns(8)
+    model = _example().ScriptedClaude(turns)
+    history: list[Any] = [{"role": "user", "content": "Find the handler that drops the timezone; never edit files."}]
+    request = {"model": MODEL, "system": "You read code.", "tools": TOOLS, "max_tokens": 4096,
+               "thinking": {"type": "enabled", "budget_tokens": 2048}}
+    if asynchronous:
+        http = httpx.AsyncClient(transport=httpx.MockTransport(model))
+        aclient = manage(anthropic.AsyncAnthropic(api_key="test", http_client=http, max_retries=0), max_input_tokens=4000)
+
+        async def loop() -> None:
+            for k in range(len(turns)):
+                reply = await aclient.messages.create(messages=history, **request)
+                history.extend([{"role": "assistant", "content": reply.content}, *answers[k : k + 1]])
+
+        asyncio.run(loop())
+    else:
+        client = _client(model, max_input_tokens=4000)
+        for k in range(len(turns)):
+            reply = client.messages.create(messages=history, **request)
+            history.extend([{"role": "assistant", "content": reply.content}, *answers[k : k + 1]])
+    assert len(model.requests) == len(turns)
+    for n, body in enumerate(model.requests[1:], start=1):
+        assert _size(body) <= 4000
+        final = [t for t in body["messages"] if t["role"] == "assistant"][-1]
+        assert final["content"][0] == turns[n - 1][0]  # its thinking block, signature and all, first
+        assert any(b["type"] == "tool_use" and b["id"] == f"toolu_{n - 1}" for b in final["content"])
+    shortened = [b for b in model.requests[1:] if "[relevance-memory: excerpt" in json.dumps(b["messages"][-2])]
+    assert shortened  # the case: the final turn itself went out as an excerpt
+
+
+class Findings(BaseModel):
+    """A structured answer whose schema is large: one described field per module."""
+
+    model_config = {"json_schema_extra": {"description": "; ".join(f"module_{n}.py: its handlers" for n in range(150))}}
+    summary: str
+
+
+@pytest.mark.parametrize("how", ["parse", "create"])
+def test_a_structured_output_schema_counts_against_the_budget(how: str) -> None:
+    """The structured-output schema (``parse(output_format=Model)``, ``output_config``'s
+    ``format``) goes with every request, but was not counted: a ~1,270-token schema put the
+    request over the budget. Now its tokens come off the budget (and no tool-use prompt is
+    reserved for it: it is not a tool)."""
+    model = _example().ScriptedClaude([[{"type": "text", "text": json.dumps({"summary": "ok"})}]])
+    client = _client(model, max_input_tokens=4000)
+    history: list[Any] = []
+    for k in range(30):
+        history += [{"role": "user", "content": f"Question {k}: what does module_{k}.py do? " + "Context. " * 40},
+                    {"role": "assistant", "content": f"module_{k}.py parses dates. " + "Detail. " * 40}]
+    history.append({"role": "user", "content": "Sum it up."})
+    if how == "parse":
+        reply = client.messages.parse(model=MODEL, messages=history, max_tokens=256, output_format=Findings)
+        assert reply.parsed_output == Findings(summary="ok")
+    else:
+        schema = {"type": "json_schema", "schema": Findings.model_json_schema()}
+        client.messages.create(model=MODEL, messages=history, max_tokens=256, output_config={"format": schema})
+    body = model.requests[-1]
+    schema_tokens = COUNTER.count_text(json.dumps(body["output_config"]))
+    assert schema_tokens > 1000
+    assert _size(body) + schema_tokens <= 4000
+    assert _size(body) > 4000 - schema_tokens - 400  # no 346-token tool-use prompt reserved: no tools
+
+
+def test_a_system_prompt_over_the_budget_names_the_budget_that_was_set() -> None:
+    """The build ran with the budget less the continuation turn (and, with tools, the tool-use
+    prompt), so the error named that: "the budget is 1984 tokens" for max_input_tokens=2000."""
+    model = _example().ScriptedClaude([[{"type": "text", "text": "ok"}]])
+    client = _client(model, max_input_tokens=2000)
+    with pytest.raises(ContextOverflowError, match=r"but the budget is 2,?000 tokens") as caught:
+        client.messages.create(model=MODEL, system="word " * 5000, messages=[{"role": "user", "content": "hi"}],
+                               tools=TOOLS, max_tokens=16)
+    assert caught.value.budget == 2000 and caught.value.pinned_tokens > 5000 + TOOL_USE_SYSTEM_PROMPT_TOKENS
+    assert model.requests == []
 
 
 def test_the_tools_schema_and_the_tool_use_prompt_come_off_the_budget_once() -> None:

@@ -21,6 +21,7 @@ from typing import Any
 
 import openai
 import pytest
+from pydantic import BaseModel
 
 from relevance_memory import (
     GOAL_BLOCK_MARKER,
@@ -33,6 +34,7 @@ from relevance_memory import (
     manage,
 )
 from relevance_memory._markers import SUBTASK_MARKER
+from relevance_memory._tokenizer import REPLY_PRIMING_TOKENS
 
 try:  # openai>=3 talks through httpx2; older versions through httpx
     import httpx2 as httpx
@@ -220,6 +222,36 @@ def _mock_client(echo: _Echo, **kwargs: Any) -> ManagedOpenAI:
 
 
 CHAT = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Rename the file; never touch tests."}]
+
+
+class Findings(BaseModel):
+    """A structured answer whose schema is large: one described field per module."""
+
+    model_config = {"json_schema_extra": {"description": "; ".join(f"module_{n}.py: its handlers" for n in range(150))}}
+    summary: str
+
+
+@pytest.mark.parametrize("how", ["parse", "create"])
+def test_a_response_format_schema_counts_against_the_budget(how: str) -> None:
+    """A ``response_format`` JSON schema goes with every request, as the tools' schema does,
+    but was not counted: with a ~1,270-token schema the request reached ~4,900 tokens at a
+    4,000-token budget. Now its tokens come off the budget (pydantic model or json_schema dict)."""
+    echo = _Echo({"role": "assistant", "content": json.dumps({"summary": "ok"})})
+    client = _mock_client(echo, max_input_tokens=BUDGET, model="gpt-4o")
+    history = load_transcript(FIXTURE).messages[:60]
+    if how == "parse":
+        reply = client.chat.completions.parse(model="gpt-4o", messages=history, response_format=Findings)
+        assert reply.choices[0].message.parsed == Findings(summary="ok")
+    else:
+        schema = {"name": "Findings", "schema": Findings.model_json_schema()}
+        client.chat.completions.create(model="gpt-4o", messages=history,
+                                       response_format={"type": "json_schema", "json_schema": schema})
+    body = echo.bodies[-1]
+    counter = client.memory.tokenizer
+    schema_tokens = counter.count_text(json.dumps(body["response_format"]))
+    assert schema_tokens > 1000
+    sent = sum(counter.count_message(m) for m in body["messages"]) + REPLY_PRIMING_TOKENS
+    assert sent + schema_tokens <= BUDGET
 
 
 def test_diverged_history_raises_before_sending_when_asked() -> None:
