@@ -179,7 +179,7 @@ class _AnthropicSession(MemorySession):
                 min_tokens=memory.config.cache_policy.cache_min_tokens, automatic=automatic,
             )
             problems = check_anthropic_context(placed.messages, system=placed.system, tools=placed.tools,
-                                               automatic_cache=automatic)
+                                               automatic_cache=automatic, thinking=loop is not None)
             if problems:
                 raise RelevanceMemoryError(
                     f"internal error: the Anthropic request made from this context is invalid ({problems}); "

@@ -433,6 +433,7 @@ def check_anthropic_context(
     system: Any = None,
     tools: Sequence[Any] | None = None,
     automatic_cache: bool = False,
+    thinking: bool = False,
 ) -> list[str]:
     """Problems that would make the Anthropic Messages API reject a request (empty list: valid).
 
@@ -446,7 +447,9 @@ def check_anthropic_context(
     (SPEC §7); at most :data:`MAX_CACHE_BREAKPOINTS` ``cache_control`` breakpoints over
     ``tools``, ``system`` and ``messages`` (plus one for ``automatic_cache``, the top-level
     ``cache_control``), each ``{"type": "ephemeral"}`` (optionally with ``ttl``), none on a
-    thinking block.
+    thinking block. With ``thinking`` (the request turns extended thinking on), a request that
+    ends in a tool loop — its last turn holds ``tool_result`` blocks — has that loop's final
+    assistant turn start with a ``thinking`` or ``redacted_thinking`` block.
     """
     problems: list[str] = []
     breakpoints = _breakpoints_in(list(tools or ())) + (_breakpoints_in(system) if system is not None else [])
@@ -528,6 +531,12 @@ def check_anthropic_context(
         previous, started = (n, role), True
     if pending:
         problems.append(f"assistant message {owner} has tool_use without a tool_result in the next turn: {sorted(pending)}")
+    if thinking and last >= 1 and messages[last].get("role") == "user" and messages[last - 1].get("role") == "assistant":
+        closing = _as_blocks(messages[last].get("content")) or []
+        if any(isinstance(b, Mapping) and b.get("type") == "tool_result" for b in closing) and not starts_thinking(
+                {"content": _as_blocks(messages[last - 1].get("content"))}):
+            problems.append(f"assistant message {last - 1}, the final turn of a tool loop, must start with its thinking "
+                            "blocks when extended thinking is on")
     for value in breakpoints:
         if not isinstance(value, Mapping) or value.get("type") != "ephemeral" or set(value) - {"type", "ttl"}:
             problems.append(f"cache_control must be {{'type': 'ephemeral'}} (optionally with 'ttl'), got {value!r}")

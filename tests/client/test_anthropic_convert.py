@@ -328,3 +328,27 @@ def test_breakpoints_skip_thinking_and_respect_the_callers_own() -> None:
     assert _reasons(unmarked)["system"] == ("tools", 3, 0)
     assert unmarked.tools is not None and unmarked.tools[3]["cache_control"] == EPHEMERAL
     assert "cache_control" not in long_tools[3]  # the caller's tools are not changed
+
+
+def test_with_extended_thinking_the_checker_wants_the_loops_final_turn_to_open_with_thinking() -> None:
+    """Anthropic refuses a request with thinking on whose tool loop's final assistant turn does
+    not start with its thinking blocks (helper-45's fault: a long thinking block made that turn
+    an excerpt without them). The checker knew nothing of the rule, so the client's guard let
+    such requests out; told that thinking is on, it names the turn."""
+    thought = {"type": "thinking", "thinking": "The handler is in api/views.py.", "signature": "sig"}
+    call = {"type": "tool_use", "id": "toolu_1", "name": "read_file", "input": {"path": "api/views.py"}}
+    result = {"type": "tool_result", "tool_use_id": "toolu_1", "content": "def handler(): ..."}
+    ask = {"role": "user", "content": "Find the handler."}
+    whole = [ask, {"role": "assistant", "content": [thought, call]}, {"role": "user", "content": [result]}]
+    cut = [ask, {"role": "assistant", "content": [{"type": "text", "text": "[excerpt]"}, call]},
+           {"role": "user", "content": [result]}]
+    assert check_anthropic_context(whole, thinking=True) == []
+    assert check_anthropic_context(cut, thinking=True) == [
+        "assistant message 1, the final turn of a tool loop, must start with its thinking blocks when extended "
+        "thinking is on"]
+    assert check_anthropic_context(cut) == []  # thinking off: no such rule
+    redacted = [ask, {"role": "assistant", "content": [{"type": "redacted_thinking", "data": "x"}, call]}, whole[2]]
+    assert check_anthropic_context(redacted, thinking=True) == []
+    # no tool loop at the end (the last user turn is a new question): the rule does not apply
+    assert check_anthropic_context([*cut, {"role": "assistant", "content": "It is in api/views.py."},
+                                    {"role": "user", "content": "Thanks; now the tests."}], thinking=True) == []
