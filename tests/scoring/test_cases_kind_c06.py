@@ -1,4 +1,5 @@
-"""Cases C06 and C07's kind (``shared/cases``): more reply shapes real models send.
+"""Cases C06 and C07's kind (``shared/cases``): more reply shapes real models send, and more
+ways a reply fails to decode (each asked again, C07).
 
 C06's shapes (fenced, ``{"scores": [...]}``, prose with braces) parse; these did not, and
 each cost a re-ask and then offline fallback scores for a reply that held the answer:
@@ -27,6 +28,7 @@ from llm_fakes import content, scripted_transport
 
 from relevance_memory import LLMScorer, ScoreItem, ScoreSource, TaskGoal
 from relevance_memory.scoring._llm_reply import reply_model
+from relevance_memory.scoring._llm_steps import CORRECTION
 
 ENTRIES = [{"id": "m1", "reason": "constraint", "score": 5}, {"id": "m2", "reason": "chat", "score": 1}]
 ARRAY = json.dumps(ENTRIES)
@@ -111,3 +113,40 @@ def test_one_call_and_real_scores_through_the_scorer(shape: str) -> None:
     assert {s.id: (s.score, s.source) for s in result.scores} == {"m1": (5, ScoreSource.LLM), "m2": (1, ScoreSource.LLM)}
     assert len(sent) == 1 and result.usage.llm_calls == 1 and result.usage.fallbacks == 0
     assert result.warnings == []
+
+
+# --------------------------------------------------------------------------- C07's kind
+def _message(message: dict[str, Any]) -> dict[str, Any]:
+    return {"status": 200, "json": {"id": "chatcmpl-test", "object": "chat.completion", "created": 0, "model": "synthetic-model",
+                                    "choices": [{"index": 0, "message": message, "finish_reason": "stop"}],
+                                    "usage": {"prompt_tokens": 10, "completion_tokens": 5, "total_tokens": 15}}}
+
+
+MALFORMED = {
+    "single_quotes": content("[{'id': 'm1', 'reason': 'r', 'score': 4}]"),
+    "python_literals": content('[{"id": "m1", "reason": None, "score": 4, "ok": True}]'),
+    "unquoted_keys": content('[{id: "m1", reason: "r", score: 4}]'),
+    "trailing_comma": content('{"scores": [{"id": "m1", "reason": "r", "score": 4,}]}'),
+    "unterminated": content('[{"id": "m1", "reason": "r'),
+    "empty": content(""),
+    "null_content": _message({"role": "assistant", "content": None}),
+    "refusal_field": _message({"role": "assistant", "content": None, "refusal": "I can't help with that."}),
+}
+
+
+@pytest.mark.parametrize("first", list(MALFORMED))
+def test_c07_kind_every_unusable_reply_is_asked_again(first: str) -> None:
+    """C07's must lines for other ways a reply fails to decode: m1 is 4 with source=llm after
+    exactly 2 HTTP calls, the second asked with the fixed correction."""
+    sent: list[dict[str, Any]] = []
+    good = content('[{"id": "m1", "reason": "r", "score": 4}]')
+    transport = scripted_transport([MALFORMED[first], good])
+    scorer = LLMScorer("synthetic-model", base_url="http://llm.test/v1", api_key="sk-test-not-a-real-key", mode="json",
+                       http_client=httpx2.Client(transport=transport, event_hooks={"request": [lambda r: sent.append(json.loads(r.content))]}),
+                       sleep=lambda _s: None, max_retries=2)
+    result = scorer.score(GOAL, ITEMS[:1])
+    (m1,) = result.scores
+    assert (m1.score, m1.source) == (4, ScoreSource.LLM)
+    assert len(sent) == 2 and result.usage.llm_calls == 2
+    assert [c.outcome for c in result.calls] == ["unparsed", "parsed"]
+    assert "\n".join(m["content"] for m in sent[1]["messages"] if m["role"] == "user").startswith(CORRECTION)
