@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 from collections import Counter
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -73,3 +74,32 @@ def test_summary_lists_given_values_before_narration() -> None:
     draft = OfflineSummarizer().summarize(items, level=1, max_tokens=60)
     assert draft.exact_values[:2] == ["41872", "41790"]
     assert len(draft.exact_values) > 2  # the narration's newest values fill what room is left
+
+
+@pytest.mark.parametrize("keep_recent", [1, 2])
+@pytest.mark.parametrize("budget", [120, 200, 500])
+def test_c03_case_compacted_again_and_again(budget: int, keep_recent: int) -> None:
+    """C03's history, then 40 turns appended one build at a time (appends and compactions in
+    turn): after every build ids once, the chain whole or absent, both numbers present."""
+    case = json.loads((Path(__file__).resolve().parents[1] / "cases" / "C03-no-duplicates-around-summary-cut.json")
+                      .read_text(encoding="utf-8"))
+    history = list(case["messages"])
+    memory = RelevanceMemoryManager(max_input_tokens=budget, keep_recent=keep_recent)
+    memory.extend(history)
+    modes = set()
+    for n in range(40):
+        for message in ({"role": "user", "content": f"Now check table t{n} please."},
+                        {"role": "assistant", "content": f"Table t{n} has {200 + n} rows."}):
+            memory.add(message)
+            history.append(message)
+        built = memory.build_context()
+        modes.add(built.record.mode)
+        assert_invariants(history, built, budget, memory.tokenizer)
+        covered = [i for s in built.record.summaries for i in s.covered_ids]
+        kept = [d.id for d in built.record.messages if d.decision in ("kept", "recent")]
+        assert all(c == 1 for c in Counter(covered + kept).values())
+        results = Counter(m.get("tool_call_id") for m in built.messages if m["role"] == "tool")
+        assert results in (Counter(), Counter({"call_c1": 1, "call_c2": 1}))
+        text = json.dumps(built.messages)
+        assert "41872" in text and "41790" in text
+    assert "compacted" in modes and (budget < 200 or "appended" in modes)

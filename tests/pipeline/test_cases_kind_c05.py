@@ -90,3 +90,17 @@ def test_rule_in_any_language_is_scored_5_and_kept(lang: str, after_greeting: bo
 )
 def test_constraint_cues_across_languages(text: str, expected: bool) -> None:
     assert has_constraint(text) is expected
+
+
+@pytest.mark.parametrize("budget", [300, 800])
+@pytest.mark.parametrize("lang", ["de", "ja", "ru"])
+def test_rule_after_a_greeting_survives_sixty_appended_turns(lang: str, budget: int) -> None:
+    """The rule stays verbatim through 59 turns built one at a time (appends and compactions)."""
+    history = _history(RULES[lang], after_greeting=True)[:4]
+    memory = RelevanceMemoryManager(max_input_tokens=budget, keep_recent=2)
+    memory.extend(history)
+    for n in range(1, 60):
+        memory.add({"role": "user", "content": f"What is the lead time of option {n}? Also compare price tier {n % 7}."})
+        memory.add({"role": "assistant", "content": f"Option {n} ships in {n + 2} days; tier {n % 7} costs {1000 + n * 37} CNY."})
+        built = memory.build_context()
+        assert history[3] in built.messages, n
