@@ -36,14 +36,38 @@ CONSTRAINT_RE = re.compile(
     r"modify|change|deploy|push|from|with|via)\b"
     r"|\balways\s+(?:use|include|provide|reply|answer|respond|ask|check|run|keep|write|format|cc|confirm)\b"
     r"|必须|不要|禁止|千万|(?<![特区分个类告识辨级性派差离道])别(?=[给忘再用让碰吃喝做放])|不能|不准|不得|务必|一定要|只能|"
-    r"避开|不吃|不喝|过敏|切记|严禁|不可以|不许|记住",
+    r"避开|不吃|不喝|过敏|切记|严禁|不可以|不许|记住|"
+    r"必須|"  # traditional Chinese shares the other cues
+    # German, French, Spanish, Portuguese, Italian, Dutch (modal "must", "never", "forbidden",
+    # "mandatory", "not exceed", "at most / at least", "exclusively")
+    r"\b(?:muss|müssen|darf nicht|dürfen nicht|nicht überschreiten|niemals|verboten|ausschließlich|unbedingt|"
+    r"auf keinen fall|keinesfalls|höchstens|mindestens|spätestens|zwingend|"
+    r"doit|doivent|ne jamais|interdite?s?|obligatoires?|uniquement|impérativement|au maximum|au plus|"
+    r"ne pas dépasser|règles? absolues?|"
+    r"debe|deben|no debe|nunca|prohibid[oa]s?|obligatori[oa]s?|únicamente|exclusivamente|no puede superar|"
+    r"no pueden superar|como máximo|como mínimo|no más de|"
+    r"deve|devem|não deve|não pode|não podem|proibid[oa]s?|obrigatóri[oa]s?|somente|no máximo|no mínimo|"
+    r"devono|non deve|non devono|non può|vietat[oa]|obbligatori[oa]|esclusivamente|al massimo|al minimo|"
+    r"moet|moeten|mag niet|nooit|verboden|verplicht|uitsluitend|maximaal|"
+    # Russian
+    r"долж(?:ен|на|но|ны)|нельзя|запрещен[оаы]?|обязательно|никогда|не более|не менее|строго|"
+    r"только у|только из|только через)\b"
+    # Japanese, Korean, Arabic, Hindi
+    r"|必ず|してはいけない|してはならない|しないでください|厳禁|絶対に|以内に|必須|のみ(?=[でを使購]|です)|"
+    r"반드시|절대|금지|안 됩니다|안 돼|하지 마|필수|에서만|"
+    r"يجب|ممنوع|لا يجوز|فقط|أبدا|إلزامي|"
+    r"ज़रूर|जरूर|अनिवार्य|केवल|नहीं होना चाहिए|नहीं चाहिए|कभी नहीं|मना है",
     re.IGNORECASE,
 )
-"""Hard-constraint cues (SPEC §4: "must / never / only / 必须 / 不要 / 禁止"). "don't",
-"can't", "only" and "always" count only in imperative use ("don't use", "only buy from",
-"always include"), not in "I don't have my id" or "have they always been …"."""
+"""Hard-constraint cues (SPEC §4: "must / never / only / 必须 / 不要 / 禁止"), in English and
+Chinese and in the other languages users write rules in (German, French, Spanish,
+Portuguese, Italian, Dutch, Russian, Japanese, Korean, Arabic, Hindi: case C05's kind).
+"don't", "can't", "only" and "always" count only in imperative use ("don't use", "only buy
+from", "always include"), not in "I don't have my id" or "have they always been …"."""
 
-_SENTENCE_END = re.compile(r"(?<=[.!?。！？;；])\s*|\n+")
+_SENTENCE_END = re.compile(r"(?<=[.!?;؟])\s+|(?<=[。！？；])\s*|\n+")
+"""Where sentences end: a Latin stop followed by a space (not the one inside "50.000" or
+"v2.1", which cut "¿Debe ser menor de 50.000?" into a statement and "000?"), a CJK stop, a line break."""
 
 
 ERROR_RE = re.compile(
@@ -236,7 +260,7 @@ def has_constraint(text: str) -> bool:
         return False
     for sentence in _SENTENCE_END.split(text):
         stripped = sentence.strip()
-        if stripped and not stripped.endswith(("?", "？")) and CONSTRAINT_RE.search(stripped):
+        if stripped and not stripped.endswith(("?", "？", "؟")) and CONSTRAINT_RE.search(stripped):
             return True
     return False
 

@@ -41,6 +41,7 @@ from ._exceptions import TokenizerError
 from ._models import is_blob, leaf_texts
 
 __all__ = [
+    "FRAMED_FIELDS",
     "IMAGE_TOKENS_LOW",
     "IMAGE_TOKENS_MAX",
     "REPLY_PRIMING_TOKENS",
@@ -325,7 +326,29 @@ class TiktokenCounter:
             total += TOOL_CALL_OVERHEAD
             total += self.count_text(str(payload.get("name", "")))
             total += self.count_text(str(payload.get("input" if custom else "arguments", "") or ""))
+        if len(message) > len(FRAMED_FIELDS.intersection(message)):
+            total += self._other_fields_tokens(message)
         return total
+
+    def _other_fields_tokens(self, message: Mapping[str, Any]) -> int:
+        """Tokens of the fields of ``message`` beyond the chat fields (``reasoning_content``,
+        ``reasoning``, a message-level ``refusal``, ``thinking_blocks`` …, case C08's kind): they
+        are sent with the message, so their text counts like text, each encoded payload at the
+        placeholder cost; ``None`` and empty values cost nothing."""
+        total = 0
+        for key, value in message.items():
+            if key in FRAMED_FIELDS or value is None or isinstance(value, bool):
+                continue
+            if isinstance(value, (int, float)):
+                total += self.count_text(str(value))
+            else:
+                total += sum(self.count_texts(leaf_texts(value))) + _count_blobs(value) * self._image_default
+        return total
+
+
+FRAMED_FIELDS = frozenset({"role", "content", "name", "tool_calls", "tool_call_id", "anthropic"})
+"""Fields :meth:`TiktokenCounter.count_message` counts on their own (``anthropic`` is the
+store's note of Anthropic block fields, converted by ``to_anthropic``, never sent as it is)."""
 
 
 def _count_blobs(value: Any) -> int:

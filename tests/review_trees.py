@@ -24,8 +24,9 @@ def old_tree(commit: str, name: str, fixes: Sequence[str] = ()) -> Path:
 
     ``fixes``: commits whose change to ``relevance_memory`` (against their first parent) is
     applied on top — deliberate behaviour changes made after the reviewed commit, so that the
-    review keeps comparing everything else with it. Raises ``subprocess.CalledProcessError``
-    when a fix no longer applies to the old tree."""
+    review keeps comparing everything else with it (``git apply``, else ``patch --fuzz=3`` when
+    the old tree's lines around a hunk differ). Raises ``subprocess.CalledProcessError`` when a
+    fix does not apply to the old tree even so."""
     target = Path(tempfile.gettempdir()) / "+".join([f"{name}_{commit}", *fixes])
     if not (target / "relevance_memory" / "__init__.py").exists():
         try:
@@ -38,7 +39,10 @@ def old_tree(commit: str, name: str, fixes: Sequence[str] = ()) -> Path:
         staging = Path(tempfile.mkdtemp(prefix=f"{target.name}.", dir=target.parent))
         subprocess.run(["tar", "-x", "-C", str(staging)], input=archive, check=True)
         for patch in patches:
-            subprocess.run(["git", "apply", "-"], input=patch, cwd=staging, check=True, capture_output=True)
+            applied = subprocess.run(["git", "apply", "-"], input=patch, cwd=staging, capture_output=True)
+            if applied.returncode != 0:  # the old tree's context moved: apply with fuzz, every hunk or fail
+                subprocess.run(["patch", "-p1", "--fuzz=3", "--no-backup-if-mismatch", "-s"], input=patch, cwd=staging,
+                               check=True, capture_output=True)
         try:
             staging.rename(target)  # whole or not at all (parallel test processes)
         except OSError:

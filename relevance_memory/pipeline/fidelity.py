@@ -34,7 +34,7 @@ from .._markers import ELIDED_MARKER, EXCERPT_MARKER
 from .._memo import TextMemo
 from .._models import Message, content_text, has_tool_calls, thaw
 from .._text import ERROR_RE, code_names, kept_code_names
-from .._tokenizer import TiktokenCounter, TokenCounter
+from .._tokenizer import FRAMED_FIELDS, TiktokenCounter, TokenCounter
 
 __all__ = [
     "ELIDED_MARKER",
@@ -329,7 +329,10 @@ renditions memo (issue 24: ~70 bytes a stored message of a 100,000-message agent
 
 
 def _with_content(message: Message, content: Any, calls: list[dict[str, Any]] | None = None) -> dict[str, Any]:
-    out: dict[str, Any] = message.to_openai()
+    """``message`` with ``content`` (and ``calls``) in place of its own; fields beyond the chat
+    fields (``reasoning_content``, ``thinking_blocks`` …) are left out with the content, or a
+    large one would keep an excerpt over its cap (case C08's kind)."""
+    out: dict[str, Any] = {k: v for k, v in message.to_openai().items() if k in FRAMED_FIELDS}
     out["content"] = content
     if calls is not None:
         out["tool_calls"] = calls

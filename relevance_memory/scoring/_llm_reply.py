@@ -25,6 +25,7 @@ a reason, and the scorer re-asks only those ids (see :mod:`._llm_steps`).
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Sequence
 from typing import Any, ClassVar
 
@@ -165,6 +166,8 @@ class ScoreReply(BaseModel):
         """
         found = _score_list(value)
         if found is None:
+            found = _score_mapping(value, cls.expected_ids)
+        if found is None:
             raise ValueError(f"reply is JSON but holds no score list: {_short(json.dumps(value), 80)}")
         expected = None if cls.expected_ids is None else set(cls.expected_ids)
         taken: dict[str, ScoreEntry] = {}
@@ -216,8 +219,13 @@ def _short(text: str, n: int) -> str:
     return text if len(text) <= n else text[: n - 1] + "…"
 
 
-def _score_list(value: Any) -> list[dict[str, Any]] | None:
-    """The list of score entries ``value`` holds, or ``None`` when it is not score-shaped."""
+def _score_list(value: Any, depth: int = 0) -> list[dict[str, Any]] | None:
+    """The list of score entries ``value`` holds, or ``None`` when it is not score-shaped.
+
+    An object wrapping the list may say ``scores``, hold it as its only value, or hold it
+    beside other values (``{"ratings": [...], "note": "…"}``) or one object deeper
+    (``{"result": {"scores": [...]}}``) — then the one list whose entries carry an ``id`` and a
+    ``score`` (case C06's kind: a wrapped array is still the answer)."""
     if isinstance(value, list):
         return value if all(isinstance(v, dict) for v in value) else None
     if isinstance(value, dict):
@@ -228,7 +236,38 @@ def _score_list(value: Any) -> list[dict[str, Any]] | None:
         lists = [v for v in value.values() if isinstance(v, list)]
         if len(value) == 1 and len(lists) == 1:
             return _score_list(lists[0])
+        if depth < 3:
+            inner = [found for v in value.values() if isinstance(v, (list, dict))
+                     if (found := _score_list(v, depth + 1)) and all("id" in e and "score" in e for e in found)]
+            if len(inner) == 1:
+                return inner[0]
     return None
+
+
+def _score_mapping(value: Any, expected: Sequence[str] | None) -> list[dict[str, Any]] | None:
+    """Entries from a reply that maps ids to scores (``{"m1": 5, "m2": 1}``, also under
+    ``scores``), when every key is a requested id; the scores are judged as in a list."""
+    if isinstance(value, dict) and isinstance(value.get("scores"), dict):
+        value = value["scores"]
+    if not isinstance(value, dict) or not value or expected is None:
+        return None
+    ids = {str(k).strip().strip("[]").strip(): v for k, v in value.items()}
+    if not set(ids) <= set(expected) or any(isinstance(v, (dict, list)) for v in ids.values()):
+        return None
+    return [{"id": k, "reason": "", "score": v} for k, v in ids.items()]
+
+
+_REASONING_RE = re.compile(r"<(think|thinking|reasoning)>.*?</\1>", re.DOTALL | re.IGNORECASE)
+_REASONING_END_RE = re.compile(r"^.*</(?:think|thinking|reasoning)>", re.DOTALL | re.IGNORECASE)
+
+
+def _without_reasoning(text: str) -> str:
+    """``text`` without a reasoning model's ``<think>…</think>`` blocks (a draft score list in
+    them is not the answer), nor what precedes a closing tag whose opening the server cut."""
+    if "</" not in text:
+        return text
+    text = _REASONING_RE.sub("", text)
+    return _REASONING_END_RE.sub("", text)
 
 
 def extract_json_reply(text: str) -> Any:
@@ -251,6 +290,14 @@ def extract_json_reply(text: str) -> Any:
             that the reply holds no JSON at all.
     """
     decoder = json.JSONDecoder(strict=False)  # raw newlines/tabs inside strings are common and harmless
+    text = _without_reasoning(text)
+    if text.strip().startswith('"'):  # the whole answer JSON-encoded once more, as one string
+        try:
+            inner = json.loads(text)
+        except json.JSONDecodeError:
+            inner = None
+        if isinstance(inner, str) and inner.strip()[:1] in ("[", "{"):
+            text = inner
     lists: list[Any] = []
     loose: list[dict[str, Any]] = []
     first_value: Any = None

@@ -65,6 +65,7 @@ from .._config import EPISODE_GAP_S
 from .._exceptions import ConfigError, InvalidMessageError
 from .._memo import remember
 from .._models import (
+    RAW_FIELDS,
     ROLES,
     Message,
     MessageType,
@@ -583,7 +584,7 @@ class MessageStore:
         role, string content, name and calls as a recent one has its count (issue 24: an agent
         runs the same command and gets the same output again; only speed depends on the memo)."""
         memo = self._count_memo
-        if memo is None or not (content is None or type(content) is str):
+        if memo is None or not (content is None or type(content) is str) or not RAW_FIELDS.issuperset(message):
             return self._counter.count_message(message)
         key = (role, content, name, *[(c["type"], c["name"], c["arguments"]) for c in calls])
         count = memo.get(key)

@@ -16,7 +16,7 @@ from itertools import chain
 from operator import attrgetter
 from typing import Any, Protocol, runtime_checkable
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, PrivateAttr
 
 from .._markers import SUMMARY_MARKER
 from .._memo import longest_prefix, remember
@@ -157,6 +157,9 @@ class SummaryDraft(BaseModel):
     )
     tools_used: list[str] = Field(default_factory=list, description="tool calls as name(arguments)")
     covered_ids: list[str] = Field(default_factory=list, description="ids of the messages summarised")
+    _given: frozenset[str] = PrivateAttr(default_factory=frozenset)
+    """The exact values a tool result gave (not only the conversation): a summary that must give
+    up values keeps these longest within their kind (case C03's kind)."""
 
 
 @runtime_checkable
@@ -581,7 +584,8 @@ def _fit(
     lines, oldest first and constraints last; tool calls, oldest first; the id list; what the
     user said (issue 23: their names, numbers and decisions outlive the agent's traffic); the
     long header; exact values, half at a time (code names before ids, paths, dates and
-    numbers; older before newer). The bare form names how many messages,
+    numbers; within a kind, what only the conversation holds before what a tool result gave;
+    older before newer). The bare form names how many messages,
     their span, and that they are restorable by id.
     """
     values = list(draft.exact_values)
@@ -616,7 +620,9 @@ def _fit(
         elif compact < 2:
             compact += 1  # shorter headers before giving up any exact value
         elif len(values) > 1:  # exact values go last (SPEC §7: they must survive): ids/numbers, newest, kept
-            keep = sorted(range(len(values)), key=lambda i: (-_value_rank(values[i]), -i))[: len(values) // 2]
+            given = draft._given
+            keep = sorted(range(len(values)),
+                          key=lambda i: (-_value_rank(values[i]), values[i] not in given, -i))[: len(values) // 2]
             values = [values[i] for i in sorted(keep)]
         elif values:
             values = []

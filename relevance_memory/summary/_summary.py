@@ -17,7 +17,7 @@ from __future__ import annotations
 import itertools
 import re
 import warnings
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -118,7 +118,7 @@ class _Fold:
     items: tuple[SummaryItem, ...] = ()
     agentic: bool = False
     latest: dict[str, tuple[int, int, str, int, bool, bool, bool, bool]] = field(default_factory=dict)
-    values_at: dict[str, tuple[int, int]] = field(default_factory=dict)
+    values_at: dict[str, tuple[int, int, int]] = field(default_factory=dict)
     tools_at: dict[str, int] = field(default_factory=dict)
     order: int = 0
     traffic: int = 0  # how many of ``items`` are tool traffic (is_traffic)
@@ -315,7 +315,8 @@ class OfflineSummarizer:
         # dedupe key → (priority, order, line, cost, superseded, said by the user, a fact they
         # stated, one an earlier summary held)
         latest = fold.latest
-        values_at = fold.values_at  # value → (line of its newest occurrence, -position in it)
+        # value → (1 when a tool result gave it, else 0; line of its newest occurrence, -position in it)
+        values_at = fold.values_at
         tools_at = fold.tools_at
         order = fold.order
         for item in items[len(fold.items):]:
@@ -331,17 +332,19 @@ class OfflineSummarizer:
                 line = f"{head}{sentence}”"  # what the memo keeps is the sentence (issue 24)
                 # values survive even when the sentence is a repeat; a superseded message's values
                 # are only in its line, which names the newer value (issue 23: never listed as current)
+                given = 1 if item.role == "tool" else 0
                 for position, value in enumerate(() if item.superseded else found):
-                    values_at.pop(value, None)
-                    values_at[value] = (order, -position)
+                    before = values_at.pop(value, None)
+                    values_at[value] = (max(given, before[0]) if before else given, order, -position)
                 latest.pop(key, None)
                 latest[key] = (priority, order, line, cost, bool(item.superseded), item.role == "user", fact,
                                fact and line in item.held)
                 order += 1
             if agentic and not item.superseded:
+                given = 1 if item.role == "tool" else 0
                 for position, name in enumerate(self._names(item)):
-                    values_at.pop(name, None)
-                    values_at[name] = (order, -position)
+                    before = values_at.pop(name, None)
+                    values_at[name] = (max(given, before[0]) if before else given, order, -position)
                 order += 1
         if len(items) >= FOLD_MIN_ITEMS:  # never changed hereafter
             made = _Fold(items, agentic, latest, values_at, tools_at, order, traffic, ids)
@@ -366,10 +369,15 @@ class OfflineSummarizer:
             used += cand[3]
         room = max_tokens - used
         limit = self.max_names if agentic else self.max_values
-        by_recency = sorted(values_at, key=values_at.__getitem__)[-limit:]
+        # within a kind of value (ids, paths, dates and numbers before code names), one a tool
+        # result gave outranks one only the conversation holds (case C03's kind: "the table has
+        # 107 rows; took 9 ms" said after a result must not push the result's 41872 out), then
+        # newest first
+        # (an agent's tool traffic: its names newest first, whoever wrote them)
+        by_recency = sorted(values_at, key=(lambda v: values_at[v][1:]) if agentic else values_at.__getitem__)[-limit:]
         values = _take_newest(by_recency, room // 2 if agentic else room // 4,
-                              None if agentic else _value_rank)
-        values.sort(key=lambda v: (values_at[v][0], -values_at[v][1]))
+                              None if agentic else _given_rank(values_at))
+        values.sort(key=lambda v: (values_at[v][1], -values_at[v][2]))
         if agentic:  # a name inside a longer listed one is listed by it ("rel_obj" in "rel_obj_cache")
             values = [v for v in values if not any(v != w and v in w for w in values)]
         tools = _take_newest(list(tools_at), room // 4)
@@ -395,7 +403,20 @@ class OfflineSummarizer:
                 prose += "\n" + _left_out_note(len(candidates) - len(chosen))
         # made as validated (str fields and lists of str): validating a million ids cost ~0.1 s; the
         # ids are the fold's (a draft is cached and shared: never changed)
-        return SummaryDraft.model_construct(prose=prose, exact_values=values, tools_used=tools, covered_ids=ids)
+        draft = SummaryDraft.model_construct(prose=prose, exact_values=values, tools_used=tools, covered_ids=ids)
+        draft._given = frozenset(v for v in values if values_at[v][0] and _value_rank(v) == 2)
+        return draft
+
+
+def _given_rank(values_at: dict[str, tuple[int, int, int]]) -> Callable[[str], int]:
+    """The rank :func:`_take_newest` keeps values by: ids, paths, dates and numbers before code
+    names (:func:`_value_rank`), and among the former, those a tool result gave first."""
+
+    def rank(value: str) -> int:
+        kind = _value_rank(value)
+        return 2 * kind + (values_at[value][0] if kind == 2 else 0)
+
+    return rank
 
 
 _DIGITS_RE = re.compile(r"\d+")

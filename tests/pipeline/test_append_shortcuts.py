@@ -42,6 +42,34 @@ FIXES = [(  # deliberate changes since OLD, made in the old package too: (file, 
     "identity=base.identity and not held and not skipped,",
     "identity=base.identity and not held and not skipped and not {**previous.renditions, "
     "**{i: r for i, r in step.renditions.items() if i in steps.indices}},",
+), (  # d6a03c5 (case C08's kind): fields beyond the chat fields ("extra_key" below) are counted, and an
+    # excerpt leaves them out with the content; the store's count memo skips a message holding one
+    "relevance_memory/_tokenizer.py",
+    """            total += self.count_text(str(payload.get("input" if custom else "arguments", "") or ""))
+        return total
+""",
+    """            total += self.count_text(str(payload.get("input" if custom else "arguments", "") or ""))
+        for key, value in message.items():
+            if key in ("role", "content", "name", "tool_calls", "tool_call_id", "anthropic") or value is None \\
+                    or isinstance(value, bool):
+                continue
+            if isinstance(value, (int, float)):
+                total += self.count_text(str(value))
+            else:
+                total += sum(self.count_texts(leaf_texts(value))) + _count_blobs(value) * self._image_default
+        return total
+""",
+), (
+    "relevance_memory/pipeline/fidelity.py",
+    "    out: dict[str, Any] = thaw(message.raw)\n    out[\"content\"] = content\n",
+    "    out: dict[str, Any] = {k: v for k, v in thaw(message.raw).items()\n"
+    "                           if k in (\"role\", \"content\", \"name\", \"tool_calls\", \"tool_call_id\", \"anthropic\")}\n"
+    "    out[\"content\"] = content\n",
+), (
+    "relevance_memory/store/_store.py",
+    "        if memo is None or not (content is None or type(content) is str):",
+    "        if memo is None or not (content is None or type(content) is str) or not {\"role\", \"content\", "
+    "\"tool_calls\", \"tool_call_id\", \"name\"}.issuperset(message):",
 )]
 
 

@@ -25,7 +25,7 @@ from review_trees import old_tree, run_script
 
 ROOT = Path(__file__).resolve().parents[2]
 OLD_COMMIT = "bbd90db"
-FIXES = ("e2bb21d", "f887971", "4b5e9ae", "21d118e")
+FIXES = ("e2bb21d", "f887971", "4b5e9ae", "21d118e", "7722124", "f6dbfb8")
 """Changes on purpose since :data:`OLD_COMMIT`: e2bb21d, the newest user message too large for
 the room the pinned prompt leaves is excerpted within that room, not that room less itself
 (it was a bare marker; tight-budget loops send its lines now); f887971, the newest user message

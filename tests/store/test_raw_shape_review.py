@@ -22,7 +22,7 @@ from review_trees import old_tree, run_script
 
 ROOT = Path(__file__).resolve().parents[2]
 OLD_COMMIT = "91718ec"
-FIXES = ("e2bb21d",)
+FIXES = ("e2bb21d", "7722124", "f6dbfb8")
 """Changes on purpose since :data:`OLD_COMMIT`, applied to its tree (``review_trees.old_tree``):
 e2bb21d, the newest user message verbatim in an append while it alone fits the room the pinned
 prompt leaves (SPEC §9; the old code excerpted the 1,679-token task statement in the 3,000-token
