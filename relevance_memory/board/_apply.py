@@ -50,7 +50,10 @@ def check_ops(ops: Sequence[Op]) -> None:
     Raises:
         ScopeError: an op's agent may not use its scope.
         BoardError: an op is malformed (unknown kind, score outside 1–5, negative ticks,
-            an empty id, a non-finite number), naming the op.
+            an empty id or one with a tab, a non-finite number), naming the op. A tab is
+            refused in every backend because the Redis board keys an edge
+            ``"<id>\\t<source>"`` and an event ``"<id>\\t<seq>"``: ids ``"a\\tb"``/``"c"`` and
+            ``"a"``/``"b\\tc"`` would share one edge field there.
     """
     allowed: set[tuple[str, str]] = set()
     for n, op in enumerate(ops):
@@ -63,7 +66,7 @@ def check_ops(ops: Sequence[Op]) -> None:
             allowed.add(pair)
         if kind is Deposit:  # the most frequent: a valid one passes in one test (an invalid one goes on below)
             item, score, at = op.id, op.score, op.at  # type: ignore[union-attr]
-            if isinstance(item, str) and item and isinstance(score, int) and 1 <= score <= 5 \
+            if isinstance(item, str) and item and "\t" not in item and isinstance(score, int) and 1 <= score <= 5 \
                     and isinstance(at, (int, float)) and 0 <= at < math.inf:
                 continue
         if kind is Advance:
@@ -73,8 +76,12 @@ def check_ops(ops: Sequence[Op]) -> None:
                 raise BoardError(f"operation {n}: Advance.to must be an int ≥ 0, got {op.to!r}")  # type: ignore[union-attr]
             continue
         item = op.id  # type: ignore[union-attr]
-        if not isinstance(item, str) or not item:
-            raise BoardError(f"operation {n}: the item id must be a non-empty string, got {item!r}")
+        if not isinstance(item, str) or not item or "\t" in item:
+            raise BoardError(f"operation {n}: the item id must be a non-empty string without a tab, got {item!r}")
+        other = op.source if kind is Reinforce else op.by if kind is Supersede else None  # type: ignore[union-attr]
+        if other is not None and (not isinstance(other, str) or not other or "\t" in other):
+            raise BoardError(f"operation {n}: a source or successor id must be a non-empty string without a tab,"
+                             f" got {other!r}")
         numbers = [getattr(op, "at", 0.0)]
         if isinstance(op, Add):
             if op.kind not in PHEROMONE_KINDS:

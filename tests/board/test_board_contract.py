@@ -112,6 +112,27 @@ def test_reinforcement_adds_through_the_cap_and_records_the_edge(make_board: Boa
     assert board.tick("shared") == 7
 
 
+def test_ids_with_a_tab_are_refused_so_no_two_edges_share_a_redis_field(make_board: BoardFactory) -> None:
+    """The Redis board keys an edge "<id>\\t<source>": "a\\tb" reinforced from "c" and "a" from
+    "b\\tc" shared one field there, so the second reinforcement came back "already" (lost) and
+    edges() named the pair ("a", "b\\tc") for the first. Every backend now refuses a tab in an
+    id, a source or a successor, before anything is applied."""
+    board = make_board()
+    board.apply([Add("shared", "a", "tool_result", "coder"), Add("shared", "c", "tool_result", "coder")])
+    for op in (Add("shared", "a\tb", "tool_result", "coder"), Deposit("shared", "a\tb", 4, "s", "g", "coder"),
+               Reinforce("shared", "a", "planner", source="b\tc"), Reinforce("shared", "a", "planner", source=""),
+               Supersede("shared", "a", "c\td", "coder")):
+        with pytest.raises(BoardError, match="tab"):
+            board.apply([Reinforce("shared", "c", "coder"), op])
+    assert board.snapshot("shared", ["a\tb"], agent="coder").missing == ("a\tb",)
+    view = board.snapshot("shared", ["a", "c"], agent="coder").cells
+    assert (view["a"].strength, view["c"].strength) == (3.0, 3.0)  # the batches' first ops were not applied
+    assert view["a"].cell.status == "active" and board.edges("shared") == {}
+    got = board.apply([Reinforce("shared", "a", "coder", source="c"), Reinforce("shared", "c", "planner", source="a")])
+    assert got.outcomes == ("reinforced", "reinforced")
+    assert board.edges("shared") == {("a", "c"): 0.2, ("c", "a"): 0.2}
+
+
 def test_one_agent_alone_cannot_push_a_shared_item_to_the_cap(make_board: BoardFactory) -> None:
     """Per-agent share cap (lock-in avoidance, seed 000 §6.1/§6.3): in a shared scope one
     agent adds at most agent_share·S_max to an item; a private scope has no such cap."""
