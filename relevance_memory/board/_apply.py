@@ -49,7 +49,8 @@ def check_ops(ops: Sequence[Op]) -> None:
 
     Raises:
         ScopeError: an op's agent may not use its scope.
-        BoardError: an op is malformed (unknown kind, score outside 1–5, negative ticks,
+        BoardError: an op is malformed (unknown kind, score outside 1–5 or a bool, ticks or a
+            build number not an int 0–:data:`MAX_COUNT`,
             an empty id or one with a tab, a non-finite number), naming the op. A tab is
             refused in every backend because the Redis board keys an edge
             ``"<id>\\t<source>"`` and an event ``"<id>\\t<seq>"``: ids ``"a\\tb"``/``"c"`` and
@@ -66,14 +67,14 @@ def check_ops(ops: Sequence[Op]) -> None:
             allowed.add(pair)
         if kind is Deposit:  # the most frequent: a valid one passes in one test (an invalid one goes on below)
             item, score, at = op.id, op.score, op.at  # type: ignore[union-attr]
-            if isinstance(item, str) and item and "\t" not in item and isinstance(score, int) and 1 <= score <= 5 \
+            if isinstance(item, str) and item and "\t" not in item and type(score) is int and 1 <= score <= 5 \
                     and isinstance(at, (int, float)) and 0 <= at < math.inf:
                 continue
         if kind is Advance:
-            if not isinstance(op.ticks, int) or op.ticks < 0:  # type: ignore[union-attr]
-                raise BoardError(f"operation {n}: Advance.ticks must be an int ≥ 0, got {op.ticks!r}")  # type: ignore[union-attr]
-            if op.to is not None and (not isinstance(op.to, int) or op.to < 0):  # type: ignore[union-attr]
-                raise BoardError(f"operation {n}: Advance.to must be an int ≥ 0, got {op.to!r}")  # type: ignore[union-attr]
+            if not _count(op.ticks):  # type: ignore[union-attr]
+                raise BoardError(f"operation {n}: Advance.ticks must be an int 0–2**53, got {op.ticks!r}")  # type: ignore[union-attr]
+            if op.to is not None and not _count(op.to):  # type: ignore[union-attr]
+                raise BoardError(f"operation {n}: Advance.to must be an int 0–2**53, got {op.to!r}")  # type: ignore[union-attr]
             continue
         item = op.id  # type: ignore[union-attr]
         if not isinstance(item, str) or not item or "\t" in item:
@@ -88,13 +89,26 @@ def check_ops(ops: Sequence[Op]) -> None:
                 raise BoardError(f"operation {n}: unknown kind {op.kind!r} (one of {', '.join(PHEROMONE_KINDS)})")
             if op.strength is not None:
                 numbers.append(op.strength)
-        elif isinstance(op, Deposit) and (not isinstance(op.score, int) or not 1 <= op.score <= 5):
+        elif isinstance(op, Use) and not _count(op.build):
+            raise BoardError(f"operation {n}: Use.build must be an int 0–2**53, got {op.build!r}")
+        elif isinstance(op, Deposit) and (type(op.score) is not int or not 1 <= op.score <= 5):
             raise BoardError(f"operation {n}: a score must be an int 1–5, got {op.score!r}")
         elif isinstance(op, Reinforce) and op.delta is not None:
             numbers.append(op.delta)
         for x in numbers:
             if not isinstance(x, (int, float)) or not 0 <= x < math.inf:
                 raise BoardError(f"operation {n}: times and strengths must be finite numbers ≥ 0: {op!r}")
+
+
+MAX_COUNT = 2**53
+"""The largest tick, tick step or build number a batch may name: the Redis board's Lua
+script counts in doubles, exact only up to 2**53 (above, it rounded a tick, turned
+``Advance(to=2**63 + 5)`` into tick 0 and wrote a build as ``1.15e+18``; SQLite's
+INTEGER overflowed)."""
+
+
+def _count(x: object) -> bool:
+    return type(x) is int and 0 <= x <= MAX_COUNT
 
 
 _OPS = frozenset((Add, Advance, Deposit, Reinforce, Use, Forget, Archive, Supersede, Restore, Repair))

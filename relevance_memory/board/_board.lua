@@ -400,7 +400,7 @@ for i = 1, NOPS do
       c[USERS][agent] = tick
       if c[FIRST] == NONE then c[FIRST] = {agent, build} end
       c[TOUCHED] = at
-      event(sc, id, agent, 'use:' .. build, tick, 0.0, at)
+      event(sc, id, agent, string.format('use:%d', build), tick, 0.0, at)
       sc.dirty[id] = true
       outcome = 'used'
     elseif t == FORGET or t == ARCHIVE then

@@ -133,6 +133,30 @@ def test_ids_with_a_tab_are_refused_so_no_two_edges_share_a_redis_field(make_boa
     assert board.edges("shared") == {("a", "c"): 0.2, ("c", "a"): 0.2}
 
 
+def test_ticks_builds_and_scores_the_lua_script_cannot_count_exactly_are_refused(make_board: BoardFactory) -> None:
+    """Redis's Lua script counts in doubles: Advance(to=2**63 + 5) left the tick at 0 there (the
+    other boards: 2**63 + 5, or SQLite's OverflowError), 2**53 + 1 ticks became 2**53, a build
+    2**60 + 1 was written "use:1.1529215046068e+18", and a score True was refused by the server
+    only. Every backend now refuses them before anything is applied and keeps 2**53 exact."""
+    board = make_board()
+    board.apply([Add("shared", "m", "tool_result", "coder")])
+    for op, field in ((Advance("shared", "coder", to=2**63 + 5), "Advance.to"),
+                      (Advance("shared", "coder", 2**53 + 1), "Advance.ticks"),
+                      (Advance("shared", "coder", True), "Advance.ticks"),
+                      (Use("shared", "m", "coder", 2**60 + 1), "Use.build"),
+                      (Use("shared", "m", "coder", -1), "Use.build"),
+                      (Deposit("shared", "m", True, "s", "g", "coder"), "score")):
+        with pytest.raises(BoardError, match=field):
+            board.apply([Reinforce("shared", "m", "coder"), op])
+    view = board.snapshot("shared", ["m"], agent="coder", provenance=True).cells["m"]
+    assert board.tick("shared") == 0 and view.strength == 3.0 and view.cell.users == {}
+    assert board.apply([Advance("shared", "coder", to=2**53), Use("shared", "m", "coder", 2**53)]).outcomes \
+        == ("advanced", "used")
+    view = board.snapshot("shared", ["m"], agent="coder", provenance=True).cells["m"]
+    assert board.tick("shared") == 2**53 and view.cell.users == {"coder": 2**53}
+    assert [e.op for e in view.cell.events] == ["add", f"use:{2**53}"]
+
+
 def test_one_agent_alone_cannot_push_a_shared_item_to_the_cap(make_board: BoardFactory) -> None:
     """Per-agent share cap (lock-in avoidance, seed 000 §6.1/§6.3): in a shared scope one
     agent adds at most agent_share·S_max to an item; a private scope has no such cap."""
