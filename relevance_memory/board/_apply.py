@@ -68,7 +68,8 @@ def check_ops(ops: Sequence[Op]) -> None:
         if kind is Deposit:  # the most frequent: a valid one passes in one test (an invalid one goes on below)
             item, score, at = op.id, op.score, op.at  # type: ignore[union-attr]
             if isinstance(item, str) and item and "\t" not in item and type(score) is int and 1 <= score <= 5 \
-                    and isinstance(at, (int, float)) and 0 <= at < math.inf:
+                    and isinstance(at, (int, float)) and not isinstance(at, bool) and 0 <= at < math.inf \
+                    and isinstance(op.subtask, str) and (op.goal is None or isinstance(op.goal, str)):  # type: ignore[union-attr]
                 continue
         if kind is Advance:
             if not _count(op.ticks):  # type: ignore[union-attr]
@@ -91,12 +92,16 @@ def check_ops(ops: Sequence[Op]) -> None:
                 numbers.append(op.strength)
         elif isinstance(op, Use) and not _count(op.build):
             raise BoardError(f"operation {n}: Use.build must be an int 0–2**53, got {op.build!r}")
-        elif isinstance(op, Deposit) and (type(op.score) is not int or not 1 <= op.score <= 5):
-            raise BoardError(f"operation {n}: a score must be an int 1–5, got {op.score!r}")
+        elif isinstance(op, Deposit):
+            if type(op.score) is not int or not 1 <= op.score <= 5:
+                raise BoardError(f"operation {n}: a score must be an int 1–5, got {op.score!r}")
+            if not isinstance(op.subtask, str) or not (op.goal is None or isinstance(op.goal, str)):
+                raise BoardError(f"operation {n}: a Deposit's subtask must be a string and its goal a string or"
+                                 f" None, got {op.subtask!r}, {op.goal!r}")
         elif isinstance(op, Reinforce) and op.delta is not None:
             numbers.append(op.delta)
         for x in numbers:
-            if not isinstance(x, (int, float)) or not 0 <= x < math.inf:
+            if not isinstance(x, (int, float)) or isinstance(x, bool) or not 0 <= x < math.inf:
                 raise BoardError(f"operation {n}: times and strengths must be finite numbers ≥ 0: {op!r}")
 
 

@@ -157,6 +157,26 @@ def test_ticks_builds_and_scores_the_lua_script_cannot_count_exactly_are_refused
     assert [e.op for e in view.cell.events] == ["add", f"use:{2**53}"]
 
 
+def test_a_deposit_without_a_subtask_text_or_a_bool_number_is_refused_by_every_backend(
+        make_board: BoardFactory) -> None:
+    """Deposit(subtask=None) was applied by the in-memory and SQLite boards (strength 4.4) but
+    refused by Redis's script; subtask=7 raised AttributeError; Add(strength=True) stored the
+    strength True. Every backend now raises BoardError before anything is applied."""
+    board = make_board()
+    board.apply([Add("shared", "m", "tool_result", "coder")])
+    for op, words in ((Deposit("shared", "m", 4, None, "g", "coder"), "subtask must be a string"),  # type: ignore[arg-type]
+                      (Deposit("shared", "m", 4, 7, "g", "coder"), "subtask must be a string"),  # type: ignore[arg-type]
+                      (Deposit("shared", "m", 4, "s", b"g", "coder"), "subtask must be a string"),  # type: ignore[arg-type]
+                      (Add("shared", "n", "tool_result", "coder", 0.0, True), "finite numbers"),
+                      (Reinforce("shared", "m", "coder", delta=False), "finite numbers"),
+                      (Deposit("shared", "m", 4, "s", "g", "coder", at=True), "finite numbers")):
+        with pytest.raises(BoardError, match=words):
+            board.apply([Reinforce("shared", "m", "coder"), op])
+    view = board.snapshot("shared", ["m", "n"], agent="coder")
+    assert view.missing == ("n",) and view.cells["m"].strength == 3.0 and view.cells["m"].cell.deposits == 0
+    assert board.apply([Deposit("shared", "m", 4, "s", None, "coder")]).amounts == (1.4,)
+
+
 def test_one_agent_alone_cannot_push_a_shared_item_to_the_cap(make_board: BoardFactory) -> None:
     """Per-agent share cap (lock-in avoidance, seed 000 §6.1/§6.3): in a shared scope one
     agent adds at most agent_share·S_max to an item; a private scope has no such cap."""

@@ -418,7 +418,7 @@ def test_an_op_with_a_none_where_the_script_needs_a_value_is_refused_whole(redis
     before = redis.snapshot("shared", ["m"], agent="a", provenance=True).cells
     for bad in (Deposit("shared", "m", 4, None, "g", "a"),  # type: ignore[arg-type]
                 Use("shared", "m", "a", None)):  # type: ignore[arg-type]
-        with pytest.raises(BoardError, match=r"refused by the server|Use\.build must be an int"):  # Use: check_ops
+        with pytest.raises(BoardError, match=r"refused by the server|Use\.build must be an int|subtask must be a string"):  # now check_ops
             redis.apply([Reinforce("shared", "m", "a"), bad, Reinforce("shared", "m", "b")])
     assert redis.snapshot("shared", ["m"], agent="a", provenance=True).cells == before
     redis.close()
