@@ -549,3 +549,24 @@ def test_an_items_event_fields_are_named_by_its_seqs_decimal_digits_at_every_len
     fields = sorted(k for k in redis._raw.hkeys(redis.key("events", "shared")))
     assert fields == [f"m\t{count - 1}".encode(), f"m\t{count}".encode()]
     redis.close()
+
+
+@pytest.mark.parametrize("slot", [2, 4])  # born_tick, at_tick
+def test_a_cell_with_an_infinite_tick_is_reported_corrupt_not_raised(redis_url: str, slot: int) -> None:
+    """A tick slot holding inf made int() raise OverflowError out of the snapshot (corrupt
+    bytes crashed the read instead of being reported, so no copy served and no repair);
+    now the cell is corrupt, beside a valid one read as before."""
+    import msgpack
+
+    name = f"p-{uuid.uuid4().hex[:10]}"
+    redis = RedisBoard.from_url(redis_url, name, BoardConfig(), **SLOW_OK)
+    redis.apply([Add("shared", i, "tool_result", "a") for i in ("m0", "m1")])
+    key = redis.key("cells", "shared")
+    slots = msgpack.unpackb(redis._raw.hget(key, "m1"), raw=True)
+    slots[slot] = float("inf")
+    redis._raw.hset(key, "m1", msgpack.packb(slots, use_bin_type=False))
+    for provenance in (False, True):
+        snap = redis.snapshot("shared", ["m0", "m1"], agent="a", provenance=provenance)
+        assert (snap.corrupt, list(snap.cells), snap.cells["m0"].strength) == (("m1",), ["m0"], 3.0)
+    assert redis.snapshot("shared", None, agent="a").corrupt == ("m1",)
+    redis.close()
