@@ -570,3 +570,29 @@ def test_a_cell_with_an_infinite_tick_is_reported_corrupt_not_raised(redis_url: 
         assert (snap.corrupt, list(snap.cells), snap.cells["m0"].strength) == (("m1",), ["m0"], 3.0)
     assert redis.snapshot("shared", None, agent="a").corrupt == ("m1",)
     redis.close()
+
+
+def test_a_cell_whose_contribution_is_not_a_number_is_repaired_by_the_mirror(redis_url: str) -> None:
+    """The Python reader finds a contribution b"x" corrupt and the mirror sends a Repair, but
+    the script's check of a cell does not look inside the contributions: it answered
+    "readable" and wrote nothing, so the cell stayed corrupt on the server and every snapshot
+    reported it again. A Repair now checks the contributions and users too."""
+    import msgpack
+
+    from relevance_memory.board import MirroredBoard
+
+    name = f"p-{uuid.uuid4().hex[:10]}"
+    redis = RedisBoard.from_url(redis_url, name, BoardConfig(), **SLOW_OK)
+    board = MirroredBoard(redis)
+    board.apply([Add("shared", "m", "tool_result", "a"), Reinforce("shared", "m", "a")])
+    key = redis.key("cells", "shared")
+    slots = msgpack.unpackb(redis._raw.hget(key, "m"), raw=True)
+    slots[12] = {b"a": b"x"}
+    redis._raw.hset(key, "m", msgpack.packb(slots, use_bin_type=False))
+    first = board.snapshot("shared", ["m"], agent="a")
+    assert first.cells["m"].strength == 3.35 and any("served from the local copy" in f for f in first.faults)
+    again = board.snapshot("shared", ["m"], agent="a")
+    assert (again.faults, again.cells["m"].strength) == ((), 3.35)
+    cell = redis.snapshot("shared", ["m"], agent="a").cells["m"].cell
+    assert (cell.contributions, cell.reinforcements) == ({"a": 0.35}, 1)
+    redis.close()
