@@ -30,7 +30,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 from .._config import PheromoneConfig
-from .._exceptions import BoardError
+from .._exceptions import BoardError, BoardUnavailableError
 from .._models import Message
 from ..pheromone import _math as pm
 from ..pheromone._field import PheromoneField, pheromone_kind
@@ -97,8 +97,15 @@ class AgentMemory(PheromoneField):
             return
         try:
             self.board.apply(ops)
-        except BoardError as exc:  # a bare remote board: its writes are lost for it, kept here
+        except BoardUnavailableError as exc:  # a bare remote board: its writes are lost for it, kept here
             self.faults.append(f"board {self.board.name!r}: {len(ops)} operation(s) not applied ({exc})")
+        except BoardError as exc:  # a refused op (a caller's id with a tab …): only it is lost
+            if len(ops) == 1:
+                self.faults.append(f"board {self.board.name!r}: 1 operation(s) not applied ({exc})")
+                return
+            for op in ops:  # one agent's own ops, batched only to save round trips
+                self._apply([op])
+            return
         take = getattr(self.board, "take_faults", None)
         if callable(take):
             self.faults.extend(take())

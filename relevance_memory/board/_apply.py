@@ -49,8 +49,12 @@ def check_ops(ops: Sequence[Op]) -> None:
 
     Raises:
         ScopeError: an op's agent may not use its scope.
-        BoardError: an op is malformed (unknown kind, score outside 1–5, negative ticks,
-            an empty id, a non-finite number), naming the op.
+        BoardError: an op is malformed (unknown kind, score outside 1–5 or a bool, ticks or a
+            build number not an int 0–:data:`MAX_COUNT`,
+            an empty id or one with a tab, a non-finite number), naming the op. A tab is
+            refused in every backend because the Redis board keys an edge
+            ``"<id>\\t<source>"`` and an event ``"<id>\\t<seq>"``: ids ``"a\\tb"``/``"c"`` and
+            ``"a"``/``"b\\tc"`` would share one edge field there.
     """
     allowed: set[tuple[str, str]] = set()
     for n, op in enumerate(ops):
@@ -63,31 +67,53 @@ def check_ops(ops: Sequence[Op]) -> None:
             allowed.add(pair)
         if kind is Deposit:  # the most frequent: a valid one passes in one test (an invalid one goes on below)
             item, score, at = op.id, op.score, op.at  # type: ignore[union-attr]
-            if isinstance(item, str) and item and isinstance(score, int) and 1 <= score <= 5 \
-                    and isinstance(at, (int, float)) and 0 <= at < math.inf:
+            if isinstance(item, str) and item and "\t" not in item and type(score) is int and 1 <= score <= 5 \
+                    and isinstance(at, (int, float)) and not isinstance(at, bool) and 0 <= at < math.inf \
+                    and isinstance(op.subtask, str) and (op.goal is None or isinstance(op.goal, str)):  # type: ignore[union-attr]
                 continue
         if kind is Advance:
-            if not isinstance(op.ticks, int) or op.ticks < 0:  # type: ignore[union-attr]
-                raise BoardError(f"operation {n}: Advance.ticks must be an int ≥ 0, got {op.ticks!r}")  # type: ignore[union-attr]
-            if op.to is not None and (not isinstance(op.to, int) or op.to < 0):  # type: ignore[union-attr]
-                raise BoardError(f"operation {n}: Advance.to must be an int ≥ 0, got {op.to!r}")  # type: ignore[union-attr]
+            if not _count(op.ticks):  # type: ignore[union-attr]
+                raise BoardError(f"operation {n}: Advance.ticks must be an int 0–2**53, got {op.ticks!r}")  # type: ignore[union-attr]
+            if op.to is not None and not _count(op.to):  # type: ignore[union-attr]
+                raise BoardError(f"operation {n}: Advance.to must be an int 0–2**53, got {op.to!r}")  # type: ignore[union-attr]
             continue
         item = op.id  # type: ignore[union-attr]
-        if not isinstance(item, str) or not item:
-            raise BoardError(f"operation {n}: the item id must be a non-empty string, got {item!r}")
+        if not isinstance(item, str) or not item or "\t" in item:
+            raise BoardError(f"operation {n}: the item id must be a non-empty string without a tab, got {item!r}")
+        other = op.source if kind is Reinforce else op.by if kind is Supersede else None  # type: ignore[union-attr]
+        if other is not None and (not isinstance(other, str) or not other or "\t" in other):
+            raise BoardError(f"operation {n}: a source or successor id must be a non-empty string without a tab,"
+                             f" got {other!r}")
         numbers = [getattr(op, "at", 0.0)]
         if isinstance(op, Add):
             if op.kind not in PHEROMONE_KINDS:
                 raise BoardError(f"operation {n}: unknown kind {op.kind!r} (one of {', '.join(PHEROMONE_KINDS)})")
             if op.strength is not None:
                 numbers.append(op.strength)
-        elif isinstance(op, Deposit) and (not isinstance(op.score, int) or not 1 <= op.score <= 5):
-            raise BoardError(f"operation {n}: a score must be an int 1–5, got {op.score!r}")
+        elif isinstance(op, Use) and not _count(op.build):
+            raise BoardError(f"operation {n}: Use.build must be an int 0–2**53, got {op.build!r}")
+        elif isinstance(op, Deposit):
+            if type(op.score) is not int or not 1 <= op.score <= 5:
+                raise BoardError(f"operation {n}: a score must be an int 1–5, got {op.score!r}")
+            if not isinstance(op.subtask, str) or not (op.goal is None or isinstance(op.goal, str)):
+                raise BoardError(f"operation {n}: a Deposit's subtask must be a string and its goal a string or"
+                                 f" None, got {op.subtask!r}, {op.goal!r}")
         elif isinstance(op, Reinforce) and op.delta is not None:
             numbers.append(op.delta)
         for x in numbers:
-            if not isinstance(x, (int, float)) or not 0 <= x < math.inf:
+            if not isinstance(x, (int, float)) or isinstance(x, bool) or not 0 <= x < math.inf:
                 raise BoardError(f"operation {n}: times and strengths must be finite numbers ≥ 0: {op!r}")
+
+
+MAX_COUNT = 2**53
+"""The largest tick, tick step or build number a batch may name: the Redis board's Lua
+script counts in doubles, exact only up to 2**53 (above, it rounded a tick, turned
+``Advance(to=2**63 + 5)`` into tick 0 and wrote a build as ``1.15e+18``; SQLite's
+INTEGER overflowed)."""
+
+
+def _count(x: object) -> bool:
+    return type(x) is int and 0 <= x <= MAX_COUNT
 
 
 _OPS = frozenset((Add, Advance, Deposit, Reinforce, Use, Forget, Archive, Supersede, Restore, Repair))

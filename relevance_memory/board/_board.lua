@@ -185,6 +185,20 @@ local function unpacked(raw)  -- the cell's table (form 1: its slots after a fir
   return nil
 end
 
+-- valid(c) checks the contributions and users are tables, not what they hold (that would
+-- cost every cell of every batch a loop); a Repair, sent when Python's reader found the cell
+-- corrupt, checks them too, so a cell whose contribution is not a finite number (which
+-- Python's reader refuses) is written back instead of left for every later batch to trip on.
+local function readable_maps(c)
+  for _, v in pairs(c[CONTRIB]) do
+    if type(v) ~= 'number' or v ~= v or v == HUGE or v == -HUGE then return false end
+  end
+  for _, v in pairs(c[USERS]) do
+    if type(v) ~= 'number' or v % 1 ~= 0 then return false end
+  end
+  return true
+end
+
 local function decode(raw)  -- cell, corrupt
   if not raw then return nil, false end
   local ok, c = pcall(unpacked, raw)
@@ -311,7 +325,7 @@ for i = 1, NOPS do
     local corrupt = c == BAD
     if corrupt or not c then c = nil end
     if t == REPAIR then
-      if c ~= nil then
+      if c ~= nil and readable_maps(c) then
         outcome = 'readable'
       else
         local fixed = P[o + 5]
@@ -400,7 +414,7 @@ for i = 1, NOPS do
       c[USERS][agent] = tick
       if c[FIRST] == NONE then c[FIRST] = {agent, build} end
       c[TOUCHED] = at
-      event(sc, id, agent, 'use:' .. build, tick, 0.0, at)
+      event(sc, id, agent, string.format('use:%d', build), tick, 0.0, at)
       sc.dirty[id] = true
       outcome = 'used'
     elseif t == FORGET or t == ARCHIVE then

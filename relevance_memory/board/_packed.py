@@ -258,7 +258,7 @@ def unpack_cell(d: Any, events: tuple[Event, ...] = (), prior: tuple[bytes, froz
             {str(a): int(t) for a, t in users.items()} if users else {},
             None if first is False else (str(first[0]), int(first[1])), events,
         )
-    except (TypeError, ValueError, IndexError, AttributeError, KeyError, UnicodeDecodeError) as exc:
+    except (TypeError, ValueError, IndexError, AttributeError, KeyError, UnicodeDecodeError, OverflowError) as exc:
         raise ValueError(f"corrupt cell: {exc}") from exc
 
 
@@ -280,7 +280,7 @@ def unpack_events(unpacker: Any, blob: bytes | None, kept: int) -> tuple[Event, 
     unpacker.feed(blob)
     try:
         out = [Event(str(a), str(o), int(t), float(x), float(w)) for a, o, t, x, w in unpacker]
-    except (TypeError, ValueError) as exc:
+    except (TypeError, ValueError, OverflowError) as exc:
         raise ValueError(f"corrupt events: {exc}") from exc
     return tuple(out[-kept:])
 
@@ -300,5 +300,5 @@ def stored_events(unpackb: Any, values: list[bytes | None]) -> tuple[Event, ...]
     try:
         return tuple(Event(str(a), str(o), int(t), float(x), float(w))
                      for a, o, t, x, w in (unpackb(v) for v in values if v is not None))
-    except (TypeError, ValueError) as exc:
+    except (TypeError, ValueError, OverflowError) as exc:
         raise ValueError(f"corrupt events: {exc}") from exc

@@ -213,3 +213,23 @@ def test_relmem_explain_shows_where_the_shared_items_came_from(tmp_path: Any) ->
     assert got.exit_code == 0, got.output
     assert "board 'team', agent 'reviewer': shared strengths from memory, 2 message(s) of other agents imported" in got.output
     assert "coder:m3: by coder (shared, active)" in got.output and "first selected: reviewer build 1" in got.output
+
+
+def test_a_callers_id_the_board_refuses_loses_only_its_own_operations() -> None:
+    """A caller's id with a tab is refused by every board (check_ops); the agent's batch that
+    held it used to be dropped whole, so the build's use of the tool result published beside
+    it ("coder:m2": lease, first_selected) never reached the board. Now only the refused id's operations are lost, each
+    recorded as a fault, and the build keeps every message."""
+    board, clock = InMemoryBoard("tabs"), Clock()
+    coder = _agent("coder", board, clock)
+    coder.add({"role": "user", "content": TASK}, id="u\t1")
+    coder.add(_call(1, "pytest -q"))
+    coder.add({"role": "tool", "tool_call_id": "c1", "content": "FAILED tests/test_dates.py::test_iso - ValueError"})
+    built = coder.build_context()
+    assert len(built.messages) == 3
+    cells = board.snapshot("shared", None, agent="planner").cells
+    assert sorted(cells) == ["coder:m2"]
+    assert (cells["coder:m2"].cell.users, cells["coder:m2"].cell.first_selected) == ({"coder": 0}, ("coder", 1))
+    faults = built.record.board.faults
+    assert faults and all("'u\\t1'" in f for f in faults)
+    assert all(f.startswith("board 'tabs': 1 operation(s) not applied") for f in faults if "not applied" in f)

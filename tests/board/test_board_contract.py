@@ -112,6 +112,71 @@ def test_reinforcement_adds_through_the_cap_and_records_the_edge(make_board: Boa
     assert board.tick("shared") == 7
 
 
+def test_ids_with_a_tab_are_refused_so_no_two_edges_share_a_redis_field(make_board: BoardFactory) -> None:
+    """The Redis board keys an edge "<id>\\t<source>": "a\\tb" reinforced from "c" and "a" from
+    "b\\tc" shared one field there, so the second reinforcement came back "already" (lost) and
+    edges() named the pair ("a", "b\\tc") for the first. Every backend now refuses a tab in an
+    id, a source or a successor, before anything is applied."""
+    board = make_board()
+    board.apply([Add("shared", "a", "tool_result", "coder"), Add("shared", "c", "tool_result", "coder")])
+    for op in (Add("shared", "a\tb", "tool_result", "coder"), Deposit("shared", "a\tb", 4, "s", "g", "coder"),
+               Reinforce("shared", "a", "planner", source="b\tc"), Reinforce("shared", "a", "planner", source=""),
+               Supersede("shared", "a", "c\td", "coder")):
+        with pytest.raises(BoardError, match="tab"):
+            board.apply([Reinforce("shared", "c", "coder"), op])
+    assert board.snapshot("shared", ["a\tb"], agent="coder").missing == ("a\tb",)
+    view = board.snapshot("shared", ["a", "c"], agent="coder").cells
+    assert (view["a"].strength, view["c"].strength) == (3.0, 3.0)  # the batches' first ops were not applied
+    assert view["a"].cell.status == "active" and board.edges("shared") == {}
+    got = board.apply([Reinforce("shared", "a", "coder", source="c"), Reinforce("shared", "c", "planner", source="a")])
+    assert got.outcomes == ("reinforced", "reinforced")
+    assert board.edges("shared") == {("a", "c"): 0.2, ("c", "a"): 0.2}
+
+
+def test_ticks_builds_and_scores_the_lua_script_cannot_count_exactly_are_refused(make_board: BoardFactory) -> None:
+    """Redis's Lua script counts in doubles: Advance(to=2**63 + 5) left the tick at 0 there (the
+    other boards: 2**63 + 5, or SQLite's OverflowError), 2**53 + 1 ticks became 2**53, a build
+    2**60 + 1 was written "use:1.1529215046068e+18", and a score True was refused by the server
+    only. Every backend now refuses them before anything is applied and keeps 2**53 exact."""
+    board = make_board()
+    board.apply([Add("shared", "m", "tool_result", "coder")])
+    for op, field in ((Advance("shared", "coder", to=2**63 + 5), "Advance.to"),
+                      (Advance("shared", "coder", 2**53 + 1), "Advance.ticks"),
+                      (Advance("shared", "coder", True), "Advance.ticks"),
+                      (Use("shared", "m", "coder", 2**60 + 1), "Use.build"),
+                      (Use("shared", "m", "coder", -1), "Use.build"),
+                      (Deposit("shared", "m", True, "s", "g", "coder"), "score")):
+        with pytest.raises(BoardError, match=field):
+            board.apply([Reinforce("shared", "m", "coder"), op])
+    view = board.snapshot("shared", ["m"], agent="coder", provenance=True).cells["m"]
+    assert board.tick("shared") == 0 and view.strength == 3.0 and view.cell.users == {}
+    assert board.apply([Advance("shared", "coder", to=2**53), Use("shared", "m", "coder", 2**53)]).outcomes \
+        == ("advanced", "used")
+    view = board.snapshot("shared", ["m"], agent="coder", provenance=True).cells["m"]
+    assert board.tick("shared") == 2**53 and view.cell.users == {"coder": 2**53}
+    assert [e.op for e in view.cell.events] == ["add", f"use:{2**53}"]
+
+
+def test_a_deposit_without_a_subtask_text_or_a_bool_number_is_refused_by_every_backend(
+        make_board: BoardFactory) -> None:
+    """Deposit(subtask=None) was applied by the in-memory and SQLite boards (strength 4.4) but
+    refused by Redis's script; subtask=7 raised AttributeError; Add(strength=True) stored the
+    strength True. Every backend now raises BoardError before anything is applied."""
+    board = make_board()
+    board.apply([Add("shared", "m", "tool_result", "coder")])
+    for op, words in ((Deposit("shared", "m", 4, None, "g", "coder"), "subtask must be a string"),  # type: ignore[arg-type]
+                      (Deposit("shared", "m", 4, 7, "g", "coder"), "subtask must be a string"),  # type: ignore[arg-type]
+                      (Deposit("shared", "m", 4, "s", b"g", "coder"), "subtask must be a string"),  # type: ignore[arg-type]
+                      (Add("shared", "n", "tool_result", "coder", 0.0, True), "finite numbers"),
+                      (Reinforce("shared", "m", "coder", delta=False), "finite numbers"),
+                      (Deposit("shared", "m", 4, "s", "g", "coder", at=True), "finite numbers")):
+        with pytest.raises(BoardError, match=words):
+            board.apply([Reinforce("shared", "m", "coder"), op])
+    view = board.snapshot("shared", ["m", "n"], agent="coder")
+    assert view.missing == ("n",) and view.cells["m"].strength == 3.0 and view.cells["m"].cell.deposits == 0
+    assert board.apply([Deposit("shared", "m", 4, "s", None, "coder")]).amounts == (1.4,)
+
+
 def test_one_agent_alone_cannot_push_a_shared_item_to_the_cap(make_board: BoardFactory) -> None:
     """Per-agent share cap (lock-in avoidance, seed 000 §6.1/§6.3): in a shared scope one
     agent adds at most agent_share·S_max to an item; a private scope has no such cap."""

@@ -418,7 +418,7 @@ def test_an_op_with_a_none_where_the_script_needs_a_value_is_refused_whole(redis
     before = redis.snapshot("shared", ["m"], agent="a", provenance=True).cells
     for bad in (Deposit("shared", "m", 4, None, "g", "a"),  # type: ignore[arg-type]
                 Use("shared", "m", "a", None)):  # type: ignore[arg-type]
-        with pytest.raises(BoardError, match="refused by the server"):
+        with pytest.raises(BoardError, match=r"refused by the server|Use\.build must be an int|subtask must be a string"):  # now check_ops
             redis.apply([Reinforce("shared", "m", "a"), bad, Reinforce("shared", "m", "b")])
     assert redis.snapshot("shared", ["m"], agent="a", provenance=True).cells == before
     redis.close()
@@ -548,4 +548,51 @@ def test_an_items_event_fields_are_named_by_its_seqs_decimal_digits_at_every_len
         assert not r.faults and r.cells["m"].cell == m
     fields = sorted(k for k in redis._raw.hkeys(redis.key("events", "shared")))
     assert fields == [f"m\t{count - 1}".encode(), f"m\t{count}".encode()]
+    redis.close()
+
+
+@pytest.mark.parametrize("slot", [2, 4])  # born_tick, at_tick
+def test_a_cell_with_an_infinite_tick_is_reported_corrupt_not_raised(redis_url: str, slot: int) -> None:
+    """A tick slot holding inf made int() raise OverflowError out of the snapshot (corrupt
+    bytes crashed the read instead of being reported, so no copy served and no repair);
+    now the cell is corrupt, beside a valid one read as before."""
+    import msgpack
+
+    name = f"p-{uuid.uuid4().hex[:10]}"
+    redis = RedisBoard.from_url(redis_url, name, BoardConfig(), **SLOW_OK)
+    redis.apply([Add("shared", i, "tool_result", "a") for i in ("m0", "m1")])
+    key = redis.key("cells", "shared")
+    slots = msgpack.unpackb(redis._raw.hget(key, "m1"), raw=True)
+    slots[slot] = float("inf")
+    redis._raw.hset(key, "m1", msgpack.packb(slots, use_bin_type=False))
+    for provenance in (False, True):
+        snap = redis.snapshot("shared", ["m0", "m1"], agent="a", provenance=provenance)
+        assert (snap.corrupt, list(snap.cells), snap.cells["m0"].strength) == (("m1",), ["m0"], 3.0)
+    assert redis.snapshot("shared", None, agent="a").corrupt == ("m1",)
+    redis.close()
+
+
+def test_a_cell_whose_contribution_is_not_a_number_is_repaired_by_the_mirror(redis_url: str) -> None:
+    """The Python reader finds a contribution b"x" corrupt and the mirror sends a Repair, but
+    the script's check of a cell does not look inside the contributions: it answered
+    "readable" and wrote nothing, so the cell stayed corrupt on the server and every snapshot
+    reported it again. A Repair now checks the contributions and users too."""
+    import msgpack
+
+    from relevance_memory.board import MirroredBoard
+
+    name = f"p-{uuid.uuid4().hex[:10]}"
+    redis = RedisBoard.from_url(redis_url, name, BoardConfig(), **SLOW_OK)
+    board = MirroredBoard(redis)
+    board.apply([Add("shared", "m", "tool_result", "a"), Reinforce("shared", "m", "a")])
+    key = redis.key("cells", "shared")
+    slots = msgpack.unpackb(redis._raw.hget(key, "m"), raw=True)
+    slots[12] = {b"a": b"x"}
+    redis._raw.hset(key, "m", msgpack.packb(slots, use_bin_type=False))
+    first = board.snapshot("shared", ["m"], agent="a")
+    assert first.cells["m"].strength == 3.35 and any("served from the local copy" in f for f in first.faults)
+    again = board.snapshot("shared", ["m"], agent="a")
+    assert (again.faults, again.cells["m"].strength) == ((), 3.35)
+    cell = redis.snapshot("shared", ["m"], agent="a").cells["m"].cell
+    assert (cell.contributions, cell.reinforcements) == ({"a": 0.35}, 1)
     redis.close()
