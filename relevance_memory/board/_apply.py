@@ -51,7 +51,8 @@ def check_ops(ops: Sequence[Op]) -> None:
         ScopeError: an op's agent may not use its scope.
         BoardError: an op is malformed (unknown kind, score outside 1–5 or a bool, ticks or a
             build number not an int 0–:data:`MAX_COUNT`,
-            an empty id or one with a tab, a non-finite number), naming the op. A tab is
+            an empty id or one with a tab, an item superseding itself, a non-finite number), naming
+            the op. A tab is
             refused in every backend because the Redis board keys an edge
             ``"<id>\\t<source>"`` and an event ``"<id>\\t<seq>"``: ids ``"a\\tb"``/``"c"`` and
             ``"a"``/``"b\\tc"`` would share one edge field there.
@@ -84,6 +85,8 @@ def check_ops(ops: Sequence[Op]) -> None:
         if other is not None and (not isinstance(other, str) or not other or "\t" in other):
             raise BoardError(f"operation {n}: a source or successor id must be a non-empty string without a tab,"
                              f" got {other!r}")
+        if kind is Supersede and other == item:  # it would read as replaced by a newer version that is itself
+            raise BoardError(f"operation {n}: item {item!r} cannot supersede itself")
         numbers = [getattr(op, "at", 0.0)]
         if isinstance(op, Add):
             if op.kind not in PHEROMONE_KINDS:

@@ -358,3 +358,18 @@ def test_redis_batch_ids_are_new_per_batch_client_and_process(monkeypatch: pytes
     assert first[1] == first[0][:32] + "1" and len(first[0]) == 33
     monkeypatch.setattr("os.getpid", lambda: -7)  # as in a forked child
     assert a._new_batch_id()[:32] != first[0][:32]
+
+
+def test_an_item_cannot_supersede_itself(make_board: BoardFactory) -> None:
+    """``Supersede(id, by=id)`` was applied: the item read as replaced by a newer version that is
+    itself, inactive for every reader (helper-47's open finding). Every backend refuses it before
+    anything of the batch is applied; a real successor still supersedes."""
+    board = make_board()
+    board.apply([Add("shared", "a", "tool_result", "coder"), Add("shared", "b", "tool_result", "coder")])
+    with pytest.raises(BoardError, match="cannot supersede itself"):
+        board.apply([Reinforce("shared", "b", "coder"), Supersede("shared", "a", "a", "coder")])
+    view = board.snapshot("shared", ["a", "b"], agent="coder").cells
+    assert view["a"].active and view["a"].cell.superseded_by is None
+    assert view["b"].strength == 3.0  # the batch's first op was not applied
+    assert board.apply([Supersede("shared", "a", "b", "coder")]).outcomes == ("superseded",)
+    assert board.snapshot("shared", ["a"], agent="coder").cells["a"].cell.superseded_by == "b"

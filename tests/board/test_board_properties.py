@@ -73,7 +73,7 @@ def board_op(draw: Any) -> Any:
     if kind == "archive":
         return Archive(sc, i, agent, at=draw(at))
     if kind == "supersede":
-        return Supersede(sc, i, draw(item), agent, draw(at))
+        return Supersede(sc, i, draw(item.filter(lambda by: by != i)), agent, draw(at))  # never itself (refused)
     return Restore(sc, i, agent, draw(at))
 
 
