@@ -326,7 +326,7 @@ class TiktokenCounter:
             total += TOOL_CALL_OVERHEAD
             total += self.count_text(str(payload.get("name", "")))
             total += self.count_text(str(payload.get("input" if custom else "arguments", "") or ""))
-        if len(message) > len(FRAMED_FIELDS.intersection(message)):
+        if not FRAMED_FIELDS.issuperset(message):  # a field beyond them (no set made: ~0.1 µs)
             total += self._other_fields_tokens(message)
         return total
 

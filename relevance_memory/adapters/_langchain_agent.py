@@ -64,8 +64,8 @@ from ._langchain_messages import (
     _openai_tools,
     _response_format_tools,
     budget_after_prompt,
+    loop_thinking_reserve,
     project_to_messages,
-    thinking_reserve,
     thread_id_of,
     to_openai_messages,
     to_store_messages,
@@ -248,7 +248,7 @@ class RelevanceMemoryMiddleware(AgentMiddleware):  # type: ignore[type-arg]
         with session.lock:  # this request's sync and build as one step
             memory = session.sync(history, None)
             built = memory.build_context(budget=budget, tools=tools)
-            reserve = thinking_reserve(memory, built)
+            reserve = loop_thinking_reserve(memory, built)
             if reserve:  # again, with room for the final tool-loop turn's thinking blocks
                 built = memory.build_context(budget=budget - reserve, tools=tools)
         return handler(self._override(request, session, owners, built))
@@ -262,7 +262,7 @@ class RelevanceMemoryMiddleware(AgentMiddleware):  # type: ignore[type-arg]
         session, history, owners, budget, tools = self._prepare(request)
         memory = session.sync(history, None)
         built = await memory.abuild_context(budget=budget, tools=tools)
-        reserve = thinking_reserve(memory, built)
+        reserve = loop_thinking_reserve(memory, built)
         if reserve:  # as wrap_model_call
             built = await memory.abuild_context(budget=budget - reserve, tools=tools)
         return await handler(self._override(request, session, owners, built))

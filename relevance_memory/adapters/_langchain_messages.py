@@ -7,7 +7,7 @@ from collections import Counter
 from collections.abc import Hashable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from ..clients._anthropic_messages import final_turn_thinking, starts_thinking, thinking_turn
+from ..clients._anthropic_messages import final_turn_thinking, starts_thinking, thinking_first, thinking_reserve
 
 if TYPE_CHECKING:
     from langchain_core.messages import BaseMessage
@@ -17,8 +17,8 @@ if TYPE_CHECKING:
 __all__ = [
     "budget_after_prompt",
     "from_openai_messages",
+    "loop_thinking_reserve",
     "project_to_messages",
-    "thinking_reserve",
     "thread_id_of",
     "to_openai_messages",
     "to_store_messages",
@@ -119,26 +119,23 @@ def project_to_messages(
             out.append(from_openai_messages([stored[what].to_openai()])[0])
         last = owner
     loop = final_turn_thinking(stored)
-    if loop is not None:  # the final tool-loop turn sent shortened: its thinking blocks first (thinking_reserve)
+    if loop is not None:  # the final tool-loop turn sent shortened: its thinking blocks first (loop_thinking_reserve)
         for message in out:
             calls = getattr(message, "tool_calls", None) or ()
-            if any(c.get("id") == loop[0] for c in calls) and not any(message is m for m in messages):
-                content = message.content
-                if not starts_thinking({"content": content}):
-                    message.content = [*loop[1], *(content if isinstance(content, list) else [{"type": "text", "text": content}])]
+            if any(c.get("id") == loop[0] for c in calls) and not any(message is m for m in messages) \
+                    and not starts_thinking({"content": message.content}):
+                message.content = thinking_first(message.content, loop[1])
     return out
 
 
-def thinking_reserve(memory: RelevanceMemoryManager, built: BuiltContext) -> int:
+def loop_thinking_reserve(memory: RelevanceMemoryManager, built: BuiltContext) -> int:
     """Tokens to keep free for the thinking blocks of the final tool-loop turn (tokens) when
-    ``built`` sent that turn shortened without them, 0 otherwise: a model with extended
+    ``built`` sent that turn shortened without them, 0 otherwise (the shared
+    :func:`~relevance_memory.clients._anthropic_messages.thinking_reserve`): a model with extended
     thinking on (Anthropic's) refuses a request whose final tool-loop turn does not open with
-    them (:func:`~relevance_memory.clients._anthropic_messages.final_turn_thinking`). The
-    adapters build again with that much less, and :func:`project_to_messages` puts them back."""
-    loop = final_turn_thinking(memory.messages)
-    if loop is None or starts_thinking(thinking_turn(built.messages, loop[0], anthropic=False)):
-        return 0
-    return memory.tokenizer.count_message({"role": "assistant", "content": loop[1]})
+    them. The adapters build again with that much less, and :func:`project_to_messages` puts
+    them back."""
+    return thinking_reserve(final_turn_thinking(memory.messages), built.messages, memory.tokenizer)
 
 
 def thread_id_of(config: Mapping[str, Any] | None) -> Hashable | None:

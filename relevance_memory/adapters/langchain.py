@@ -54,8 +54,8 @@ from ._langchain_messages import (
     _openai_tools,
     budget_after_prompt,
     from_openai_messages,
+    loop_thinking_reserve,
     project_to_messages,
-    thinking_reserve,
     thread_id_of,
     to_openai_messages,
     to_store_messages,
@@ -206,7 +206,7 @@ class ManagedContextHook(SessionView):
         ``configurable.thread_id`` picks the memory."""
         session, messages, owners, memory, budget = self._prepare(value, config)
         built = memory.build_context(budget=budget, tools=self._tools)
-        reserve = thinking_reserve(memory, built)
+        reserve = loop_thinking_reserve(memory, built)
         if reserve:  # again, with room for the final tool-loop turn's thinking blocks
             built = memory.build_context(budget=budget - reserve, tools=self._tools)
         return self._finish(session, value, messages, owners, memory, built)
@@ -219,7 +219,7 @@ class ManagedContextHook(SessionView):
         """Async :meth:`__call__`; builds with :meth:`RelevanceMemoryManager.abuild_context`."""
         session, messages, owners, memory, budget = self._prepare(value, config)
         built = await memory.abuild_context(budget=budget, tools=self._tools)
-        reserve = thinking_reserve(memory, built)
+        reserve = loop_thinking_reserve(memory, built)
         if reserve:  # as __call__
             built = await memory.abuild_context(budget=budget - reserve, tools=self._tools)
         return self._finish(session, value, messages, owners, memory, built)

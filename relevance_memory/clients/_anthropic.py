@@ -59,6 +59,8 @@ from ._anthropic_messages import (
     from_anthropic,
     place_cache_breakpoints,
     starts_thinking,
+    thinking_first,
+    thinking_reserve,
     thinking_turn,
     to_anthropic,
 )
@@ -105,13 +107,8 @@ def _loop_thinking(memory: RelevanceMemoryManager, kwargs: Mapping[str, Any]) ->
 
 
 def _thinking_reserve(memory: RelevanceMemoryManager, built: BuiltContext, kwargs: Mapping[str, Any]) -> int:
-    """Tokens to keep free for the final tool-loop turn's thinking blocks (:func:`_loop_thinking`)
-    when ``built`` sent that turn shortened, without them (a long thinking block made it an
-    excerpt); 0 when they went out whole or are not needed."""
-    loop = _loop_thinking(memory, kwargs)
-    if loop is None or starts_thinking(thinking_turn(built.messages, loop[0], anthropic=False)):
-        return 0
-    return memory.tokenizer.count_message({"role": "assistant", "content": loop[1]})
+    """:func:`thinking_reserve` of ``built`` for the request's :func:`_loop_thinking` (tokens)."""
+    return thinking_reserve(_loop_thinking(memory, kwargs), built.messages, memory.tokenizer)
 
 
 def record_anthropic_usage(built: BuiltContext, usage: Any) -> None:
@@ -170,8 +167,7 @@ class _AnthropicSession(MemorySession):
         turn = thinking_turn(context.messages, loop[0], anthropic=True) if loop is not None else None
         if loop is not None and isinstance(turn, dict) and not starts_thinking(turn):
             # the turn went out shortened (room for its thinking blocks was kept: _prepare)
-            content = turn["content"]
-            turn["content"] = [*loop[1], *(content if isinstance(content, list) else [{"type": "text", "text": content}])]
+            turn["content"] = thinking_first(turn["content"], loop[1])
         automatic = isinstance(kwargs.get("cache_control"), Mapping)
         with self.lock:
             placed = place_cache_breakpoints(

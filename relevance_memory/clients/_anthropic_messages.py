@@ -591,6 +591,24 @@ def starts_thinking(message: Mapping[str, Any] | None) -> bool:
         content[0].get("type") in _THINKING)
 
 
+def thinking_reserve(
+    loop: tuple[str, list[dict[str, Any]]] | None, sent: Sequence[Mapping[str, Any]], counter: TokenCounter
+) -> int:
+    """Tokens to keep free for the final tool-loop turn's thinking blocks (``loop``:
+    :func:`final_turn_thinking`, or ``None`` when they are not needed) when the built messages
+    ``sent`` (store form) carry that turn without them — a long thinking block made it an
+    excerpt — else 0 (tokens). The Anthropic client and the LangChain adapters then build again
+    with that much less and put the blocks back (:func:`thinking_first`)."""
+    if loop is None or starts_thinking(thinking_turn(sent, loop[0], anthropic=False)):
+        return 0
+    return counter.count_message({"role": "assistant", "content": loop[1]})
+
+
+def thinking_first(content: Any, blocks: Sequence[Mapping[str, Any]]) -> list[Any]:
+    """``content`` (a string or a list of blocks) with the thinking ``blocks`` before it."""
+    return [*blocks, *(content if isinstance(content, list) else [{"type": "text", "text": content}])]
+
+
 # --------------------------------------------------------------------------- tokens
 class AnthropicTokenCounter:
     """A :class:`TokenCounter` that counts each store message at what it costs in an Anthropic

@@ -328,11 +328,11 @@ class OfflineSummarizer:
                 order += 1
             extracted = self._extract(item)
             head = _head(item) if extracted else ""
+            given = 1 if item.role == "tool" else 0  # a tool result gives its values (case C03's kind)
             for priority, key, sentence, found, cost, fact in _each_line(extracted):
                 line = f"{head}{sentence}”"  # what the memo keeps is the sentence (issue 24)
                 # values survive even when the sentence is a repeat; a superseded message's values
                 # are only in its line, which names the newer value (issue 23: never listed as current)
-                given = 1 if item.role == "tool" else 0
                 for position, value in enumerate(() if item.superseded else found):
                     before = values_at.pop(value, None)
                     values_at[value] = (max(given, before[0]) if before else given, order, -position)
@@ -341,7 +341,6 @@ class OfflineSummarizer:
                                fact and line in item.held)
                 order += 1
             if agentic and not item.superseded:
-                given = 1 if item.role == "tool" else 0
                 for position, name in enumerate(self._names(item)):
                     before = values_at.pop(name, None)
                     values_at[name] = (max(given, before[0]) if before else given, order, -position)
